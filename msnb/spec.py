@@ -1,0 +1,231 @@
+"""HandlerSpec: the immutable description of one handler, from capture to archive."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from msnb.errors import SpecError
+
+# Role name -> (keyword the shared handler's factory takes, positional arity it calls with).
+# Arity None means "callable with **kwargs" (init_function(**init_kwargs)).
+ROLES: dict[str, tuple[str, int | None]] = {
+    "init_function": ("init_function", None),
+    "preprocess": ("preprocess_function", 1),
+    "postprocess": ("postprocess_function", 1),
+    "install_packages": ("install_packages", 0),
+    "unpack_dependencies": ("unpack_dependencies", 0),
+}
+# Aliases a user may write instead of the role name (the model-servers helper spelling).
+ROLE_ALIASES = {"preprocess_function": "preprocess", "postprocess_function": "postprocess"}
+SIGNATURES = {
+    "init_function": "def init_function(**kwargs) -> torch.nn.Module",
+    "preprocess": "def preprocess(sample)",
+    "postprocess": "def postprocess(output)",
+    "install_packages": "def install_packages()",
+    "unpack_dependencies": "def unpack_dependencies()",
+}
+DEVICES = ("auto", "cpu", "gpu")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
+
+
+@dataclass(frozen=True)
+class SourceBlock:
+    """A piece of user code and where it came from (e.g. ``cell 3`` or ``notebook.ipynb, cell 5``)."""
+
+    source: str
+    origin: str
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """Everything needed to render, test, archive and serve one handler.
+
+    ``blocks`` hold the user's code verbatim in module order: pulled-in definitions from other
+    cells first, the handler cell last. ``roles`` maps a role (see ``ROLES``) to the function
+    name that implements it in that code. ``checkpoint`` is a path, a ``state_dict`` or an
+    ``nn.Module`` (saved as a state_dict when archived), or None.
+    """
+
+    name: str
+    blocks: tuple[SourceBlock, ...]
+    roles: Mapping[str, str]
+    version: str = "1.0"
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: Any = None
+    requirements: tuple[str, ...] = ()
+    extra_files: tuple[str, ...] = ()
+    batch_size: int = 1
+    max_batch_delay: int = 100
+    workers: int = 1
+    response_timeout: int = 120
+    device: str = "auto"
+    max_gpu_memory: int | None = None
+    example: Any = None
+    origin: str = "<python>"
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "blocks", tuple(self.blocks))
+        object.__setattr__(self, "requirements", tuple(self.requirements))
+        object.__setattr__(self, "extra_files", tuple(str(p) for p in self.extra_files))
+        object.__setattr__(self, "roles", dict(self.roles))
+        object.__setattr__(self, "init_kwargs", dict(self.init_kwargs or {}))
+        object.__setattr__(self, "version", str(self.version))
+        self._validate()
+
+    # ---------------------------------------------------------------- validation
+    def _validate(self) -> None:
+        if not _NAME_RE.match(self.name or ""):
+            raise SpecError(
+                f"Model name {self.name!r} is not valid.",
+                "use letters, digits, '_', '-' or '.', starting with a letter or digit (e.g. 'mnist').",
+            )
+        if "init_function" not in self.roles:
+            raise SpecError(
+                f"Handler {self.name!r} has no init_function.",
+                f"define `{SIGNATURES['init_function']}` in the handler cell; it returns the model.",
+            )
+        unknown = set(self.roles) - set(ROLES)
+        if unknown:
+            raise SpecError(f"Unknown role(s) {sorted(unknown)}.", f"roles are {sorted(ROLES)}.")
+        for key in ("batch_size", "max_batch_delay", "workers", "response_timeout"):
+            _check_int(key, getattr(self, key), minimum=0 if key == "max_batch_delay" else 1)
+        if self.device not in DEVICES:
+            raise SpecError(f"device={self.device!r} is not one of {DEVICES}.", "use --device auto, cpu or gpu.")
+        if self.max_gpu_memory is not None:
+            _check_int("max_gpu_memory", self.max_gpu_memory, minimum=1)
+            if self.device == "cpu":
+                raise SpecError("max_gpu_memory is set but the device is cpu.", "drop --max-gpu-memory or use --device gpu/auto.")
+        try:
+            json.dumps(self.init_kwargs)
+        except TypeError as err:
+            raise SpecError(f"init_kwargs are not JSON-serialisable: {err}.",
+                            "pass plain numbers, strings, lists and dicts; ship tensors as a checkpoint.") from None
+        try:
+            compile(self.source, f"<handler {self.name}>", "exec")
+        except SyntaxError as err:
+            raise SpecError(f"Handler {self.name!r} does not compile: {err}.", "fix the cell's syntax.") from None
+
+    # ---------------------------------------------------------------- derived views
+    @property
+    def source(self) -> str:
+        """The user's code as one module body (pulled-in definitions first)."""
+        return "\n\n".join(b.source.rstrip() for b in self.blocks) + "\n"
+
+    @property
+    def pulled_in(self) -> tuple[SourceBlock, ...]:
+        """Definitions brought in from other cells (all blocks but the handler cell)."""
+        return self.blocks[:-1]
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        if isinstance(self.checkpoint, (str, Path)):
+            return Path(self.checkpoint)
+        return None
+
+    def replace(self, **changes: Any) -> "HandlerSpec":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def digest(self) -> str:
+        """A short hash of everything that ends up in the archive (source and config)."""
+        h = hashlib.sha256()
+        h.update(self.source.encode())
+        cfg = {k: v for k, v in self.model_config().items()}
+        h.update(json.dumps([self.name, self.version, self.roles, self.init_kwargs, cfg,
+                             self.requirements, self.extra_files], sort_keys=True, default=str).encode())
+        ckpt = self.checkpoint_path
+        if ckpt is not None and ckpt.exists():
+            st = ckpt.stat()
+            h.update(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+        elif self.checkpoint is not None:
+            h.update(str(id(self.checkpoint)).encode())
+        return h.hexdigest()[:12]
+
+    def model_config(self) -> dict[str, Any]:
+        """The values written to the archive's model-config.yaml."""
+        cfg: dict[str, Any] = {
+            "minWorkers": self.workers,
+            "maxWorkers": self.workers,
+            "batchSize": self.batch_size,
+            "maxBatchDelay": self.max_batch_delay,
+            "responseTimeout": self.response_timeout,
+        }
+        if self.device == "cpu":
+            cfg["deviceType"] = "cpu"
+        elif self.device == "gpu":
+            cfg["deviceType"] = "gpu"
+        system: dict[str, Any] = {}
+        archives = [Path(p).name for p in self.extra_files if _is_archive(p)]
+        if archives:
+            system["extraFiles"] = archives
+        if self.max_gpu_memory is not None:
+            system["maxGPUMemory"] = self.max_gpu_memory
+        if system:
+            cfg["system"] = system
+        return cfg
+
+
+# ---------------------------------------------------------------- helpers
+def find_roles(tree: ast.Module) -> dict[str, str]:
+    """Map each role to the top-level function implementing it (aliases accepted)."""
+    roles: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            role = ROLE_ALIASES.get(node.name, node.name)
+            if role in ROLES:
+                roles[role] = node.name
+    return roles
+
+
+def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """Refuse a role whose signature the shared handler cannot call."""
+    _, arity = ROLES[role]
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    required = len(positional) - len(args.defaults)
+    required_kwonly = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    ok = not required_kwonly
+    if arity is None:
+        ok = ok and (required == 0)
+    else:
+        ok = ok and required <= arity and (len(positional) >= arity or args.vararg is not None)
+    if isinstance(fn, ast.AsyncFunctionDef):
+        ok = False
+    if not ok:
+        raise SpecError(
+            f"`{fn.name}` (role {role}) has the wrong signature (line {fn.lineno}).",
+            f"the shared handler calls it as `{SIGNATURES[role]}`"
+            + (" (every parameter needs a default; values come from --init-kwargs)" if arity is None else ""),
+        )
+
+
+def spec_from_source(name: str, source: str, origin: str = "<python>", **config: Any) -> HandlerSpec:
+    """Build a spec from one self-contained module source (no dependency closure)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        raise SpecError(f"Handler {name!r} does not parse: {err}.", "fix the syntax.") from None
+    roles = find_roles(tree)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and ROLE_ALIASES.get(node.name, node.name) in roles:
+            check_arity(ROLE_ALIASES.get(node.name, node.name), node)
+    return HandlerSpec(name=name, blocks=(SourceBlock(source, origin),), roles=roles, origin=origin, **config)
+
+
+def _check_int(key: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        flag = "--" + key.replace("_", "-")
+        raise SpecError(f"{key}={value!r} is not valid.", f"{flag} takes a whole number >= {minimum}.")
+
+
+def _is_archive(path: str) -> bool:
+    return str(path).endswith((".zip", ".tar", ".tar.gz", ".tgz"))
