@@ -1,0 +1,162 @@
+"""Stage a HandlerSpec as a TorchServe model directory and pack it with torch-model-archiver's own API."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+import torch
+import yaml
+from model_archiver.model_archiver_config import ModelArchiverConfig
+from model_archiver.model_packaging_utils import ModelExportUtils
+
+from msnb.errors import BuildError, SpecError
+from msnb.render import HANDLER_MODULE, render_handler
+from msnb.spec import HandlerSpec
+
+# msnb format name -> torch-model-archiver archive_format
+FORMATS = {"mar": "default", "zip-store": "zip-store", "no-archive": "no-archive"}
+CHECKPOINT = "model.pt"
+CONFIG = "model-config.yaml"
+REQUIREMENTS = "requirements.txt"
+Progress = Callable[[str, float], None]
+
+
+def shared_handler_files() -> list[Path]:
+    """The shared handler modules every archive carries (templates/msnb_*.py)."""
+    root = resources.files("msnb.templates")
+    return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith("msnb_") and p.name.endswith(".py"))
+
+
+def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Path:
+    """Write the model directory exactly as TorchServe will unpack it (without the manifest).
+
+    Checkpoint and extra files are hard-linked when they can be, so a large checkpoint is not
+    copied; a ``temporary`` staging dir (packed into a zip, or a local test) may symlink them.
+    """
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / f"{HANDLER_MODULE}.py").write_text(render_handler(spec))
+    for src in shared_handler_files():
+        shutil.copy2(src, model_dir / src.name)
+    (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
+    if spec.requirements:
+        (model_dir / REQUIREMENTS).write_text("\n".join(spec.requirements) + "\n")
+    _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
+    for extra in spec.extra_files:
+        _stage_extra(Path(extra), model_dir, temporary)
+    return model_dir
+
+
+def build(spec: HandlerSpec, export_path: str | Path, fmt: str = "mar", archive_name: str | None = None,
+          *, validate: bool = True, progress: Progress | None = None) -> Path:
+    """Build ``<export_path>/<archive_name>.mar`` (or a no-archive folder) from ``spec``.
+
+    ``validate`` first loads the handler in-process (init_function, checkpoint) and runs the
+    spec's example through it, so a broken handler fails here with its own message.
+    """
+    if fmt not in FORMATS:
+        raise BuildError(f"Unknown archive format {fmt!r}.", f"use one of {', '.join(FORMATS)}.")
+    report = progress or (lambda step, frac: None)
+    archive_name = archive_name or spec.name
+    export_path = Path(export_path)
+    _check_writable(export_path)
+    if validate:
+        report("validating handler in-process", 0.1)
+        from msnb.localtest import validate as validate_spec
+
+        validate_spec(spec)
+    if fmt == "no-archive":
+        target = export_path / archive_name
+        shutil.rmtree(target, ignore_errors=True)
+        report("staging model directory", 0.5)
+        _pack(spec, stage(spec, target), export_path, archive_name, fmt)
+        report("done", 1.0)
+        return target
+    with tempfile.TemporaryDirectory(prefix="msnb-stage-") as tmp:
+        report("staging model directory", 0.4)
+        staged = stage(spec, Path(tmp) / "model", temporary=True)
+        report(f"packing {fmt} archive", 0.6)
+        _pack(spec, staged, export_path, archive_name, fmt)
+    report("done", 1.0)
+    return export_path / f"{archive_name}.mar"
+
+
+def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str, fmt: str) -> None:
+    config = ModelArchiverConfig(
+        model_name=spec.name,
+        handler=f"{HANDLER_MODULE}.py",
+        version=spec.version,
+        serialized_file=CHECKPOINT if (staged / CHECKPOINT).exists() else None,
+        requirements_file=REQUIREMENTS if spec.requirements else None,
+        config_file=CONFIG,
+        export_path=str(export_path),
+        archive_format=FORMATS[fmt],
+        force=True,
+    )
+    manifest = ModelExportUtils.generate_manifest_json(config)
+    if fmt == "no-archive":  # staged in place: the archiver only writes MAR-INF/MANIFEST.json
+        ModelExportUtils.archive(str(export_path), archive_name, str(staged), manifest, FORMATS[fmt])
+        return
+    # The archiver names its output after the name it is given: pack under a hidden partial name in
+    # the same folder and rename, so a failed build never leaves a half-written .mar behind.
+    partial = f".{archive_name}.partial"
+    try:
+        ModelExportUtils.archive(str(export_path), partial, str(staged), manifest, FORMATS[fmt])
+        os.replace(export_path / f"{partial}.mar", export_path / f"{archive_name}.mar")
+    except OSError as err:
+        (export_path / f"{partial}.mar").unlink(missing_ok=True)
+        raise BuildError(f"Could not write {export_path / archive_name}.mar: {err}.",
+                         "check the folder's permissions and free disk space.") from None
+
+
+def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
+    ckpt = spec.checkpoint
+    if ckpt is None:
+        return
+    if isinstance(ckpt, torch.nn.Module):
+        ckpt = ckpt.state_dict()
+    if isinstance(ckpt, dict):
+        torch.save(ckpt, dst)
+        return
+    path = Path(ckpt).expanduser()
+    if not path.is_file():
+        raise SpecError(f"Checkpoint {str(path.resolve())!r} does not exist.",
+                        "pass the path of a saved state_dict (torch.save(model.state_dict(), 'model.pt')), "
+                        "or the model / state_dict variable itself.")
+    _place(path, dst, symlink_ok)
+
+
+def _stage_extra(src: Path, model_dir: Path, symlink_ok: bool) -> None:
+    src = src.expanduser()
+    if not src.exists():
+        raise SpecError(f"Extra file {str(src.resolve())!r} does not exist.", "check the path given to --extra-files.")
+    dst = model_dir / src.name
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+    else:
+        _place(src, dst, symlink_ok)
+
+
+def _place(src: Path, dst: Path, symlink_ok: bool) -> None:
+    dst.unlink(missing_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem: the zip writer reads through a symlink
+        if symlink_ok:
+            dst.symlink_to(src.resolve())
+        else:
+            shutil.copy2(src, dst)
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BuildError(f"Cannot create the output folder {path}: {err.strerror}.", "choose a folder you can write to.") from None
+    if not os.access(path, os.W_OK):
+        raise BuildError(f"The output folder {path} is not writable.", "choose a folder you can write to (-o / --export-path).")

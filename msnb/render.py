@@ -1,0 +1,55 @@
+"""Render a HandlerSpec into the text of handler_model.py (provenance header, user code, entry point)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from msnb.errors import BuildError
+from msnb.spec import ROLES, HandlerSpec
+
+HANDLER_MODULE = "handler_model"
+TEMPLATE = "handler_model.py.tmpl"
+
+
+def render_handler(spec: HandlerSpec) -> str:
+    """The handler_model.py source for ``spec``; it always compiles (or raises BuildError)."""
+    from msnb import __version__
+
+    template = resources.files("msnb.templates").joinpath(TEMPLATE).read_text()
+    text = template.format(
+        msnb_version=__version__,
+        origin=spec.origin,
+        name=spec.name,
+        version=spec.version,
+        digest=spec.digest(),
+        body=_body(spec),
+        factory_args=_factory_args(spec),
+    )
+    try:
+        compile(text, f"{HANDLER_MODULE}.py", "exec")
+    except SyntaxError as err:  # the user code compiled alone, so this is msnb's fault
+        raise BuildError(f"Rendered {HANDLER_MODULE}.py does not compile: {err}.",
+                         "this is a bug in msnb; please report it with the handler cell.") from None
+    return text
+
+
+def _body(spec: HandlerSpec) -> str:
+    parts = []
+    for block in spec.blocks:
+        label = block.origin
+        if block.names and block is not spec.blocks[-1]:
+            label += f" (pulled in: {', '.join(block.names)})"
+        parts.append(f"# --- msnb: {label} ---\n{block.source.rstrip()}\n")
+    return "\n".join(parts)
+
+
+def _factory_args(spec: HandlerSpec) -> str:
+    lines = [f"    {spec.roles['init_function']},"]
+    for role, (keyword, _) in ROLES.items():
+        if role != "init_function" and role in spec.roles:
+            lines.append(f"    {keyword}={spec.roles[role]},")
+    if spec.init_kwargs:
+        # JSON text is a valid Python literal except for true/false/null: go through repr of the parsed value.
+        lines.append(f"    **{json.loads(json.dumps(spec.init_kwargs))!r},")
+    return "\n".join(lines)

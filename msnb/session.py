@@ -1,0 +1,130 @@
+"""The notebook's Python API: handler specs by name, and test/build/serve/predict/stop over them.
+
+The magics, the widget and the top-level ``msnb.*`` functions are thin layers over one ``Session``;
+each step itself lives in capture / localtest / archive / server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from msnb import archive, localtest
+from msnb.errors import MsnbError, SpecError
+from msnb.spec import HandlerSpec
+
+Progress = Callable[[str, float], None]
+DEFAULT_EXPORT = "model_store"
+
+
+class Session:
+    """Specs defined in this process (by ``%%ms_handler`` or by hand) and the server they run on."""
+
+    def __init__(self, server_factory: Callable[[], Any] | None = None):
+        self.specs: dict[str, HandlerSpec] = {}
+        self.archives: dict[str, Path] = {}
+        self.served: dict[str, str] = {}  # name -> digest of the spec the server runs
+        self._server_factory = server_factory
+        self._server = None
+
+    # ------------------------------------------------------------ specs
+    def add(self, spec: HandlerSpec) -> HandlerSpec:
+        """Store (or replace) a spec under its name."""
+        self.specs[spec.name] = spec
+        return spec
+
+    def get(self, name_or_spec: str | HandlerSpec) -> HandlerSpec:
+        if isinstance(name_or_spec, HandlerSpec):
+            return name_or_spec
+        try:
+            return self.specs[name_or_spec]
+        except KeyError:
+            known = ", ".join(sorted(self.specs)) or "none yet"
+            raise SpecError(f"No handler named {name_or_spec!r} (defined: {known}).",
+                            "run its %%ms_handler cell first (or check the name's spelling).") from None
+
+    # ------------------------------------------------------------ steps
+    def test(self, name_or_spec: str | HandlerSpec, samples: Iterable[Any] | None = None) -> list[Any]:
+        """Run the rendered handler in-process on ``samples`` (default: the spec's example)."""
+        spec = self.get(name_or_spec)
+        if samples is None:
+            if spec.example is None:
+                raise SpecError(f"No input to test {spec.name!r} with.",
+                                "pass --data '<json>' (or samples=[...]), or give the handler --example.")
+            samples = [spec.example]
+        return localtest.test_handler(spec, samples)
+
+    def build(self, name_or_spec: str | HandlerSpec, export_path: str | Path = DEFAULT_EXPORT, *,
+              dev: bool = False, progress: Progress | None = None) -> Path:
+        """Build the archive: the standard .mar, or with ``dev`` the fast store-only one."""
+        spec = self.get(name_or_spec)
+        path = archive.build(spec, export_path, fmt="zip-store" if dev else "mar", progress=progress)
+        self.archives[spec.name] = path
+        return path
+
+    def server(self, create: bool = True):
+        """The session's LocalServer, started on first use."""
+        if self._server is None and create:
+            if self._server_factory is None:
+                from msnb.server import default_server
+
+                self._server = default_server()
+            else:
+                self._server = self._server_factory()
+        if self._server is not None and create and not self._server.running:
+            self._server.start()
+            self.served.clear()
+        return self._server
+
+    def serve(self, name_or_spec: str | HandlerSpec, progress: Progress | None = None):
+        """Register the spec on the local server, or redeploy it if it changed; returns the server."""
+        spec = self.get(name_or_spec)
+        report = progress or (lambda step, frac: None)
+        report("starting the local TorchServe", 0.1)
+        server = self.server()
+        if self.served.get(spec.name) == spec.digest():
+            report("already serving this version", 1.0)
+            return server
+        report(f"registering {spec.name}", 0.5)
+        if spec.name in self.served:
+            server.redeploy(spec)
+        else:
+            server.register(spec)
+        self.served[spec.name] = spec.digest()
+        report("ready", 1.0)
+        return server
+
+    def predict(self, name: str, data: Any, version: str | None = None) -> Any:
+        server = self.server(create=False)
+        if server is None or not server.running:
+            raise MsnbError("No local TorchServe is running.", f"run %ms_serve {name} (or msnb.serve({name!r})) first.")
+        if name not in self.served:
+            raise MsnbError(f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
+                            f"run %ms_serve {name} first.")
+        return server.predict(name, data, version=version)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        self.served.clear()
+
+    def status(self) -> dict[str, Any]:
+        server = self.server(create=False)
+        running = bool(server is not None and server.running)
+        return {
+            "specs": {n: {"version": s.version, "digest": s.digest()} for n, s in self.specs.items()},
+            "archives": {n: str(p) for n, p in self.archives.items()},
+            "server": {"running": running, "url": server.inference_url if running else None},
+            "models": server.models() if running else [],
+        }
+
+
+_default: Session | None = None
+
+
+def current() -> Session:
+    """The process-wide session the magics and widget share."""
+    global _default
+    if _default is None:
+        _default = Session()
+    return _default
