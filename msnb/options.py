@@ -1,0 +1,140 @@
+"""The `%%ms_handler` option line: one parser for the magic and for `msnb export`, and its resolution."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Mapping
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from msnb.errors import SpecError
+
+_NS = Mapping[str, Any]
+
+
+@magic_arguments()
+@argument("name", help="model name (letters, digits, '_', '-', '.'); the URL is /predictions/NAME")
+@argument("--version", default="1.0", help="model version (default 1.0)")
+@argument("--checkpoint", help="state_dict file, or a variable holding an nn.Module or state_dict")
+@argument("--init-kwargs", dest="init_kwargs", help="JSON object (or a dict variable) passed to init_function(**kwargs)")
+@argument("--requirements", help="requirements.txt file, a list variable, or comma-separated pip requirements")
+@argument("--extra-files", dest="extra_files", nargs="+", default=[],
+          help="files or folders shipped beside the handler; .zip/.tar.gz archives are unpacked in the model dir")
+@argument("--batch-size", dest="batch_size", type=int, default=1, help="TorchServe batch size (default 1)")
+@argument("--max-batch-delay", dest="max_batch_delay", type=int, default=100,
+          help="ms TorchServe waits to fill a batch (default 100)")
+@argument("--workers", type=int, default=1, help="worker processes (default 1)")
+@argument("--device", choices=["auto", "cpu", "gpu"], default="auto", help="auto (GPU when there is one), cpu or gpu")
+@argument("--max-gpu-memory", dest="max_gpu_memory", type=int, help="per-worker GPU memory limit in MB")
+@argument("--response-timeout", dest="response_timeout", type=int, default=120, help="seconds per batch (default 120)")
+@argument("--example", help="an example input (JSON, @file or a variable): validated at build, default for %%ms_test")
+def ms_handler(line: str) -> None:
+    """%%ms_handler NAME [options]: capture this cell's init_function / preprocess / postprocess as a TorchServe handler."""
+
+
+def parse_handler_line(line: str):
+    """Parse the option line of a `%%ms_handler` cell; bad options raise IPython's UsageError."""
+    return parse_argstring(ms_handler, line)
+
+
+def handler_config(args: Any, namespace: _NS | None = None, base_dir: Path | None = None) -> dict[str, Any]:
+    """HandlerSpec keyword arguments from parsed options.
+
+    ``namespace`` (the kernel's user namespace) lets options name variables; without it (export)
+    only literal values and paths are accepted. Relative paths resolve against ``base_dir``.
+    """
+    base = Path(base_dir or ".")
+    config = {
+        "version": args.version,
+        "batch_size": args.batch_size,
+        "max_batch_delay": args.max_batch_delay,
+        "workers": args.workers,
+        "device": args.device,
+        "max_gpu_memory": args.max_gpu_memory,
+        "response_timeout": args.response_timeout,
+        "extra_files": tuple(str(_path(p, base)) for p in args.extra_files),
+        "requirements": _requirements(args.requirements, namespace, base),
+        "checkpoint": _checkpoint(args.checkpoint, namespace, base),
+        "init_kwargs": _init_kwargs(args.init_kwargs, namespace),
+    }
+    if args.example is not None:
+        config["example"] = parse_data(args.example, namespace, base, option="--example")
+    return config
+
+
+def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = None, option: str = "--data") -> Any:
+    """An input given on a magic line: JSON text, ``@file`` (JSON, else raw bytes), or a variable name."""
+    text = _unquote(text.strip())
+    if text.startswith("@"):
+        path = _path(text[1:], Path(base_dir or "."))
+        if not path.is_file():
+            raise UsageError(f"{option}: file {str(path)!r} does not exist.\nHint: give @path/to/input.json or inline JSON.")
+        raw = path.read_bytes()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    if namespace is not None and text.isidentifier() and text in namespace:
+        return namespace[text]
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise UsageError(f"{option}: not valid JSON ({err}).\n"
+                         f"Hint: quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', "
+                         "or give @file.json or a variable name.") from None
+
+
+def _checkpoint(value: str | None, namespace: _NS | None, base: Path) -> Any:
+    if value is None:
+        return None
+    if namespace is not None and value.isidentifier() and value in namespace:
+        obj = namespace[value]
+        import torch
+
+        if isinstance(obj, (torch.nn.Module, dict)):
+            return obj
+        raise SpecError(f"--checkpoint {value}: the variable is a {type(obj).__name__}, not a model or state_dict.",
+                        "pass an nn.Module, a state_dict (model.state_dict()) or the path of a saved state_dict.")
+    path = _path(value, base)
+    if not path.is_file():
+        raise SpecError(f"--checkpoint: {str(path)!r} does not exist.",
+                        "save it first (torch.save(model.state_dict(), 'model.pt')) or name a model variable.")
+    return str(path)
+
+
+def _init_kwargs(value: str | None, namespace: _NS | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    parsed = parse_data(value, namespace, option="--init-kwargs")
+    if not isinstance(parsed, dict):
+        raise UsageError(f"--init-kwargs must be a JSON object, got {type(parsed).__name__}.\n"
+                         "Hint: e.g. --init-kwargs '{\"hidden\": 128}'.")
+    return parsed
+
+
+def _requirements(value: str | None, namespace: _NS | None, base: Path) -> tuple[str, ...]:
+    if not value:
+        return ()
+    if namespace is not None and value.isidentifier() and value in namespace:
+        return tuple(str(r) for r in namespace[value])
+    path = _path(value, base)
+    if path.is_file():
+        lines = (ln.strip() for ln in path.read_text().splitlines())
+        return tuple(ln for ln in lines if ln and not ln.startswith("#"))
+    if value.endswith(".txt"):
+        raise SpecError(f"--requirements: {str(path)!r} does not exist.", "give an existing requirements file or pip names.")
+    return tuple(r.strip() for r in value.split(",") if r.strip())
+
+
+def _path(value: str, base: Path) -> Path:
+    path = Path(_unquote(value)).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return shlex.split(text)[0]
+    return text
