@@ -1,0 +1,137 @@
+"""Pure data helpers of the shared handler: collate samples into a batch, split outputs, make answers JSON-safe.
+
+Rules (the contract users rely on):
+
+* ``collate(samples)`` — tensors (and numpy arrays) of one shape and dtype are stacked along a new
+  leading dim; dicts with the same keys and tuples/lists of the same length that hold tensors are
+  collated element-wise; values that hold no tensor at all are passed as a plain Python list of the
+  samples (the model then receives ``[sample0, sample1, ...]``). Anything else (ragged shapes, mixed
+  types) raises ``CollateError`` and the handler runs one forward per sample instead.
+* ``split(output, n)`` — a tensor is unbound along dim 0 (which must have length ``n``); a dict or a
+  tuple/list of batched tensors is split element-wise; any other list of length ``n`` is already one
+  item per sample. With ``n == 1`` an output that cannot be split is that one sample's output.
+* ``json_safe(obj)`` — tensors, numpy arrays and numpy scalars become lists/numbers, recursively
+  inside dicts, lists and tuples; everything else is returned unchanged (checked by the caller).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class CollateError(ValueError):
+    """Samples cannot be combined into one batch (the caller falls back to per-sample forwards)."""
+
+
+class SplitError(ValueError):
+    """A model output cannot be split into one item per sample."""
+
+
+def _is_numpy(obj: Any) -> bool:
+    # numpy stays optional: recognise its arrays and scalars without importing it.
+    return type(obj).__module__ == "numpy" and hasattr(obj, "tolist")
+
+
+def _leaf(obj: Any) -> Any:
+    if _is_numpy(obj) and getattr(obj, "ndim", 0) > 0:
+        return torch.as_tensor(obj)
+    return obj
+
+
+def has_tensor(obj: Any) -> bool:
+    """True when ``obj`` is, or contains (in dicts/lists/tuples), a tensor or a numpy array."""
+    obj = _leaf(obj)
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, dict):
+        return any(has_tensor(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(has_tensor(v) for v in obj)
+    return False
+
+
+def collate(samples: list) -> Any:
+    """Combine per-sample model inputs into one batched input (see the module docstring)."""
+    if not samples:
+        raise CollateError("no samples to collate")
+    if not any(has_tensor(s) for s in samples):
+        return list(samples)
+    samples = [_leaf(s) for s in samples]
+    first = samples[0]
+    if all(isinstance(s, torch.Tensor) for s in samples):
+        return _stack(samples)
+    if all(isinstance(s, dict) for s in samples):
+        if any(s.keys() != first.keys() for s in samples):
+            raise CollateError("dict samples have different keys")
+        return {k: collate([s[k] for s in samples]) for k in first}
+    if all(type(s) is type(first) and isinstance(s, (list, tuple)) for s in samples):
+        if any(len(s) != len(first) for s in samples):
+            raise CollateError("sequence samples have different lengths")
+        columns = [collate(list(col)) for col in zip(*samples)]
+        return tuple(columns) if isinstance(first, tuple) else columns
+    raise CollateError("samples mix tensors with other types")
+
+
+def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t.shape != first.shape or t.dtype != first.dtype:
+            raise CollateError(f"tensor shapes/dtypes differ: {tuple(first.shape)} {first.dtype} "
+                               f"vs {tuple(t.shape)} {t.dtype}")
+    return torch.stack(tensors)
+
+
+def _is_batched(obj: Any, n: int) -> bool:
+    return isinstance(obj, torch.Tensor) and obj.dim() > 0 and obj.shape[0] == n
+
+
+def split(output: Any, n: int) -> list:
+    """Split one batched model output into ``n`` per-sample outputs (see the module docstring)."""
+    try:
+        return _split(output, n)
+    except SplitError:
+        if n == 1:
+            return [output]
+        raise
+
+
+def _split(output: Any, n: int) -> list:
+    if isinstance(output, torch.Tensor):
+        if not _is_batched(output, n):
+            raise SplitError(f"output of shape {tuple(output.shape)} has no leading batch dim of {n}")
+        return list(output.unbind(0))
+    if isinstance(output, dict):
+        columns = {k: _split(v, n) for k, v in output.items()}
+        return [{k: col[i] for k, col in columns.items()} for i in range(n)]
+    if isinstance(output, (list, tuple)) and output and all(_is_batched(v, n) for v in output):
+        columns = [_split(v, n) for v in output]
+        return [type(output)(col[i] for col in columns) for i in range(n)]
+    if isinstance(output, list) and len(output) == n:
+        return list(output)
+    raise SplitError(f"cannot split a {type(output).__name__} into {n} samples")
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    """Move every tensor inside ``obj`` (dicts/lists/tuples) to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def json_safe(obj: Any) -> Any:
+    """Turn tensors / numpy values into lists and numbers, recursively; other values unchanged."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().tolist()
+    if _is_numpy(obj):
+        return obj.tolist()
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -1,0 +1,276 @@
+"""The shared TorchServe handler every msnb .mar carries: load the model once, then answer batches sample by sample.
+
+``handler_factory(init_function, ...)`` returns a ``BatchHandler``; ``handler_model.py`` binds it to the
+module-level name ``handle`` that TorchServe calls. Depends only on torch, the standard library and
+(optionally) TorchServe, never on msnb. Ships with ``msnb_load.py`` (loading) and ``msnb_collate.py``
+(collate/split/JSON rules) beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+try:
+    from msnb_collate import CollateError, SplitError, collate, json_safe, split, to_device
+    from msnb_load import (DeviceFacts, HandlerLoadError, choose_device, gpu_memory_fraction,
+                           load_checkpoint, unpack_extra_files)
+except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
+    from .msnb_collate import CollateError, SplitError, collate, json_safe, split, to_device
+    from .msnb_load import (DeviceFacts, HandlerLoadError, choose_device, gpu_memory_fraction,
+                            load_checkpoint, unpack_extra_files)
+
+logger = logging.getLogger(__name__)
+METRICS = {"preprocess": "MsnbPreprocessTime", "inference": "MsnbInferenceTime", "postprocess": "MsnbPostprocessTime"}
+HINTS = {
+    "preprocess": "the request body does not fit preprocess(sample); compare the payload with what preprocess expects.",
+    "inference": "the model's forward failed on this sample; check the preprocessed input's shape and dtype.",
+    "postprocess": "postprocess(output) raised; run it in the notebook on this sample's model output.",
+    "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
+                 "values are converted for you) or a whole str/bytes answer.",
+}
+
+
+def request_body(request: Any) -> Any:
+    """One request's decoded body: its ``data`` or ``body`` field, else the whole dict (multipart fields)."""
+    if not isinstance(request, dict):
+        return request
+    for key in ("data", "body"):
+        if key in request:
+            return request[key]
+    return dict(request)
+
+
+def record_metrics(context: Any, timings: dict[str, float], batch_size: int) -> None:
+    """Report per-stage times and the batch size as TorchServe custom metrics; never raises."""
+    metrics = getattr(context, "metrics", None)
+    if metrics is None:
+        return
+    try:
+        for stage, ms in timings.items():
+            # Pass a fresh dimensions list: TorchServe appends to its mutable default argument.
+            metrics.add_time(METRICS[stage], round(ms, 3), None, "ms", [])
+        metrics.add_metric("MsnbBatchSize", batch_size, "count", None, [], *_gauge())
+    except Exception:  # metrics are best effort
+        logger.warning("could not record metrics", exc_info=True)
+
+
+def _gauge() -> tuple:
+    try:
+        from ts.metrics.metric_type_enum import MetricTypes
+    except ImportError:
+        return ()
+    return (MetricTypes.GAUGE,)
+
+
+class _Failed:
+    """A sample that failed at some stage; becomes an error answer with its own status."""
+
+    def __init__(self, stage: str, error: BaseException):
+        self.stage, self.error = stage, error
+
+
+def _set_status(context: Any, idx: int, code: int, phrase: str) -> None:
+    setter = getattr(context, "set_response_status", None)
+    if setter is None:
+        return
+    try:
+        setter(code, phrase, idx)
+        if getattr(context, "request_processor", None) is not None:
+            context.set_response_content_type(idx, "application/json")
+    except Exception:
+        logger.warning("could not set the status of request %d", idx, exc_info=True)
+
+
+def _serialized_file(manifest: Any) -> str | None:
+    return ((manifest or {}).get("model") or {}).get("serializedFile")
+
+
+class BatchHandler:
+    """TorchServe entry point: ``handle(None, ctx)`` loads once, ``handle(batch, ctx)`` answers every request.
+
+    ``device_facts`` can be replaced before loading to simulate a GPU. After loading, ``model``,
+    ``device`` and ``memory_fraction`` (None unless maxGPUMemory applied) describe what was chosen.
+    """
+
+    def __init__(self, init_function: Callable[..., torch.nn.Module], preprocess_function: Callable | None = None,
+                 postprocess_function: Callable | None = None, install_packages: Callable | None = None,
+                 unpack_dependencies: Callable | None = None, init_kwargs: dict | None = None):
+        if not callable(init_function):
+            raise TypeError(f"init_function must be callable, got {type(init_function).__name__}")
+        self.init_function, self.init_kwargs = init_function, dict(init_kwargs or {})
+        self.preprocess = preprocess_function or _identity
+        self.postprocess = postprocess_function or _identity
+        self.setup_steps = {"unpack_dependencies": unpack_dependencies, "install_packages": install_packages}
+        self.device_facts = DeviceFacts()
+        self.model: torch.nn.Module | None = None
+        self.device: torch.device | None = None
+        self.memory_fraction: float | None = None
+        self._setup_done = False
+
+    def __call__(self, data: list | None, context: Any) -> list | None:
+        if data is None:
+            self.load(context)
+            return None
+        if self.model is None:
+            self.load(context)
+        with torch.inference_mode():
+            return self.infer(list(data), context)
+
+    # ------------------------------------------------------------------ load
+    def load(self, context: Any) -> None:
+        """Unpack extra files, run the setup roles once, build the model, load its weights, move it."""
+        if self.model is not None:
+            return
+        try:
+            self._load(context)
+        except HandlerLoadError:
+            logger.exception("msnb handler: model load failed")
+            raise
+        except Exception as err:
+            logger.exception("msnb handler: model load failed")
+            raise HandlerLoadError(f"Loading the model failed: {type(err).__name__}: {err}",
+                                   "the traceback above (model_log.log on a server) shows where.") from err
+
+    def _load(self, context: Any) -> None:
+        model_dir = Path(_props(context).get("model_dir") or ".")
+        system = _config(context).get("system") or {}
+        self._setup_once(model_dir, list(system.get("extraFiles") or []))
+        device = self.pick_device(context)
+        model = self._build_model()
+        checkpoint = _serialized_file(getattr(context, "manifest", None))
+        if checkpoint:
+            load_checkpoint(model, model_dir / checkpoint, device)
+        self.model, self.device = model.to(device).eval(), device
+        logger.info("msnb handler: %s loaded on %s", type(model).__name__, device)
+
+    def _setup_once(self, model_dir: Path, extra_files: list[str]) -> None:
+        if self._setup_done:
+            return
+        unpack_extra_files(model_dir, extra_files)
+        for role, step in self.setup_steps.items():
+            if step is None:
+                continue
+            try:
+                step()
+            except Exception as err:
+                raise HandlerLoadError(f"{role}() raised {type(err).__name__}: {err}",
+                                       f"run {role}() in the notebook to see why it fails.") from err
+        self._setup_done = True
+
+    def pick_device(self, context: Any) -> torch.device:
+        """Choose the device from the context and ``device_facts``; cap GPU memory when maxGPUMemory is set."""
+        facts, config = self.device_facts, _config(context)
+        device = choose_device(_props(context).get("gpu_id"), config.get("deviceType"), bool(facts.cuda_available()))
+        max_mb = (config.get("system") or {}).get("maxGPUMemory")
+        if device.type == "cuda" and max_mb:
+            self.memory_fraction = gpu_memory_fraction(max_mb, facts.total_memory_mb(device))
+            facts.set_memory_fraction(self.memory_fraction, device)
+        return device
+
+    def _build_model(self) -> torch.nn.Module:
+        try:
+            model = self.init_function(**self.init_kwargs)
+        except Exception as err:
+            raise HandlerLoadError(f"init_function(**{self.init_kwargs!r}) raised {type(err).__name__}: {err}",
+                                   "call init_function in the notebook with the same kwargs to see why.") from err
+        if not isinstance(model, torch.nn.Module):
+            raise HandlerLoadError(f"init_function returned a {type(model).__name__}, not a torch.nn.Module.",
+                                   "return the model object (e.g. `return Net(hidden)`); the handler loads "
+                                   "the checkpoint into it.")
+        return model
+
+    # ------------------------------------------------------------------ batches
+    def infer(self, data: list, context: Any) -> list:
+        """Answer a batch: one item per request, errors as per-request answers with their own status."""
+        answers: list = [None] * len(data)
+        inputs: dict[int, Any] = {}
+        marks = [time.perf_counter()]
+        for idx, request in enumerate(data):
+            try:
+                inputs[idx] = self.preprocess(request_body(request))
+            except Exception as err:
+                answers[idx] = self._error(context, idx, "preprocess", err)
+        marks.append(time.perf_counter())
+        outputs = self._forward(inputs)
+        marks.append(time.perf_counter())
+        for idx, output in outputs.items():
+            answers[idx] = self._answer(context, idx, output)
+        marks.append(time.perf_counter())
+        stages = ("preprocess", "inference", "postprocess")
+        record_metrics(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(data))
+        return answers
+
+    def _forward(self, inputs: dict[int, Any]) -> dict[int, Any]:
+        """One forward for the whole batch; one per sample when it cannot be collated, run or split."""
+        if not inputs:
+            return {}
+        samples = list(inputs.values())
+        try:
+            return dict(zip(inputs, split(self._run(collate(samples)), len(samples))))
+        except CollateError as err:
+            logger.info("msnb handler: %d samples cannot be batched (%s); one forward each", len(samples), err)
+        except Exception as err:
+            if len(samples) == 1:
+                return {idx: _Failed("inference", err) for idx in inputs}
+            logger.warning("msnb handler: batched forward of %d samples failed; retrying one by one",
+                           len(samples), exc_info=True)
+        return {idx: self._forward_one(sample) for idx, sample in inputs.items()}
+
+    def _forward_one(self, sample: Any) -> Any:
+        try:
+            return split(self._run(collate([sample])), 1)[0]
+        except Exception as err:
+            return _Failed("inference", err)
+
+    def _run(self, batch: Any) -> Any:
+        # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
+        return to_device(self.model(to_device(batch, self.device)), torch.device("cpu"))
+
+    def _answer(self, context: Any, idx: int, output: Any) -> Any:
+        if isinstance(output, _Failed):
+            return self._error(context, idx, output.stage, output.error)
+        try:
+            result = self.postprocess(output)
+        except Exception as err:
+            return self._error(context, idx, "postprocess", err)
+        if isinstance(result, (bytes, bytearray, str)):
+            return result
+        result = json_safe(result)
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as err:
+            return self._error(context, idx, "serialise", err)
+        return result
+
+    def _error(self, context: Any, idx: int, stage: str, err: BaseException) -> dict:
+        code = 400 if stage == "preprocess" else 500
+        logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
+        _set_status(context, idx, code, f"{stage} failed")
+        message = f"{type(err).__name__}: {err}"[:2000]
+        return {"error": f"{stage} failed: {message}", "hint": HINTS[stage], "stage": stage, "type": type(err).__name__}
+
+
+def handler_factory(init_function: Callable[..., torch.nn.Module], preprocess_function: Callable | None = None,
+                    postprocess_function: Callable | None = None, install_packages: Callable | None = None,
+                    unpack_dependencies: Callable | None = None, **init_kwargs: Any) -> BatchHandler:
+    """The ``handle`` callable for one model: ``handle(None, context)`` loads, ``handle(batch, context)`` answers."""
+    return BatchHandler(init_function, preprocess_function, postprocess_function,
+                        install_packages, unpack_dependencies, init_kwargs)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _props(context: Any) -> dict:
+    return getattr(context, "system_properties", None) or {}
+
+
+def _config(context: Any) -> dict:
+    return getattr(context, "model_yaml_config", None) or {}

@@ -1,0 +1,147 @@
+"""Model loading for the shared handler: safe extra-file unpacking, device choice, strict checkpoint loading.
+
+Pure functions with injectable device facts so the GPU paths are testable without a GPU. Depends only on
+torch and the standard library (shipped in every .mar beside ``msnb_handler.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Callable, Iterator
+
+import torch
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+logger = logging.getLogger(__name__)
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+
+
+class HandlerLoadError(RuntimeError):
+    """The model could not be loaded; the message names the cause and ends with a ``Hint:`` line."""
+
+    def __init__(self, message: str, hint: str):
+        self.message, self.hint = message, hint
+        super().__init__(f"{message}\nHint: {hint}")
+
+
+@dataclasses.dataclass
+class DeviceFacts:
+    """What the handler asks the machine about GPUs; tests inject fakes (there is no GPU on CI)."""
+
+    cuda_available: Callable[[], bool] = torch.cuda.is_available
+    total_memory_mb: Callable[[torch.device], float] = (
+        lambda device: torch.cuda.get_device_properties(device).total_memory / 2**20)
+    set_memory_fraction: Callable[[float, torch.device], None] = torch.cuda.set_per_process_memory_fraction
+
+
+def choose_device(gpu_id: Any, device_type: str | None, cuda_available: bool) -> torch.device:
+    """``cuda:<gpu_id>`` when TorchServe assigned a GPU, CUDA works and deviceType is not "cpu"; else CPU."""
+    if str(device_type or "").lower() == "cpu" or gpu_id is None or not cuda_available:
+        if str(device_type or "").lower() == "gpu":
+            logger.warning("deviceType is gpu but no GPU is available (gpu_id=%r); using the CPU", gpu_id)
+        return torch.device("cpu")
+    return torch.device(f"cuda:{int(gpu_id)}")
+
+
+def gpu_memory_fraction(max_mb: float, total_mb: float) -> float:
+    """The per-process memory fraction that caps this worker at ``max_mb`` of a ``total_mb`` GPU."""
+    return min(1.0, float(max_mb) / float(total_mb))
+
+
+def _check_member(archive: Path, name: str) -> None:
+    parts = PurePosixPath(name.replace("\\", "/"))
+    if parts.is_absolute() or PureWindowsPath(name).drive or ".." in parts.parts:
+        raise HandlerLoadError(f"Extra file {archive.name} has an unsafe member {name!r} (absolute path or '..').",
+                               "rebuild the archive with paths relative to its root, e.g. `tar -C dir -czf deps.tgz .`.")
+
+
+def unpack_archive(archive: Path, dest: Path) -> None:
+    """Extract a .zip/.tar/.tar.gz/.tgz into ``dest`` keeping folders; refuse absolute or '..' members."""
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for name in zf.namelist():
+                _check_member(archive, name)
+            zf.extractall(dest)
+        return
+    with tarfile.open(archive) as tf:
+        for member in tf.getmembers():
+            _check_member(archive, member.name)
+        # The "data" filter also refuses links pointing outside dest and device files.
+        tf.extractall(dest, filter="data")
+
+
+def unpack_extra_files(model_dir: Path, names: list[str]) -> None:
+    """Unpack every archive named in model-config ``system.extraFiles`` into the model dir, once."""
+    if not names:
+        return
+    # All workers of a model share one extracted model dir: unpack under a lock, once per archive.
+    with _locked(model_dir / ".msnb-unpack.lock"):
+        for name in names:
+            marker = model_dir / f".msnb-unpacked-{Path(name).name}"
+            if not marker.exists():
+                _unpack_named(model_dir, name)
+                marker.touch()
+
+
+def _unpack_named(model_dir: Path, name: str) -> None:
+    path = model_dir / name
+    if not name.endswith(ARCHIVE_SUFFIXES):
+        raise HandlerLoadError(f"Extra file {name!r} is not an archive.", f"use one of {ARCHIVE_SUFFIXES}.")
+    if not path.is_file():
+        raise HandlerLoadError(f"Extra file {name!r} is not in the model dir {model_dir}.",
+                               "add it with --extra-files when building the .mar.")
+    try:
+        unpack_archive(path, model_dir)
+    except (tarfile.TarError, zipfile.BadZipFile, OSError) as err:
+        raise HandlerLoadError(f"Extra file {name!r} could not be unpacked: {err}",
+                               "check that the archive is complete and not corrupted.") from err
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    if fcntl is None:  # not POSIX: no cross-process lock
+        yield
+        return
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_checkpoint(model: torch.nn.Module, path: Path, device: torch.device) -> None:
+    """Load a state_dict file into ``model`` strictly (``weights_only=True``), with a clear key report."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:
+        raise HandlerLoadError(f"Checkpoint {path.name} could not be loaded with weights_only=True: {err}",
+                               "save weights only: torch.save(model.state_dict(), path).") from err
+    if not isinstance(state, dict):
+        raise HandlerLoadError(f"Checkpoint {path.name} holds a {type(state).__name__}, not a state_dict.",
+                               "save weights only: torch.save(model.state_dict(), path).")
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches raise even with strict=False
+        raise HandlerLoadError(f"Checkpoint {path.name} does not fit the model: {err}",
+                               "build the model with the init kwargs used for training.") from err
+    if result.missing_keys or result.unexpected_keys:
+        raise HandlerLoadError(
+            f"Checkpoint {path.name} does not match the model: missing keys {_keys(result.missing_keys)}, "
+            f"unexpected keys {_keys(result.unexpected_keys)}.",
+            "save model.state_dict() of the same class and init kwargs ('module.' prefixes come from "
+            "DataParallel; a nested dict from a training checkpoint: save checkpoint['state_dict']).")
+
+
+def _keys(keys: list[str], limit: int = 10) -> str:
+    shown = ", ".join(keys[:limit])
+    return f"[{shown}{f', ... ({len(keys)} in all)' if len(keys) > limit else ''}]"
