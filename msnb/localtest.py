@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import logging
 import sys
 import tempfile
 import uuid
@@ -32,12 +34,25 @@ class Answer:
         return self.status < 400
 
 
+class _LogCapture(logging.Handler):
+    """Keeps the shared handler's log lines (as TorchServe's model_log.log would) instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.extend(self.format(record).splitlines())
+
+
 class LoadedHandler:
     """A handler_model.py imported under a unique name from a staged model dir, loaded once."""
 
     def __init__(self, spec: HandlerSpec, model_dir: Path):
         self.spec = spec
         self.model_dir = Path(model_dir)
+        self.log = _LogCapture()
         self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py", self.model_dir)
         manifest = {"model": {"modelName": spec.name, "handler": f"{HANDLER_MODULE}.py"}}
         if (self.model_dir / CHECKPOINT).exists():
@@ -46,17 +61,33 @@ class LoadedHandler:
         self.context = Context(spec.name, str(self.model_dir), manifest, spec.batch_size, None, "msnb-local",
                                model_yaml_config=config)
         try:
-            self.module.handle(None, self.context)
+            with self._capturing():
+                self.module.handle(None, self.context)
         except Exception as err:  # the user's init_function / checkpoint: show their message
             raise HandlerRunError(f"Handler {spec.name!r} failed to load: {type(err).__name__}: {err}",
                                   "fix init_function or the checkpoint; the same error would stop TorchServe's worker.") from err
+
+    @contextlib.contextmanager
+    def _capturing(self):
+        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate")]
+        saved = [lg.propagate for lg in loggers]
+        for lg in loggers:
+            lg.addHandler(self.log)
+            lg.propagate = False
+        try:
+            yield
+        finally:
+            for lg, prop in zip(loggers, saved):
+                lg.removeHandler(self.log)
+                lg.propagate = prop
 
     def run(self, samples: Iterable[Any]) -> list[Answer]:
         """Send ``samples`` as ONE batch, each decoded the way TorchServe decodes a request body."""
         batch = [{"body": _as_request_body(s)} for s in samples]
         self.context.request_processor = [RequestProcessor({}) for _ in batch]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
-        out = self.module.handle(batch, self.context)
+        with self._capturing():
+            out = self.module.handle(batch, self.context)
         if not isinstance(out, list) or len(out) != len(batch):
             raise HandlerRunError(f"Handler returned {type(out).__name__} for a batch of {len(batch)}.",
                                   "the shared handler must return one answer per request; please report this.")
@@ -65,20 +96,15 @@ class LoadedHandler:
 
 def run_handler(spec: HandlerSpec, samples: Iterable[Any]) -> list[Answer]:
     """Stage ``spec`` in a temp dir, load it, and answer ``samples`` as one batch."""
-    with tempfile.TemporaryDirectory(prefix="msnb-test-") as tmp:
-        handler = LoadedHandler(spec, stage(spec, Path(tmp) / "model", temporary=True))
-        return handler.run(list(samples))
+    answers, _ = _run_staged(spec, list(samples))
+    return answers
 
 
 def test_handler(spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True) -> list[Any]:
     """The answers (bodies) the server would give for ``samples``; a failed sample raises by default."""
-    answers = run_handler(spec, samples)
-    failed = [(i, a) for i, a in enumerate(answers) if not a.ok]
-    if failed and raise_on_error:
-        i, answer = failed[0]
-        body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
-        raise HandlerRunError(f"Sample {i} failed with status {answer.status}: {body.get('error')}",
-                              body.get("hint") or "fix the handler or the input.")
+    answers, log = _run_staged(spec, list(samples))
+    if raise_on_error:
+        _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
     return [a.body for a in answers]
 
 
@@ -87,15 +113,32 @@ test_handler.__test__ = False  # not a pytest test, despite the name
 
 def validate(spec: HandlerSpec) -> None:
     """Build-time check: the handler loads, and answers its example (when it has one) without error."""
-    samples = [] if spec.example is None else [spec.example]
-    with tempfile.TemporaryDirectory(prefix="msnb-validate-") as tmp:
+    answers, log = _run_staged(spec, [] if spec.example is None else [spec.example])
+    _raise_first_failure(spec, answers, log, what=f"Handler {spec.name!r} rejected its example (status {{status}})",
+                         default_hint="fix the handler or the --example input.")
+
+
+def _run_staged(spec: HandlerSpec, samples: list[Any]) -> tuple[list[Answer], list[str]]:
+    with tempfile.TemporaryDirectory(prefix="msnb-test-") as tmp:
         handler = LoadedHandler(spec, stage(spec, Path(tmp) / "model", temporary=True))
         answers = handler.run(samples) if samples else []
-    for answer in answers:
-        if not answer.ok:
-            body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
-            raise HandlerRunError(f"Handler {spec.name!r} rejected its example (status {answer.status}): {body.get('error')}",
-                                  body.get("hint") or "fix the handler or the --example input.")
+        return answers, handler.log.lines
+
+
+def _raise_first_failure(spec: HandlerSpec, answers: list[Answer], log: list[str], what: str,
+                         default_hint: str = "fix the handler or the input.") -> None:
+    for i, answer in enumerate(answers):
+        if answer.ok:
+            continue
+        body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
+        details = "\n".join(_last_traceback(log))
+        raise HandlerRunError(f"{what.format(i=i, status=answer.status)}: {body.get('error')}",
+                              body.get("hint") or default_hint, details=details or None)
+
+
+def _last_traceback(lines: list[str]) -> list[str]:
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    return lines[starts[-1]:] if starts else []
 
 
 def _import_isolated(path: Path, model_dir: Path):
