@@ -2,6 +2,10 @@
 
 Rules (the contract users rely on):
 
+* ``request_body(request)`` — TorchServe hands each request as a dict: its ``data`` or ``body`` value
+  (parsed JSON, a ``bytearray`` for octet-stream or invalid JSON, a ``str`` for text/plain) is the sample;
+  a multipart request (one key per field) is passed whole.
+
 * ``collate(samples)`` — tensors (and numpy arrays) of one shape and dtype are stacked along a new
   leading dim; dicts with the same keys and tuples/lists of the same length that hold tensors are
   collated element-wise; values that hold no tensor at all are passed as a plain Python list of the
@@ -38,6 +42,16 @@ def _leaf(obj: Any) -> Any:
     if _is_numpy(obj) and getattr(obj, "ndim", 0) > 0:
         return torch.as_tensor(obj)
     return obj
+
+
+def request_body(request: Any) -> Any:
+    """One request's decoded body: its ``data`` or ``body`` field, else the whole dict (multipart fields)."""
+    if not isinstance(request, dict):
+        return request
+    for key in ("data", "body"):
+        if key in request:
+            return request[key]
+    return dict(request)
 
 
 def has_tensor(obj: Any) -> bool:

@@ -17,12 +17,12 @@ from typing import Any, Callable
 import torch
 
 try:
-    from msnb_collate import CollateError, SplitError, collate, json_safe, split, to_device
-    from msnb_load import (DeviceFacts, HandlerLoadError, choose_device, gpu_memory_fraction,
+    from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from msnb_load import (DeviceFacts, HandlerLoadError, LoadSettings, choose_device, gpu_memory_fraction,
                            load_checkpoint, unpack_extra_files)
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
-    from .msnb_collate import CollateError, SplitError, collate, json_safe, split, to_device
-    from .msnb_load import (DeviceFacts, HandlerLoadError, choose_device, gpu_memory_fraction,
+    from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from .msnb_load import (DeviceFacts, HandlerLoadError, LoadSettings, choose_device, gpu_memory_fraction,
                             load_checkpoint, unpack_extra_files)
 
 logger = logging.getLogger(__name__)
@@ -34,16 +34,6 @@ HINTS = {
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
                  "values are converted for you) or a whole str/bytes answer.",
 }
-
-
-def request_body(request: Any) -> Any:
-    """One request's decoded body: its ``data`` or ``body`` field, else the whole dict (multipart fields)."""
-    if not isinstance(request, dict):
-        return request
-    for key in ("data", "body"):
-        if key in request:
-            return request[key]
-    return dict(request)
 
 
 def record_metrics(context: Any, timings: dict[str, float], batch_size: int) -> None:
@@ -85,10 +75,6 @@ def _set_status(context: Any, idx: int, code: int, phrase: str) -> None:
             context.set_response_content_type(idx, "application/json")
     except Exception:
         logger.warning("could not set the status of request %d", idx, exc_info=True)
-
-
-def _serialized_file(manifest: Any) -> str | None:
-    return ((manifest or {}).get("model") or {}).get("serializedFile")
 
 
 class BatchHandler:
@@ -138,14 +124,12 @@ class BatchHandler:
                                    "the traceback above (model_log.log on a server) shows where.") from err
 
     def _load(self, context: Any) -> None:
-        model_dir = Path(_props(context).get("model_dir") or ".")
-        system = _config(context).get("system") or {}
-        self._setup_once(model_dir, list(system.get("extraFiles") or []))
+        settings = LoadSettings.from_context(context)
+        self._setup_once(settings.model_dir, settings.extra_files)
         device = self.pick_device(context)
         model = self._build_model()
-        checkpoint = _serialized_file(getattr(context, "manifest", None))
-        if checkpoint:
-            load_checkpoint(model, model_dir / checkpoint, device)
+        if settings.checkpoint:
+            load_checkpoint(model, settings.model_dir / settings.checkpoint, device)
         self.model, self.device = model.to(device).eval(), device
         logger.info("msnb handler: %s loaded on %s", type(model).__name__, device)
 
@@ -165,11 +149,10 @@ class BatchHandler:
 
     def pick_device(self, context: Any) -> torch.device:
         """Choose the device from the context and ``device_facts``; cap GPU memory when maxGPUMemory is set."""
-        facts, config = self.device_facts, _config(context)
-        device = choose_device(_props(context).get("gpu_id"), config.get("deviceType"), bool(facts.cuda_available()))
-        max_mb = (config.get("system") or {}).get("maxGPUMemory")
-        if device.type == "cuda" and max_mb:
-            self.memory_fraction = gpu_memory_fraction(max_mb, facts.total_memory_mb(device))
+        facts, settings = self.device_facts, LoadSettings.from_context(context)
+        device = choose_device(settings.gpu_id, settings.device_type, bool(facts.cuda_available()))
+        if device.type == "cuda" and settings.max_gpu_memory:
+            self.memory_fraction = gpu_memory_fraction(settings.max_gpu_memory, facts.total_memory_mb(device))
             facts.set_memory_fraction(self.memory_fraction, device)
         return device
 
@@ -266,11 +249,3 @@ def handler_factory(init_function: Callable[..., torch.nn.Module], preprocess_fu
 
 def _identity(value: Any) -> Any:
     return value
-
-
-def _props(context: Any) -> dict:
-    return getattr(context, "system_properties", None) or {}
-
-
-def _config(context: Any) -> dict:
-    return getattr(context, "model_yaml_config", None) or {}

@@ -33,6 +33,28 @@ class HandlerLoadError(RuntimeError):
         super().__init__(f"{message}\nHint: {hint}")
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadSettings:
+    """What loading needs from TorchServe's context; a missing or empty model-config means defaults."""
+
+    model_dir: Path
+    gpu_id: Any = None
+    device_type: str | None = None
+    extra_files: list[str] = dataclasses.field(default_factory=list)
+    max_gpu_memory: float | None = None
+    checkpoint: str | None = None
+
+    @classmethod
+    def from_context(cls, context: Any) -> "LoadSettings":
+        props = getattr(context, "system_properties", None) or {}
+        config = getattr(context, "model_yaml_config", None) or {}
+        system = config.get("system") or {}
+        manifest = getattr(context, "manifest", None) or {}
+        return cls(Path(props.get("model_dir") or "."), props.get("gpu_id"), config.get("deviceType"),
+                   list(system.get("extraFiles") or []), system.get("maxGPUMemory"),
+                   (manifest.get("model") or {}).get("serializedFile"))
+
+
 @dataclasses.dataclass
 class DeviceFacts:
     """What the handler asks the machine about GPUs; tests inject fakes (there is no GPU on CI)."""

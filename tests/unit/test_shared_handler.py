@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from torch import nn
 from ts.context import Context, RequestProcessor
@@ -407,3 +410,30 @@ def test_json_safe_converts_tensors_and_numpy_recursively():
     value = {"t": torch.tensor([[1.5]]), "n": [np.int64(2), np.array([True])], "k": (torch.tensor(3),), "s": "x"}
     assert msnb_collate.json_safe(value) == {"t": [[1.5]], "n": [2, [True]], "k": [3], "s": "x"}
     assert json.dumps(msnb_collate.json_safe(value))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 6), shape=st.lists(st.integers(1, 3), max_size=3), as_dict=st.booleans())
+def test_split_undoes_collate_for_any_batch_of_same_shape_samples(n, shape, as_dict):
+    samples = [torch.randn(shape) for _ in range(n)]
+    samples = [{"x": s, "pair": (s, s + 1)} for s in samples] if as_dict else samples
+    back = msnb_collate.split(msnb_collate.collate(samples), n)
+    assert len(back) == n
+    for got, want in zip(back, samples):
+        if as_dict:
+            assert torch.equal(got["x"], want["x"]) and torch.equal(got["pair"][1], want["pair"][1])
+        else:
+            assert torch.equal(got, want)
+
+
+def test_the_shipped_modules_import_only_torch_the_standard_library_and_each_other():
+    allowed = set(sys.stdlib_module_names) | {"torch", "ts", "msnb_collate", "msnb_load", "__future__"}
+    for path in TEMPLATES.glob("msnb_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            assert {n.split(".")[0] for n in names} <= allowed, (path.name, names)
