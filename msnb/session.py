@@ -95,6 +95,8 @@ class Session:
         return server
 
     def predict(self, name: str, data: Any, version: str | None = None) -> Any:
+        if name not in self.served:
+            self.get(name)  # an unknown name says which cell to run first
         server = self.server(create=False)
         if server is None or not server.running:
             raise MsnbError("No local TorchServe is running.", f"run %ms_serve {name} (or msnb.serve({name!r})) first.")

@@ -1,0 +1,144 @@
+"""What the magics show: a spec summary, an error with its Hint, progress, a prediction, the status (HTML and text)."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from msnb.errors import MsnbError
+from msnb.spec import HandlerSpec
+
+_MAX = 200  # characters of an example / prediction shown inline
+
+
+class View:
+    """Rows of (label, value) shown as a small HTML table in notebooks and as text in a terminal."""
+
+    css_class = "msnb"
+
+    def __init__(self, title: str, rows: list[tuple[str, str]] = (), pre: str | None = None):
+        self.title, self.rows, self.pre = title, list(rows), pre
+
+    def text(self) -> str:
+        lines = [self.title] + [f"  {label}: {value}" for label, value in self.rows]
+        if self.pre:
+            lines.append(self.pre.rstrip())
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{_e(k)}</th><td style='text-align:left'>{_e(v)}</td></tr>"
+                       for k, v in self.rows)
+        pre = f"<pre>{_e(self.pre)}</pre>" if self.pre else ""
+        return f"<div class='{self.css_class}'><b>{_e(self.title)}</b><table>{rows}</table>{pre}</div>"
+
+
+class ErrorView(View):
+    """An MsnbError: message, ``Hint:`` and details (e.g. TorchServe worker log lines) — no traceback."""
+
+    css_class = "msnb-error"
+
+    def __init__(self, err: MsnbError):
+        rows = [("Hint", err.hint)] if err.hint else []
+        super().__init__(err.message, rows, pre=err.details)
+
+    def text(self) -> str:
+        return "\n".join(filter(None, [self.title, self.rows and f"Hint: {self.rows[0][1]}", self.pre and self.pre.rstrip()]))
+
+    def _repr_html_(self) -> str:
+        hint = f"<div><b>Hint:</b> {_e(self.rows[0][1])}</div>" if self.rows else ""
+        pre = f"<pre>{_e(self.pre)}</pre>" if self.pre else ""
+        return (f"<div class='msnb-error' style='border-left:4px solid #c33;padding-left:8px'>"
+                f"<div style='color:#c33'>{_e(self.title)}</div>{hint}{pre}</div>")
+
+
+class SpecSummary(View):
+    """A captured handler: roles, init kwargs, pulled-in definitions, checkpoint, config, warnings, next steps."""
+
+    def __init__(self, spec: HandlerSpec):
+        rows = [("roles", ", ".join(f"{role}={fn}" if role != fn else role for role, fn in spec.roles.items()))]
+        if spec.init_kwargs:
+            rows.append(("init kwargs", _short(json.dumps(spec.init_kwargs))))
+        pulled = "; ".join(f"{', '.join(b.names) or '(code)'} from {b.origin}" for b in spec.pulled_in)
+        rows.append(("pulled in", pulled or "nothing (the cell is self-contained)"))
+        rows.append(("checkpoint", describe_checkpoint(spec.checkpoint)))
+        rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
+        if spec.requirements:
+            rows.append(("requirements", ", ".join(spec.requirements)))
+        if spec.extra_files:
+            rows.append(("extra files", ", ".join(spec.extra_files)))
+        if spec.example is not None:
+            rows.append(("example", _short(_as_text(spec.example))))
+        rows += [("warning", w) for w in spec.warnings]
+        rows.append(("next", f"%ms_test {spec.name}, %ms_build {spec.name}, %ms_serve {spec.name}"))
+        super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)
+
+
+class ProgressView(View):
+    """One step of a long action: a progress bar in notebooks, ``[####....]  40% step`` in a terminal."""
+
+    def __init__(self, label: str, step: str, fraction: float):
+        self.fraction = max(0.0, min(1.0, float(fraction)))
+        super().__init__(label, [("step", step)])
+
+    def text(self) -> str:
+        filled = round(self.fraction * 20)
+        return f"{self.title}: [{'#' * filled}{'.' * (20 - filled)}] {self.fraction:4.0%} {self.rows[0][1]}"
+
+    def _repr_html_(self) -> str:
+        return (f"<div class='msnb-progress'>{_e(self.title)} <progress value='{self.fraction:.2f}' max='1'></progress> "
+                f"{self.fraction:.0%} {_e(self.rows[0][1])}</div>")
+
+
+class PredictionView(View):
+    """A server's (or in-process test's) answer for one input."""
+
+    def __init__(self, name: str, value: Any, where: str = "TorchServe"):
+        super().__init__(f"{name} ({where})", [("answer", _short(_as_text(value), 4 * _MAX))])
+
+
+class Status(View, dict):
+    """``Session.status()`` as a dict (so it can be used) that shows itself as a short table."""
+
+    def __init__(self, status: dict[str, Any]):
+        dict.__init__(self, status)
+        server = status.get("server", {})
+        rows = [(f"spec {n}", f"v{s['version']} ({s['digest']})") for n, s in status.get("specs", {}).items()]
+        rows += [(f"archive {n}", p) for n, p in status.get("archives", {}).items()]
+        rows.append(("server", f"running at {server['url']}" if server.get("running") else "not running"))
+        rows += [("model", _as_text(m)) for m in status.get("models", [])]
+        View.__init__(self, "msnb status", rows)
+
+    __eq__ = dict.__eq__
+    __hash__ = None
+
+
+def describe_checkpoint(checkpoint: Any) -> str:
+    """A one-line description of a spec's checkpoint (path, module or state_dict)."""
+    if checkpoint is None:
+        return "none (init_function's own weights)"
+    if isinstance(checkpoint, dict):
+        return f"state_dict variable ({len(checkpoint)} entries)"
+    if hasattr(checkpoint, "state_dict") and not isinstance(checkpoint, str):
+        return f"{type(checkpoint).__name__} module variable (saved as a state_dict)"
+    return str(checkpoint)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _short(text: str, limit: int = _MAX) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))

@@ -1,0 +1,188 @@
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/stop/status/widget): thin layers over msnb.session."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from msnb import display as views
+from msnb import options
+from msnb.errors import MsnbError
+from msnb.session import DEFAULT_EXPORT, current
+from msnb.spec import HandlerSpec
+
+
+def _shows_errors(method: Callable) -> Callable:
+    """A user mistake (MsnbError) becomes a message + ``Hint:`` output and a None result, not a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except MsnbError as err:
+            display(views.ErrorView(err))
+            return None
+
+    return wrapper
+
+
+def _handler_options(func: Callable) -> Callable:
+    """Give the cell magic msnb.options' parser and help text (so ``%%ms_handler?`` shows every option)."""
+    func.parser = options.ms_handler.parser
+    func.has_arguments = True
+    func.__doc__ = options.ms_handler.__doc__
+    return func
+
+
+def _progress(label: str) -> Callable[[str, float], None]:
+    """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal)."""
+    handle = display(views.ProgressView(label, "starting", 0.0), display_id=True)
+
+    def report(step: str, fraction: float) -> None:
+        view = views.ProgressView(label, step, fraction)
+        if handle is None:  # no display system (plain Python): fall back to a line
+            print(view.text())
+        else:
+            handle.update(view)
+
+    return report
+
+
+@magics_class
+class MsnbMagics(Magics):
+    """``%load_ext msnb`` registers these; each calls one ``msnb.session.Session`` method."""
+
+    @cell_magic
+    @_shows_errors
+    @_handler_options
+    def ms_handler(self, line: str, cell: str) -> HandlerSpec | None:
+        args = _parse_handler_line(line)
+        if not self._run_cell(cell):  # the cell's own traceback is already shown
+            return None
+        from msnb.capture import capture
+
+        config = options.handler_config(args, self.shell.user_ns, Path.cwd())
+        pool, origin = self._executed_cells()
+        spec = capture(args.name, cell, pool, cell_origin=origin, **config)
+        return current().add(spec)  # shown as a summary by the HandlerSpec formatter
+
+    @line_magic
+    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the handler's name (from its %%ms_handler line)")
+    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    def ms_test(self, line: str) -> Any:
+        """%ms_test NAME [--data ...]: run the generated handler in-process (no server) and return its answer."""
+        args = parse_argstring(self.ms_test, line)
+        samples = None if args.data is None else [self._data(args.data)]
+        return current().test(args.name, samples)[0]
+
+    @line_magic
+    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    @argument("--export-path", dest="export_path", default=DEFAULT_EXPORT, help=f"folder for the .mar (default {DEFAULT_EXPORT})")
+    @argument("--dev", action="store_true", help="fast store-only archive for the dev loop")
+    def ms_build(self, line: str) -> Path:
+        """%ms_build NAME [--export-path DIR] [--dev]: validate the handler and pack its .mar; returns the path."""
+        args = parse_argstring(self.ms_build, line)
+        report = _progress(f"Building {args.name}")
+        path = current().build(args.name, args.export_path, dev=args.dev, progress=report)
+        report(f"built {path}", 1.0)
+        return path
+
+    @line_magic
+    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    def ms_serve(self, line: str) -> Any:
+        """%ms_serve NAME: start (or reuse) the notebook's local TorchServe and (re)deploy the handler; returns the server."""
+        args = parse_argstring(self.ms_serve, line)
+        report = _progress(f"Serving {args.name}")
+        server = current().serve(args.name, progress=report)
+        report(f"ready at {server.inference_url}/predictions/{args.name}", 1.0)
+        return server
+
+    @line_magic
+    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--version", help="a model version (default: the served one)")
+    def ms_predict(self, line: str) -> Any:
+        """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
+        args = parse_argstring(self.ms_predict, line)
+        data = self._data(args.data) if args.data is not None else self._example(args.name)
+        return current().predict(args.name, data, version=args.version)
+
+    @line_magic
+    @_shows_errors
+    def ms_stop(self, line: str = "") -> views.Status:
+        """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
+        current().stop()
+        return views.Status(current().status())
+
+    @line_magic
+    @_shows_errors
+    def ms_status(self, line: str = "") -> views.Status:
+        """%ms_status: handlers defined, archives built, the server and its models (a dict)."""
+        return views.Status(current().status())
+
+    @line_magic
+    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    def ms_widget(self, line: str) -> Any:
+        """%ms_widget NAME: a form with Build / Test / Serve / Predict buttons over the same steps."""
+        args = parse_argstring(self.ms_widget, line)
+        from msnb.widget import BuildWidget
+
+        return BuildWidget(args.name)
+
+    # ------------------------------------------------------------ helpers
+    def _run_cell(self, cell: str) -> bool:
+        """Run the cell for real (namespace, tracebacks as usual); True when it succeeded."""
+        outer = self.shell.displayhook.exec_result
+        try:
+            return self.shell.run_cell(cell).success
+        finally:  # a nested run_cell clears the displayhook's result: this cell's Out would be lost
+            self.shell.displayhook.exec_result = outer
+
+    def _executed_cells(self) -> tuple[list[tuple[str, str]], str]:
+        """The kernel's other executed cells in execution order, and this cell's origin label."""
+        history = self.shell.history_manager.input_hist_raw
+        now = self.shell.execution_count  # this cell's index while it runs with history on
+        pool = [(f"cell In[{i}]", src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
+        return pool, f"cell In[{now}]" if now < len(history) else "handler cell"
+
+    def _data(self, text: str) -> Any:
+        return options.parse_data(text, self.shell.user_ns, Path.cwd())
+
+    def _example(self, name: str) -> Any:
+        spec = current().get(name)
+        if spec.example is None:
+            raise UsageError(f"%ms_predict {name}: no input.\nHint: pass --data '<json>' (or @file, or a variable), "
+                             "or give the handler cell --example.")
+        return spec.example
+
+
+def _parse_handler_line(line: str):
+    try:
+        return options.parse_handler_line(line)
+    except UsageError as err:
+        usage = options.ms_handler.parser.format_usage()
+        raise UsageError(f"%%ms_handler: {err}\n{usage}Hint: `%%ms_handler?` lists every option.") from None
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """``%load_ext msnb``: register the magics and show a HandlerSpec as its summary."""
+    ip.register_magics(MsnbMagics)
+    formatters = ip.display_formatter.formatters
+    formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
+    formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

@@ -1,0 +1,237 @@
+"""The magics in a real IPython shell: a user's cells, then what they see (every bad-input row of issue 4)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+import msnb.session
+from msnb.display import Status
+from msnb.spec import HandlerSpec
+
+pytestmark = pytest.mark.kernel
+
+NET_CELL = textwrap.dedent(
+    """
+    import torch
+
+    class KNet(torch.nn.Module):
+        def __init__(self, hidden=8):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(4, hidden)
+            self.fc2 = torch.nn.Linear(hidden, 3)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    KSCALE = 2.0
+    """
+)
+HANDLER = textwrap.dedent(
+    """
+    import torch
+
+    def init_function(hidden=8):
+        torch.manual_seed(0)
+        return KNet(hidden)
+
+    def preprocess(sample):
+        return torch.tensor(sample["x"], dtype=torch.float32) * KSCALE
+
+    def postprocess(output):
+        return {"label": int(output.argmax())}
+    """
+)
+EXAMPLE = """--example '{"x": [1, 2, 3, 4]}'"""
+
+
+@pytest.fixture(scope="module")
+def ip(tmp_path_factory):
+    """IPython's test shell with msnb loaded, and the KNet cell executed (it is in the history)."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "msnb")
+    user_cell(shell, NET_CELL)
+    return shell
+
+
+@pytest.fixture(autouse=True)
+def session(monkeypatch):
+    """A fresh msnb session per test (specs, archives, server)."""
+    fresh = msnb.session.Session()
+    monkeypatch.setattr(msnb.session, "_default", fresh)
+    yield fresh
+    fresh.stop()
+
+
+def user_cell(shell, source: str):
+    """Run a cell the way a notebook does (stored in history); it must succeed."""
+    result = shell.run_cell(source, store_history=True)
+    assert result.success, result.error_in_exec or result.error_before_exec
+    return result.result
+
+
+def handler_cell(shell, line: str, body: str = HANDLER):
+    """Run a `%%ms_handler` cell as a user would; returns (magic result, everything shown)."""
+    with capture_output() as cap:
+        result = shell.run_cell(f"%%ms_handler {line}\n{body}", store_history=True)
+    return result, shown(cap)
+
+
+def shown(cap) -> str:
+    parts = [cap.stdout, cap.stderr]
+    for out in cap.outputs:
+        parts += [str(v) for v in out.data.values()]
+    return "\n".join(parts)
+
+
+def line_magic(shell, name: str, line: str):
+    with capture_output() as cap:
+        value = shell.run_line_magic(name, line)
+    return value, shown(cap)
+
+
+# ------------------------------------------------------------------ the happy path
+def test_handler_cell_runs_captures_and_shows_a_summary(ip, session):
+    result, _ = handler_cell(ip, f"knet --version 2.0 --batch-size 4 {EXAMPLE}")
+    assert result.success
+    spec = result.result
+    assert isinstance(spec, HandlerSpec) and session.specs["knet"] is spec
+    assert callable(ip.user_ns["init_function"]), "the cell ran in the user namespace"
+    pulled = {n: b.origin for b in spec.pulled_in for n in b.names}
+    assert {"KNet", "KSCALE"} <= set(pulled) and pulled["KNet"].startswith("cell In[")
+    text = ip.display_formatter.format(spec)[0]["text/plain"]  # what a terminal shows as Out[n]
+    html = ip.display_formatter.formatters["text/html"](spec)  # what a notebook shows
+    assert "KNet" in text and "pulled in" in text and "from cell In[" in text
+    assert "batchSize=4" in html and "v2.0" in html and "<table>" in html
+
+
+def test_rerunning_the_cell_replaces_the_spec(ip, session):
+    handler_cell(ip, "knet2 --version 1.0")
+    result, _ = handler_cell(ip, "knet2 --version 3.0")
+    assert session.specs["knet2"].version == "3.0" and result.result is session.specs["knet2"]
+
+
+def test_help_lists_every_option(ip):
+    doc = ip.find_cell_magic("ms_handler").__doc__
+    for option in ("--checkpoint", "--init-kwargs", "--batch-size", "--max-batch-delay", "--example", "--device"):
+        assert option in doc
+
+
+def test_ms_test_answers_in_process_with_data_or_the_example(ip):
+    handler_cell(ip, f"ktest {EXAMPLE}")
+    answer, _ = line_magic(ip, "ms_test", "ktest")
+    assert answer == {"label": answer["label"]} and answer["label"] in (0, 1, 2)
+    ip.user_ns["my_sample"] = {"x": [0.5, 0.5, 0.5, 0.5]}
+    assert line_magic(ip, "ms_test", "ktest --data my_sample")[0]["label"] in (0, 1, 2)
+    assert line_magic(ip, "ms_test", """ktest --data '{"x": [4, 3, 2, 1]}'""")[0]["label"] in (0, 1, 2)
+
+
+def test_ms_test_with_a_bad_sample_shows_the_error_not_a_traceback(ip):
+    handler_cell(ip, "kbad")
+    value, out = line_magic(ip, "ms_test", """kbad --data '{"y": 1}'""")
+    assert value is None and "Hint:" in out and "Traceback (most recent call last)" not in out.split("Hint:")[0]
+
+
+def test_checkpoint_variable_and_build_with_progress(ip, session, tmp_path):
+    user_cell(ip, "kmodel = KNet(8)")
+    handler_cell(ip, f"kbuild --checkpoint kmodel {EXAMPLE}")
+    assert session.specs["kbuild"].checkpoint is ip.user_ns["kmodel"]
+    path, out = line_magic(ip, "ms_build", f"kbuild --export-path {tmp_path} --dev")
+    assert isinstance(path, Path) and path.is_file() and path.parent == tmp_path
+    assert "Building kbuild" in out and "100%" in out
+    status, _ = line_magic(ip, "ms_status", "")
+    assert isinstance(status, Status) and status["archives"]["kbuild"] == str(path)
+    assert "kbuild" in repr(status) and not status["server"]["running"]
+
+
+# ------------------------------------------------------------------ bad inputs (issue 4's table)
+@pytest.mark.parametrize("body, says", [
+    ("def init_function(:\n    pass\n", "SyntaxError"),
+    ("raise ValueError('boom in the handler cell')\ndef init_function():\n    return None\n", "boom in the handler cell"),
+])
+def test_a_failing_cell_shows_its_own_error_and_stores_nothing(ip, session, body, says):
+    result, out = handler_cell(ip, "kfail", body)
+    assert result.result is None and "kfail" not in session.specs
+    assert says in out
+
+
+@pytest.mark.parametrize("body, says", [
+    ("import torch\ndef make_model():\n    return torch.nn.Linear(1, 1)\n", ["init_function", "Hint:"]),
+    (HANDLER.replace("def preprocess(sample):", "def preprocess(sample, extra):"), ["preprocess", "def preprocess(sample)"]),
+    ("def init_function():\n    return undefined_helper_q7()\n", ["undefined_helper_q7", "Hint:"]),
+])
+def test_a_bad_handler_is_refused_with_a_hint(ip, session, body, says):
+    result, out = handler_cell(ip, "krefused", body)
+    assert result.success and result.result is None and "krefused" not in session.specs
+    for text in says:
+        assert text in out
+    assert "Traceback" not in out
+
+
+def test_a_name_bound_only_at_runtime_is_refused(ip, session):
+    user_cell(ip, "import torch\nkweights_rt = torch.zeros(3)")
+    result, out = handler_cell(ip, "kruntime", "def init_function():\n    return KNet(int(kweights_rt.sum()) + 8)\n")
+    assert result.result is None and "kruntime" not in session.specs
+    assert "kweights_rt" in out and "checkpoint" in out and "Hint:" in out
+
+
+@pytest.mark.parametrize("line, says", [
+    ("kopt --bogus 3", "--bogus"),
+    ("kopt --batch-size many", "--batch-size"),
+    ("kopt --example '{not json}'", "--example"),
+])
+def test_bad_options_raise_usage_error(ip, session, line, says):
+    with pytest.raises(UsageError, match="Hint") as err:
+        ip.run_cell_magic("ms_handler", line, HANDLER)
+    assert says in str(err.value) and "kopt" not in session.specs
+
+
+def test_checkpoint_variable_that_is_not_a_model_is_refused(ip, session):
+    user_cell(ip, "kcheckpoint_list = [1, 2, 3]")
+    result, out = handler_cell(ip, "kckpt --checkpoint kcheckpoint_list")
+    assert result.result is None and "kckpt" not in session.specs
+    assert "not a model or state_dict" in out and "Hint:" in out
+
+
+def test_predict_before_serve_says_what_to_run_first(ip):
+    handler_cell(ip, f"kearly {EXAMPLE}")
+    value, out = line_magic(ip, "ms_predict", "kearly")
+    assert value is None and "%ms_serve kearly" in out
+    value, out = line_magic(ip, "ms_predict", """knowhere --data '{"x": 1}'""")
+    assert value is None and "%%ms_handler" in out and "knowhere" in out
+
+
+def test_predict_without_data_or_example_is_a_usage_error(ip):
+    handler_cell(ip, "knodata")
+    with pytest.raises(UsageError, match="--data"):
+        ip.run_line_magic("ms_predict", "knodata")
+
+
+def test_widget_is_returned_for_display(ip):
+    pytest.importorskip("msnb.widget")
+    handler_cell(ip, f"kwidget {EXAMPLE}")
+    widget, _ = line_magic(ip, "ms_widget", "kwidget")
+    assert widget is not None and hasattr(widget, "_repr_mimebundle_")
+
+
+# ------------------------------------------------------------------ with a real TorchServe
+@pytest.mark.server
+@pytest.mark.timeout(240)
+def test_serve_predict_stop_on_a_real_torchserve(ip, session):
+    handler_cell(ip, f"kserved --batch-size 1 {EXAMPLE}")
+    expected, _ = line_magic(ip, "ms_test", "kserved")
+    server, out = line_magic(ip, "ms_serve", "kserved")
+    assert server is not None and server.running, out
+    assert "ready at http://127.0.0.1" in out
+    answer, out = line_magic(ip, "ms_predict", "kserved")
+    assert answer == expected, out
+    bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")
+    assert bad is None and "Hint:" in out
+    status, _ = line_magic(ip, "ms_stop", "")
+    assert not server.running and not status["server"]["running"]
