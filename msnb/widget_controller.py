@@ -1,0 +1,220 @@
+"""The build widget's logic without any widget: form fields, validation, button rules, running actions."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from msnb import widget_form as form
+from msnb.devices import Inventory, check_max_gpu_memory, list_devices
+from msnb.errors import MsnbError
+from msnb.widget_form import FieldError
+
+BUTTONS = ("test", "build", "serve", "predict", "stop")
+BUSY = {"test": "testing in-process", "build": "building the archive", "serve": "starting/registering on TorchServe",
+        "predict": "sending the prediction", "stop": "stopping the server"}
+
+
+@dataclass(frozen=True)
+class Actions:
+    """What the buttons do; the widget's defaults call the notebook's ``Session`` (tests inject fakes)."""
+
+    get: Callable[[str], Any]                              # name -> HandlerSpec
+    test: Callable[[Any, Any], Any]                        # (spec, samples | None) -> answers
+    build: Callable[[Any, str, bool, Callable], Any]       # (spec, export_path, dev, progress) -> path
+    serve: Callable[[Any, Callable], Any]                  # (spec, progress) -> server
+    predict: Callable[[str, Any], Any]                     # (name, data) -> answer
+    stop: Callable[[], None]
+    server_state: Callable[[], tuple[bool, str]]           # (running, one line: pid, url, workdir)
+    log_tail: Callable[[], str]                            # the server's recent log lines
+
+    @classmethod
+    def from_session(cls, session: Any = None) -> "Actions":
+        """Actions over ``session`` (default: the process-wide ``msnb.session.current()``)."""
+        if session is None:
+            from msnb.session import current
+
+            session = current()
+        return cls(get=session.get, test=session.test,
+                   build=lambda spec, path, dev, progress: session.build(spec, path, dev=dev, progress=progress),
+                   serve=lambda spec, progress: session.serve(spec, progress=progress),
+                   predict=session.predict, stop=session.stop,
+                   server_state=lambda: _server_state(session.server(create=False)),
+                   log_tail=lambda: _log_tail(session.server(create=False)))
+
+
+class Controller:
+    """Form state and the rules of the widget; ``on_change()`` is called after every change of state."""
+
+    def __init__(self, name: str | None, actions: Actions, inventory: Inventory | None = None,
+                 on_change: Callable[[], None] | None = None):
+        self.actions, self.inventory = actions, inventory or list_devices()
+        self.on_change = on_change or (lambda: None)
+        self.base, self.values, self.errors = None, form.empty_values(), {}
+        self.running: str | None = None
+        self.served: str | None = None
+        self.progress: tuple[str, float] = ("", 0.0)
+        self.log: list[str] = []
+        self.result, self.result_ok = "", True
+        self._lock = threading.Lock()
+        if name:
+            self.values["name"] = name
+            self._load(name)
+        self.status = self._server_line()
+
+    def _load(self, name: str) -> None:
+        try:
+            self.base = self.actions.get(name)
+        except MsnbError as err:
+            self._finish_error(err)
+            return
+        self.values.update(form.values_from_spec(self.base, self.inventory))
+
+    # ------------------------------------------------------------ form
+    def set(self, field: str, value: Any) -> None:
+        """A field changed (the user typed): keep the text, clear that field's error."""
+        self.values[field] = value
+        self.errors.pop(field, None)
+
+    def enabled(self) -> dict[str, bool]:
+        """Which buttons can act now: none while an action runs; Predict only with a served model."""
+        idle = self.running is None
+        return {"test": idle, "build": idle, "serve": idle,
+                "predict": idle and self.served is not None, "stop": idle and self.served is not None
+                or idle and self.actions.server_state()[0]}
+
+    def validate(self, action: str) -> dict[str, Any]:
+        """Parse the fields ``action`` needs; fills ``self.errors`` (field -> text) and returns the parsed values."""
+        parsed, self.errors = {}, {}
+        for field in form.FIELDS_FOR[action]:
+            try:
+                parsed[field] = form.parse(field, self.values.get(field, ""), self.base)
+            except FieldError as err:
+                self.errors[field] = str(err)
+        if "device" in parsed and "max_gpu_memory" in parsed:
+            problem = check_max_gpu_memory(parsed["max_gpu_memory"], parsed["device"], self.inventory)
+            if problem:
+                self.errors["max_gpu_memory"] = problem
+        return parsed
+
+    # ------------------------------------------------------------ actions
+    def prepare(self, action: str) -> Callable[[], None] | None:
+        """Validate and claim the widget for ``action``; returns the job to run (None: refused, see status)."""
+        with self._lock:
+            if self.running is not None:
+                self.status = f"Busy {BUSY[self.running]}: wait for it to finish, then click {action.title()} again."
+                self.on_change()
+                return None
+            parsed = self.validate(action)
+            if self.errors:
+                self._set_result(f"{len(self.errors)} field(s) need fixing before {action}: "
+                                 f"{', '.join(sorted(self.errors))}.\nHint: each field says what is wrong.", ok=False)
+                self.on_change()
+                return None
+            self.running, self.progress = action, (BUSY[action], 0.0)
+            self.status = f"{BUSY[action].capitalize()}…"
+        self.on_change()
+        return lambda: self._run(action, parsed)
+
+    def run(self, action: str) -> bool:
+        """Validate and run ``action`` in this thread; True when it succeeded."""
+        job = self.prepare(action)
+        if job is not None:
+            job()
+        return job is not None and self.result_ok
+
+    def _run(self, action: str, parsed: dict[str, Any]) -> None:
+        try:
+            text = getattr(self, f"_do_{action}")(parsed)
+        except MsnbError as err:
+            self._finish_error(err)
+        except Exception as err:  # noqa: BLE001 - a bug or an unexpected failure: one line, not a traceback
+            self._finish_error(MsnbError(f"{action.title()} failed: {type(err).__name__}: {err}",
+                                         "this is unexpected; the log below may say more."))
+        else:
+            self._set_result(text, ok=True)
+            self.progress = ("done", 1.0)
+        finally:
+            self.running = None
+            self.status = self._server_line()
+            self.on_change()
+
+    def _spec(self, parsed: dict[str, Any]) -> Any:
+        base = self.base or self.actions.get(parsed["name"])
+        return base.replace(**form.spec_changes(parsed, self.inventory))
+
+    def _do_test(self, parsed: dict[str, Any]) -> str:
+        payload = parsed.get("payload", form.NO_PAYLOAD)
+        answers = self.actions.test(self._spec(parsed), None if payload is form.NO_PAYLOAD else [payload])
+        return "\n".join(form.pretty(a) for a in answers)
+
+    def _do_build(self, parsed: dict[str, Any]) -> str:
+        path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"] == "dev", self._progress)
+        self._log(f"built {path}")
+        return f"Built {path}"
+
+    def _do_serve(self, parsed: dict[str, Any]) -> str:
+        spec = self._spec(parsed)
+        self.actions.serve(spec, self._progress)
+        self.served = spec.name
+        line = self._server_line()
+        self._log(line)
+        return f"Serving {spec.name!r}. {line}"
+
+    def _do_predict(self, parsed: dict[str, Any]) -> str:
+        if not self.actions.server_state()[0]:
+            self.served = None
+            raise MsnbError("The local TorchServe is no longer running: it stopped or died after Serve.",
+                            "click Serve to start it again (the log below has its last lines).", self._tail())
+        return form.pretty(self.actions.predict(self.served, parsed["payload"]))
+
+    def _do_stop(self, parsed: dict[str, Any]) -> str:
+        self.actions.stop()
+        self.served = None
+        return "Server stopped."
+
+    # ------------------------------------------------------------ reporting
+    def _progress(self, step: str, fraction: float) -> None:
+        self.progress = (step, float(fraction))
+        self._log(f"[{self.running}] {step}")
+        self.on_change()
+
+    def _log(self, line: str) -> None:
+        self.log = (self.log + str(line).splitlines())[-200:]
+
+    def _set_result(self, text: str, ok: bool) -> None:
+        self.result, self.result_ok = text, ok
+
+    def _finish_error(self, err: MsnbError) -> None:
+        text = err.message + (f"\nHint: {err.hint}" if err.hint else "")
+        self._set_result(text, ok=False)
+        self._log(f"error: {err.message}")
+        details = err.details or (self._tail() if self.running in ("serve", "predict") else "")
+        if details:
+            self._log(details)
+        if self.running == "predict" and not self.actions.server_state()[0]:
+            self.served = None
+        self.progress = ("failed", self.progress[1])
+
+    def _tail(self) -> str:
+        try:
+            return self.actions.log_tail() or ""
+        except Exception:  # noqa: BLE001 - a log tail is a courtesy; never hide the real error behind it
+            return ""
+
+    def _server_line(self) -> str:
+        running, line = self.actions.server_state()
+        served = f" serving {self.served!r};" if running and self.served else ""
+        return f"Server:{served} {line}"
+
+
+def _server_state(server: Any) -> tuple[bool, str]:
+    if server is None or not server.running:
+        return False, "no local TorchServe running."
+    return True, (f"TorchServe running at {getattr(server, 'inference_url', '?')} "
+                  f"(pid {getattr(server, 'pid', '?')}, workdir {getattr(server, 'workdir', '?')}).")
+
+
+def _log_tail(server: Any) -> str:
+    return server.log_tail(40) if server is not None else ""
