@@ -1,0 +1,217 @@
+"""Capture: a handler cell plus the notebook's other cells become a HandlerSpec carrying the definitions it needs.
+
+IPython syntax (``%magic``, ``!cmd``, ``x = !cmd``) is rewritten with IPython's own
+``TransformerManager`` (pure text work, no running shell); cells that start with a cell magic
+are skipped. Line numbers count from the first line of each cell's source as given.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Sequence
+
+from msnb.errors import CaptureError, SpecError
+from msnb.names import BUILTINS, FUNCS, IPYTHON_NAMES, Stmt, first_use, import_only, the
+from msnb.spec import ROLE_ALIASES, SIGNATURES, HandlerSpec, SourceBlock, check_arity, find_roles
+
+RUNTIME_HINT = ("pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
+                "or an init_function argument (--init-kwargs)")
+
+
+def capture(name: str, cell: str, pool: Sequence[tuple[str, str]], *,
+            cell_origin: str = "handler cell", **config: Any) -> HandlerSpec:
+    """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
+
+    For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
+    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...).
+    """
+    text, tree = _parse_handler(cell, cell_origin)
+    roles = _roles(tree, cell_origin)
+    stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
+    kept = [s for s in stmts if s.kind not in ("runtime", "future")]
+    bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
+    wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
+    _refuse_dropped_bindings(wanted, [s for s in stmts if s.kind == "runtime"])
+    star = any(s.kind == "star" for s in kept)
+    pulled, warnings = Pool(pool).closure(wanted, bound, star)
+    names = tuple(dict.fromkeys(n for s in kept for n in sorted(s.defines)))
+    handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
+    warnings = _dropped_warnings(stmts, cell) + warnings + tuple(config.pop("warnings", ()))
+    config.setdefault("origin", cell_origin)
+    return HandlerSpec(name=name, blocks=(*pulled, handler), roles=roles, warnings=warnings, **config)
+
+
+def transform(source: str) -> str | None:
+    """The cell as plain Python (IPython syntax rewritten, lines kept), or None for a cell-magic cell."""
+    body = source.lstrip("\n \t\r")
+    if body.startswith("%%"):
+        return None
+    lead = source[: len(source) - len(body)].count("\n")
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return "\n" * lead + TransformerManager().transform_cell(body)
+    except Exception:  # IPython gives up on some malformed input: let ast report it
+        return source
+
+
+class Pool:
+    """The other cells' top-level bindings: for each name, the latest statement binding it."""
+
+    def __init__(self, cells: Sequence[tuple[str, str]]):
+        self.latest: dict[str, Stmt] = {}
+        self.stars: list[Stmt] = []
+        self.skipped: list[str] = []
+        for i, (origin, source) in enumerate(cells):
+            text = transform(source)
+            if text is None:
+                continue
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                self.skipped.append(origin)
+                continue
+            for j, node in enumerate(tree.body):
+                stmt = Stmt(origin, (i, j), node, text)
+                self.latest.update(dict.fromkeys(stmt.defines, stmt))
+                if stmt.kind == "star":
+                    self.stars.append(stmt)
+
+    def closure(self, wanted: list[tuple[str, Stmt]], bound: set[str],
+                star: bool) -> tuple[tuple[SourceBlock, ...], tuple[str, ...]]:
+        """Resolve ``wanted`` (name, statement using it) transitively; blocks in source order, warnings."""
+        chosen: dict[tuple[int, int], tuple[Stmt, set[str]]] = {}
+        queue = [(n, user, False) for n, user in wanted]
+        seen, missing, warnings = set(), [], []
+        while queue:
+            name, user, eager = queue.pop(0)
+            stmt = self._resolve(name, warnings)
+            if eager:
+                _check_defined_before(name, user, stmt, bound)
+            if name in seen or (name in bound and not eager):
+                continue
+            seen.add(name)
+            if stmt is None:
+                if name not in BUILTINS and name not in bound:
+                    missing.append((name, user))
+                continue
+            if stmt.kind == "runtime":
+                raise CaptureError(f"`{name}` (used on {user.where(name)}) is bound at runtime by {stmt.where(name)}: "
+                                   "msnb copies only imports, def, class and literal constants.", RUNTIME_HINT)
+            chosen.setdefault(stmt.pos, (stmt, set()))[1].add(name)
+            if stmt.kind in ("def", "const"):
+                queue.extend((n, stmt, n in stmt.usage.eager) for n in sorted(stmt.usage.uses))
+        warnings += self._unresolved(missing, chosen, star)
+        return _blocks(chosen), tuple(dict.fromkeys(warnings))
+
+    def _resolve(self, name: str, warnings: list[str]) -> Stmt | None:
+        stmt = self.latest.get(name)
+        if stmt is not None and stmt.kind == "runtime" and name in BUILTINS:
+            warnings.append(f"`{name}` is rebound at {stmt.where(name)}, which is not copied; "
+                            f"the handler uses the builtin `{name}`")
+            return None
+        return stmt
+
+    def _unresolved(self, missing: list[tuple[str, Stmt]], chosen: dict, star: bool) -> list[str]:
+        if not missing:
+            return []
+        for name, user in missing:
+            if name in IPYTHON_NAMES:
+                raise CaptureError(f"`{name}` (used on {user.where(name)}) exists only in IPython.", IPYTHON_NAMES[name])
+        listed = ", ".join(f"`{n}` (used on {u.where(n)})" for n, u in missing)
+        if not (star or self.stars):
+            hint = "define it in the handler cell or an earlier cell (def, class, import or a literal constant)"
+            if self.skipped:
+                hint += f" (skipped because they do not parse: {', '.join(self.skipped)})"
+            raise CaptureError(f"{listed} {'is' if len(missing) == 1 else 'are'} defined nowhere.", hint)
+        for s in self.stars:
+            chosen.setdefault(s.pos, (s, set()))
+        return [f"{listed} may come from a star import (`from ... import *`); names from star imports cannot be checked"]
+
+
+def _check_defined_before(name: str, user: Stmt, stmt: Stmt | None, bound: set[str]) -> None:
+    """A pulled definition that reads ``name`` while it is defined needs it from an earlier statement."""
+    what = ", ".join(sorted(user.defines)) or "a definition"
+    if stmt is None and name in bound and name not in BUILTINS:
+        raise CaptureError(f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
+                           "but only the handler cell binds it (the handler cell comes last in the module).",
+                           f"import or define `{name}` in {user.origin} too.")
+    if stmt is not None and stmt.kind != "runtime" and stmt.pos > user.pos:
+        raise CaptureError(f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
+                           f"but the latest `{name}` comes later ({stmt.where(name)}).",
+                           f"re-run the cells in order, or move `{name}` above `{what}`.")
+
+
+def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[SourceBlock, ...]:
+    """One block per origin cell, statements in source order; imports reduced to the aliases needed."""
+    groups: dict[int, list[tuple[Stmt, set[str]]]] = {}
+    for pos in sorted(chosen):
+        groups.setdefault(pos[0], []).append(chosen[pos])
+    blocks = []
+    for items in groups.values():
+        texts, names = [], []
+        for stmt, needed in items:
+            own = needed if stmt.kind == "import" else stmt.defines
+            texts.append(import_only(stmt.node, needed) if stmt.kind == "import" else stmt.text)
+            names += [n for n in sorted(own, key=lambda n: first_use(stmt.node, n)) if n not in names]
+        blocks.append(SourceBlock("\n\n".join(texts), items[0][0].origin, tuple(names)))
+    return tuple(blocks)
+
+
+def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
+    text = transform(cell)
+    if text is None:
+        raise CaptureError(f"{the(origin).capitalize()} starts with a cell magic.",
+                           "put the handler code directly under the %%ms_handler line.")
+    try:
+        return text, ast.parse(text)
+    except SyntaxError as err:
+        raise CaptureError(f"{the(origin).capitalize()} does not parse: line {err.lineno}: {err.msg}.",
+                           f"fix the syntax on line {err.lineno} of {the(origin)}.") from None
+
+
+def _roles(tree: ast.Module, origin: str) -> dict[str, str]:
+    roles = find_roles(tree)
+    if "init_function" not in roles:
+        raise CaptureError(f"{the(origin).capitalize()} defines no init_function.",
+                           f"define `{SIGNATURES['init_function']}` in {the(origin)}; it returns the model.")
+    for node in tree.body:
+        if isinstance(node, FUNCS) and roles.get(ROLE_ALIASES.get(node.name, node.name)) == node.name:
+            try:
+                check_arity(ROLE_ALIASES.get(node.name, node.name), node)
+            except SpecError as err:
+                raise CaptureError(err.message, err.hint) from None
+    return roles
+
+
+def _refuse_dropped_bindings(wanted: list[tuple[str, Stmt]], dropped: list[Stmt]) -> None:
+    """A kept definition may not rely on a name the handler cell binds only by a dropped statement."""
+    for stmt in dropped:
+        for name, user in wanted:
+            if name in stmt.usage.binds:
+                raise CaptureError(f"`{name}` (used on {user.where(name)}) is bound at runtime by "
+                                   f"line {stmt.node.lineno} of {the(stmt.origin)}, which is not kept.", RUNTIME_HINT)
+
+
+def _dropped_warnings(stmts: list[Stmt], raw: str) -> tuple[str, ...]:
+    """Say which handler-cell statements stay behind, quoting the line as the user typed it."""
+    warnings = []
+    for stmt in stmts:
+        if stmt.kind == "runtime":
+            why = "only imports and definitions travel with the handler"
+        elif stmt.kind == "future":
+            why = "a __future__ import cannot sit in the middle of the generated module"
+        else:
+            continue
+        warnings.append(f"line {stmt.node.lineno}: `{_head(stmt, raw)}` is not kept: {why}")
+    return tuple(warnings)
+
+
+def _head(stmt: Stmt, raw: str) -> str:
+    raw_lines, lines = raw.splitlines(), stmt.cell_text.splitlines()
+    source = raw_lines if len(raw_lines) == len(lines) else lines
+    line = source[stmt.node.lineno - 1].strip()
+    if len(line) > 60:
+        return line[:57] + "..."
+    return line + (" ..." if (stmt.node.end_lineno or 0) > stmt.node.lineno else "")
+
