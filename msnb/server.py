@@ -1,0 +1,229 @@
+"""LocalServer: a private TorchServe on 127.0.0.1 that this process starts, talks to and stops."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import psutil
+
+from msnb import tsconfig, watchdog
+from msnb.errors import ServerError
+from msnb.serving import ServingAPI
+from msnb.tsclient import Client, Keys
+from msnb.tslogs import LogCursor, tail
+from msnb.tsmodels import ModelStatus, PredictionError  # noqa: F401  (re-exported)
+
+_LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
+
+
+class LocalServer(ServingAPI):
+    """A TorchServe owned by this process: its own workdir, free ports, token auth, stopped with it.
+
+    ``ports`` may request fixed ports by name (see ``msnb.tsconfig.PORT_NAMES``); the others are free
+    ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
+    """
+
+    def __init__(self, workdir: str | Path | None = None, *, auth: bool = True, quiet_logs: bool = True,
+                 startup_timeout: float = 60.0, ports: dict[str, int] | None = None,
+                 token_expiration_min: float | None = None):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="msnb-server-")).resolve()
+        self.layout = tsconfig.Layout(self.workdir)
+        self.auth, self.quiet_logs, self.startup_timeout = auth, quiet_logs, startup_timeout
+        self.token_expiration_min = token_expiration_min
+        self._requested_ports = dict(ports or {})
+        self.ports: dict[str, int] = {}
+        self._java: psutil.Process | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._client: Client | None = None
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "LocalServer":
+        """Start TorchServe and wait until /ping answers; a no-op when it already runs."""
+        with self._lock:
+            if self.running:
+                return self
+            java = tsconfig.java_executable()  # refuse before launching: the launcher would return 0 anyway
+            self.layout.create()
+            for attempt in (1, 2):
+                self.ports = tsconfig.choose_ports(self._requested_ports)
+                tsconfig.write_config(self.layout, self.ports, auth=self.auth, quiet_logs=self.quiet_logs,
+                                      token_expiration_min=self.token_expiration_min)
+                try:
+                    self._launch(java)
+                    self._wait_ready()
+                    break
+                except _PortTaken:
+                    if attempt == 2 or self._requested_ports:
+                        raise
+            _LIVE.add(self)
+            return self
+
+    def stop(self) -> None:
+        """Stop this server's Java process and workers and wait until they are gone; idempotent."""
+        with self._lock:
+            if self._java is not None:
+                watchdog.stop_tree(self._java.pid)
+                self._java = None
+            self._kill_leftovers()
+            if self._watchdog is not None:
+                self._watchdog.stdin.close()
+                try:
+                    self._watchdog.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self._watchdog.kill()
+                    self._watchdog.wait()
+                self._watchdog = None
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            _LIVE.discard(self)
+
+    def __enter__(self) -> "LocalServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._java is not None and watchdog._alive(self._java)
+
+    @property
+    def pid(self) -> int | None:
+        return self._java.pid if self.running else None
+
+    @property
+    def inference_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.get('inference')}"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.get('management')}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.get('metrics')}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.layout.log_dir
+
+    @property
+    def model_store(self) -> Path:
+        return self.layout.model_store
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the worker log (model_log.log), else of TorchServe's own output."""
+        text = tail(self.log_dir / "model_log.log", lines) or tail(self.layout.java_out, lines)
+        return "\n".join(text)
+
+    def __repr__(self) -> str:
+        state = f"running pid {self.pid}, {self.inference_url}" if self.running else "stopped"
+        return f"<LocalServer {state}, workdir {self.workdir}>"
+
+    # ------------------------------------------------------------------ internals
+    def _launch(self, java: str) -> None:
+        lay = self.layout
+        for stale in (lay.tmp_dir / ".model_server.pid", lay.key_file):
+            stale.unlink(missing_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("TS_CONFIG_FILE", "TEMP")}
+        # One server per TMPDIR (pid file, worker sockets, extracted models); logs follow LOG_LOCATION.
+        env.update(TMPDIR=str(lay.tmp_dir), LOG_LOCATION=str(lay.log_dir), METRICS_LOCATION=str(lay.log_dir),
+                   JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent))
+        cmd = [sys.executable, "-m", "ts.model_server", "--start", "--ncs", "--ts-config", str(lay.config),
+               "--model-store", str(lay.model_store)]
+        if self.quiet_logs:
+            cmd += ["--log-config", str(lay.log_config)]
+        # Never a pipe: Java inherits the launcher's stdout and would hold it open forever.
+        with lay.java_out.open("ab") as out:
+            launcher = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            launcher.wait(timeout=60)
+        try:
+            pid = int((lay.tmp_dir / ".model_server.pid").read_text().strip())
+            self._java = psutil.Process(pid)
+        except (OSError, ValueError, psutil.NoSuchProcess):
+            raise ServerError("TorchServe's launcher did not start Java.", "see TorchServe's output below.",
+                              details="\n".join(tail(lay.java_out, 20))) from None
+        self._watchdog = watchdog.spawn(pid)
+        self._client = Client(Keys(lay.key_file, self.management_url, enabled=self.auth))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if not self.running:
+                self._fail_start("TorchServe exited while starting.")
+            if self._client.keys.ready():
+                try:
+                    if self._client.call("GET", f"{self.inference_url}/ping", "inference", timeout=2).ok:
+                        return
+                except ServerError:
+                    pass
+            if time.monotonic() > deadline:
+                self._fail_start(f"TorchServe did not become healthy within {self.startup_timeout} s.")
+            time.sleep(0.1)
+
+    def _fail_start(self, message: str) -> None:
+        output = "\n".join(tail(self.layout.java_out, 25))
+        self.stop()
+        if "Address already in use" in output:
+            raise _PortTaken(message + " A port was taken by another process.",
+                             "free the port or leave ports unset so msnb picks free ones.", details=output)
+        hint = (f"pass a larger startup_timeout= (now {self.startup_timeout} s)" if "healthy" in message
+                else "read TorchServe's output below; check Java 17 and the installed torchserve.")
+        raise ServerError(message, hint, details=output)
+
+    def _kill_leftovers(self) -> None:
+        """Processes whose command line names this server's TMPDIR (workers of a Java that died)."""
+        mine = str(self.layout.tmp_dir)
+        procs = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(mine in part for part in (proc.info["cmdline"] or ())):
+                procs.append(proc)
+        for proc in procs:
+            watchdog.stop_tree(proc.pid, grace_s=2.0)
+
+    def _call(self, method: str, url: str, kind: str, **kwargs):
+        if not self.running or self._client is None:
+            raise ServerError("The local TorchServe is not running.", "start it with server.start() (or %ms_serve).")
+        return self._client.call(method, url, kind, **kwargs)
+
+    def _cursor(self) -> LogCursor:
+        return LogCursor(self.log_dir)
+
+
+class _PortTaken(ServerError):
+    """Java could not bind a port (another process took it between our check and its bind)."""
+
+
+_default: LocalServer | None = None
+_default_lock = threading.Lock()
+
+
+def default_server(create: bool = True) -> LocalServer | None:
+    """The process-wide server of the notebook surfaces, started on first use, stopped at exit."""
+    global _default
+    with _default_lock:
+        if _default is None and create:
+            _default = LocalServer()
+        if _default is not None and create and not _default.running:
+            _default.start()
+        return _default
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        try:
+            server.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit; the watchdog is the backstop
+            pass

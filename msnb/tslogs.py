@@ -1,0 +1,87 @@
+"""Read a TorchServe's logs: what the workers wrote since a call started, from the first traceback on."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from pathlib import Path
+
+# "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
+_PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
+# TorchServe retries a failed handler import as ts.torch_handler.<module>: that second error misleads.
+_FALLBACK = "No module named 'ts.torch_handler."
+MAX_LINES = 60
+
+
+class LogCursor:
+    """Offsets into a server's log files; ``since()`` returns what was appended after them."""
+
+    def __init__(self, log_dir: Path, names: tuple[str, ...] = ("model_log.log", "ts_log.log")):
+        self.paths = [Path(log_dir) / name for name in names]
+        self.offsets = [_size(p) for p in self.paths]
+
+    def new_text(self, index: int = 0) -> str:
+        path, offset = self.paths[index], self.offsets[index]
+        try:
+            with path.open("rb") as f:
+                f.seek(offset)
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def details(self) -> str:
+        """The worker's traceback since the cursor (or the frontend's errors when there is none)."""
+        lines = worker_error(self.new_text(0))
+        if not lines:
+            lines = frontend_errors(self.new_text(1))
+        return "\n".join(lines[-MAX_LINES:])
+
+
+def strip_prefix(line: str) -> str:
+    return _PREFIX.sub("", line.rstrip("\n"))
+
+
+def worker_error(text: str) -> list[str]:
+    """Lines from the first traceback on, without TorchServe's misleading import fallback."""
+    lines = [strip_prefix(line) for line in text.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), None)
+    if start is None:
+        return []
+    kept: list[str] = []
+    for i, line in enumerate(lines[start:], start):
+        if line.startswith("During handling of the above exception") and any(
+                _FALLBACK in later for later in lines[i:i + 40]):
+            break
+        if _FALLBACK in line:
+            continue
+        kept.append(line)
+    return [line for line in kept if not _is_noise(line)]
+
+
+def frontend_errors(text: str) -> list[str]:
+    """ERROR/WARN lines of ts_log.log (e.g. pip's message when requirements cannot be installed)."""
+    out = []
+    for line in text.splitlines():
+        if re.search(r"\[(ERROR|WARN)\s*\]", line) or "pip" in line.lower():
+            out.append(strip_prefix(line))
+    return out
+
+
+def _is_noise(line: str) -> bool:
+    return not line.strip() or line.startswith(("Backend worker process died", "Backend response time"))
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last ``lines`` lines of a file, prefixes stripped (empty when it does not exist)."""
+    try:
+        with Path(path).open("r", encoding="utf-8", errors="replace") as f:
+            return [strip_prefix(line) for line in deque(f, maxlen=lines)]
+    except OSError:
+        return []
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
