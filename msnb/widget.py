@@ -22,7 +22,6 @@ from msnb.widget_form import FORMATS, LABELS
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
-_WIDE = widgets.Layout(width="560px")
 
 
 class BuildWidget(widgets.VBox):
@@ -53,7 +52,7 @@ class BuildWidget(widgets.VBox):
         self.refresh()
 
     def _field(self, field: str, inventory: Inventory) -> widgets.Widget:
-        common = dict(description=LABELS[field], style=_STYLE, layout=_WIDE)
+        common = dict(description=LABELS[field], style=_STYLE, layout=widgets.Layout(width="560px"))
         value = self.controller.values[field]
         if field == "device":
             w = widgets.Dropdown(options=inventory.options(), value=value, **common)

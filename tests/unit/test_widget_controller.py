@@ -1,0 +1,207 @@
+"""The widget's controller with injected fake actions: every validation rule, the button rules, results."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from msnb.devices import Device, Inventory
+from msnb.errors import MsnbError, ServerError
+from msnb.widget_controller import Actions, Controller
+
+CPU_ONLY = Inventory((Device("auto", "auto"), Device("cpu", "CPU")), "No GPU found by NVML: the model runs on CPU.")
+ONE_GPU = Inventory((Device("auto", "auto"), Device("gpu:0", "GPU 0: T4", 0, 15360, 15000), Device("cpu", "CPU")))
+
+
+class FakeSession:
+    """Records what the buttons asked for; ``alive`` is the fake server's state, ``gate`` can hold an action."""
+
+    def __init__(self, spec):
+        self.specs, self.calls, self.alive = {spec.name: spec}, [], False
+        self.gate: threading.Event | None = None
+        self.fail: Exception | None = None
+
+    def actions(self) -> Actions:
+        return Actions(get=self.get, test=self.record("test"), build=self.record("build"),
+                       serve=self.record("serve"), predict=self.record("predict"), stop=self.record("stop"),
+                       server_state=lambda: (self.alive, "pid 4242, workdir /tmp/msnb-server-x" if self.alive else "none"),
+                       log_tail=lambda: "2024 WORKER died: java.lang.OutOfMemoryError")
+
+    def get(self, name):
+        if name not in self.specs:
+            raise MsnbError(f"No handler named {name!r}.", "run its %%ms_handler cell first.")
+        return self.specs[name]
+
+    def record(self, action):
+        def run(*args):
+            self.calls.append((action, args))
+            if self.gate is not None:
+                assert self.gate.wait(10)
+            if self.fail is not None:
+                raise self.fail
+            if action == "serve":
+                args[1]("registering", 0.5)
+                self.alive = True
+            if action == "stop":
+                self.alive = False
+            return {"test": [{"label": 1}], "build": "model_store/mlp.mar", "serve": SimpleNamespace(),
+                    "predict": {"label": 2, "scores": [0.1, 0.9]}, "stop": None}[action]
+        return run
+
+    def names(self):
+        return [c[0] for c in self.calls]
+
+
+@pytest.fixture
+def fake(mlp_spec):
+    return FakeSession(mlp_spec)
+
+
+def make(fake, inventory=CPU_ONLY, name="mlp"):
+    return Controller(name, fake.actions(), inventory)
+
+
+def test_fields_are_prefilled_from_the_spec(fake):
+    c = make(fake)
+    assert c.values["name"] == "mlp" and c.values["batch_size"] == "1" and c.values["device"] == "auto"
+    assert c.values["payload"] == '{"x": [1, 2, 3, 4]}' and c.values["checkpoint"] == ""
+
+
+def test_an_unknown_name_says_so_with_a_hint(fake):
+    c = make(fake, name="nope")
+    assert not c.result_ok and "No handler named 'nope'" in c.result and "Hint:" in c.result
+
+
+@pytest.mark.parametrize("field", ["batch_size", "workers", "response_timeout", "max_batch_delay"])
+@pytest.mark.parametrize("text", ["0", "-3", "abc", "2.5"])
+def test_bad_numbers_are_field_errors_and_nothing_runs(fake, field, text):
+    c = make(fake)
+    c.set(field, text)
+    for action in ("test", "build", "serve"):
+        ok = c.run(action)
+        if field == "max_batch_delay" and text == "0":
+            assert ok  # 0 ms delay is valid
+            continue
+        assert not ok and field in c.errors and "Hint:" in c.errors[field]
+        assert "need fixing" in c.result
+    assert fake.names() == (["test", "build", "serve"] if field == "max_batch_delay" and text == "0" else [])
+
+
+def test_invalid_json_says_where_it_breaks(fake):
+    c = make(fake)
+    c.set("payload", '{"x": [1, 2,, 3]}')
+    assert not c.run("test")
+    assert "line 1, column 13" in c.errors["payload"] and "Hint:" in c.errors["payload"]
+    assert fake.calls == []
+
+
+def test_missing_checkpoint_is_a_field_error_before_building(fake, tmp_path):
+    c = make(fake)
+    c.set("checkpoint", str(tmp_path / "missing.pth"))
+    assert not c.run("build")
+    assert "no checkpoint file" in c.errors["checkpoint"] and fake.calls == []
+    (tmp_path / "real.pth").write_bytes(b"x")
+    c.set("checkpoint", str(tmp_path / "real.pth"))
+    assert c.run("build")
+    assert fake.calls[0][1][0].checkpoint == str(tmp_path / "real.pth")
+
+
+def test_missing_extra_file_is_a_field_error(fake, tmp_path):
+    c = make(fake)
+    c.set("extra_files", f"{tmp_path}/labels.json")
+    assert not c.run("serve") and "labels.json" in c.errors["extra_files"]
+
+
+@pytest.mark.parametrize("device, text, error", [
+    ("gpu:0", "16000", "above GPU 0's total of 15360 MB"),
+    ("cpu", "1000", "the device is CPU"),
+    ("gpu:0", "0", ">= 1"),
+])
+def test_max_gpu_memory_is_checked_against_the_chosen_device(fake, device, text, error):
+    c = make(fake, ONE_GPU)
+    c.set("device", device)
+    c.set("max_gpu_memory", text)
+    assert not c.run("build") and error in c.errors["max_gpu_memory"] and fake.calls == []
+
+
+def test_edited_fields_make_the_spec_the_actions_get(fake):
+    c = make(fake, ONE_GPU)
+    for field, text in {"batch_size": "4", "max_batch_delay": "5", "requirements": "numpy\n  \nscipy>=1,<2",
+                        "device": "gpu:0", "max_gpu_memory": "2048", "version": "2.0"}.items():
+        c.set(field, text)
+    assert c.run("serve"), c.result
+    spec = fake.calls[0][1][0]
+    assert (spec.batch_size, spec.max_batch_delay, spec.version) == (4, 5, "2.0")
+    assert spec.requirements == ("numpy", "scipy>=1,<2") and (spec.device, spec.max_gpu_memory) == ("gpu", 2048)
+
+
+def test_test_sends_the_json_box_or_the_example(fake):
+    c = make(fake)
+    assert c.run("test") and fake.calls[-1][1][1] == [{"x": [1, 2, 3, 4]}]
+    c.set("payload", "")
+    assert c.run("test") and fake.calls[-1][1][1] is None
+    assert '"label": 1' in c.result
+
+
+def test_build_format_and_folder(fake):
+    c = make(fake)
+    c.set("format", "export")
+    c.set("export_path", "out")
+    assert c.run("build") and fake.calls[0][1][1:3] == ("out", False) and "Built model_store/mlp.mar" in c.result
+    c.set("export_path", " ")
+    assert not c.run("build") and "Export folder is empty" in c.errors["export_path"]
+
+
+def test_predict_needs_a_served_model_and_stop_clears_it(fake):
+    c = make(fake)
+    assert c.enabled() == {"test": True, "build": True, "serve": True, "predict": False, "stop": False}
+    assert c.run("serve") and c.enabled()["predict"] and c.enabled()["stop"]
+    assert "pid 4242" in c.status and "registering" in "\n".join(c.log)
+    c.set("payload", '{"x": [0, 0, 0, 1]}')
+    assert c.run("predict") and fake.calls[-1][1] == ("mlp", {"x": [0, 0, 0, 1]})
+    assert '"scores": [\n    0.1,' in c.result
+    assert c.run("stop") and not c.enabled()["predict"] and not c.enabled()["stop"]
+
+
+def test_stop_is_enabled_for_a_server_started_elsewhere(fake):
+    fake.alive = True
+    assert make(fake).enabled()["stop"]
+
+
+def test_every_button_is_disabled_while_an_action_runs(fake):
+    changes = []
+    c = Controller("mlp", fake.actions(), CPU_ONLY, on_change=lambda: changes.append(dict(c.enabled())))
+    fake.gate = threading.Event()
+    job = c.prepare("serve")
+    worker = threading.Thread(target=job)
+    worker.start()
+    assert c.enabled() == dict.fromkeys(["test", "build", "serve", "predict", "stop"], False)
+    assert c.prepare("predict") is None and "Busy starting/registering" in c.status
+    fake.gate.set()
+    worker.join(10)
+    assert c.enabled()["predict"] and changes[0]["serve"] is False and changes[-1]["predict"] is True
+
+
+def test_server_died_between_serve_and_predict(fake):
+    c = make(fake)
+    assert c.run("serve")
+    fake.alive = False  # e.g. the Java process was killed
+    assert not c.run("predict")
+    assert "no longer running" in c.result and "Hint: click Serve" in c.result
+    assert "OutOfMemoryError" in "\n".join(c.log) and "predict" not in fake.names()
+    assert not c.enabled()["predict"] and c.enabled()["serve"]
+    assert c.run("serve") and c.enabled()["predict"]
+
+
+def test_errors_show_message_and_hint_never_a_traceback(fake):
+    c = make(fake)
+    fake.fail = ServerError("Registering 'mlp' failed: worker died.", "see the worker log below.", "model_log: boom")
+    assert not c.run("serve")
+    assert c.result == "Registering 'mlp' failed: worker died.\nHint: see the worker log below."
+    assert "model_log: boom" in c.log and c.progress[0] == "failed" and not c.enabled()["predict"]
+    fake.fail = RuntimeError("disk full")
+    assert not c.run("build")
+    assert c.result.startswith("Build failed: RuntimeError: disk full\nHint:") and "Traceback" not in c.result
+    assert c.running is None and c.enabled()["build"]
