@@ -11,7 +11,7 @@ import ast
 from typing import Any, Sequence
 
 from msnb.errors import CaptureError, SpecError
-from msnb.names import BUILTINS, FUNCS, IPYTHON_NAMES, Stmt, first_use, import_only, the
+from msnb.names import BUILTINS, FUNCS, IPYTHON_NAMES, Stmt, import_only, the
 from msnb.spec import ROLE_ALIASES, SIGNATURES, HandlerSpec, SourceBlock, check_arity, find_roles
 
 RUNTIME_HINT = ("pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
@@ -34,7 +34,7 @@ def capture(name: str, cell: str, pool: Sequence[tuple[str, str]], *,
     _refuse_dropped_bindings(wanted, [s for s in stmts if s.kind == "runtime"])
     star = any(s.kind == "star" for s in kept)
     pulled, warnings = Pool(pool).closure(wanted, bound, star)
-    names = tuple(dict.fromkeys(n for s in kept for n in sorted(s.defines)))
+    names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
     warnings = _dropped_warnings(stmts, cell) + warnings + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
@@ -122,7 +122,7 @@ class Pool:
         if not (star or self.stars):
             hint = "define it in the handler cell or an earlier cell (def, class, import or a literal constant)"
             if self.skipped:
-                hint += f" (skipped because they do not parse: {', '.join(self.skipped)})"
+                hint += f"; skipped because they do not parse: {', '.join(self.skipped)}"
             raise CaptureError(f"{listed} {'is' if len(missing) == 1 else 'are'} defined nowhere.", hint)
         for s in self.stars:
             chosen.setdefault(s.pos, (s, set()))
@@ -153,7 +153,7 @@ def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[Sourc
         for stmt, needed in items:
             own = needed if stmt.kind == "import" else stmt.defines
             texts.append(import_only(stmt.node, needed) if stmt.kind == "import" else stmt.text)
-            names += [n for n in sorted(own, key=lambda n: first_use(stmt.node, n)) if n not in names]
+            names += [n for n in stmt.in_order(own) if n not in names]
         blocks.append(SourceBlock("\n\n".join(texts), items[0][0].origin, tuple(names)))
     return tuple(blocks)
 
@@ -161,19 +161,19 @@ def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[Sourc
 def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
     text = transform(cell)
     if text is None:
-        raise CaptureError(f"{the(origin).capitalize()} starts with a cell magic.",
+        raise CaptureError(f"{_cap(the(origin))} starts with a cell magic.",
                            "put the handler code directly under the %%ms_handler line.")
     try:
         return text, ast.parse(text)
     except SyntaxError as err:
-        raise CaptureError(f"{the(origin).capitalize()} does not parse: line {err.lineno}: {err.msg}.",
+        raise CaptureError(f"{_cap(the(origin))} does not parse: line {err.lineno}: {err.msg}.",
                            f"fix the syntax on line {err.lineno} of {the(origin)}.") from None
 
 
 def _roles(tree: ast.Module, origin: str) -> dict[str, str]:
     roles = find_roles(tree)
     if "init_function" not in roles:
-        raise CaptureError(f"{the(origin).capitalize()} defines no init_function.",
+        raise CaptureError(f"{_cap(the(origin))} defines no init_function.",
                            f"define `{SIGNATURES['init_function']}` in {the(origin)}; it returns the model.")
     for node in tree.body:
         if isinstance(node, FUNCS) and roles.get(ROLE_ALIASES.get(node.name, node.name)) == node.name:
@@ -215,3 +215,7 @@ def _head(stmt: Stmt, raw: str) -> str:
         return line[:57] + "..."
     return line + (" ..." if (stmt.node.end_lineno or 0) > stmt.node.lineno else "")
 
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -171,6 +171,13 @@ class Stmt:
             return {self.node.name}
         return set(self.usage.binds)
 
+    def in_order(self, names: set[str]) -> list[str]:
+        """``names`` in the order the statement binds them."""
+        if isinstance(self.node, _IMPORTS):
+            return [n for n in import_bindings(self.node) if n in names]
+        stores = [n.id for n in ast.walk(self.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        return sorted(names, key=lambda n: (stores.index(n) if n in stores else -1, n))
+
     def where(self, name: str) -> str:
         return f"line {first_use(self.node, name)} of {the(self.origin)}"
 
