@@ -1,0 +1,231 @@
+"""`msnb export`: a notebook's handlers become archives in OUTDIR and/or a KServe TorchServe layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from msnb import archive, localtest
+from msnb.errors import BuildError, MsnbError
+from msnb.notebook import Captured, load_handlers
+from msnb.spec import HandlerSpec
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One archive written: the table row `msnb export` prints."""
+
+    spec: HandlerSpec
+    path: Path
+
+    @property
+    def size(self) -> int:
+        if self.path.is_dir():
+            return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+        return self.path.stat().st_size
+
+
+@dataclass
+class Report:
+    """What an export did: archives written, handlers that failed (name -> error), the KServe dir."""
+
+    exported: list[Exported] = field(default_factory=list)
+    failed: dict[str, MsnbError] = field(default_factory=dict)
+    kserve: Path | None = None
+    checked: dict = field(default_factory=dict)  # name -> the example's answer when --check ran it
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def export_notebook(notebook: str | Path, outdir: str | Path | None = "model_store", *,
+                    handlers: Iterable[str] | None = None, fmt: str = "mar", check: bool = False,
+                    kserve: str | Path | None = None, overrides: dict | None = None) -> Report:
+    """Capture the notebook's handlers (never running the notebook) and write one archive each.
+
+    ``check`` runs each handler in-process on its ``--example`` before anything is written
+    (without it no user code runs). A failing handler is reported and skipped; the others are
+    still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded.
+    """
+    if fmt not in archive.FORMATS:
+        raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
+    if kserve is not None and fmt == "no-archive":
+        raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
+    targets = [Path(t) for t in (outdir, kserve) if t is not None]
+    created = [t for t in targets if ensure_writable(t)]
+    report = Report()
+    try:
+        specs = _capture_and_check(notebook, handlers, overrides, check, report)
+        if outdir is not None:
+            _write_all(specs, Path(outdir), fmt, report)
+        if kserve is not None and specs and not report.failed:
+            _write_kserve_into(specs, Path(kserve), fmt, report, also_listed=outdir is None)
+    finally:
+        for folder in created:  # nothing written there: leave no empty folder behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    return report
+
+
+def _write_kserve_into(specs: list[HandlerSpec], root: Path, fmt: str, report: Report, also_listed: bool) -> None:
+    try:
+        report.kserve = write_kserve(specs, root, fmt)
+    except MsnbError as err:
+        report.failed["--kserve"] = err
+        return
+    if also_listed:
+        report.exported += [Exported(s, root / "model-store" / f"{s.name}.mar") for s in specs]
+
+
+def _capture_and_check(notebook, handlers, overrides, check: bool, report: Report) -> list[HandlerSpec]:
+    specs = []
+    for item in load_handlers(notebook, handlers, overrides):
+        if item.error is not None:
+            report.failed[item.name] = item.error
+            continue
+        try:
+            if check:
+                report.checked[item.name] = run_check(item.spec)
+            specs.append(item.spec)
+        except MsnbError as err:
+            report.failed[item.name] = err
+    return specs
+
+
+def _write_all(specs: list[HandlerSpec], outdir: Path, fmt: str, report: Report) -> None:
+    for spec in specs:
+        try:
+            report.exported.append(Exported(spec, write_archive(spec, outdir, fmt)))
+        except MsnbError as err:
+            report.failed[spec.name] = err
+
+
+def run_check(spec: HandlerSpec):
+    """Load the handler in-process and answer its example (or only load it when it has none)."""
+    if spec.example is None:
+        localtest.validate(spec)
+        return None
+    return localtest.test_handler(spec, [spec.example])[0]
+
+
+def ensure_writable(path: Path) -> bool:
+    """Create ``path`` if needed (True when this created it); a folder that cannot be written is a clear error."""
+    existed = path.is_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=path, prefix=".msnb-probe-").close()
+        return not existed
+    except OSError as err:
+        raise BuildError(f"Cannot write to the output folder {str(path.resolve())!r}: {err.strerror or err}.",
+                         "choose a folder you can write to with -o OUTDIR (or --kserve DIR).") from None
+
+
+def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
+    """Build in a hidden staging folder inside ``outdir``, then move the result into place.
+
+    A failure (or Ctrl-C) removes the staging folder, so OUTDIR never holds a partial archive.
+    """
+    staging = Path(tempfile.mkdtemp(prefix=f".msnb-{spec.name}-", dir=outdir))
+    try:
+        built = archive.build(spec, staging, fmt=fmt, validate=False)
+        final = outdir / built.name
+        if final.is_dir():
+            shutil.rmtree(final)
+        os.replace(built, final)
+        return final
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path:
+    """KServe's TorchServe layout: ROOT/model-store/<name>.mar and ROOT/config/config.properties.
+
+    Everything is built in a hidden staging folder first and moved into place only when all
+    archives built, so a failure leaves ROOT as it was.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-", dir=root))
+    try:
+        built = [archive.build(spec, staging, fmt=fmt, validate=False) for spec in specs]
+        (staging / "config.properties").write_text(kserve_config(specs))
+        (root / "model-store").mkdir(exist_ok=True)
+        (root / "config").mkdir(exist_ok=True)
+        for path in built:
+            os.replace(path, root / "model-store" / path.name)
+        os.replace(staging / "config.properties", root / "config" / "config.properties")
+        return root
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store") -> str:
+    """config.properties for KServe's TorchServe runtime, which starts
+    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``.
+
+    Followed: pytorch/serve kubernetes/kserve/config.properties and the KServe TorchServe docs
+    (inference and management on 8085 because KServe's wrapper takes 8080, metrics on 8082,
+    gRPC 7070/7071, model_snapshot, enable_envvars_config=true so the TS_SERVICE_ENVELOPE
+    variable KServe sets from the InferenceService's protocolVersion, kserve for v1 or
+    kservev2 for v2, reaches TorchServe; service_envelope is therefore not fixed here).
+    Token authorisation is off: KServe's wrapper and readiness probe send no token (pytorch/serve#3301).
+    """
+    models = {
+        spec.name: {spec.version: {"defaultVersion": True, "marName": f"{spec.name}.mar", **_snapshot(spec)}}
+        for spec in specs
+    }
+    snapshot = {"name": "startup.cfg", "modelCount": len(models), "models": models}
+    props = {
+        "inference_address": "http://0.0.0.0:8085",
+        "management_address": "http://0.0.0.0:8085",
+        "metrics_address": "http://0.0.0.0:8082",
+        "grpc_inference_port": 7070,
+        "grpc_management_port": 7071,
+        "enable_envvars_config": "true",
+        "install_py_dep_per_model": "true",
+        "enable_metrics_api": "true",
+        "metrics_mode": "prometheus",
+        "number_of_netty_threads": 4,
+        "job_queue_size": 10,
+        "disable_token_authorization": "true",
+        "load_models": "all",
+        "model_store": model_store,
+        "model_snapshot": json.dumps(snapshot, separators=(",", ":")),
+    }
+    header = "# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from /mnt/models/config/.\n"
+    return header + "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _snapshot(spec: HandlerSpec) -> dict:
+    cfg = spec.model_config()
+    keys = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
+    return {k: cfg[k] for k in keys}
+
+
+def format_table(report: Report) -> str:
+    """The result table: name, version, file, size, roles, pulled-in definitions; then failures."""
+    rows = [("name", "version", "file", "size", "roles", "pulled in")]
+    for item in report.exported:
+        pulled = ", ".join(f"{', '.join(b.names) or 'code'} ({b.origin.rsplit(', ', 1)[-1]})"
+                           for b in item.spec.pulled_in)
+        rows.append((item.spec.name, item.spec.version, str(item.path), _human(item.size),
+                     ", ".join(item.spec.roles), pulled or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines) if report.exported else "no archive written"
+
+
+def _human(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+__all__ = ["Captured", "Exported", "Report", "export_notebook", "format_table", "kserve_config", "write_kserve"]
