@@ -1,0 +1,78 @@
+"""Execute a notebook in a real Jupyter kernel (nbclient) in a scratch folder; read back its printed prediction."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient import NotebookClient
+
+PREDICTION_PREFIX = "prediction: "  # what every example notebook prints before its final TorchServe answer
+CELL_TIMEOUT_S = 60  # nbclient stalls intermittently for a whole cell timeout (FACTS.md): never assert on time
+
+
+def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_TIMEOUT_S) -> nbformat.NotebookNode:
+    """Copy ``path`` into ``workdir`` and run it there (the kernel's cwd); returns the executed notebook.
+
+    HOME, TMPDIR and IPYTHONDIR point into ``workdir`` so Jupyter and TorchServe write nothing elsewhere.
+    A cell error raises nbclient's CellExecutionError with the cell's traceback.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    copy = workdir / Path(path).name
+    shutil.copy2(path, copy)
+    nb = nbformat.read(copy, as_version=4)
+    client = NotebookClient(nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(workdir)}})
+    with _scratch_env(workdir):
+        client.execute()
+    nbformat.write(nb, workdir / f"executed-{copy.name}")
+    return nb
+
+
+def printed_prediction(nb: nbformat.NotebookNode) -> Any:
+    """The JSON value a notebook printed after ``prediction: `` (its last real TorchServe answer)."""
+    found = [line[len(PREDICTION_PREFIX):] for text in stream_texts(nb) for line in text.splitlines()
+             if line.startswith(PREDICTION_PREFIX)]
+    if not found:
+        raise AssertionError(f"no line starting with {PREDICTION_PREFIX!r} in the notebook's outputs")
+    return json.loads(found[-1])
+
+
+def stream_texts(nb: nbformat.NotebookNode) -> list[str]:
+    return [out.get("text", "") for cell in nb.cells for out in cell.get("outputs", []) if out.output_type == "stream"]
+
+
+def error_outputs(nb: nbformat.NotebookNode) -> list[str]:
+    """Tracebacks and msnb error displays (a user mistake is shown, not raised) in the executed notebook."""
+    found = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                found.append(f"{out.ename}: {out.evalue}")
+            elif "msnb-error" in str(out.get("data", {}).get("text/html", "")):
+                found.append(str(out["data"].get("text/plain")))
+    return found
+
+
+class _scratch_env:
+    """Set HOME/TMPDIR/IPYTHONDIR for the kernel nbclient starts (it inherits this process's environment)."""
+
+    def __init__(self, workdir: Path):
+        self.values = {k: str(workdir / d) for k, d in (("HOME", "home"), ("TMPDIR", "tmp"), ("IPYTHONDIR", "ipython"))}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in self.values}
+        for key, value in self.values.items():
+            Path(value).mkdir(parents=True, exist_ok=True)
+            os.environ[key] = value
+
+    def __exit__(self, *exc):
+        for key, value in self.saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,42 @@
+"""Every example notebook runs top to bottom in a real Jupyter kernel and ends with a real TorchServe prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from make_notebooks import ALL, NOTEBOOKS, render
+from nbrun import error_outputs, execute_notebook, printed_prediction, stream_texts
+
+NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def test_every_notebook_is_generated_and_committed_without_outputs():
+    assert {p.name for p in NOTEBOOK_PATHS} == set(ALL)
+    for path in NOTEBOOK_PATHS:
+        assert path.read_text() == render(path.name), f"{path.name} is stale: run tests/kernel/make_notebooks.py"
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert not any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")
+        sources = "\n".join(cell.source for cell in nb.cells)
+        assert "%%ms_handler" in sources and "%ms_predict" in sources and sources.rstrip().endswith("%ms_stop")
+
+
+@pytest.mark.kernel
+@pytest.mark.server
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("path", NOTEBOOK_PATHS, ids=[p.stem for p in NOTEBOOK_PATHS])
+def test_notebook_runs_in_a_real_kernel_and_prints_a_torchserve_prediction(path: Path, tmp_path: Path):
+    nb = execute_notebook(path, tmp_path)
+    assert error_outputs(nb) == []
+    prediction = printed_prediction(nb)
+    assert isinstance(prediction, dict) and prediction, prediction
+    texts = "\n".join(stream_texts(nb))
+    assert "Traceback" not in texts
+    if path.name == "bytes_batching.ipynb":
+        assert "error 400" in texts  # the bad request's own answer, printed beside the good ones
+    if path.name == "quickstart.ipynb":
+        assert (tmp_path / "model_store" / "quickstart.mar").is_file()
+        assert (tmp_path / "quickstart_mlp.pt").is_file()  # saved beside the notebook: `msnb export` finds it
