@@ -80,7 +80,8 @@ def _set_status(context: Any, idx: int, code: int, phrase: str) -> None:
 class BatchHandler:
     """TorchServe entry point: ``handle(None, ctx)`` loads once, ``handle(batch, ctx)`` answers every request.
 
-    ``device_facts`` can be replaced before loading to simulate a GPU. After loading, ``model``,
+    A batch runs under ``torch.inference_mode()`` (preprocess and postprocess too); postprocess gets CPU
+    tensors. ``device_facts`` can be replaced before loading to simulate a GPU. After loading, ``model``,
     ``device`` and ``memory_fraction`` (None unless maxGPUMemory applied) describe what was chosen.
     """
 
