@@ -135,9 +135,10 @@ class LocalServer(ServingAPI):
         lay = self.layout
         for stale in (lay.tmp_dir / ".model_server.pid", lay.key_file):
             stale.unlink(missing_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("TS_CONFIG_FILE", "TEMP")}
-        # One server per TMPDIR (pid file, worker sockets, extracted models); logs follow LOG_LOCATION.
-        env.update(TMPDIR=str(lay.tmp_dir), LOG_LOCATION=str(lay.log_dir), METRICS_LOCATION=str(lay.log_dir),
+        env = {k: v for k, v in os.environ.items() if k != "TS_CONFIG_FILE"}
+        # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
+        # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
+        env.update(TMPDIR=str(lay.tmp_dir), TEMP=str(lay.tmp_dir), LOG_LOCATION=str(lay.log_dir), METRICS_LOCATION=str(lay.log_dir),
                    JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent))
         cmd = [sys.executable, "-m", "ts.model_server", "--start", "--ncs", "--ts-config", str(lay.config),
                "--model-store", str(lay.model_store)]

@@ -20,10 +20,11 @@ HINTS = {
                                "is below. Fix the handler and register again.",
     "pip package installation failed": "a requirement could not be installed: check its name and version pin "
                                        "(pip's message is below).",
+    "did not respond in given time": "the handler took longer than the model's response_timeout, so TorchServe "
+                                     "restarted its worker; register with a larger response_timeout= or make "
+                                     "the handler faster.",
     "Worker died": "the handler's process exited (os._exit, a crash or out of memory); TorchServe restarts it, "
                    "see the worker log below.",
-    "timed out": "the handler took longer than response_timeout; register with a larger response_timeout= "
-                 "or make the handler faster.",
 }
 
 
@@ -164,13 +165,13 @@ class ServingAPI:
         if resp.ok:
             return decode(resp)
         message, hint, payload = error_body(resp)
-        if resp.status_code == 404 and ("not found" in message.lower()):
+        if resp.status_code == 404 and isinstance(payload, dict) and "NotFound" in str(payload.get("type")):
             raise self._not_found(name, version)
         where = f"{name}" + (f" {version}" if version else "")
+        details = _details(cursor, wait=resp.status_code >= 500)
         raise PredictionError(f"{where} answered HTTP {resp.status_code}: {message}",
-                              hint or _hint(message, "check the input against what the handler expects."),
-                              details=_details(cursor, wait=resp.status_code >= 500), status=resp.status_code,
-                              body=payload)
+                              hint or _hint(details + message, "check the input against what the handler expects."),
+                              details=details, status=resp.status_code, body=payload)
 
     def _describe(self, name: str) -> list[ModelStatus]:
         base = f"{self.management_url}/models/{name}"

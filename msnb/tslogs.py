@@ -59,11 +59,17 @@ def worker_error(text: str) -> list[str]:
 
 
 def frontend_errors(text: str) -> list[str]:
-    """ERROR/WARN lines of ts_log.log (e.g. pip's message when requirements cannot be installed)."""
-    out = []
+    """ERROR/WARN records of ts_log.log with their continuation lines (e.g. pip's message), no Java frames."""
+    out: list[str] = []
+    keep = False
     for line in text.splitlines():
-        if re.search(r"\[(ERROR|WARN)\s*\]", line) or "pip" in line.lower():
-            out.append(strip_prefix(line))
+        if _PREFIX.match(line):
+            keep = bool(re.search(r"\[(ERROR|WARN)\s*\]", line))
+            line = strip_prefix(line)
+        elif line.startswith(("\tat ", "\t... ")):
+            continue
+        if keep and line.strip():
+            out.append(line)
     return out
 
 
