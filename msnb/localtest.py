@@ -64,8 +64,11 @@ class LoadedHandler:
             with self._capturing():
                 self.module.handle(None, self.context)
         except Exception as err:  # the user's init_function / checkpoint: show their message
-            raise HandlerRunError(f"Handler {spec.name!r} failed to load: {type(err).__name__}: {err}",
-                                  "fix init_function or the checkpoint; the same error would stop TorchServe's worker.") from err
+            # The shared handler's HandlerLoadError carries .message/.hint (it cannot import msnb).
+            message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+            hint = getattr(err, "hint", None) or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
+            trace = None if hasattr(err, "hint") else "\n".join(_last_traceback(self.log.lines)) or None
+            raise HandlerRunError(f"Handler {spec.name!r} failed to load: {message}", hint, details=trace) from err
 
     @contextlib.contextmanager
     def _capturing(self):
