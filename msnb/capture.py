@@ -8,6 +8,7 @@ are skipped. Line numbers count from the first line of each cell's source as giv
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Any, Sequence
 
 from msnb.errors import CaptureError, SpecError
@@ -47,19 +48,24 @@ def transform(source: str) -> str | None:
     if body.startswith("%%"):
         return None
     lead = source[: len(source) - len(body)].count("\n")
-    from IPython.core.inputtransformer2 import TransformerManager
-
     try:
-        return "\n" * lead + TransformerManager().transform_cell(body)
+        return "\n" * lead + _ipython_transformer().transform_cell(body)
     except Exception:  # IPython gives up on some malformed input: let ast report it
         return source
+
+
+@functools.cache
+def _ipython_transformer():
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager()
 
 
 class Pool:
     """The other cells' top-level bindings: for each name, the latest statement binding it."""
 
     def __init__(self, cells: Sequence[tuple[str, str]]):
-        self.latest: dict[str, Stmt] = {}
+        self.bindings: dict[str, list[Stmt]] = {}  # name -> statements binding it, in order
         self.stars: list[Stmt] = []
         self.skipped: list[str] = []
         for i, (origin, source) in enumerate(cells):
@@ -73,27 +79,32 @@ class Pool:
                 continue
             for j, node in enumerate(tree.body):
                 stmt = Stmt(origin, (i, j), node, text)
-                self.latest.update(dict.fromkeys(stmt.defines, stmt))
+                for name in stmt.defines:
+                    self.bindings.setdefault(name, []).append(stmt)
                 if stmt.kind == "star":
                     self.stars.append(stmt)
 
     def closure(self, wanted: list[tuple[str, Stmt]], bound: set[str],
                 star: bool) -> tuple[tuple[SourceBlock, ...], tuple[str, ...]]:
-        """Resolve ``wanted`` (name, statement using it) transitively; blocks in source order, warnings."""
+        """Resolve ``wanted`` (name, statement using it) transitively; blocks in source order, warnings.
+
+        A name read when a pulled statement runs (a base class, a decorator, a default) resolves to
+        the latest binding *before* that statement, as it did in the notebook; any other name to
+        the latest binding, or to the handler cell when ``bound`` there.
+        """
         chosen: dict[tuple[int, int], tuple[Stmt, set[str]]] = {}
         queue = [(n, user, False) for n, user in wanted]
         seen, missing, warnings = set(), [], []
         while queue:
             name, user, eager = queue.pop(0)
-            stmt = self._resolve(name, warnings)
-            if eager:
-                _check_defined_before(name, user, stmt, bound)
-            if name in seen or (name in bound and not eager):
+            if name in bound and not eager:
                 continue
-            seen.add(name)
+            stmt = self._resolve(name, user if eager else None, warnings)
+            if (name, stmt and stmt.pos) in seen:
+                continue
+            seen.add((name, stmt and stmt.pos))
             if stmt is None:
-                if name not in BUILTINS and name not in bound:
-                    missing.append((name, user))
+                self._not_found(name, user, eager, bound, missing)
                 continue
             if stmt.kind == "runtime":
                 raise CaptureError(f"`{name}` (used on {user.where(name)}) is bound at runtime by {stmt.where(name)}: "
@@ -104,13 +115,26 @@ class Pool:
         warnings += self._unresolved(missing, chosen, star)
         return _blocks(chosen), tuple(dict.fromkeys(warnings))
 
-    def _resolve(self, name: str, warnings: list[str]) -> Stmt | None:
-        stmt = self.latest.get(name)
+    def _resolve(self, name: str, before: Stmt | None, warnings: list[str]) -> Stmt | None:
+        found = [s for s in self.bindings.get(name, ()) if before is None or s.pos < before.pos]
+        stmt = found[-1] if found else None
         if stmt is not None and stmt.kind == "runtime" and name in BUILTINS:
             warnings.append(f"`{name}` is rebound at {stmt.where(name)}, which is not copied; "
                             f"the handler uses the builtin `{name}`")
             return None
         return stmt
+
+    def _not_found(self, name: str, user: Stmt, eager: bool, bound: set[str], missing: list) -> None:
+        """No usable binding: a builtin, a definition-order problem, or a name defined nowhere."""
+        if name in BUILTINS:
+            return
+        if eager and (name in bound or name in self.bindings):
+            what = ", ".join(sorted(user.defines)) or "a definition"
+            later = "the handler cell" if name in bound else self.bindings[name][-1].where(name)
+            raise CaptureError(f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
+                               f"but `{name}` is only bound later ({later}).",
+                               f"import or define `{name}` in {user.origin} or a cell above it.")
+        missing.append((name, user))
 
     def _unresolved(self, missing: list[tuple[str, Stmt]], chosen: dict, star: bool) -> list[str]:
         if not missing:
@@ -127,19 +151,6 @@ class Pool:
         for s in self.stars:
             chosen.setdefault(s.pos, (s, set()))
         return [f"{listed} may come from a star import (`from ... import *`); names from star imports cannot be checked"]
-
-
-def _check_defined_before(name: str, user: Stmt, stmt: Stmt | None, bound: set[str]) -> None:
-    """A pulled definition that reads ``name`` while it is defined needs it from an earlier statement."""
-    what = ", ".join(sorted(user.defines)) or "a definition"
-    if stmt is None and name in bound and name not in BUILTINS:
-        raise CaptureError(f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
-                           "but only the handler cell binds it (the handler cell comes last in the module).",
-                           f"import or define `{name}` in {user.origin} too.")
-    if stmt is not None and stmt.kind != "runtime" and stmt.pos > user.pos:
-        raise CaptureError(f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
-                           f"but the latest `{name}` comes later ({stmt.where(name)}).",
-                           f"re-run the cells in order, or move `{name}` above `{what}`.")
 
 
 def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[SourceBlock, ...]:

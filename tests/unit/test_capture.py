@@ -267,6 +267,27 @@ def test_handler_import_also_in_an_earlier_cell_is_pulled_for_definitions_that_n
     assert loaded(spec)["init_function"]()
 
 
+def test_definition_time_names_come_from_before_the_definition_as_in_the_notebook():
+    pool = cells("import torch\nclass Base:\n    v = 1\n", "class Net(Base):\n    pass\n",
+                 "import torch\nclass Base:\n    v = 2\n")
+    spec = run("def init_function():\n    return Net(), Base\n", pool)
+    assert pulled(spec) == {"cell 1": ("Base",), "cell 2": ("Net",), "cell 3": ("Base",)}
+    net, base = loaded(spec)["init_function"]()
+    assert net.v == 1 and base.v == 2
+
+
+def test_a_module_imported_again_later_does_not_break_definition_order():
+    pool = cells("import torch\n", "class Net(torch.nn.Module):\n    pass\n", "import torch\nprint(torch)\n")
+    spec = run(INIT, pool)
+    assert pulled(spec) == {"cell 1": ("torch",), "cell 2": ("Net",)}
+
+
+def test_definition_needing_a_name_defined_only_later_is_refused():
+    pool = cells("@register\nclass Net:\n    pass\n", "def register(c):\n    return c\n")
+    with pytest.raises(CaptureError, match="`Net`.*needs `register`.*cell 2"):
+        run(INIT, pool)
+
+
 def test_star_import_is_kept_with_a_warning():
     spec = run(INIT, cells("from torch.nn import *\n"))
     assert "from torch.nn import *" in spec.source
