@@ -1,12 +1,12 @@
 """BuildWidget: the ipywidgets form over the notebook's Session; it only wires events to the controller.
 
-Long actions run in a background thread: a click validates the fields in the kernel's main thread
-(instant field errors), then the action (build, server start, registration) runs in a daemon thread
-whose progress callback updates the progress bar, log and status widgets directly. ipykernel sends
-widget updates from any thread, so the front end (JupyterLab or Voila) shows progress while the
-action runs and stays responsive; buttons are disabled until it finishes. (Updating from the
-progress callback inside the click handler instead would queue every update until the click
-returns: the bar would jump from 0 to done.) ``wait()`` joins the running action (tests, scripts).
+A click validates the fields at once in the kernel's main thread (field errors), then the action
+(build, server start, registration) runs in a daemon thread whose progress callback updates the
+progress bar, log and status widgets. Measured in Voila 0.5 + Chromium: widget updates reach the
+page as they happen both from such a thread and from inside a click handler, but a click handler
+keeps the kernel busy, so typing and later clicks would queue behind a 60 s server start; the
+thread keeps the kernel free. Buttons are disabled while an action runs, and a click that slips
+through is refused with a status line, never queued. ``wait()`` joins the running action.
 """
 
 from __future__ import annotations
