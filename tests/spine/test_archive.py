@@ -15,7 +15,7 @@ from msnb.errors import BuildError, HandlerRunError, SpecError
 from msnb.localtest import test_handler
 from msnb.spec import spec_from_source
 
-from conftest import MLP_SOURCE
+from tiny_handlers import MLP_SOURCE
 
 
 def _manifest(mar):

@@ -1,0 +1,88 @@
+"""The spine end to end: a HandlerSpec built into a .mar answers on a real TorchServe like in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from msnb import archive
+from msnb.localtest import run_handler, test_handler
+from msnb.server import LocalServer
+from msnb.spec import spec_from_source
+from msnb.tsmodels import PredictionError
+
+from tiny_handlers import MLP_SOURCE
+
+pytestmark = [pytest.mark.server]
+
+UNSERIALISABLE = (
+    "import torch\n\n"
+    "def init_function():\n"
+    "    return torch.nn.Identity()\n\n"
+    "def preprocess(sample):\n"
+    "    return torch.tensor(sample, dtype=torch.float32)\n\n"
+    "def postprocess(output):\n"
+    "    return object() if output[0] < 0 else output\n"
+)
+SAMPLES = [{"x": [float(i), float(-i), 0.5 * i, 1.0]} for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The MLP spec built as a standard .mar, served with batchSize 4 on one worker."""
+    spec = spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=4, max_batch_delay=200,
+                            example=SAMPLES[0])
+    mar = archive.build(spec, tmp_path_factory.mktemp("store"), fmt="mar")
+    with LocalServer(tmp_path_factory.mktemp("ts")) as server:
+        server.register(mar)
+        yield spec, server
+
+
+def test_eight_concurrent_requests_answer_like_the_in_process_handler(served):
+    spec, server = served
+    expected = test_handler(spec, SAMPLES)
+    answers = server.predict_many("mlp", SAMPLES)
+    assert answers == expected
+    assert server.status("mlp").batch_size == 4
+
+
+def test_batched_requests_really_share_a_forward_pass(served):
+    spec, server = served
+    before = _batch_sizes(server)
+    server.predict_many("mlp", SAMPLES)
+    after = _batch_sizes(server)
+    assert max(after[len(before):] or [1]) > 1, after
+
+
+def test_a_bad_sample_in_a_batch_fails_alone_with_its_own_message(served):
+    spec, server = served
+    inputs = [SAMPLES[0], {"x": [1, 2]}, SAMPLES[1], {"nope": 1}]
+    answers = server.predict_many("mlp", inputs, return_exceptions=True)
+    assert answers[0] == test_handler(spec, [SAMPLES[0]])[0]
+    assert answers[2] == test_handler(spec, [SAMPLES[1]])[0]
+    for bad in (answers[1], answers[3]):
+        assert isinstance(bad, PredictionError) and bad.status == 400
+    assert "'x' must hold 4 numbers" in str(answers[1])
+    assert "Hint:" in str(answers[1])
+
+
+def test_non_serialisable_output_fails_that_request_with_a_hint(tmp_path):
+    spec = spec_from_source("odd", UNSERIALISABLE, batch_size=4, max_batch_delay=200)
+    inputs = [[1.0, 2.0], [-1.0, 2.0], [3.0, 4.0], [-5.0, 0.0]]
+    with LocalServer(tmp_path / "ts") as server:
+        server.register(spec)
+        answers = server.predict_many("odd", inputs, return_exceptions=True)
+    assert answers[0] == [1.0, 2.0] and answers[2] == [3.0, 4.0]
+    for bad in (answers[1], answers[3]):
+        assert isinstance(bad, PredictionError) and bad.status == 500
+        assert "Hint:" in str(bad)
+    assert [a.status for a in run_handler(spec, inputs)] == [200, 500, 200, 500]
+
+
+def _batch_sizes(server) -> list[int]:
+    """Batch sizes the shared handler reported as its MsnbBatchSize metric (one line per batch, any log)."""
+    sizes = []
+    for log in sorted(server.log_dir.glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "MsnbBatchSize.Count:" in line:
+                sizes.append(int(float(line.split("MsnbBatchSize.Count:")[1].split("|")[0])))
+    return sizes
