@@ -17,8 +17,8 @@ EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still repo
 no %%ms_handler cell, 2 usage error (bad options, unreadable notebook, unknown --handler, OUTDIR not writable).
 Errors go to stderr as `error: ...` followed by a `Hint: ...` line."""
 EXPORT_HELP = """Read NOTEBOOK with nbformat WITHOUT running it, capture every %%ms_handler cell (the option
-line is parsed exactly as the magic parses it; definitions come from the notebook's other code cells:
-the latest one above the handler cell wins, one found only below it is used with a warning), and write
+line is parsed exactly as the magic parses it; definitions come from the code cells above the handler
+cell, the latest one winning, as a fresh "Run All" would have them; cells below never count), and write
 one archive per handler into OUTDIR. Relative paths in the options (--checkpoint, --requirements,
 --extra-files, --example @file) resolve against the notebook's folder, not the current directory."""
 SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive

@@ -4,10 +4,10 @@ Cells are named by their 1-based position in the file, markdown cells included
 (``"quickstart.ipynb, cell 3"``), so an error points at the cell a person sees.
 
 Which definitions a handler cell gets (the dependency pool): the code cells ABOVE it, in file
-order, so the latest definition above the handler cell wins, exactly as "Run All" would leave
-the kernel when the handler cell runs. A name defined only BELOW the handler cell is still
-used (the nearest such cell wins) because the author's kernel, run out of order, had it; the
-spec then carries a warning saying that "Run All" would not see it there.
+order, so the latest definition above the handler cell wins, exactly as "Run All" leaves the
+kernel when the handler cell runs. A definition BELOW the handler cell never counts, even if
+the author's kernel had it from running cells out of order: the export must be what a fresh
+Run All builds. When a missing name is defined below, the error says where and to move it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from typing import Any, Iterable
 import nbformat
 from IPython.core.error import UsageError
 
-from msnb.errors import MsnbError, SpecError
+from msnb.capture import capture
+from msnb.errors import CaptureError, MsnbError, SpecError
 from msnb.options import handler_config, parse_handler_line
 from msnb.spec import HandlerSpec
 
 MAGIC = "%%ms_handler"
+_JSON_WORDS = {"true", "false", "null"}
 
 
 class NotebookError(MsnbError):
@@ -72,13 +74,19 @@ def read_notebook(path: str | Path) -> nbformat.NotebookNode:
     if not path.is_file():
         raise NotebookError(f"Notebook {str(path.resolve())!r} does not exist.", "give the path of an .ipynb file.")
     try:
-        nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as err:
         raise NotebookError(f"{path} is not valid notebook JSON ({err}).",
-                        "the file is corrupt or not an .ipynb; re-save it from Jupyter.") from None
-    except Exception as err:  # nbformat's NotJSONError / reader errors for non-notebook JSON
-        raise NotebookError(f"{path} is not a Jupyter notebook ({type(err).__name__}: {str(err)[:200]}).",
-                        "give an .ipynb file saved by Jupyter (nbformat 3 or 4).") from None
+                            "the file is corrupt or not an .ipynb; re-save it from Jupyter.") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("nbformat"), int) or not ({"cells", "worksheets"} & set(raw)):
+        raise NotebookError(f"{path} is JSON but not a Jupyter notebook (no nbformat version and cells).",
+                            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).")
+    try:
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+    except Exception as err:
+        raise NotebookError(f"{path} is not a readable notebook ({type(err).__name__}: {str(err)[:200]}).",
+                            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).") from None
     major = nb.get("nbformat")
     if major != 4:
         try:
@@ -103,30 +111,29 @@ def handler_cells(nb: nbformat.NotebookNode, label: str) -> list[HandlerCell]:
     return found
 
 
-def dependency_pool(nb: nbformat.NotebookNode, label: str, number: int) -> tuple[list, set[str]]:
-    """The (origin, python source) pool for the handler cell ``number`` and the origins below it.
-
-    Below-cells come first, nearest last, and above-cells after them in file order: capture
-    takes the latest definition in the pool, so one above always wins over one below.
-    """
-    above, below = [], []
+def dependency_pool(nb: nbformat.NotebookNode, label: str, number: int, below: bool = False) -> list:
+    """The (origin, source) code cells above handler cell ``number`` in file order (and below it with ``below``)."""
+    pool = []
     for index, cell in enumerate(nb.cells, start=1):
-        if index == number or cell.get("cell_type") != "code":
+        if index == number or cell.get("cell_type") != "code" or (index > number and not below):
             continue  # capture itself rewrites IPython syntax and skips cell-magic cells
-        (above if index < number else below).append((f"{label}, cell {index}", cell.get("source", "")))
-    return list(reversed(below)) + above, {origin for origin, _ in below}
+        pool.append((f"{label}, cell {index}", cell.get("source", "")))
+    return pool
 
 
 def capture_cell(nb: nbformat.NotebookNode, path: Path, cell: HandlerCell,
                  overrides: dict[str, Any] | None = None) -> HandlerSpec:
     """Parse the cell's option line with the magic's own parser and capture it (paths relative to the notebook)."""
-    from msnb.capture import capture
-
     overrides = dict(overrides or {})
+    notes: list[str] = []
     try:
         args = parse_handler_line(cell.line)
         if "checkpoint" in overrides:
             args.checkpoint = None
+        if args.example is not None and args.example.strip().isidentifier() and args.example.strip() not in _JSON_WORDS:
+            notes.append(f"--example {args.example.strip()} names a kernel variable, which export cannot read: "
+                         "the archive has no example (--check only loads the handler).")
+            args.example = None
         config = handler_config(args, namespace=None, base_dir=path.resolve().parent)
     except UsageError as err:
         raise SpecError(f"{cell.origin}: bad %%ms_handler line {cell.line!r}: {err}",
@@ -134,14 +141,28 @@ def capture_cell(nb: nbformat.NotebookNode, path: Path, cell: HandlerCell,
     except SpecError as err:
         raise SpecError(f"{cell.origin}: {err.message}", _variable_hint(args, err.hint)) from None
     config.update(overrides)
-    pool, below = dependency_pool(nb, path.name, cell.number)
-    spec = capture(args.name, cell.body, pool, cell_origin=cell.origin, **config)
-    late = [b for b in spec.pulled_in if b.origin in below]
-    if late:
-        notes = [f"{', '.join(b.names) or 'code'} comes from {b.origin}, below the handler cell: "
-                 "Run All would not have it yet; move that cell above." for b in late]
-        spec = spec.replace(warnings=tuple(spec.warnings) + tuple(notes))
-    return spec
+    config["warnings"] = tuple(notes)
+    try:
+        return capture(args.name, cell.body, dependency_pool(nb, path.name, cell.number), cell_origin=cell.origin,
+                       **config)
+    except CaptureError as err:
+        raise _below_hint(err, nb, path, cell, args.name, config) from None
+
+
+def _below_hint(err: CaptureError, nb, path: Path, cell: HandlerCell, name: str, config: dict) -> CaptureError:
+    """When the missing definitions exist below the handler cell, say so: export reads cells as Run All runs them."""
+    try:
+        spec = capture(name, cell.body, dependency_pool(nb, path.name, cell.number, below=True),
+                       cell_origin=cell.origin, **config)
+    except MsnbError:
+        return err
+    late = [b for b in spec.pulled_in if int(b.origin.rsplit(" ", 1)[-1]) > cell.number]
+    if not late:
+        return err
+    where = "; ".join(f"{', '.join(b.names) or 'code'} in {b.origin}" for b in late)
+    return CaptureError(f"{err.message} It is defined below the handler cell ({where}).",
+                        "move that cell above the handler cell: export reads the notebook top to bottom, "
+                        "as Run All runs it.")
 
 
 def load_handlers(path: str | Path, names: Iterable[str] | None = None,
