@@ -227,6 +227,5 @@ def _head(stmt: Stmt, raw: str) -> str:
     return line + (" ..." if (stmt.node.end_lineno or 0) > stmt.node.lineno else "")
 
 
-
 def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]

@@ -120,7 +120,7 @@ def import_bindings(node: ast.Import | ast.ImportFrom) -> dict[str, ast.alias]:
 
 def import_only(node: ast.Import | ast.ImportFrom, names: set[str]) -> str:
     """The import statement reduced to the aliases that bind ``names``."""
-    keep = [a for n, a in import_bindings(node).items() if n in names]
+    keep = [a for a in node.names if (a.asname or a.name.split(".")[0]) in names]
     if isinstance(node, ast.Import):
         return ast.unparse(ast.Import(names=keep))
     return ast.unparse(ast.ImportFrom(module=node.module, names=keep, level=node.level))
