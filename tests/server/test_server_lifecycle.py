@@ -1,0 +1,148 @@
+"""Starting and stopping real TorchServes: nothing left behind, whatever way the owner ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import requests
+
+from msnb.errors import ServerError
+from msnb.server import LocalServer
+
+from conftest import ECHO, build_mar, processes_naming, wait_until
+
+pytestmark = pytest.mark.server
+
+
+def test_two_servers_at_once_never_collide_and_stop_leaves_nothing(tmp_path):
+    mar = build_mar(tmp_path / "mars", "echo", ECHO)
+    first = LocalServer(tmp_path / "first").start()
+    second = LocalServer(tmp_path / "second", auth=False).start()
+    try:
+        assert not set(first.ports.values()) & set(second.ports.values())
+        first.register(mar)
+        second.register(mar)
+        assert first.predict("echo", {"n": 1})["echo"] == {"n": 1}
+        assert second.predict("echo", {"n": 2})["echo"] == {"n": 2}
+        assert requests.get(f"{second.inference_url}/ping", timeout=10).status_code == 200  # auth=False
+        first.stop()
+        assert not first.running and first.pid is None
+        assert not processes_naming(first.workdir)
+        assert second.predict("echo", {"still": 2})["echo"] == {"still": 2}
+    finally:
+        first.stop()
+        second.stop()
+    first.stop()  # a second stop is a no-op
+    assert not processes_naming(second.workdir)
+
+
+def test_stop_on_a_server_that_died_cleans_up_its_workers(tmp_path):
+    server = LocalServer(tmp_path / "srv").start()
+    server.register(build_mar(tmp_path / "mars", "echo", ECHO))
+    os.kill(server.pid, signal.SIGKILL)
+    assert wait_until(lambda: not server.running, timeout=15)
+    server.stop()
+    server.stop()
+    assert not processes_naming(server.workdir)
+
+
+def test_owner_killed_with_sigkill_takes_its_server_down(tmp_path):
+    mar = build_mar(tmp_path / "mars", "echo", ECHO)
+    owner = textwrap.dedent(
+        """
+        import sys
+        from msnb.server import LocalServer
+        server = LocalServer(sys.argv[1]).start()
+        server.register(sys.argv[2])
+        print(server.pid, flush=True)
+        sys.stdin.read()
+        """
+    )
+    workdir = tmp_path / "owned"
+    proc = subprocess.Popen([sys.executable, "-c", owner, str(workdir), str(mar)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    java_pid = int(proc.stdout.readline())
+    assert processes_naming(workdir)
+    proc.kill()
+    proc.wait()
+    assert wait_until(lambda: not processes_naming(workdir), timeout=15)
+    assert not _alive(java_pid)
+
+
+def test_default_server_is_stopped_at_normal_interpreter_exit(tmp_path):
+    script = "from msnb.server import default_server\nprint(default_server().workdir, flush=True)\n"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default server's workdir is a mkdtemp
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    workdir = out.stdout.strip()
+    assert workdir.startswith(str(tmp_path)), out.stderr
+    assert not processes_naming(workdir)
+
+
+def test_missing_java_is_refused_before_launching(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java-here"))
+    server = LocalServer(tmp_path / "srv")
+    with pytest.raises(ServerError, match=r"needs Java[\s\S]*Hint: install a Java runtime >= 11"):
+        server.start()
+    assert not server.running and not (tmp_path / "srv" / "config.properties").exists()
+
+
+def test_too_old_java_is_refused_before_launching(tmp_path, monkeypatch):
+    java = tmp_path / "jdk8" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho 'openjdk version \"1.8.0_292\"' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk8"))
+    with pytest.raises(ServerError, match=r"needs Java >= 11, but .* is Java 8[\s\S]*Hint: install"):
+        LocalServer(tmp_path / "srv").start()
+
+
+def test_a_requested_port_in_use_is_refused(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = LocalServer(tmp_path / "srv", ports={"inference": port})
+        with pytest.raises(ServerError, match=rf"port {port} on 127.0.0.1 is already in use[\s\S]*Hint:"):
+            server.start()
+    assert not server.running
+
+
+def test_a_start_that_times_out_leaves_nothing_running(tmp_path):
+    server = LocalServer(tmp_path / "srv", startup_timeout=0.01)
+    with pytest.raises(ServerError, match=r"did not become healthy within 0.01 s[\s\S]*Hint: pass a larger"):
+        server.start()
+    assert not server.running
+    assert not processes_naming(server.workdir)
+
+
+def test_keys_are_renewed_before_they_expire(tmp_path):
+    with LocalServer(tmp_path / "srv", token_expiration_min=0.1) as server:  # keys live 6 s
+        first = json.loads(server.layout.key_file.read_text())["management"]
+        expires = _timestamp(first["expiration time"])
+        assert wait_until(lambda: time.time() > expires + 1 and server.models() == [], timeout=30)
+        assert json.loads(server.layout.key_file.read_text())["management"]["key"] != first["key"]
+        stale = requests.get(f"{server.management_url}/models", timeout=10,
+                             headers={"Authorization": f"Bearer {first['key']}"})
+        assert stale.status_code == 400
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _timestamp(text: str) -> float:
+    from msnb.tsclient import _parse_time
+
+    return _parse_time(text)
