@@ -1,0 +1,149 @@
+"""The `msnb` command: help text, exit codes, errors without tracebacks, serve + predict end to end, notebooks vs export."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from msnb.cli import main
+from msnb.localtest import test_handler
+from msnb.notebook import load_handlers
+
+from test_export import EXAMPLE, handler, run, standard
+
+MSNB = str(Path(sys.executable).with_name("msnb"))
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_console_script_help_documents_every_command_and_the_exit_codes():
+    done = subprocess.run([MSNB, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    for word in ("export", "serve", "predict", "exit codes: 0 success, 1 a handler failed", "2 usage error"):
+        assert word in done.stdout
+
+
+@pytest.mark.parametrize("command, words", [
+    ("export", ["--handler", "--format", "--check", "--kserve", "WITHOUT running it", "notebook's folder"]),
+    ("serve", ["Ctrl-C", "model store", "serve.json", "--state"]),
+    ("predict", ["--data", "--url", "--token-file", "JSON|@FILE"]),
+])
+def test_subcommand_help(capsys, command, words):
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    assert all(w in out for w in words), out
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["export"], ["export", "nb.ipynb", "--format", "tgz"],
+                                  ["predict", "m"]])
+def test_usage_errors_exit_2(capsys, argv):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "usage: msnb" in err
+
+
+def test_predict_without_a_running_server_says_how_to_start_one(tmp_path, capsys):
+    code, _, err = run(capsys, "predict", "m", "--data", "{}", "--state", tmp_path / "serve.json")
+    assert code == 1 and "No `msnb serve` is running" in err and "Hint: start one with `msnb serve" in err
+    assert "Traceback" not in err
+
+
+def test_predict_with_bad_json_is_a_usage_error(tmp_path, capsys):
+    code, _, err = run(capsys, "predict", "m", "--data", "{not json", "--url", "http://127.0.0.1:9")
+    assert code == 2 and "--data: not valid JSON" in err and "Hint:" in err
+
+
+def test_serve_with_nothing_to_serve_is_a_usage_error(tmp_path, capsys):
+    code, _, err = run(capsys, "serve", tmp_path)
+    assert code == 2 and "no .mar file" in err and "Hint:" in err
+
+
+def test_errors_print_no_traceback_from_the_console_script(tmp_path):
+    bad = tmp_path / "x.ipynb"
+    bad.write_text("{")
+    done = subprocess.run([MSNB, "export", str(bad)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return json.loads(path.read_text())
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"msnb serve did not get ready: {proc.communicate()[0]}")
+
+
+@pytest.mark.server
+@pytest.mark.timeout(420)
+def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys):
+    nb = standard(tmp_path / "nb", handler("alpha"), handler("beta"))
+    assert main(["export", str(nb), "-o", str(tmp_path / "store")]) == 0
+    capsys.readouterr()
+    expected = test_handler(load_handlers(nb, ["beta"])[0].spec, [json.loads(EXAMPLE)])[0]
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(tmp_path)}
+    log = (tmp_path / "serve.out").open("w")
+    proc = subprocess.Popen([MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=tmp_path)
+    try:
+        state = _wait_for(tmp_path / "state" / "serve.json", proc)
+        java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
+        done = subprocess.run([MSNB, "predict", "beta", "--data", EXAMPLE], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == expected
+        missing = subprocess.run([MSNB, "predict", "gamma", "--data", EXAMPLE], env=env, capture_output=True,
+                                 text=True, timeout=120)
+        assert missing.returncode == 1 and "gamma" in missing.stderr and "Hint:" in missing.stderr
+        key = json.loads(Path(state["key_file"]).read_text())["inference"]["key"]
+        assert key and state["inference_url"].startswith("http://127.0.0.1:")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        log.close()
+    out = (tmp_path / "serve.out").read_text()
+    assert code == 0, out
+    assert "serving alpha 1.0" in out and "serving beta 1.0" in out and "server stopped" in out
+    assert not (tmp_path / "state" / "serve.json").exists()
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in java)
+
+
+# ---------------------------------------------------------------- the example notebooks: executed vs exported
+NOTEBOOK_INPUTS = {  # what each notebook sends in its `%ms_predict` cell
+    "quickstart.ipynb": lambda np: {"x": [0.5, -1.0, 2.0, 0.1]},
+    "text_classifier.ipynb": lambda np: {"text": "what a great fun movie"},
+    "bytes_batching.ipynb": lambda np: np.arange(8, dtype=np.float32).tobytes(),  # its `sample_bytes`
+}
+
+
+@pytest.mark.kernel
+@pytest.mark.server
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", sorted(NOTEBOOK_INPUTS))
+def test_exported_notebook_answers_what_the_executed_notebook_printed(name, tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "kernel"))
+    from nbrun import execute_notebook, printed_prediction
+
+    import numpy as np
+
+    from msnb.server import LocalServer
+
+    executed = execute_notebook(REPO / "notebooks" / name, tmp_path / "run")
+    printed = printed_prediction(executed)
+    data = NOTEBOOK_INPUTS[name](np)
+    # Export the notebook file (not the executed copy) from the folder it ran in: its checkpoint lies there.
+    notebook = tmp_path / "run" / name
+    assert main(["export", str(notebook), "-o", str(tmp_path / "export")]) == 0
+    (mar,) = sorted((tmp_path / "export").glob("*.mar"))
+    with LocalServer(tmp_path / "server") as server:
+        status = server.register(mar)
+        assert server.predict(status.name, data) == printed
