@@ -52,6 +52,7 @@ class LocalServer(ServingAPI):
             if self.running:
                 return self
             java = tsconfig.java_executable()  # refuse before launching: the launcher would return 0 anyway
+            self._refuse_shared_workdir()
             self.layout.create()
             for attempt in (1, 2):
                 self.ports = tsconfig.choose_ports(self._requested_ports)
@@ -157,6 +158,17 @@ class LocalServer(ServingAPI):
                               details="\n".join(tail(lay.java_out, 20))) from None
         self._watchdog = watchdog.spawn(pid)
         self._client = Client(Keys(lay.key_file, self.management_url, enabled=self.auth))
+
+    def _refuse_shared_workdir(self) -> None:
+        try:
+            other = psutil.Process(int((self.layout.tmp_dir / ".model_server.pid").read_text().strip()))
+            in_use = str(self.layout.config) in other.cmdline()
+        except (OSError, ValueError, psutil.Error):
+            return
+        if in_use:
+            raise ServerError(f"Another TorchServe (pid {other.pid}) already runs in {self.workdir}.",
+                              "give each LocalServer its own workdir (or none: msnb makes a fresh one), "
+                              "or stop the other server first.")
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout

@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from msnb.errors import ServerError
-from msnb.server import PredictionError
+from msnb.server import LocalServer, PredictionError
 from msnb.spec import spec_from_source
 
 from conftest import build_mar
@@ -37,6 +37,14 @@ def test_every_address_is_loopback_and_ports_are_distinct(server):
     assert config.count("127.0.0.1") >= 5
     assert len(set(server.ports.values())) == 5
     assert server.inference_url.startswith("http://127.0.0.1:")
+
+
+def test_a_second_server_in_the_same_workdir_is_refused(server):
+    config = (server.workdir / "config.properties").read_text()
+    with pytest.raises(ServerError, match=r"Another TorchServe \(pid \d+\) already runs[\s\S]*Hint:"):
+        LocalServer(server.workdir).start()
+    assert (server.workdir / "config.properties").read_text() == config
+    assert server.predict("echo", 1)["echo"] == 1
 
 
 def test_token_auth_is_on_and_msnb_sends_the_key(server):
