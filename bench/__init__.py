@@ -1,0 +1,1 @@
+"""msnb benchmarks: each compares msnb with the plain-TorchServe way of doing the same thing (python -m bench)."""

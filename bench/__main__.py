@@ -1,0 +1,64 @@
+"""`python -m bench [--quick] [--only NAME ...] [--out DIR]`: run msnb's benchmarks and write their report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from bench import report
+from bench.harness import Settings
+
+BENCHMARKS = ("inner_loop", "cold_start", "checkpoint", "throughput", "overhead")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smoke-sized run (< 3 min): fewer repetitions, "
+                        "smaller checkpoints, fewer requests")
+    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
+                        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent,
+                        help="where RESULTS.md, results.json and results.png go (default: bench/)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    workdir = Path(tempfile.mkdtemp(prefix="msnb-bench-"))  # checkpoints (up to 1 GiB) and servers; deleted
+    settings = Settings(quick=args.quick, workdir=workdir)
+    meta = {"quick": args.quick, "machine": report.machine()}
+    results, start = {}, time.perf_counter()
+    try:
+        for name in args.only or BENCHMARKS:
+            results[name] = run_one(name, settings)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    meta.update(seconds=time.perf_counter() - start, load_end=[round(x, 1) for x in os.getloadavg()])
+    report.write(results, meta, args.out)
+    print(f"wrote {args.out / 'RESULTS.md'} in {meta['seconds']:.0f} s", flush=True)
+    return 1 if any("error" in r for r in results.values()) else 0
+
+
+def run_one(name: str, settings: Settings) -> dict:
+    """One benchmark; a failure is recorded (and printed) so the others still run."""
+    print(f"[bench] {name} ...", flush=True)
+    start = time.perf_counter()
+    try:
+        result = importlib.import_module(f"bench.{name}").run(settings)
+    except Exception as err:  # noqa: BLE001 - report it and go on with the next benchmark
+        traceback.print_exc()
+        result = {"title": name, "error": f"{type(err).__name__}: {err}"[:1000]}
+    result["seconds"] = time.perf_counter() - start
+    print(f"[bench] {name} done in {result['seconds']:.0f} s", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Shared benchmark helpers: A/B interleaving, summaries, child peak memory, process waits, a loopback load generator."""
+
+from __future__ import annotations
+
+import http.client
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How big a run is: ``quick`` shrinks every benchmark to a smoke-sized version."""
+
+    quick: bool
+    workdir: Path
+
+    @property
+    def reps(self) -> int:
+        return 2 if self.quick else 5
+
+
+def interleave(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, list]:
+    """Run the variants A B A B ... ``reps`` times each; returns each variant's list of measurements."""
+    results: dict[str, list] = {name: [] for name in variants}
+    for _ in range(reps):
+        for name, measure in variants.items():
+            results[name].append(measure())
+    return results
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    """Median, min, max and the raw values of one measurement series."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "values": [round(v, 6) for v in values]}
+
+
+def ratio(slow: dict, fast: dict) -> float:
+    return slow["median"] / fast["median"] if fast["median"] else float("nan")
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# Runs in a small Python that only waits: RUSAGE_CHILDREN then holds the command's own peak RSS. (Measured
+# from this process directly, ru_maxrss would include the parent's RSS, inherited at fork/exec time.)
+_PEAK_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+                 "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+                 "sys.exit(rc)")
+
+
+def run_child(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None,
+              peak: bool = False) -> dict[str, float]:
+    """Run ``cmd`` to completion (failing loudly): its wall time and, with ``peak``, its peak RSS in MiB."""
+    peak_file = log.with_suffix(".peak")
+    full = [sys.executable, "-c", _PEAK_WRAPPER, str(peak_file), *cmd] if peak else cmd
+    start = time.perf_counter()
+    with open(log, "ab") as out:
+        rc = subprocess.call(full, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    seconds = time.perf_counter() - start
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {rc}:\n{log.read_text(errors='replace')[-2000:]}")
+    result = {"seconds": seconds}
+    if peak:
+        result["peak_rss_mib"] = int(peak_file.read_text()) / 1024  # Linux: ru_maxrss is in KiB
+    return result
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float = 30.0) -> None:
+    """Block until every process in ``procs`` has exited (zombies of ours count as gone)."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        while time.monotonic() < deadline:
+            try:
+                if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.02)
+        else:
+            raise TimeoutError(f"process {proc.pid} still running after {timeout} s")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def load(url: str, body: bytes, requests: int, clients: int, headers: dict, wall_cap: float) -> dict[str, float]:
+    """POST ``body`` ``requests`` times from ``clients`` keep-alive threads (stopping at ``wall_cap`` s)."""
+    host_port, path = url.split("://", 1)[1].split("/", 1)
+    host, port = host_port.split(":")
+    state = {"issued": 0, "errors": 0}
+    latencies: list[float] = []
+    lock = threading.Lock()
+    deadline = time.perf_counter() + wall_cap
+    headers = {"Content-Type": "application/json", **headers}
+
+    def client() -> None:
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        while True:
+            with lock:
+                if state["issued"] >= requests or time.perf_counter() > deadline:
+                    break
+                state["issued"] += 1
+            start = time.perf_counter()
+            ok = _post(conn, "/" + path, body, headers)
+            with lock:
+                latencies.append(time.perf_counter() - start)
+                state["errors"] += not ok
+        conn.close()
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return {"rps": len(latencies) / elapsed, "p50_ms": percentile(latencies, 0.5) * 1000,
+            "p99_ms": percentile(latencies, 0.99) * 1000, "requests": len(latencies), "errors": state["errors"]}
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes, headers: dict) -> bool:
+    try:
+        conn.request("POST", path, body, headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status == 200
+    except (OSError, http.client.HTTPException):
+        conn.close()  # reconnects on the next request
+        return False

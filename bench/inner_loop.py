@@ -1,0 +1,76 @@
+"""Benchmark 1, the warm inner loop: a handler changes -> the new version answers, msnb redeploy vs the manual CLI loop."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from bench import models
+from bench.anchors import ManualTorchServe, archive_cli
+from bench.harness import Settings, interleave, ratio, summary, timed
+from msnb.server import LocalServer
+
+NAME = "inner"
+
+
+def run(settings: Settings) -> dict:
+    work = settings.workdir / "inner_loop"
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
+    server, manual = LocalServer(work / "msnb"), ManualTorchServe(work / "manual")
+    revisions = itertools.count(1)
+    try:
+        server.start()
+        server.register(models.mlp_spec(NAME, models.SMALL, checkpoint))
+        _manual_deploy(manual, work, checkpoint, 0, restart=False)
+        times = interleave({
+            "msnb redeploy": lambda: timed(lambda: _msnb_deploy(server, checkpoint, next(revisions))),
+            "manual CLI loop": lambda: timed(lambda: _manual_deploy(manual, work, checkpoint, next(revisions))),
+        }, settings.reps)
+    finally:
+        server.stop()
+        manual.close()
+    return report({name: summary(values) for name, values in times.items()})
+
+
+def _msnb_deploy(server: LocalServer, checkpoint: Path, revision: int) -> None:
+    """What %%ms_handler + %ms_serve do after an edit: a new spec, redeployed, then one prediction."""
+    server.redeploy(models.mlp_spec(NAME, models.SMALL, checkpoint, revision=revision))
+    _check(server.predict(NAME, models.SAMPLE), revision)
+
+
+def _manual_deploy(manual: ManualTorchServe, work: Path, checkpoint: Path, revision: int, restart: bool = True) -> None:
+    """Edit handler.py, torch-model-archiver, torchserve --stop/--start, register, predict."""
+    handler = work / "handler.py"
+    handler.write_text(models.handwritten_source(models.mlp_source(revision), models.SMALL))
+    archive_cli(NAME, handler, checkpoint, manual.store, work / "archiver.log")
+    if restart:
+        manual.stop()
+    manual.start()
+    manual.register(f"{NAME}.mar")
+    _check(manual.predict(NAME, models.SAMPLE), revision)
+
+
+def _check(answer: dict, revision: int) -> None:
+    if answer.get("revision") != revision:  # a correctness check of what is timed, not a timed assertion
+        raise RuntimeError(f"expected the answer of revision {revision}, got {answer}")
+
+
+def report(stats: dict) -> dict:
+    msnb, manual = stats["msnb redeploy"], stats["manual CLI loop"]
+    speedup = ratio(manual, msnb)
+    return {
+        "title": "1. Warm inner loop (handler edit -> new version answers)",
+        "unit": "s",
+        "rows": stats,
+        "ratios": {"manual / msnb": speedup},
+        "targets": [
+            {"target": "msnb redeploy <= 2 s median", "value": f"{msnb['median']:.2f} s",
+             "met": msnb["median"] <= 2.0},
+            {"target": ">= 3x faster than the manual loop", "value": f"{speedup:.1f}x", "met": speedup >= 3.0},
+        ],
+        "notes": "Same small MLP and checkpoint for both. msnb: LocalServer.redeploy (no-archive build, register "
+                 "the new version, set-default, unregister the old) + predict. Manual: torch-model-archiver CLI "
+                 "(default .mar), torchserve --stop (waiting until Java and workers exit), --start, register, "
+                 "predict; token auth on (key read from key_file.json).",
+    }

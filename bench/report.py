@@ -1,0 +1,113 @@
+"""Write a benchmark run as results.json (raw numbers), RESULTS.md (tables, ratios, verdicts) and results.png."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import psutil  # noqa: E402
+
+# Which leaf measurements each plot panel shows: (benchmark, metric or None for all, panel title, unit).
+PANELS = [
+    ("inner_loop", None, "1. Warm inner loop", "s (median, min-max)"),
+    ("cold_start", None, "2. Cold start and stop", "s"),
+    ("checkpoint", "total s", "3. Build + register", "s (log)"),
+    ("checkpoint", "build peak MiB", "3. Build peak RSS", "MiB"),
+    ("throughput", "rps", "4. Throughput", "req/s"),
+    ("overhead", None, "5. handle() vs forward, batch of 8", "µs per call (log)"),
+]
+# Labels of the anchors (blue); everything else is msnb (orange).
+ANCHORS = ("manual", "default .mar", "hand-written", "raw model", "batch 1")
+
+
+def machine() -> dict:
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": sys.version.split()[0], "java": java[0] if java else "?",
+            **{pkg: metadata.version(pkg) for pkg in ("torch", "torchserve", "torch-model-archiver")},
+            "load_average_at_start": [round(x, 1) for x in os.getloadavg()]}
+
+
+def leaves(node: dict, path: tuple = ()) -> list[tuple[tuple, dict]]:
+    """Every summary (a dict with a median) under ``node``, with the keys leading to it."""
+    if "median" in node:
+        return [(path, node)]
+    out = []
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.extend(leaves(value, path + (str(key),)))
+    return out
+
+
+def write(results: dict, meta: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    (out / "RESULTS.md").write_text(markdown(results, meta))
+    plot(results, out / "results.png")
+
+
+def markdown(results: dict, meta: dict) -> str:
+    lines = ["# msnb benchmarks", "", f"`python -m bench{' --quick' if meta['quick'] else ''}` "
+             f"took {meta['seconds']:.0f} s. Machine and versions:", ""]
+    lines += [f"- {k}: {v}" for k, v in meta["machine"].items()] + [f"- load average at end: {meta['load_end']}", ""]
+    lines += ["Medians of interleaved repetitions (A B A B ...), min–max in brackets; the machine is shared "
+              "and noisy, so read the ratios, not single times.", "", "## Targets", "",
+              "| target | measured | verdict |", "|---|---|---|"]
+    for res in results.values():
+        for t in res.get("targets", []):
+            lines.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**not met**'} |")
+    for key, res in results.items():
+        lines += ["", f"## {res.get('title', key)}", ""]
+        if "error" in res:
+            lines += [f"Failed: `{res['error']}`"]
+            continue
+        lines += [f"| measurement ({res['unit']}) | median | min–max | n |", "|---|---|---|---|"]
+        for path, s in leaves(res["rows"]):
+            lines.append(f"| {' / '.join(path)} | {_fmt(s['median'])} | {_fmt(s['min'])}–{_fmt(s['max'])} | {s['n']} |")
+        lines += [""] + [f"- ratio {k}: **{v:.2f}**" for k, v in res.get("ratios", {}).items()]
+        lines += [f"- batching hurts: {h}" for h in res.get("batching_hurts", [])]
+        lines += ["", res.get("notes", "")]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def plot(results: dict, path: Path) -> None:
+    fig, axes = plt.subplots(2, 3, figsize=(18, 11))
+    for ax, (key, metric, title, unit) in zip(axes.flat, PANELS):
+        ax.set_title(title)
+        if key not in results or "error" in results[key]:
+            ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes)
+            continue
+        rows = [(p, s) for p, s in leaves(results[key]["rows"]) if metric is None or p[-1] == metric]
+        labels = [" / ".join(p[:-1] if metric else p) for p, _ in rows]
+        medians = [s["median"] for _, s in rows]
+        spread = [[s["median"] - s["min"] for _, s in rows], [s["max"] - s["median"] for _, s in rows]]
+        colors = ["tab:blue" if any(a in label for a in ANCHORS) else "tab:orange" for label in labels]
+        ax.barh(range(len(rows)), medians, xerr=spread, color=colors, capsize=3)
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(unit)
+        if "log" in unit:
+            ax.set_xscale("log")
+        if metric == "build peak MiB":
+            ax.axvline(results[key]["baseline_peak_mib"], color="gray", linestyle="--", label="import baseline")
+            ax.legend(fontsize=7)
+    fig.suptitle("msnb (orange) vs anchors (blue): medians with min–max", fontsize=14)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

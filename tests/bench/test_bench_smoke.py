@@ -1,0 +1,27 @@
+"""The benchmark harness still runs: `python -m bench --quick` writes a result per benchmark (no timings asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = {"inner_loop", "cold_start", "checkpoint", "throughput", "overhead"}
+
+
+@pytest.mark.server
+@pytest.mark.timeout(400)
+def test_quick_benchmark_run_writes_a_result_per_benchmark(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=380)
+    assert (tmp_path / "RESULTS.md").is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    assert (tmp_path / "results.png").is_file()
+    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert set(results) == BENCHMARKS
+    failed = {name: r["error"] for name, r in results.items() if "error" in r}
+    assert not failed, f"{failed}\n{run.stderr[-3000:]}"
+    assert all(r["rows"] for r in results.values())
