@@ -13,7 +13,7 @@ from nbrun import PREDICTION_PREFIX  # every notebook prints its final TorchServ
 QUICKSTART = [
     ("md", "# msnb quickstart\n\nA small MLP: train it for a moment, write its handler in one cell, "
            "test it in-process, build the `.mar`, serve it on a local TorchServe, ask it, stop the server."),
-    ("code", "import json\n\nimport torch\n\ntorch.manual_seed(0)"),
+    ("code", "import json\n\nimport torch\n\ntorch.manual_seed(0);"),
     ("code", "class MLP(torch.nn.Module):\n"
              "    def __init__(self, hidden=16):\n"
              "        super().__init__()\n"
@@ -56,7 +56,7 @@ QUICKSTART = [
 TEXT_CLASSIFIER = [
     ("md", "# A text classifier: the handler pulls in a class, a vocabulary and a tokenizer from earlier cells\n\n"
            "Text in (a JSON string or `{\"text\": ...}`), `{\"label\", \"score\"}` out."),
-    ("code", "import json\nimport re\n\nimport torch\n\ntorch.manual_seed(0)"),
+    ("code", "import json\nimport re\n\nimport torch\n\ntorch.manual_seed(0);"),
     ("code", "VOCAB = {\"<unk>\": 0, \"good\": 1, \"great\": 2, \"fun\": 3, \"bad\": 4, \"awful\": 5, \"boring\": 6, "
              "\"movie\": 7, \"the\": 8, \"was\": 9}\n"
              "LABELS = (\"negative\", \"positive\")"),
@@ -111,7 +111,7 @@ BYTES_BATCHING = [
     ("md", "# Raw bytes in, batching on, one bad request in the batch\n\n"
            "Each request is 8 float32 values as raw bytes (`application/octet-stream`). TorchServe batches up to 4 "
            "requests for 50 ms; a malformed request gets its own 400 while the rest of its batch succeeds."),
-    ("code", "import json\n\nimport numpy as np\nimport torch\n\ntorch.manual_seed(0)"),
+    ("code", "import json\n\nimport numpy as np\nimport torch\n\ntorch.manual_seed(0);"),
     ("code", "class Regressor(torch.nn.Module):\n"
              "    def __init__(self):\n"
              "        super().__init__()\n"

@@ -10,6 +10,7 @@ from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 PREDICTION_PREFIX = "prediction: "  # what every example notebook prints before its final TorchServe answer
 CELL_TIMEOUT_S = 60  # nbclient stalls intermittently for a whole cell timeout (FACTS.md): never assert on time
@@ -19,7 +20,7 @@ def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_
     """Copy ``path`` into ``workdir`` and run it there (the kernel's cwd); returns the executed notebook.
 
     HOME, TMPDIR and IPYTHONDIR point into ``workdir`` so Jupyter and TorchServe write nothing elsewhere.
-    A cell error raises nbclient's CellExecutionError with the cell's traceback.
+    A cell error raises AssertionError with the cell's traceback and the msnb errors shown before it.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -27,9 +28,13 @@ def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_
     shutil.copy2(path, copy)
     nb = nbformat.read(copy, as_version=4)
     client = NotebookClient(nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(workdir)}})
-    with _scratch_env(workdir):
-        client.execute()
-    nbformat.write(nb, workdir / f"executed-{copy.name}")
+    try:
+        with _scratch_env(workdir):
+            client.execute()
+    except CellExecutionError as err:  # msnb shows user mistakes without raising: put them in the report
+        raise AssertionError(f"msnb errors shown before the failing cell: {error_outputs(nb)}\n{err}") from None
+    finally:  # kept for a failing run too: the outputs above the failing cell explain it
+        nbformat.write(nb, workdir / f"executed-{copy.name}")
     return nb
 
 

@@ -13,9 +13,8 @@ from nbrun import error_outputs, execute_notebook, printed_prediction, stream_te
 NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 
-def test_every_notebook_is_generated_and_committed_without_outputs():
-    assert {p.name for p in NOTEBOOK_PATHS} == set(ALL)
-    for path in NOTEBOOK_PATHS:
+def test_the_example_notebooks_are_generated_and_committed_without_outputs():
+    for path in (NOTEBOOKS / name for name in ALL):
         assert path.read_text() == render(path.name), f"{path.name} is stale: run tests/kernel/make_notebooks.py"
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
@@ -31,6 +30,8 @@ def test_every_notebook_is_generated_and_committed_without_outputs():
 def test_notebook_runs_in_a_real_kernel_and_prints_a_torchserve_prediction(path: Path, tmp_path: Path):
     nb = execute_notebook(path, tmp_path)
     assert error_outputs(nb) == []
+    if path.name not in ALL:  # another surface's notebook (e.g. the widget demo): it runs cleanly
+        return
     prediction = printed_prediction(nb)
     assert isinstance(prediction, dict) and prediction, prediction
     texts = "\n".join(stream_texts(nb))
