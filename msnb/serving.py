@@ -36,23 +36,8 @@ class ServingAPI:
                  batch_size: int | None = None, max_batch_delay: int | None = None,
                  response_timeout: int | None = None) -> ModelStatus:
         """Register a .mar, a no-archive folder or a HandlerSpec and wait until a worker is ready."""
-        if isinstance(mar_or_spec, HandlerSpec):
-            name, version = mar_or_spec.name, mar_or_spec.version
-            self._refuse_duplicate(name, version)
-            from msnb import archive
-
-            # The fastest format to register; the in-process validation belongs to the build step.
-            path = archive.build(mar_or_spec, self.model_store, fmt="no-archive",
-                                 archive_name=safe_name(name, version), validate=False)
-            url = path.name
-            workers = workers or mar_or_spec.workers
-        else:
-            path = Path(mar_or_spec).expanduser()
-            if not path.exists():
-                raise ServerError(f"No model archive at {path}.", "build one first (msnb.build / %ms_build).")
-            name, version = read_manifest(path)
-            self._refuse_duplicate(name, version)
-            url = place(path, self.model_store, name, version)
+        name, version, url, spec_workers = self._place(mar_or_spec)
+        workers = workers or spec_workers
         params = {"url": url, "synchronous": "true", "initial_workers": workers or 1, "batch_size": batch_size,
                   "max_batch_delay": max_batch_delay, "response_timeout": response_timeout}
         cursor = self._cursor()
@@ -67,6 +52,24 @@ class ServingAPI:
         if workers and len(status.workers) != workers:  # the archive's minWorkers wins over initial_workers
             status = self.scale(name, workers, version=version)
         return status
+
+    def _place(self, mar_or_spec: HandlerSpec | str | Path) -> tuple[str, str, str, int | None]:
+        """(name, version, url in the model store, the spec's workers) of what is to be registered."""
+        if isinstance(mar_or_spec, HandlerSpec):
+            name, version = mar_or_spec.name, mar_or_spec.version
+            self._refuse_duplicate(name, version)
+            from msnb import archive
+
+            # The fastest format to register; the in-process validation belongs to the build step.
+            path = archive.build(mar_or_spec, self.model_store, fmt="no-archive",
+                                 archive_name=safe_name(name, version), validate=False)
+            return name, version, path.name, mar_or_spec.workers
+        path = Path(mar_or_spec).expanduser()
+        if not path.exists():
+            raise ServerError(f"No model archive at {path}.", "build one first (msnb.build / %ms_build).")
+        name, version = read_manifest(path)
+        self._refuse_duplicate(name, version)
+        return name, version, place(path, self.model_store, name, version), None
 
     def redeploy(self, spec: HandlerSpec) -> ModelStatus:
         """Register ``spec`` as a new version, make it the default, unregister the old ones; no restart."""
