@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,6 +73,14 @@ def test_errors_print_no_traceback_from_the_console_script(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
 
+@pytest.fixture
+def short_tmp():
+    """A short scratch folder: TorchServe's worker socket path under TMPDIR must fit AF_UNIX's 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="msnb-t-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,12 +95,12 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
 
 @pytest.mark.server
 @pytest.mark.timeout(420)
-def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys):
+def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, short_tmp):
     nb = standard(tmp_path / "nb", handler("alpha"), handler("beta"))
     assert main(["export", str(nb), "-o", str(tmp_path / "store")]) == 0
     capsys.readouterr()
     expected = test_handler(load_handlers(nb, ["beta"])[0].spec, [json.loads(EXAMPLE)])[0]
-    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
     log = (tmp_path / "serve.out").open("w")
     proc = subprocess.Popen([MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT,
                             cwd=tmp_path)
@@ -129,7 +139,8 @@ NOTEBOOK_INPUTS = {  # what each notebook sends in its `%ms_predict` cell
 @pytest.mark.server
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", sorted(NOTEBOOK_INPUTS))
-def test_exported_notebook_answers_what_the_executed_notebook_printed(name, tmp_path):
+def test_exported_notebook_answers_what_the_executed_notebook_printed(name, short_tmp):
+    tmp_path = short_tmp
     sys.path.insert(0, str(REPO / "tests" / "kernel"))
     from nbrun import execute_notebook, printed_prediction
 
