@@ -116,6 +116,28 @@ def test_a_requested_port_in_use_is_refused(tmp_path):
     assert not server.running
 
 
+def test_java_dying_at_startup_is_an_error_with_its_output_never_a_silent_success(tmp_path, monkeypatch):
+    # A java that passes the version check, then fails to bind like a real one whose port was taken
+    # between msnb's check and its bind (TorchServe's launcher still returns 0).
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        if [ "$1" = "-version" ]; then echo 'openjdk version "17.0.9"' >&2; exit 0; fi
+        sleep 0.5
+        echo "java.net.BindException: Address already in use"
+        exit 1
+        """))
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    server = LocalServer(tmp_path / "srv")
+    with pytest.raises(ServerError, match=r"exited while starting[\s\S]*Hint: free the port[\s\S]*BindException"):
+        server.start()
+    output = (server.log_dir / "java_stdout.log").read_text()
+    assert output.count("Address already in use") == 2  # freshly chosen ports were tried once more
+    assert not server.running and not processes_naming(server.workdir)
+
+
 def test_a_start_that_times_out_leaves_nothing_running(tmp_path):
     server = LocalServer(tmp_path / "srv", startup_timeout=0.01)
     with pytest.raises(ServerError, match=r"did not become healthy within 0.01 s[\s\S]*Hint: pass a larger"):
