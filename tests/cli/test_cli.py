@@ -158,3 +158,15 @@ def test_exported_notebook_answers_what_the_executed_notebook_printed(name, shor
     with LocalServer(tmp_path / "server") as server:
         status = server.register(mar)
         assert server.predict(status.name, data) == printed
+
+
+@pytest.mark.server
+@pytest.mark.timeout(300)
+def test_demo_exports_serves_predicts_and_stops(short_tmp):
+    env = {**os.environ, "TMPDIR": str(short_tmp)}
+    done = subprocess.run([sys.executable, "-m", "msnb.demo"], capture_output=True, text=True, timeout=280, env=env,
+                          cwd=short_tmp)
+    assert done.returncode == 0, done.stdout + done.stderr
+    prediction = json.loads(done.stdout.split("prediction: ", 1)[1].splitlines()[0])
+    assert set(prediction) == {"label", "score"}
+    assert "the notebook is not executed" in done.stdout and "stopping the server" in done.stdout
