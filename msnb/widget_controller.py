@@ -80,9 +80,9 @@ class Controller:
     def enabled(self) -> dict[str, bool]:
         """Which buttons can act now: none while an action runs; Predict only with a served model."""
         idle = self.running is None
-        return {"test": idle, "build": idle, "serve": idle,
-                "predict": idle and self.served is not None, "stop": idle and self.served is not None
-                or idle and self.actions.server_state()[0]}
+        served = self.served is not None
+        return {"test": idle, "build": idle, "serve": idle, "predict": idle and served,
+                "stop": idle and (served or self.actions.server_state()[0])}
 
     def validate(self, action: str) -> dict[str, Any]:
         """Parse the fields ``action`` needs; fills ``self.errors`` (field -> text) and returns the parsed values."""

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,12 +51,12 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
-def _scratch_env(scratch: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("HOME", "TMPDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR"):
+def _scratch_env(scratch: Path, short_tmp: Path) -> dict[str, str]:
+    """Jupyter's dirs in ``scratch``; TMPDIR short: TorchServe's worker sockets live there (AF_UNIX max 107 bytes)."""
+    env = dict(os.environ, TMPDIR=str(short_tmp), JUPYTER_PLATFORM_DIRS="1")
+    for var in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR"):
         (scratch / var.lower()).mkdir(parents=True, exist_ok=True)
         env[var] = str(scratch / var.lower())
-    env["JUPYTER_PLATFORM_DIRS"] = "1"
     return env
 
 
@@ -72,13 +73,20 @@ def _ours(scratch: Path) -> list[psutil.Process]:
 
 
 @pytest.fixture
-def voila(tmp_path):
-    """Voila on a free 127.0.0.1 port serving a copy of the demo notebook; yields (url, scratch, log)."""
+def short_tmp():
+    path = Path(tempfile.mkdtemp(prefix="msnb-w-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def voila(tmp_path, short_tmp):
+    """Voila on a free 127.0.0.1 port serving a copy of the demo notebook; yields (url, kernel TMPDIR, log)."""
     _require_chromium()
     app = tmp_path / "app"
     app.mkdir()
     shutil.copy(NOTEBOOK, app / NOTEBOOK.name)
-    env, log = _scratch_env(tmp_path), tmp_path / "voila.log"
+    env, log = _scratch_env(tmp_path, short_tmp), tmp_path / "voila.log"
     for _ in range(3):  # a free port can be taken between the probe and Voila's bind
         port = _free_port()
         with open(log, "ab") as out:  # never a pipe: the kernel and Java inherit it
@@ -92,14 +100,14 @@ def voila(tmp_path):
     else:
         pytest.fail(f"Voila did not start:\n{log.read_text()[-3000:]}")
     try:
-        yield f"http://127.0.0.1:{port}/", tmp_path, log
+        yield f"http://127.0.0.1:{port}/", short_tmp, log
     finally:
         proc.terminate()
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
-        for leftover in _ours(tmp_path):  # only processes under this test's scratch dir
+        for leftover in _ours(tmp_path) + _ours(short_tmp):  # only processes under this test's own dirs
             leftover.kill()
 
 
@@ -110,7 +118,7 @@ def page(voila, tmp_path):
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(str(tmp_path / "chromium"), executable_path=str(CHROMIUM),
                                                         headless=True, args=CHROMIUM_ARGS,
-                                                        viewport={"width": 1000, "height": 1600})
+                                                        viewport={"width": 1000, "height": 2200})
         # Only Voila on loopback: Voila's page asks a CDN for fonts, and nothing may leave the machine.
         context.route(re.compile(r"^(?!https?://127\.0\.0\.1[:/]).*"), lambda route: route.abort())
         try:
@@ -145,7 +153,7 @@ def _click_and_wait(page, action: str, expect: str, *, while_running: str | None
 
 
 def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
-    url, scratch, log = voila
+    url, kernel_tmp, log = voila
     try:
         page.goto(url, wait_until="domcontentloaded", timeout=120_000)
         page.locator(".msnb-widget").wait_for(timeout=180_000)  # Voila runs the notebook first
@@ -166,7 +174,7 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         _click_and_wait(page, "serve", "Serving 'widget_mlp'", while_running="starting the local TorchServe")
         status = page.locator(".msnb-status").inner_text()
         workdir = Path(re.search(r"workdir (\S+?)\)", status).group(1))
-        assert scratch in workdir.parents and _ours(workdir)    # the Java server runs under the kernel's TMPDIR
+        assert kernel_tmp in workdir.parents and _ours(workdir)    # the Java server runs under the kernel's TMPDIR
 
         served = _click_and_wait(page, "predict", '"label"')
         assert served == local                                   # TorchServe answers what the in-process test did

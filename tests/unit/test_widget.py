@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 
 import ipywidgets as widgets
@@ -31,9 +33,9 @@ def type_(w: BuildWidget, field: str, text: str) -> None:
     w.fields[field].set_state({"value": text})
 
 
-def click(w: BuildWidget, action: str) -> None:
+def click(w: BuildWidget, action: str, timeout: float = 10) -> None:
     w.buttons[action].click()
-    assert w.wait(10)
+    assert w.wait(timeout), f"{action} still running after {timeout} s"
 
 
 def disabled(w: BuildWidget) -> dict[str, bool]:
@@ -122,3 +124,28 @@ def test_a_new_handler_starts_from_defaults_and_says_what_is_missing(fake):
     assert "No handler named" in w.result.value and "Hint:" in w.result.value
     click(w, "test")
     assert "Version is empty" in w.field_errors["version"].value
+
+
+@pytest.mark.server
+def test_real_server_killed_after_serve_then_serve_again(mlp_spec):
+    from msnb.server import LocalServer
+    from msnb.session import Session
+    from msnb.widget_controller import Actions
+
+    # TorchServe's worker sockets live in the server's workdir: keep it short (AF_UNIX paths max 107 bytes).
+    workdir = tempfile.mkdtemp(prefix="msnb-w-")
+    session = Session(server_factory=lambda: LocalServer(workdir))
+    session.add(mlp_spec)
+    w = BuildWidget("mlp", actions=Actions.from_session(session), devices=CPU_ONLY)
+    try:
+        click(w, "serve", 180)
+        assert not disabled(w)["predict"], w.result.value
+        session.server(create=False)._java.kill()  # the Java server dies behind the widget's back
+        click(w, "predict", 60)
+        assert "no longer running" in w.result.value and disabled(w)["predict"]
+        click(w, "serve", 180)
+        click(w, "predict", 60)
+        assert "&quot;label&quot;" in w.result.value, w.result.value
+    finally:
+        session.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
