@@ -46,7 +46,8 @@ class ErrorView(View):
         super().__init__(err.message, rows, pre=err.details)
 
     def text(self) -> str:
-        return "\n".join(filter(None, [self.title, self.rows and f"Hint: {self.rows[0][1]}", self.pre and self.pre.rstrip()]))
+        lines = [self.title] + [f"Hint: {hint}" for _, hint in self.rows]
+        return "\n".join(lines + ([self.pre.rstrip()] if self.pre else []))
 
     def _repr_html_(self) -> str:
         hint = f"<div><b>Hint:</b> {_e(self.rows[0][1])}</div>" if self.rows else ""

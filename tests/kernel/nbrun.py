@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ PREDICTION_PREFIX = "prediction: "  # what every example notebook prints before 
 CELL_TIMEOUT_S = 60  # nbclient stalls intermittently for a whole cell timeout (FACTS.md): never assert on time
 
 
-def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_TIMEOUT_S) -> nbformat.NotebookNode:
+def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_TIMEOUT_S,
+                     shutdown: str = "graceful") -> nbformat.NotebookNode:
     """Copy ``path`` into ``workdir`` and run it there (the kernel's cwd); returns the executed notebook.
 
+    ``shutdown="immediate"`` kills the kernel at the end instead of asking it to exit.
     HOME, TMPDIR and IPYTHONDIR point into ``workdir`` so Jupyter and TorchServe write nothing elsewhere.
     A cell error raises AssertionError with the cell's traceback and the msnb errors shown before it.
     """
@@ -27,7 +30,8 @@ def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_
     copy = workdir / Path(path).name
     shutil.copy2(path, copy)
     nb = nbformat.read(copy, as_version=4)
-    client = NotebookClient(nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(workdir)}})
+    client = NotebookClient(nb, kernel_name="python3", timeout=timeout, shutdown_kernel=shutdown,
+                            resources={"metadata": {"path": str(workdir)}})
     try:
         with _scratch_env(workdir):
             client.execute()
@@ -64,18 +68,25 @@ def error_outputs(nb: nbformat.NotebookNode) -> list[str]:
 
 
 class _scratch_env:
-    """Set HOME/TMPDIR/IPYTHONDIR for the kernel nbclient starts (it inherits this process's environment)."""
+    """Set HOME/TMPDIR/IPYTHONDIR for the kernel nbclient starts (it inherits this process's environment).
+
+    TMPDIR is a fresh short folder, not one inside ``workdir``: TorchServe's worker sockets live under
+    it and a Unix socket path longer than ~107 bytes fails ("AF_UNIX path too long").
+    """
 
     def __init__(self, workdir: Path):
-        self.values = {k: str(workdir / d) for k, d in (("HOME", "home"), ("TMPDIR", "tmp"), ("IPYTHONDIR", "ipython"))}
+        self.values = {k: str(workdir / d) for k, d in (("HOME", "home"), ("IPYTHONDIR", "ipython"))}
 
     def __enter__(self):
+        self.tmp = tempfile.mkdtemp(prefix="msnb-nb-")
+        self.values["TMPDIR"] = self.tmp
         self.saved = {k: os.environ.get(k) for k in self.values}
         for key, value in self.values.items():
             Path(value).mkdir(parents=True, exist_ok=True)
             os.environ[key] = value
 
     def __exit__(self, *exc):
+        shutil.rmtree(self.tmp, ignore_errors=True)
         for key, value in self.saved.items():
             if value is None:
                 os.environ.pop(key, None)

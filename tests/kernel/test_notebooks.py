@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from make_notebooks import ALL, NOTEBOOKS, render
@@ -41,3 +43,30 @@ def test_notebook_runs_in_a_real_kernel_and_prints_a_torchserve_prediction(path:
     if path.name == "quickstart.ipynb":
         assert (tmp_path / "model_store" / "quickstart.mar").is_file()
         assert (tmp_path / "quickstart_mlp.pt").is_file()  # saved beside the notebook: `msnb export` finds it
+
+
+@pytest.mark.kernel
+@pytest.mark.server
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["shutdown", "kill"])
+def test_the_kernels_server_stops_with_the_kernel(how: str, tmp_path: Path):
+    """No `%ms_stop`: a kernel shut down (or killed, as a forced restart does) leaves no TorchServe behind."""
+    source = (NOTEBOOKS / "quickstart.ipynb").read_text()
+    nb = nbformat.reads(source, as_version=4)
+    nb.cells = [c for c in nb.cells if "%ms_stop" not in c.source and "%ms_build" not in c.source]
+    nb.cells.append(nbformat.v4.new_code_cell("print('server pid:', server.pid)"))
+    (tmp_path / "served.ipynb").write_text(nbformat.writes(nb))
+    nb = execute_notebook(tmp_path / "served.ipynb", tmp_path / "run", shutdown="immediate" if how == "kill" else "graceful")
+    pid = int(next(line.split()[-1] for text in stream_texts(nb) for line in text.splitlines()
+                   if line.startswith("server pid:")))
+    deadline = time.monotonic() + 60  # Java exits a few seconds after SIGTERM (FACTS.md): poll, bounded
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _alive(pid), f"TorchServe (pid {pid}) outlived its kernel ({how})"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
