@@ -1,0 +1,50 @@
+"""What the magics show, without a kernel: summaries, errors with their Hint, progress and status."""
+
+from __future__ import annotations
+
+import torch
+
+from msnb.display import ErrorView, ProgressView, SpecSummary, Status, describe_checkpoint
+from msnb.errors import ServerError
+from msnb.spec import HandlerSpec, SourceBlock
+
+
+def spec_with_pulled_in() -> HandlerSpec:
+    blocks = (SourceBlock("import torch\nclass Net(torch.nn.Module):\n    pass\n", "cell In[3]", ("torch", "Net")),
+              SourceBlock("VOCAB = {'<a&b>': 1}\n", "cell In[4]", ("VOCAB",)),
+              SourceBlock("def init_function():\n    return Net()\n", "cell In[5]", ("init_function",)))
+    return HandlerSpec(name="clf", blocks=blocks, roles={"init_function": "init_function"}, init_kwargs={"k": 2},
+                       batch_size=8, example={"text": "<b>hi</b>"}, warnings=("line 3: `train()` is not kept",))
+
+
+def test_summary_names_what_was_pulled_in_from_which_cell():
+    summary = SpecSummary(spec_with_pulled_in())
+    text = repr(summary)
+    assert "torch, Net from cell In[3]; VOCAB from cell In[4]" in text
+    assert "batchSize=8" in text and '{"k": 2}' in text and "train()" in text and "%ms_test clf" in text
+    html = summary._repr_html_()
+    assert "<b>hi</b>" not in html and "&lt;b&gt;hi&lt;/b&gt;" in html  # user text is escaped
+
+
+def test_error_shows_message_hint_and_log_lines_but_no_traceback():
+    err = ServerError("Registering clf failed.", "fix init_function.", details="worker: ValueError: bad <shape>")
+    view = ErrorView(err)
+    assert repr(view) == "Registering clf failed.\nHint: fix init_function.\nworker: ValueError: bad <shape>"
+    html = view._repr_html_()
+    assert "msnb-error" in html and "<pre>worker: ValueError: bad &lt;shape&gt;</pre>" in html
+    assert repr(ErrorView(ServerError("No hint here."))) == "No hint here."
+
+
+def test_progress_and_status():
+    assert "[##########..........]  50% packing" in repr(ProgressView("Building clf", "packing", 0.5))
+    assert "value='1.00'" in ProgressView("Building clf", "done", 3)._repr_html_()
+    status = Status({"specs": {"clf": {"version": "1.0", "digest": "abc"}}, "archives": {},
+                     "server": {"running": False, "url": None}, "models": []})
+    assert status["specs"]["clf"]["digest"] == "abc" and "server: not running" in repr(status)
+
+
+def test_checkpoint_descriptions():
+    assert describe_checkpoint(None).startswith("none")
+    assert describe_checkpoint("/m/model.pt") == "/m/model.pt"
+    assert describe_checkpoint(torch.nn.Linear(2, 2)).startswith("Linear module")
+    assert describe_checkpoint(torch.nn.Linear(2, 2).state_dict()) == "state_dict variable (2 entries)"
