@@ -53,6 +53,7 @@ class LocalServer(ServingAPI):
                 return self
             java = tsconfig.java_executable()  # refuse before launching: the launcher would return 0 anyway
             self._refuse_shared_workdir()
+            self.stop()  # a server that died by itself: clean up its watchdog and workers first
             self.layout.create()
             for attempt in (1, 2):
                 self.ports = tsconfig.choose_ports(self._requested_ports)
@@ -72,7 +73,7 @@ class LocalServer(ServingAPI):
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
         with self._lock:
             if self._java is not None:
-                watchdog.stop_tree(self._java.pid)
+                watchdog.stop_tree(self._java)
                 self._java = None
             self._kill_leftovers()
             if self._watchdog is not None:
@@ -96,7 +97,7 @@ class LocalServer(ServingAPI):
 
     @property
     def running(self) -> bool:
-        return self._java is not None and watchdog._alive(self._java)
+        return self._java is not None and watchdog.alive(self._java)
 
     @property
     def pid(self) -> int | None:
@@ -203,7 +204,7 @@ class LocalServer(ServingAPI):
             if any(mine in part for part in (proc.info["cmdline"] or ())):
                 procs.append(proc)
         for proc in procs:
-            watchdog.stop_tree(proc.pid, grace_s=2.0)
+            watchdog.stop_tree(proc, grace_s=2.0)
 
     def _call(self, method: str, url: str, kind: str, **kwargs):
         if not self.running or self._client is None:

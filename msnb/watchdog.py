@@ -18,23 +18,25 @@ TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
 POLL_S = 0.5
 
 
-def process_tree(pid: int) -> list[psutil.Process]:
-    """The process and its descendants (empty when it is gone)."""
+def process_tree(pid: int | psutil.Process) -> list[psutil.Process]:
+    """The process and its descendants (empty when it is gone, or its pid now names another process)."""
     try:
-        proc = psutil.Process(pid)
+        proc = pid if isinstance(pid, psutil.Process) else psutil.Process(pid)
+        if not alive(proc):
+            return []
         return [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
 
 
-def stop_tree(pid: int, grace_s: float = TERM_GRACE_S) -> None:
+def stop_tree(pid: int | psutil.Process, grace_s: float = TERM_GRACE_S) -> None:
     """SIGTERM the process, SIGKILL it after ``grace_s``, then kill whatever of its tree is left."""
     procs = process_tree(pid)
     if not procs:
         return
     _signal(procs[:1], "terminate")
-    _, alive = psutil.wait_procs(procs[:1], timeout=grace_s)
-    _signal(alive, "kill")
+    _, survivors = psutil.wait_procs(procs[:1], timeout=grace_s)
+    _signal(survivors, "kill")
     # Workers normally exit with Java; a SIGKILLed Java leaves them behind.
     _, leftovers = psutil.wait_procs(procs[1:], timeout=2.0)
     _signal(leftovers, "kill")
@@ -65,14 +67,15 @@ def watch(pid: int, owner_fd: int = 0) -> None:
         java = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return
-    while _alive(java):
+    while alive(java):
         ready, _, _ = select.select([owner_fd], [], [], POLL_S)
         if ready and not os.read(owner_fd, 4096):
-            stop_tree(pid)
+            stop_tree(java)
             return
 
 
-def _alive(proc: psutil.Process) -> bool:
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (is_running also notices a reused pid)."""
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
