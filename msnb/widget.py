@@ -22,6 +22,7 @@ from msnb.widget_form import FORMATS, LABELS
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
+LOG_LINES = 40  # the log area shows the newest lines; the controller keeps 200
 
 
 class BuildWidget(widgets.VBox):
@@ -97,10 +98,13 @@ class BuildWidget(widgets.VBox):
             self.progress.bar_style = "danger" if not c.result_ok and c.running is None else ""
             self.step.value = html.escape(step)
             self.status.value = html.escape(c.status)
-            colour = "#1b5e20" if c.result_ok else "#b71c1c"
-            self.result.value = f'<pre style="color:{colour};white-space:pre-wrap">{html.escape(c.result)}</pre>'
-            self.log_view.value = ('<pre style="max-height:12em;overflow:auto;white-space:pre-wrap">'
-                              f"{html.escape(chr(10).join(c.log))}</pre>")
+            self.result.value = _pre(c.result, "#1b5e20" if c.result_ok else "#b71c1c")
+            self.log_view.value = _pre("\n".join(c.log[-LOG_LINES:]), "#333")
+
+
+def _pre(text: str, colour: str) -> str:
+    # widget-html's line-height is a widget row (28 px): reset it, or a log tail fills the screen
+    return f'<pre style="color:{colour};white-space:pre-wrap;line-height:1.35;margin:0">{html.escape(text)}</pre>'
 
 
 def _html(css_class: str, value: str = "") -> widgets.HTML:

@@ -163,11 +163,15 @@ class Controller:
         return f"Serving {spec.name!r}. {line}"
 
     def _do_predict(self, parsed: dict[str, Any]) -> str:
-        if not self.actions.server_state()[0]:
-            self.served = None
-            raise MsnbError("The local TorchServe is no longer running: it stopped or died after Serve.",
-                            "click Serve to start it again (the log below has its last lines).", self._tail())
-        return form.pretty(self.actions.predict(self.served, parsed["payload"]))
+        if self.actions.server_state()[0]:
+            try:
+                return form.pretty(self.actions.predict(self.served, parsed["payload"]))
+            except MsnbError:
+                if self.actions.server_state()[0]:
+                    raise  # the server is up: its own error (bad input, handler failure) says more
+        self.served = None
+        raise MsnbError("The local TorchServe is no longer running: it stopped or died after Serve.",
+                        "click Serve to start it again (the log below has its last lines).", self._tail())
 
     def _do_stop(self, parsed: dict[str, Any]) -> str:
         self.actions.stop()

@@ -140,7 +140,9 @@ def test_real_server_killed_after_serve_then_serve_again(mlp_spec):
     try:
         click(w, "serve", 180)
         assert not disabled(w)["predict"], w.result.value
-        session.server(create=False)._java.kill()  # the Java server dies behind the widget's back
+        java = session.server(create=False)._java
+        java.kill()  # the Java server dies behind the widget's back
+        java.wait(30)
         click(w, "predict", 60)
         assert "no longer running" in w.result.value and disabled(w)["predict"]
         click(w, "serve", 180)

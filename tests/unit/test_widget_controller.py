@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from types import SimpleNamespace
 
@@ -205,3 +206,19 @@ def test_errors_show_message_and_hint_never_a_traceback(fake):
     assert not c.run("build")
     assert c.result.startswith("Build failed: RuntimeError: disk full\nHint:") and "Traceback" not in c.result
     assert c.running is None and c.enabled()["build"]
+
+
+def test_server_dying_during_predict_is_reported_as_such(fake):
+    def predict(name, data):
+        fake.alive = not died  # the request fails; the server died meanwhile, or is up and has its own error
+        raise ServerError("Cannot reach TorchServe: ConnectionError.", "is the server running?")
+
+    c = Controller("mlp", dataclasses.replace(fake.actions(), predict=predict), CPU_ONLY)
+    for died in (False, True):
+        fake.alive = True
+        assert c.run("serve")
+        assert not c.run("predict")
+        if died:
+            assert "no longer running" in c.result and not c.enabled()["predict"]
+        else:
+            assert c.result.startswith("Cannot reach TorchServe") and c.enabled()["predict"]
