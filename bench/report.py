@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ PANELS = [
     ("overhead", None, "5. handle() vs forward, batch of 8", "µs per call (log)"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
-ANCHORS = ("manual", "default .mar", "hand-written", "raw model", "batch 1")
+ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$")
 
 
 def machine() -> dict:
@@ -97,7 +98,7 @@ def plot(results: dict, path: Path) -> None:
         labels = [" / ".join(p[:-1] if metric else p) for p, _ in rows]
         medians = [s["median"] for _, s in rows]
         spread = [[s["median"] - s["min"] for _, s in rows], [s["max"] - s["median"] for _, s in rows]]
-        colors = ["tab:blue" if any(a in label for a in ANCHORS) else "tab:orange" for label in labels]
+        colors = ["tab:blue" if any(re.search(a, label) for a in ANCHORS) else "tab:orange" for label in labels]
         ax.barh(range(len(rows)), medians, xerr=spread, color=colors, capsize=3)
         ax.set_yticks(range(len(rows)), labels, fontsize=7)
         ax.invert_yaxis()
