@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ from msnb.errors import ServerError
 JAVA_MIN = 11
 JAVA_HINT = ("install a Java runtime >= 11 (17 recommended), e.g. `sudo apt-get install openjdk-17-jre-headless` "
              "or `conda install -c conda-forge openjdk=17`, or point JAVA_HOME at one.")
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
 
 # Quiet logging: worker output (tracebacks, handler logging) stays in model_log.log, the frontend
@@ -58,7 +60,15 @@ class Layout:
 
     @property
     def tmp_dir(self) -> Path:
-        return self.workdir / "tmp"
+        """TMPDIR/TEMP of the server: its pid file and the workers' Unix sockets (`.ts.sock.<port>`).
+
+        A socket path longer than the kernel's limit (108 bytes) kills every worker with
+        "AF_UNIX path too long"; a deep workdir then gets a short folder in /tmp named after it.
+        """
+        inside = self.workdir / "tmp"
+        if len(str(inside / ".ts.sock.65535")) < SOCKET_PATH_MAX:
+            return inside
+        return Path("/tmp") / f"msnb-ts-{hashlib.sha1(str(self.workdir).encode()).hexdigest()[:12]}"
 
     @property
     def config(self) -> Path:

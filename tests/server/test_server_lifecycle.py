@@ -168,3 +168,12 @@ def _timestamp(text: str) -> float:
     from msnb.tsclient import _parse_time
 
     return _parse_time(text)
+
+
+def test_deep_workdir_gets_short_worker_sockets_and_still_serves(tmp_path, archives):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    with LocalServer(deep) as server:
+        assert len(str(server.layout.tmp_dir / ".ts.sock.65535")) < 108
+        server.register(archives["echo"])
+        assert server.predict("echo", {"a": 1})["echo"] == {"a": 1}
+    assert not processes_naming(server.layout.tmp_dir)
