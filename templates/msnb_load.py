@@ -144,7 +144,7 @@ def _locked(lock_path: Path) -> Iterator[None]:
 def load_checkpoint(model: torch.nn.Module, path: Path, device: torch.device) -> None:
     """Load a state_dict file into ``model`` strictly (``weights_only=True``), with a clear key report."""
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        state = _read_state(path, device)
     except Exception as err:
         raise HandlerLoadError(f"Checkpoint {path.name} could not be loaded with weights_only=True: {err}",
                                "save weights only: torch.save(model.state_dict(), path).") from err
@@ -152,7 +152,7 @@ def load_checkpoint(model: torch.nn.Module, path: Path, device: torch.device) ->
         raise HandlerLoadError(f"Checkpoint {path.name} holds a {type(state).__name__}, not a state_dict.",
                                "save weights only: torch.save(model.state_dict(), path).")
     try:
-        result = model.load_state_dict(state, strict=False)
+        result = model.load_state_dict(state, strict=False, assign=_same_layout(model, state))
     except RuntimeError as err:  # shape mismatches raise even with strict=False
         raise HandlerLoadError(f"Checkpoint {path.name} does not fit the model: {err}",
                                "build the model with the init kwargs used for training.") from err
@@ -162,6 +162,23 @@ def load_checkpoint(model: torch.nn.Module, path: Path, device: torch.device) ->
             f"unexpected keys {_keys(result.unexpected_keys)}.",
             "save model.state_dict() of the same class and init kwargs ('module.' prefixes come from "
             "DataParallel; a nested dict from a training checkpoint: save checkpoint['state_dict']).")
+
+
+def _read_state(path: Path, device: torch.device):
+    """torch.load with mmap: the weights are paged in from the file instead of copied into memory."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True, mmap=True)
+    except RuntimeError:  # files in the legacy (pre-zip) format cannot be mmapped
+        return torch.load(path, map_location=device, weights_only=True)
+
+
+def _same_layout(model: torch.nn.Module, state: Any) -> bool:
+    """True when every entry matches the model's own in shape and dtype, so the loaded tensors can
+    replace the freshly initialised ones (assign) instead of being copied: one copy of the weights in
+    memory, not two. Otherwise load_state_dict copies (and casts) as usual."""
+    own = model.state_dict()
+    return all(isinstance(v, torch.Tensor) and k in own and own[k].shape == v.shape and own[k].dtype == v.dtype
+               and own[k].device == v.device for k, v in state.items())
 
 
 def _keys(keys: list[str], limit: int = 10) -> str:
