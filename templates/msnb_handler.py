@@ -36,7 +36,7 @@ HINTS = {
 }
 
 
-def record_metrics(context: Any, timings: dict[str, float], batch_size: int) -> None:
+def record_metrics(context: Any, timings: dict[str, float], batch_size: float) -> None:
     """Report per-stage times and the batch size as TorchServe custom metrics; never raises."""
     metrics = getattr(context, "metrics", None)
     if metrics is None:
@@ -48,6 +48,39 @@ def record_metrics(context: Any, timings: dict[str, float], batch_size: int) -> 
         metrics.add_metric("MsnbBatchSize", batch_size, "count", None, [], *_gauge())
     except Exception:  # metrics are best effort
         logger.warning("could not record metrics", exc_info=True)
+
+
+class MetricsWindow:
+    """Per-stage times and batch sizes, reported as TorchServe custom metrics at most once per ``interval_s``.
+
+    Every metric is a line the worker logs and the frontend parses: four lines per batch cost about 15 %
+    of the throughput at batch size 1 (measured against a hand-written handler). So batches are summed,
+    and the first batch after ``interval_s`` reports the window's means (ms per batch, samples per batch)
+    and starts a new one. At low traffic that is every batch; under load, one line per metric a second.
+    """
+
+    def __init__(self, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.interval_s, self.clock = interval_s, clock
+        self._reported_at: float | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.batches, self.samples = 0, 0
+        self.stage_ms = dict.fromkeys(METRICS, 0.0)
+
+    def add(self, context: Any, timings: dict[str, float], batch_size: int) -> None:
+        self.batches += 1
+        self.samples += batch_size
+        for stage, ms in timings.items():
+            self.stage_ms[stage] += ms
+        now = self.clock()
+        if self._reported_at is not None and now - self._reported_at < self.interval_s:
+            return
+        self._reported_at = now
+        mean_size = self.samples / self.batches
+        record_metrics(context, {stage: ms / self.batches for stage, ms in self.stage_ms.items()},
+                       int(mean_size) if mean_size.is_integer() else round(mean_size, 2))
+        self._reset()
 
 
 def _gauge() -> tuple:
@@ -81,7 +114,8 @@ class BatchHandler:
     """TorchServe entry point: ``handle(None, ctx)`` loads once, ``handle(batch, ctx)`` answers every request.
 
     A batch runs under ``torch.inference_mode()`` (preprocess and postprocess too); postprocess gets CPU
-    tensors. ``device_facts`` can be replaced before loading to simulate a GPU. After loading, ``model``,
+    tensors. ``device_facts`` can be replaced before loading to simulate a GPU; ``metrics`` reports the stage
+    timings (a ``MetricsWindow``). After loading, ``model``,
     ``device`` and ``memory_fraction`` (None unless maxGPUMemory applied) describe what was chosen.
     """
 
@@ -98,6 +132,7 @@ class BatchHandler:
         self.model: torch.nn.Module | None = None
         self.device: torch.device | None = None
         self.memory_fraction: float | None = None
+        self.metrics = MetricsWindow()
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
@@ -187,7 +222,7 @@ class BatchHandler:
             answers[idx] = self._answer(context, idx, output)
         marks.append(time.perf_counter())
         stages = ("preprocess", "inference", "postprocess")
-        record_metrics(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(data))
+        self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(data))
         return answers
 
     def _forward(self, inputs: dict[int, Any]) -> dict[int, Any]:

@@ -246,6 +246,28 @@ def test_stage_timings_and_batch_size_are_recorded_as_torchserve_metrics(tmp_pat
     assert any(line.startswith("[METRICS]MsnbInferenceTime.Milliseconds:") for line in lines)
 
 
+def test_under_load_metrics_are_the_means_of_a_window_reported_once_per_interval(tmp_path, caplog):
+    handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x)
+    now = [100.0]
+    handle.metrics = msnb_handler.MetricsWindow(interval_s=1.0, clock=lambda: now[0])
+
+    def batch_size_lines(sizes):
+        caplog.clear()
+        for size in sizes:
+            predict(handle, ctx, [{"x": [0] * 4}] * size)
+            now[0] += 0.1
+        return [r.getMessage().split("|")[0] for r in caplog.records
+                if r.getMessage().startswith("[METRICS]MsnbBatchSize")]
+
+    with caplog.at_level(logging.INFO):
+        assert batch_size_lines([3]) == ["[METRICS]MsnbBatchSize.Count:3"]  # the first batch reports at once
+        assert batch_size_lines([1, 2, 4]) == []  # within the interval: summed, not logged
+        now[0] += 1.0
+        assert batch_size_lines([5]) == ["[METRICS]MsnbBatchSize.Count:3"]  # mean of 1, 2, 4, 5
+        inference = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[METRICS]MsnbInference")]
+        assert len(inference) == 1
+
+
 def test_broken_metrics_never_fail_a_request(tmp_path):
     class Broken:
         def __getattr__(self, name):
