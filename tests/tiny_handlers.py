@@ -2,10 +2,8 @@
 
 import textwrap
 
-MLP_SOURCE = textwrap.dedent(
+MLP_CLASS = textwrap.dedent(
     '''
-    import torch
-
     class MLP(torch.nn.Module):
         def __init__(self, hidden=8):
             super().__init__()
@@ -14,7 +12,17 @@ MLP_SOURCE = textwrap.dedent(
 
         def forward(self, x):
             return self.fc2(torch.relu(self.fc1(x)))
+    '''
+)
 
+
+def mlp_class(name: str = "MLP") -> str:
+    """The source of a tiny 4 -> hidden -> 3 MLP class called ``name`` (it needs ``torch`` imported)."""
+    return MLP_CLASS.replace("class MLP(", f"class {name}(")
+
+
+MLP_SOURCE = "\nimport torch\n" + MLP_CLASS + textwrap.dedent(
+    '''
     def init_function(hidden=8):
         torch.manual_seed(0)
         return MLP(hidden)

@@ -14,17 +14,10 @@ import torch
 from msnb.cli import main
 from msnb.export import kserve_config
 
-IMPORTS = "import torch\n"
-NET = textwrap.dedent('''
-    class Net(torch.nn.Module):
-        def __init__(self, hidden=8):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(4, hidden)
-            self.fc2 = torch.nn.Linear(hidden, 3)
+from tiny_handlers import mlp_class
 
-        def forward(self, x):
-            return self.fc2(torch.relu(self.fc1(x)))
-''')
+IMPORTS = "import torch\n"
+NET = mlp_class("Net")
 BODY = textwrap.dedent('''
     import torch
 

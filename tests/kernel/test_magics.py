@@ -13,24 +13,11 @@ import msnb.session
 from msnb.display import Status
 from msnb.spec import HandlerSpec
 
+from tiny_handlers import mlp_class
+
 pytestmark = pytest.mark.kernel
 
-NET_CELL = textwrap.dedent(
-    """
-    import torch
-
-    class KNet(torch.nn.Module):
-        def __init__(self, hidden=8):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(4, hidden)
-            self.fc2 = torch.nn.Linear(hidden, 3)
-
-        def forward(self, x):
-            return self.fc2(torch.relu(self.fc1(x)))
-
-    KSCALE = 2.0
-    """
-)
+NET_CELL = "import torch\n" + mlp_class("KNet") + "\nKSCALE = 2.0\n"
 HANDLER = textwrap.dedent(
     """
     import torch
