@@ -102,6 +102,8 @@ def _export(args: argparse.Namespace) -> int:
         if item.spec.name in report.checked:
             print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")
     print(format_table(report))
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if report.kserve is not None:
         print(f"KServe layout: {report.kserve.resolve()} (set the InferenceService's storageUri to where you upload it)")
     elif args.kserve:

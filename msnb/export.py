@@ -38,6 +38,7 @@ class Report:
     failed: dict[str, MsnbError] = field(default_factory=dict)
     kserve: Path | None = None
     checked: dict = field(default_factory=dict)  # name -> the example's answer when --check ran it
+    warnings: list[str] = field(default_factory=list)  # about the export as a whole (e.g. the KServe config)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +80,7 @@ def _write_kserve_into(specs: list[HandlerSpec], root: Path, fmt: str, report: R
     except MsnbError as err:
         report.failed["--kserve"] = err
         return
+    report.warnings += [f"{s.name}: {KSERVE_BATCH_NOTE.format(n=s.batch_size)}" for s in specs if s.batch_size > 1]
     if also_listed:
         report.exported += [Exported(s, root / "model-store" / f"{s.name}.mar") for s in specs]
 
@@ -164,6 +166,14 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path
         shutil.rmtree(staging, ignore_errors=True)
 
 
+# KServe's envelopes (kserve for v1, kservev2 for v2) in TorchServe 0.12 read only the first request of a
+# batch and answer it alone: a batch of two requests fails both with 503 "number of batch response
+# mismatched" (measured). A KServe request batches its own instances; across requests batchSize must be 1.
+KSERVE_BATCH_NOTE = ("--batch-size {n} is set to 1 in the KServe config: TorchServe's KServe envelopes answer only "
+                     "the first request of a batch (503 for all of them otherwise). The instances of one "
+                     "KServe request still share one forward pass.")
+
+
 def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store") -> str:
     """config.properties for KServe's TorchServe runtime, which starts
     ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``.
@@ -174,6 +184,7 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/mode
     variable KServe sets from the InferenceService's protocolVersion, kserve for v1 or
     kservev2 for v2, reaches TorchServe; service_envelope is therefore not fixed here).
     Token authorisation is off: KServe's wrapper and readiness probe send no token (pytorch/serve#3301).
+    Every model's batchSize is 1 (see KSERVE_BATCH_NOTE).
     """
     models = {
         spec.name: {spec.version: {"defaultVersion": True, "marName": f"{spec.name}.mar", **_snapshot(spec)}}
@@ -204,7 +215,7 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/mode
 def _snapshot(spec: HandlerSpec) -> dict:
     cfg = spec.model_config()
     keys = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
-    return {k: cfg[k] for k in keys}
+    return {k: cfg[k] for k in keys} | {"batchSize": 1}
 
 
 def format_table(report: Report) -> str:

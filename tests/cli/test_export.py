@@ -264,9 +264,11 @@ def test_kserve_layout_has_model_store_and_config(tmp_path, capsys):
     snapshot = json.loads(props["model_snapshot"])
     assert snapshot["modelCount"] == 2
     assert snapshot["models"]["a"]["1.0"] == {"defaultVersion": True, "marName": "a.mar", "minWorkers": 2,
-                                              "maxWorkers": 2, "batchSize": 4, "maxBatchDelay": 20,
+                                              "maxWorkers": 2, "batchSize": 1, "maxBatchDelay": 20,
                                               "responseTimeout": 120}
     assert "KServe layout:" in out
+    assert "warning: a: --batch-size 4 is set to 1 in the KServe config" in err
+    assert "warning: b:" not in err
 
 
 def test_kserve_layout_is_not_written_when_a_handler_fails(tmp_path, capsys):

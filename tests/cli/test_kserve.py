@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -21,7 +22,7 @@ from msnb.notebook import load_handlers
 from msnb.tsconfig import free_port
 from msnb.watchdog import stop_tree
 
-from test_export import handler, standard
+from test_export import EXAMPLE, handler, standard
 
 TORCHSERVE = str(Path(sys.executable).with_name("torchserve"))
 READY_TIMEOUT_S = 180
@@ -129,7 +130,7 @@ def test_torchserve_started_like_kserve_serves_every_exported_handler_without_re
             assert resp.status_code == 200, resp.text
             assert resp.json() == answer
         beta = requests.get(f"{ts.url}/models/beta", timeout=10).json()[0]
-        assert (beta["modelVersion"], beta["batchSize"], beta["maxBatchDelay"]) == ("2.0", 2, 5)
+        assert (beta["modelVersion"], beta["batchSize"], beta["maxBatchDelay"]) == ("2.0", 1, 5)
 
 
 @pytest.mark.server
@@ -144,6 +145,12 @@ def test_kserve_v1_envelope_answers_instances_with_predictions(exported, tmp_pat
                                  timeout=60)
             assert resp.status_code == 200, resp.text + ts.log()
             assert resp.json() == {"predictions": [answer, answer]}
+        # Concurrent requests to beta (--batch-size 2 in the notebook): each answered, none batched with another.
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: requests.post(f"{ts.url}/v1/models/beta:predict", timeout=60,
+                                                            json={"instances": [expected["beta"][0]]}), range(8)))
+        assert [r.status_code for r in answers] == [200] * 8, [r.text for r in answers]
+        assert all(r.json() == {"predictions": [expected["beta"][1]]} for r in answers)
 
 
 def test_kserve_dir_has_nothing_but_the_layout(exported):
@@ -152,3 +159,38 @@ def test_kserve_dir_has_nothing_but_the_layout(exported):
         ["config", "config/config.properties", "model-store", *(f"model-store/{n}.mar" for n in expected)])
     assert json.loads((kserve_dir / "config" / "config.properties").read_text().split("model_snapshot=")[1])
     assert shutil.which(TORCHSERVE) or Path(TORCHSERVE).exists()
+
+
+V2_BODY = '''
+import torch
+
+def init_function(hidden=8):
+    return Net(hidden)
+
+def preprocess(sample):
+    return torch.tensor(sample, dtype=torch.float32)  # v2: one input tensor's data, reshaped to its shape
+
+def postprocess(output):
+    return [round(float(v), 4) for v in output]
+'''
+
+
+@pytest.mark.server
+@pytest.mark.timeout(420)
+def test_kserve_v2_envelope_answers_each_input_tensor(tmp_path):
+    """protocolVersion v2: TS_SERVICE_ENVELOPE=kservev2; each input tensor of a request is one sample."""
+    nb = standard(tmp_path / "nb", handler("gamma", body=V2_BODY).replace(EXAMPLE, "[1, 2, 3, 4]"))
+    assert main(["export", str(nb), "--kserve", str(tmp_path / "ks")]) == 0
+    (spec,) = [c.spec for c in load_handlers(nb)]
+    inputs = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]]
+    expected = test_handler(spec, inputs)
+    body = {"id": "req-1", "inputs": [{"name": f"in{i}", "shape": [4], "datatype": "FP32", "data": x}
+                                      for i, x in enumerate(inputs)]}
+    with KServeLikeTorchServe(tmp_path / "ks", tmp_path, envelope="kservev2") as ts:
+        ts.wait_ready(["gamma"])
+        resp = requests.post(f"{ts.url}/v2/models/gamma/infer", json=body, timeout=60)
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    assert (answer["id"], answer["model_name"]) == ("req-1", "gamma")
+    assert [o["name"] for o in answer["outputs"]] == ["in0", "in1"]
+    assert [o["data"] for o in answer["outputs"]] == expected
