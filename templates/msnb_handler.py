@@ -98,16 +98,29 @@ class _Failed:
         self.stage, self.error = stage, error
 
 
-def _set_status(context: Any, idx: int, code: int, phrase: str) -> None:
-    setter = getattr(context, "set_response_status", None)
-    if setter is None:
+class _ErrorAnswer(dict):
+    """A failed sample's JSON answer (error, hint, stage, type); ``status`` is its HTTP status."""
+
+    status = 500
+
+
+def _set_statuses(context: Any, answers: list) -> None:
+    """Give each failed request its own status when the batch holds one sample per request.
+
+    Behind a request envelope (KServe's), the batch is the instances of ONE request, answered as one
+    response: there a failed instance stays an error object inside it and the status is left alone.
+    """
+    processors = getattr(context, "request_processor", None) or []
+    if len(processors) != len(answers):
         return
-    try:
-        setter(code, phrase, idx)
-        if getattr(context, "request_processor", None) is not None:
+    for idx, answer in enumerate(answers):
+        if not isinstance(answer, _ErrorAnswer):
+            continue
+        try:
+            context.set_response_status(answer.status, f"{answer['stage']} failed", idx)
             context.set_response_content_type(idx, "application/json")
-    except Exception:
-        logger.warning("could not set the status of request %d", idx, exc_info=True)
+        except Exception:
+            logger.warning("could not set the status of request %d", idx, exc_info=True)
 
 
 class BatchHandler:
@@ -214,13 +227,14 @@ class BatchHandler:
             try:
                 inputs[idx] = self.preprocess(request_body(request))
             except Exception as err:
-                answers[idx] = self._error(context, idx, "preprocess", err)
+                answers[idx] = self._error(idx, "preprocess", err)
         marks.append(time.perf_counter())
         outputs = self._forward(inputs)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
-            answers[idx] = self._answer(context, idx, output)
+            answers[idx] = self._answer(idx, output)
         marks.append(time.perf_counter())
+        _set_statuses(context, answers)
         stages = ("preprocess", "inference", "postprocess")
         self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(data))
         return answers
@@ -251,28 +265,29 @@ class BatchHandler:
         # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
         return to_device(self.model(to_device(batch, self.device)), torch.device("cpu"))
 
-    def _answer(self, context: Any, idx: int, output: Any) -> Any:
+    def _answer(self, idx: int, output: Any) -> Any:
         if isinstance(output, _Failed):
-            return self._error(context, idx, output.stage, output.error)
+            return self._error(idx, output.stage, output.error)
         try:
             result = self.postprocess(output)
         except Exception as err:
-            return self._error(context, idx, "postprocess", err)
+            return self._error(idx, "postprocess", err)
         if isinstance(result, (bytes, bytearray, str)):
             return result
         result = json_safe(result)
         try:
             json.dumps(result)
         except (TypeError, ValueError) as err:
-            return self._error(context, idx, "serialise", err)
+            return self._error(idx, "serialise", err)
         return result
 
-    def _error(self, context: Any, idx: int, stage: str, err: BaseException) -> dict:
-        code = 400 if stage == "preprocess" else 500
+    def _error(self, idx: int, stage: str, err: BaseException) -> dict:
         logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
-        _set_status(context, idx, code, f"{stage} failed")
         message = f"{type(err).__name__}: {err}"[:2000]
-        return {"error": f"{stage} failed: {message}", "hint": HINTS[stage], "stage": stage, "type": type(err).__name__}
+        answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=HINTS[stage], stage=stage,
+                              type=type(err).__name__)
+        answer.status = 400 if stage == "preprocess" else 500
+        return answer
 
 
 def handler_factory(init_function: Callable[..., torch.nn.Module], preprocess_function: Callable | None = None,

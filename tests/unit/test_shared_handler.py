@@ -194,6 +194,21 @@ def test_bad_input_gets_its_own_400_and_the_rest_of_the_batch_succeeds(tmp_path,
     assert any(r.exc_info and "request 1 failed in preprocess" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("bad", [0, 1])
+def test_behind_a_request_envelope_a_bad_instance_stays_an_error_object_in_the_one_response(tmp_path, bad):
+    """KServe's envelopes hand the handler the instances of ONE request: no per-request status to set."""
+    handle, ctx, model = loaded(tmp_path, preprocess_function=to_x)
+    instances = [{"x": [1, 2, 3, 4]}, {"x": [0, 0, 0, 0]}, {"x": [4, 3, 2, 1]}]
+    instances[bad] = {"pixels": []}
+    ctx.request_processor = [RequestProcessor({})]  # one request ...
+    ctx.request_ids = {0: "req-0"}
+    ctx.metrics.request_ids = ctx.request_ids
+    answers = handle([{"data": i} for i in instances], ctx)  # ... three instances (what the envelope passes on)
+    assert len(answers) == 3 and answers[bad]["stage"] == "preprocess"
+    assert all(isinstance(a, list) for i, a in enumerate(answers) if i != bad)
+    assert ctx.get_response_status(0)[0] == 200
+
+
 def test_unserialisable_postprocess_output_is_a_500_with_a_hint(tmp_path):
     post = iter([{"ok": 1}, {"obj": object()}, {"ok": 3}])
     handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x, postprocess_function=lambda out: next(post))
