@@ -22,6 +22,7 @@ from msnb.tslogs import LogCursor, tail
 from msnb.tsmodels import ModelStatus, PredictionError  # noqa: F401  (re-exported)
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
+LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
 
 
 class LocalServer(ServingAPI):
@@ -54,20 +55,31 @@ class LocalServer(ServingAPI):
             java = tsconfig.java_executable()  # refuse before launching: the launcher would return 0 anyway
             self._refuse_shared_workdir()
             self.stop()  # a server that died by itself: clean up its watchdog and workers first
-            self.layout.create()
-            for attempt in (1, 2):
-                self.ports = tsconfig.choose_ports(self._requested_ports)
-                tsconfig.write_config(self.layout, self.ports, auth=self.auth, quiet_logs=self.quiet_logs,
-                                      token_expiration_min=self.token_expiration_min)
-                try:
-                    self._launch(java)
-                    self._wait_ready()
-                    break
-                except _PortTaken:
-                    if attempt == 2 or self._requested_ports:
-                        raise
+            try:
+                self._start(java)
+            except OSError as err:
+                self.stop()
+                raise ServerError(f"Cannot start TorchServe in {self.workdir}: {err}",
+                                  "give LocalServer(workdir=...) a folder you can write to.") from None
+            except BaseException:  # a failed or interrupted (Ctrl-C) start leaves nothing running
+                self.stop()
+                raise
             _LIVE.add(self)
             return self
+
+    def _start(self, java: str) -> None:
+        self.layout.create()
+        for attempt in (1, 2):
+            self.ports = tsconfig.choose_ports(self._requested_ports)
+            tsconfig.write_config(self.layout, self.ports, auth=self.auth, quiet_logs=self.quiet_logs,
+                                  token_expiration_min=self.token_expiration_min)
+            try:
+                self._launch(java)
+                self._wait_ready()
+                return
+            except _PortTaken:
+                if attempt == 2 or self._requested_ports:
+                    raise
 
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
@@ -150,7 +162,14 @@ class LocalServer(ServingAPI):
         with lay.java_out.open("ab") as out:
             launcher = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-            launcher.wait(timeout=60)
+            try:
+                launcher.wait(timeout=LAUNCHER_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
+                raise ServerError(f"TorchServe's launcher did not return within {LAUNCHER_TIMEOUT_S} s.",
+                                  "see TorchServe's output below; check Java 17 and the installed torchserve.",
+                                  details="\n".join(tail(lay.java_out, 20))) from None
         try:
             pid = int((lay.tmp_dir / ".model_server.pid").read_text().strip())
             self._java = psutil.Process(pid)
@@ -207,9 +226,10 @@ class LocalServer(ServingAPI):
             watchdog.stop_tree(proc, grace_s=2.0)
 
     def _call(self, method: str, url: str, kind: str, **kwargs):
-        if not self.running or self._client is None:
+        client = self._client  # read once: stop() in another thread sets it to None
+        if client is None or not self.running:
             raise ServerError("The local TorchServe is not running.", "start it with server.start() (or %ms_serve).")
-        return self._client.call(method, url, kind, **kwargs)
+        return client.call(method, url, kind, **kwargs)
 
     def _cursor(self) -> LogCursor:
         return LogCursor(self.log_dir)

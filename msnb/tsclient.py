@@ -8,6 +8,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Mapping
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -45,15 +46,24 @@ class Keys:
                 self._renew(kind)
             return {"Authorization": f"Bearer {self._keys[kind]['key']}"}
 
-    def renew(self, kind: str) -> None:
+    def renew(self, kind: str, rejected: Mapping[str, str]) -> None:
+        """Renew the key that was sent in the ``rejected`` headers, unless another thread already did.
+
+        TorchServe keeps one key per kind: renewing it again would reject the new key other threads sent.
+        """
         with self._lock:
-            self._renew(kind)
+            if rejected.get("Authorization") == f"Bearer {self._keys.get(kind, {}).get('key')}":
+                self._renew(kind)
 
     def _renew(self, kind: str) -> None:
         # POST /token?type=... with the API key (which never expires) makes a new key and rewrites key_file.json.
         api_key = self._keys["API"]["key"]
-        resp = requests.post(f"{self.management_url}/token", params={"type": kind},
-                             headers={"Authorization": f"Bearer {api_key}"}, timeout=10)
+        try:
+            resp = requests.post(f"{self.management_url}/token", params={"type": kind},
+                                 headers={"Authorization": f"Bearer {api_key}"}, timeout=10)
+        except requests.RequestException as err:
+            raise ServerError(f"Could not renew TorchServe's {kind} key: {type(err).__name__}.",
+                              "is the server running? Restart it (server.stop(); server.start()).") from None
         if resp.status_code != 200:
             raise ServerError(f"Could not renew TorchServe's {kind} key: HTTP {resp.status_code} {resp.text[:200]}.",
                               "restart the server (server.stop(); server.start()).")
@@ -89,23 +99,25 @@ class Client:
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size)
         self.session.mount("http://", adapter)
 
-    def call(self, method: str, url: str, kind: str, *, timeout: float | None = 60.0, **kwargs) -> requests.Response:
-        for attempt in (1, 2):
-            headers = {**kwargs.pop("headers", {}), **self.keys.header(kind)}
-            try:
-                resp = self.session.request(method, url, headers=headers, timeout=timeout, **kwargs)
-            except requests.Timeout:
-                raise ServerError(f"TorchServe did not answer {method} {url} within {timeout} s.",
-                                  "pass a larger timeout=, or check the worker log (server.log_tail()).") from None
-            except requests.ConnectionError as err:
-                raise ServerError(f"Cannot reach TorchServe at {url}: {err.__class__.__name__}.",
-                                  "is the server running? Start it with server.start().") from None
-            if attempt == 1 and resp.status_code == 400 and "InvalidKeyException" in resp.text and self.keys.enabled:
-                self.keys.renew(kind)  # the key expired between our check and the call
-                kwargs["headers"] = {k: v for k, v in headers.items() if k != "Authorization"}
-                continue
-            return resp
+    def call(self, method: str, url: str, kind: str, *, timeout: float | None = 60.0,
+             headers: dict | None = None, **kwargs) -> requests.Response:
+        resp = self._send(method, url, kind, timeout, headers, kwargs)
+        if resp.status_code == 400 and "InvalidKeyException" in resp.text and self.keys.enabled:
+            self.keys.renew(kind, resp.request.headers)  # the key expired between our check and the call
+            resp = self._send(method, url, kind, timeout, headers, kwargs)
         return resp
+
+    def _send(self, method: str, url: str, kind: str, timeout: float | None, headers: dict | None,
+              kwargs: dict) -> requests.Response:
+        headers = {**(headers or {}), **self.keys.header(kind)}
+        try:
+            return self.session.request(method, url, headers=headers, timeout=timeout, **kwargs)
+        except requests.Timeout:
+            raise ServerError(f"TorchServe did not answer {method} {url} within {timeout} s.",
+                              "pass a larger timeout=, or check the worker log (server.log_tail()).") from None
+        except requests.ConnectionError as err:
+            raise ServerError(f"Cannot reach TorchServe at {url}: {err.__class__.__name__}.",
+                              "is the server running? Start it with server.start().") from None
 
     def close(self) -> None:
         self.session.close()

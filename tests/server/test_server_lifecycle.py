@@ -146,6 +146,23 @@ def test_a_start_that_times_out_leaves_nothing_running(tmp_path):
     assert not processes_naming(server.workdir)
 
 
+def test_a_start_interrupted_by_ctrl_c_leaves_nothing_running_and_can_start_again(tmp_path, monkeypatch):
+    server = LocalServer(tmp_path / "srv")
+
+    def interrupted(self):
+        assert self.running  # Java is up; the user presses Ctrl-C while msnb waits for /ping
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalServer, "_wait_ready", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            server.start()
+    assert not server.running
+    assert not processes_naming(server.workdir)
+    with server:
+        assert server.models() == []
+
+
 def test_keys_are_renewed_before_they_expire(tmp_path):
     with LocalServer(tmp_path / "srv", token_expiration_min=0.1) as server:  # keys live 6 s
         first = json.loads(server.layout.key_file.read_text())["management"]
@@ -155,6 +172,19 @@ def test_keys_are_renewed_before_they_expire(tmp_path):
         stale = requests.get(f"{server.management_url}/models", timeout=10,
                              headers={"Authorization": f"Bearer {first['key']}"})
         assert stale.status_code == 400
+
+
+def test_a_key_replaced_behind_msnbs_back_is_renewed_once_for_concurrent_calls(tmp_path):
+    """Every thread's call fails with the stale key; one renewal must serve them all (TorchServe keeps one key)."""
+    mar = build_mar(tmp_path / "mars", "echo", ECHO)
+    with LocalServer(tmp_path / "srv") as server:
+        server.register(mar, batch_size=4, max_batch_delay=50)
+        keys = json.loads(server.layout.key_file.read_text())
+        resp = requests.post(f"{server.management_url}/token", params={"type": "inference"}, timeout=10,
+                             headers={"Authorization": f"Bearer {keys['API']['key']}"})
+        assert resp.status_code == 200  # msnb still holds the old inference key
+        answers = server.predict_many("echo", [{"n": i} for i in range(16)])
+        assert [a["echo"] for a in answers] == [{"n": i} for i in range(16)]
 
 
 def _alive(pid: int) -> bool:
