@@ -73,7 +73,7 @@ class ServingAPI:
 
     def redeploy(self, spec: HandlerSpec) -> ModelStatus:
         """Register ``spec`` as a new version, make it the default, unregister the old ones; no restart."""
-        old = [m for m in self.models() if m.name == spec.name]
+        old = self._describe(spec.name)
         if not old:
             return self.register(spec)
         taken = {m.version for m in old}
@@ -87,12 +87,12 @@ class ServingAPI:
             raise ServerError(f"Could not make {spec.name} {version} the default: {error_body(resp)[0]}",
                               "call server.models() to see what is registered.")
         for model in old:
-            self.unregister(model.name, model.version)
+            self._forget(model.name, model.version, model.url)
         return self.status(spec.name, version)
 
     def unregister(self, name: str, version: str | None = None) -> None:
         """Unregister one version (or every version) of a model and delete its files from the model store."""
-        targets = [m for m in self.models() if m.name == name and version in (None, m.version)]
+        targets = [m for m in self._describe(name) if version in (None, m.version)]
         if not targets:
             raise self._not_found(name, version)
         for model in sorted(targets, key=lambda m: m.is_default):  # the default version goes last
@@ -112,7 +112,7 @@ class ServingAPI:
 
     def models(self) -> list[ModelStatus]:
         """Every registered version of every model, with its workers."""
-        resp = self._call("GET", f"{self.management_url}/models", "management", params={"limit": 1000})
+        resp = self._manage("GET", "/models", "Listing the models", params={"limit": 1000})
         out = []
         for entry in resp.json().get("models", []):
             out.extend(self._describe(entry["modelName"]))
@@ -176,23 +176,31 @@ class ServingAPI:
                               hint or _hint(details + message, "check the input against what the handler expects."),
                               details=details, status=resp.status_code, body=payload)
 
+    def _manage(self, method: str, path: str, doing: str, *, allow: tuple[int, ...] = (), **kwargs):
+        """A management call; an answer that is neither 2xx nor in ``allow`` is a ServerError naming the step."""
+        resp = self._call(method, f"{self.management_url}{path}", "management", **kwargs)
+        if not resp.ok and resp.status_code not in allow:
+            raise ServerError(f"{doing} failed: HTTP {resp.status_code} {error_body(resp)[0]}",
+                              "check the server log (server.log_tail()).")
+        return resp
+
     def _describe(self, name: str) -> list[ModelStatus]:
-        base = f"{self.management_url}/models/{name}"
-        resp = self._call("GET", f"{base}/all", "management")
+        """Every registered version of one model ([] when it is not registered)."""
+        resp = self._manage("GET", f"/models/{name}/all", f"Describing {name}", allow=(404,))
         if resp.status_code == 404:
             return []
-        default = self._call("GET", base, "management").json()
+        default = self._manage("GET", f"/models/{name}", f"Describing {name}").json()
         default_version = str(default[0]["modelVersion"]) if default else None
         return [ModelStatus.from_describe(entry, default_version) for entry in resp.json()]
 
     def _refuse_duplicate(self, name: str, version: str) -> None:
-        if any(m.name == name and m.version == version for m in self.models()):
+        if any(m.version == version for m in self._describe(name)):
             raise ServerError(f"{name} {version} is already registered on this server.",
                               "use server.redeploy(spec) to replace it, or server.unregister(name) first.")
 
     def _forget(self, name: str, version: str, url: str) -> None:
-        self._call("DELETE", f"{self.management_url}/models/{name}/{version}", "management",
-                   timeout=REGISTER_TIMEOUT_S)
+        self._manage("DELETE", f"/models/{name}/{version}", f"Unregistering {name} {version}", allow=(404,),
+                     timeout=REGISTER_TIMEOUT_S)
         if url and "/" not in url:
             remove(self.model_store / url)
 

@@ -11,7 +11,7 @@ from msnb.errors import ServerError
 from msnb.server import LocalServer, PredictionError
 from msnb.spec import spec_from_source
 
-from conftest import build_mar
+from conftest import ECHO, build_mar
 
 pytestmark = pytest.mark.server
 
@@ -81,6 +81,19 @@ def test_models_and_scale(server):
     assert echo.version == "1.0" and echo.is_default and echo.ready
     assert [w.status for w in server.scale("echo", 2).workers] == ["READY", "READY"]
     assert len(server.scale("echo", 1).workers) == 1
+
+
+def test_a_refused_unregister_is_an_error_and_keeps_the_model_and_its_files(server, tmp_path):
+    v2 = build_mar(tmp_path, "echo", ECHO, version="2.0")
+    server.register(v2)
+    try:  # TorchServe refuses to remove the default version while another one is registered
+        with pytest.raises(ServerError, match=r"Unregistering echo 1\.0 failed: HTTP 4\d\d[\s\S]*Hint:"):
+            server.unregister("echo", "1.0")
+        assert server.predict("echo", {"still": 1})["echo"] == {"still": 1}
+        assert server.status("echo").version == "1.0"
+    finally:
+        server.unregister("echo", "2.0")
+    assert [m.version for m in server.models()] == ["1.0"]
 
 
 def test_unknown_model_or_version_lists_the_registered_models(server):
