@@ -118,7 +118,7 @@ class MsnbMagics(Magics):
     def ms_predict(self, line: str) -> Any:
         """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
         args = parse_argstring(self.ms_predict, line)
-        data = self._data(args.data) if args.data is not None else self._example(args.name)
+        data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
         return current().predict(args.name, data, version=args.version)
 
     @line_magic
@@ -163,13 +163,6 @@ class MsnbMagics(Magics):
 
     def _data(self, text: str) -> Any:
         return options.parse_data(text, self.shell.user_ns, Path.cwd())
-
-    def _example(self, name: str) -> Any:
-        spec = current().get(name)
-        if spec.example is None:
-            raise UsageError(f"%ms_predict {name}: no input.\nHint: pass --data '<json>' (or @file, or a variable), "
-                             "or give the handler cell --example.")
-        return spec.example
 
 
 def _parse_handler_line(line: str):

@@ -24,6 +24,7 @@ class Session:
         self.specs: dict[str, HandlerSpec] = {}
         self.archives: dict[str, Path] = {}
         self.served: dict[str, str] = {}  # name -> digest of the spec the server runs
+        self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
         self._server_factory = server_factory
         self._server = None
 
@@ -73,7 +74,9 @@ class Session:
                 self._server = self._server_factory()
         if self._server is not None and create and not self._server.running:
             self._server.start()
+        if self._server is not None and self._server.pid != self._served_by:
             self.served.clear()
+            self._served_by = self._server.pid
         return self._server
 
     def serve(self, name_or_spec: str | HandlerSpec, progress: Progress | None = None):
@@ -86,16 +89,19 @@ class Session:
             report("already serving this version", 1.0)
             return server
         report(f"registering {spec.name}", 0.5)
-        if spec.name in self.served:
-            server.redeploy(spec)
-        else:
-            server.register(spec)
+        server.redeploy(spec)  # registers it, or replaces the version(s) already there
         self.served[spec.name] = spec.digest()
         report("ready", 1.0)
         return server
 
-    def predict(self, name: str, data: Any, version: str | None = None) -> Any:
-        if name not in self.served:
+    def predict(self, name: str, data: Any = None, version: str | None = None) -> Any:
+        """Ask the local server; ``data`` None sends the handler's example."""
+        if data is None:
+            data = self.get(name).example
+            if data is None:
+                raise SpecError(f"No input to send to {name!r}.",
+                                f"pass --data '<json>' (or @file, or a variable), or give {name}'s cell --example.")
+        elif name not in self.served:
             self.get(name)  # an unknown name says which cell to run first
         server = self.server(create=False)
         if server is None or not server.running:

@@ -89,7 +89,8 @@ class Controller:
         parsed, self.errors = {}, {}
         for field in form.FIELDS_FOR[action]:
             try:
-                parsed[field] = form.parse(field, self.values.get(field, ""), self.base)
+                parsed[field] = form.parse(field, self.values.get(field, ""), self.base,
+                                           required=field in form.REQUIRED.get(action, ()))
             except FieldError as err:
                 self.errors[field] = str(err)
         if "device" in parsed and "max_gpu_memory" in parsed:

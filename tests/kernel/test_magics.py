@@ -194,10 +194,10 @@ def test_predict_before_serve_says_what_to_run_first(ip):
     assert value is None and "%%ms_handler" in out and "knowhere" in out
 
 
-def test_predict_without_data_or_example_is_a_usage_error(ip):
+def test_predict_without_data_or_example_says_how_to_give_one(ip):
     handler_cell(ip, "knodata")
-    with pytest.raises(UsageError, match="--data"):
-        ip.run_line_magic("ms_predict", "knodata")
+    value, out = line_magic(ip, "ms_predict", "knodata")
+    assert value is None and "No input to send to 'knodata'" in out and "Hint: pass --data" in out
 
 
 def test_widget_is_returned_for_display(ip):
@@ -220,5 +220,11 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     assert answer == expected, out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")
     assert bad is None and "Hint:" in out
+    server.stop()  # restarted by hand (as an error hint suggests): it serves nothing until %ms_serve
+    server.start()
+    value, out = line_magic(ip, "ms_predict", "kserved")
+    assert value is None and "%ms_serve kserved" in out
+    assert line_magic(ip, "ms_serve", "kserved")[0] is server
+    assert line_magic(ip, "ms_predict", "kserved")[0] == expected
     status, _ = line_magic(ip, "ms_stop", "")
     assert not server.running and not status["server"]["running"]

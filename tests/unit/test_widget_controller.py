@@ -166,6 +166,17 @@ def test_predict_needs_a_served_model_and_stop_clears_it(fake):
     assert c.run("stop") and not c.enabled()["predict"] and not c.enabled()["stop"]
 
 
+def test_predict_with_an_empty_request_box_is_a_field_error(fake):
+    c = make(fake)
+    assert c.run("serve")
+    c.set("payload", "  ")
+    assert not c.run("predict")
+    assert "Request JSON is empty" in c.errors["payload"] and "Hint:" in c.errors["payload"]
+    assert fake.names() == ["serve"]
+    assert c.run("test")  # Test with an empty box runs the handler's --example
+    assert fake.calls[-1][0] == "test" and fake.calls[-1][1][1] is None
+
+
 def test_stop_is_enabled_for_a_server_started_elsewhere(fake):
     fake.alive = True
     assert make(fake).enabled()["stop"]
