@@ -10,7 +10,7 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
-from msnb.errors import MsnbError
+from msnb.errors import MsnbError, ServerError
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -129,7 +129,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
         print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops the server.", flush=True)
-        _wait(server)
+        if not _wait(server):
+            raise ServerError("TorchServe exited by itself.", "read its last log lines below; run `msnb serve` again.",
+                              details=server.log_tail())
     finally:
         state.unlink(missing_ok=True)
         server.stop()
@@ -177,10 +179,9 @@ def send(name: str, data, *, version=None, url=None, token_file=None, state=None
     from msnb.tsclient import Client, Keys
     from msnb.tsmodels import PredictionError, decode, encode, error_body
 
+    management = None  # a server given by --url: its key is used as given, never renewed
     if url is None:
         url, management, token_file = _read_state(state or state_file())
-    else:
-        management = url
     client = Client(Keys(token_file or Path("-"), management, enabled=token_file is not None))
     body, ctype = encode(data)
     target = f"{url.rstrip('/')}/predictions/{name}" + (f"/{version}" if version else "")
@@ -189,6 +190,8 @@ def send(name: str, data, *, version=None, url=None, token_file=None, state=None
     if resp.ok:
         return decode(resp)
     message, hint, payload = error_body(resp)
+    if resp.status_code == 400 and "Token Authorization failed" in message:
+        hint = "the server has token authorisation on: pass its key_file.json with --token-file."
     raise PredictionError(f"{name} answered HTTP {resp.status_code}: {message}",
                           hint or "check the input against what the handler expects (`msnb serve` shows the worker log).",
                           status=resp.status_code, body=payload)
@@ -213,8 +216,8 @@ def _read_state(path: Path) -> tuple[str, str, Path]:
     return info["inference_url"], info["management_url"], Path(info["key_file"])
 
 
-def _wait(server) -> None:
-    """Block until Ctrl-C or SIGTERM (or until TorchServe dies)."""
+def _wait(server) -> bool:
+    """Block until Ctrl-C or SIGTERM (True) or until TorchServe dies (False)."""
     import signal
     import threading
 
@@ -224,7 +227,8 @@ def _wait(server) -> None:
         while server.running and not done.wait(1.0):
             pass
     except KeyboardInterrupt:
-        pass
+        return True
+    return done.is_set()
 
 
 def _fail(err: Exception, code: int) -> int:

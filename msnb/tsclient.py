@@ -21,7 +21,8 @@ RENEW_MARGIN_S = 300.0  # renew a key 5 min before it expires (half its life for
 class Keys:
     """TorchServe's token keys, read from key_file.json in the server's start directory."""
 
-    def __init__(self, key_file: Path, management_url: str, enabled: bool = True):
+    def __init__(self, key_file: Path, management_url: str | None, enabled: bool = True):
+        """``management_url`` None: keys are used as they are, never renewed (a server msnb did not start)."""
         self.key_file = Path(key_file)
         self.management_url = management_url
         self.enabled = enabled
@@ -42,7 +43,7 @@ class Keys:
                 raise ServerError(f"TorchServe has not written {self.key_file} (token auth is on).",
                                   "wait for the server to start, or restart it with server.start().")
             remaining = self._expires.get(kind, float("inf")) - time.time()
-            if remaining < min(RENEW_MARGIN_S, self._lifetime.get(kind, 0) / 2):
+            if self.management_url and remaining < min(RENEW_MARGIN_S, self._lifetime.get(kind, 0) / 2):
                 self._renew(kind)
             return {"Authorization": f"Bearer {self._keys[kind]['key']}"}
 
@@ -57,6 +58,10 @@ class Keys:
 
     def _renew(self, kind: str) -> None:
         # POST /token?type=... with the API key (which never expires) makes a new key and rewrites key_file.json.
+        if not self.management_url:
+            raise ServerError(f"TorchServe refused the {kind} key from {self.key_file}.",
+                              "the key expired or belongs to another server: pass the server's current "
+                              "key_file.json with --token-file.")
         api_key = self._keys["API"]["key"]
         try:
             resp = requests.post(f"{self.management_url}/token", params={"type": kind},

@@ -116,6 +116,12 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
         assert missing.returncode == 1 and "gamma" in missing.stderr and "Hint:" in missing.stderr
         key = json.loads(Path(state["key_file"]).read_text())["inference"]["key"]
         assert key and state["inference_url"].startswith("http://127.0.0.1:")
+        by_url = [MSNB, "predict", "beta", "--data", EXAMPLE, "--url", state["inference_url"]]
+        no_token = subprocess.run(by_url, env=env, capture_output=True, text=True, timeout=120)
+        assert no_token.returncode == 1 and "Hint: the server has token authorisation on" in no_token.stderr
+        with_token = subprocess.run(by_url + ["--token-file", state["key_file"]], env=env, capture_output=True,
+                                    text=True, timeout=120)
+        assert with_token.returncode == 0 and json.loads(with_token.stdout) == expected, with_token.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
@@ -125,6 +131,30 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
     assert "serving alpha 1.0" in out and "serving beta 1.0" in out and "server stopped" in out
     assert not (tmp_path / "state" / "serve.json").exists()
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in java)
+
+
+@pytest.mark.server
+@pytest.mark.timeout(420)
+def test_serve_exits_1_with_the_log_when_torchserve_dies(tmp_path, capsys, short_tmp):
+    nb = standard(tmp_path / "nb", handler("alpha"))
+    assert main(["export", str(nb), "-o", str(tmp_path / "store")]) == 0
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
+    with (tmp_path / "serve.out").open("w") as log:
+        proc = subprocess.Popen([MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            _wait_for(tmp_path / "state" / "serve.json", proc)
+            workdir = (tmp_path / "serve.out").read_text().split("(workdir ")[1].split(")")[0]
+            (java,) = [p for p in psutil.process_iter(["name", "cmdline"])
+                       if p.info["name"] == "java" and any(workdir in part for part in p.info["cmdline"] or ())]
+            java.kill()
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    out = (tmp_path / "serve.out").read_text()
+    assert code == 1, out
+    assert "error: TorchServe exited by itself." in out and "Hint:" in out and "server stopped" in out
 
 
 # ---------------------------------------------------------------- the example notebooks: executed vs exported
