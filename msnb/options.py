@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any, Mapping
@@ -116,17 +117,34 @@ def _init_kwargs(value: str | None, namespace: _NS | None) -> dict[str, Any]:
 
 
 def _requirements(value: str | None, namespace: _NS | None, base: Path) -> tuple[str, ...]:
+    """A requirements file, pip names separated by commas, or a variable holding a list (or text) of them.
+
+    A name bound to anything else (``--requirements numpy`` after ``import numpy``) is a pip name.
+    """
+    value = _unquote((value or "").strip())
     if not value:
         return ()
-    if namespace is not None and value.isidentifier() and value in namespace:
-        return tuple(str(r) for r in namespace[value])
+    held = namespace.get(value) if namespace is not None and value.isidentifier() else None
+    if isinstance(held, str):
+        return _split_requirements(held)
+    if isinstance(held, (list, tuple)):
+        if not all(isinstance(r, str) for r in held):
+            raise SpecError(f"--requirements {value}: the list holds {', '.join(sorted({type(r).__name__ for r in held}))}, "
+                            "not only strings.", "give pip requirement strings, e.g. ['numpy==1.26.4'].")
+        return tuple(r.strip() for r in held if r.strip())
     path = _path(value, base)
     if path.is_file():
         lines = (ln.strip() for ln in path.read_text().splitlines())
         return tuple(ln for ln in lines if ln and not ln.startswith("#"))
     if value.endswith(".txt"):
         raise SpecError(f"--requirements: {str(path)!r} does not exist.", "give an existing requirements file or pip names.")
-    return tuple(r.strip() for r in value.split(",") if r.strip())
+    return _split_requirements(value)
+
+
+def _split_requirements(text: str) -> tuple[str, ...]:
+    """One requirement per line, or per comma that starts a new name ("numpy, scipy>=1,<2" is two)."""
+    parts = text.splitlines() if "\n" in text.strip() else re.split(r",\s*(?=[A-Za-z])", text)
+    return tuple(p.strip() for p in parts if p.strip() and not p.strip().startswith("#"))
 
 
 def _path(value: str, base: Path) -> Path:
