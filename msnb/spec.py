@@ -105,10 +105,11 @@ class HandlerSpec:
             if self.device == "cpu":
                 raise SpecError("max_gpu_memory is set but the device is cpu.", "drop --max-gpu-memory or use --device gpu/auto.")
         try:
-            json.dumps(self.init_kwargs)
-        except TypeError as err:
+            json.dumps(self.init_kwargs, allow_nan=False)  # rendered as a Python literal: inf/nan would not load
+        except (TypeError, ValueError) as err:
             raise SpecError(f"init_kwargs are not JSON-serialisable: {err}.",
-                            "pass plain numbers, strings, lists and dicts; ship tensors as a checkpoint.") from None
+                            "pass plain (finite) numbers, strings, lists and dicts; ship tensors as a checkpoint."
+                            ) from None
         try:
             compile(self.source, f"<handler {self.name}>", "exec")
         except SyntaxError as err:
@@ -128,7 +129,7 @@ class HandlerSpec:
     @property
     def checkpoint_path(self) -> Path | None:
         if isinstance(self.checkpoint, (str, Path)):
-            return Path(self.checkpoint)
+            return Path(self.checkpoint).expanduser()
         return None
 
     def replace(self, **changes: Any) -> "HandlerSpec":
@@ -139,15 +140,14 @@ class HandlerSpec:
         """A short hash of everything that ends up in the archive (source and config)."""
         h = hashlib.sha256()
         h.update(self.source.encode())
-        cfg = {k: v for k, v in self.model_config().items()}
-        h.update(json.dumps([self.name, self.version, self.roles, self.init_kwargs, cfg,
+        h.update(json.dumps([self.name, self.version, self.roles, self.init_kwargs, self.model_config(),
                              self.requirements, self.extra_files], sort_keys=True, default=str).encode())
         ckpt = self.checkpoint_path
         if ckpt is not None and ckpt.exists():
             st = ckpt.stat()
             h.update(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
         elif self.checkpoint is not None:
-            h.update(str(id(self.checkpoint)).encode())
+            h.update(_live_fingerprint(self.checkpoint).encode())
         return h.hexdigest()[:12]
 
     def model_config(self) -> dict[str, Any]:
@@ -229,3 +229,17 @@ def _check_int(key: str, value: Any, minimum: int) -> None:
 
 def _is_archive(path: str) -> bool:
     return str(path).endswith((".zip", ".tar", ".tar.gz", ".tgz"))
+
+
+def _live_fingerprint(checkpoint: Any) -> str:
+    """Which weights a live nn.Module / state_dict holds now, without hashing them.
+
+    Training changes tensors in place: every in-place write bumps a tensor's version counter (shared
+    with the detached tensors ``state_dict()`` returns), so the versions tell a retrained model apart.
+    """
+    state = checkpoint.state_dict() if hasattr(checkpoint, "state_dict") else checkpoint
+    parts = [str(id(checkpoint))]
+    for key, value in state.items():
+        if hasattr(value, "_version"):
+            parts.append(f"{key}:{value.data_ptr()}:{value._version}")
+    return "|".join(parts)

@@ -101,3 +101,19 @@ def test_digest_changes_with_code_and_config(mlp_spec):
 def test_init_kwargs_must_be_json(mlp_source):
     with pytest.raises(SpecError, match="JSON"):
         spec_from_source("m", mlp_source, init_kwargs={"t": object()})
+    with pytest.raises(SpecError, match=r"JSON[\s\S]*Hint: pass plain \(finite\) numbers"):
+        spec_from_source("m", mlp_source, init_kwargs={"clip": float("inf")})
+
+
+def test_digest_of_a_live_model_changes_when_it_is_trained_in_place(mlp_spec):
+    import torch
+
+    model = torch.nn.Linear(4, 3)
+    spec = mlp_spec.replace(checkpoint=model)
+    before = spec.digest()
+    assert spec.digest() == before and mlp_spec.replace(checkpoint=model).digest() == before
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()  # the same object, new weights: the session must redeploy it
+    assert spec.digest() != before
+
