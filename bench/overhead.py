@@ -47,6 +47,7 @@ def run(settings: Settings) -> dict:
         results = interleave({name: _per_call(fn, iterations) for name, fn in calls.items()}, settings.reps)
     finally:
         torch.set_num_threads(threads)
+        handler.close()
     return report({name: summary(values) for name, values in results.items()})
 
 

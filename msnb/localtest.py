@@ -47,13 +47,27 @@ class _LogCapture(logging.Handler):
 
 
 class LoadedHandler:
-    """A handler_model.py imported under a unique name from a staged model dir, loaded once."""
+    """A handler_model.py imported under a unique name from a staged model dir, loaded once.
+
+    Like a worker's import, the module is in ``sys.modules`` while it is used (dataclasses, pickle and
+    typing look their module up there); ``close()`` takes it out again.
+    """
 
     def __init__(self, spec: HandlerSpec, model_dir: Path):
         self.spec = spec
         self.model_dir = Path(model_dir)
         self.log = _LogCapture()
         self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py", self.model_dir)
+        try:
+            self._load(spec)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        sys.modules.pop(self.module.__name__, None)
+
+    def _load(self, spec: HandlerSpec) -> None:
         manifest = {"model": {"modelName": spec.name, "handler": f"{HANDLER_MODULE}.py"}}
         if (self.model_dir / CHECKPOINT).exists():
             manifest["model"]["serializedFile"] = CHECKPOINT
@@ -124,7 +138,10 @@ def validate(spec: HandlerSpec) -> None:
 def _run_staged(spec: HandlerSpec, samples: list[Any]) -> tuple[list[Answer], list[str]]:
     with tempfile.TemporaryDirectory(prefix="msnb-test-") as tmp:
         handler = LoadedHandler(spec, stage(spec, Path(tmp) / "model", temporary=True))
-        answers = handler.run(samples) if samples else []
+        try:
+            answers = handler.run(samples) if samples else []
+        finally:
+            handler.close()
         return answers, handler.log.lines
 
 
@@ -153,8 +170,10 @@ def _import_isolated(path: Path, model_dir: Path):
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
         spec.loader.exec_module(module)
     except Exception as err:
+        sys.modules.pop(name, None)
         raise HandlerRunError(f"Importing the rendered handler failed: {type(err).__name__}: {err}",
                               "an import or top-level definition in the handler cell fails outside the notebook.") from err
     finally:

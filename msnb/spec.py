@@ -143,9 +143,9 @@ class HandlerSpec:
         h.update(json.dumps([self.name, self.version, self.roles, self.init_kwargs, self.model_config(),
                              self.requirements, self.extra_files], sort_keys=True, default=str).encode())
         ckpt = self.checkpoint_path
-        if ckpt is not None and ckpt.exists():
-            st = ckpt.stat()
-            h.update(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+        if ckpt is not None:
+            st = ckpt.stat() if ckpt.exists() else None
+            h.update(f"{ckpt.resolve()}:{st and st.st_size}:{st and st.st_mtime_ns}".encode())
         elif self.checkpoint is not None:
             h.update(_live_fingerprint(self.checkpoint).encode())
         return h.hexdigest()[:12]

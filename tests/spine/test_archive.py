@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 import json
 import tarfile
 import zipfile
@@ -150,3 +151,38 @@ def spec_module_model(spec):
     namespace: dict = {}
     exec(compile(MLP_SOURCE, "mlp", "exec"), namespace)
     return namespace["init_function"](**spec.init_kwargs)
+
+
+DATACLASS_HANDLER = '''
+import dataclasses
+import pickle
+import sys
+
+import torch
+
+
+@dataclasses.dataclass
+class Options:
+    scale: "float" = 2.0  # a string annotation: dataclasses look the module up in sys.modules
+
+
+def init_function():
+    return torch.nn.Identity()
+
+
+def preprocess(sample):
+    options = pickle.loads(pickle.dumps(Options()))  # pickle finds the class through its module, too
+    return torch.tensor(sample, dtype=torch.float32) * options.scale
+
+
+def postprocess(output):
+    return output.tolist()
+'''
+
+
+def test_handler_code_that_needs_its_module_registered_runs_in_process_as_in_a_worker(tmp_path):
+    spec = spec_from_source("dc", DATACLASS_HANDLER, example=[1.0, 2.0])
+    before = set(sys.modules)
+    assert test_handler(spec, [[1.0, 2.0]]) == [[2.0, 4.0]]
+    assert archive.build(spec, tmp_path, fmt="no-archive", validate=True)  # validation loads it too
+    assert not {m for m in set(sys.modules) - before if m.startswith("msnb_local_")}  # taken out again
