@@ -47,6 +47,7 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     if spec.requirements:
         (model_dir / REQUIREMENTS).write_text("\n".join(spec.requirements) + "\n")
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
+    _check_extra_names(spec.extra_files)
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
     return model_dir
@@ -129,6 +130,20 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
                         "pass the path of a saved state_dict (torch.save(model.state_dict(), 'model.pt')), "
                         "or the model / state_dict variable itself.")
     _place(path, dst, symlink_ok)
+
+
+def _check_extra_names(extra_files: tuple[str, ...]) -> None:
+    """Extra files keep their names in the model dir: none may replace a generated file or another extra file."""
+    generated = {f"{HANDLER_MODULE}.py", CONFIG, REQUIREMENTS, CHECKPOINT, "MAR-INF",
+                 *(p.name for p in shared_handler_files())}
+    seen: set[str] = set()
+    for extra in extra_files:
+        name = Path(extra).expanduser().name
+        if name in generated or name in seen:
+            what = "a file msnb writes" if name in generated else "another extra file"
+            raise SpecError(f"Extra file {extra!r} would replace {what} of the same name ({name!r}) in the model dir.",
+                            "rename it (extra files keep their names; the checkpoint goes with --checkpoint).")
+        seen.add(name)
 
 
 def _stage_extra(src: Path, model_dir: Path, symlink_ok: bool) -> None:

@@ -7,6 +7,7 @@ import sys
 import json
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,6 +116,20 @@ def test_extra_files_archive_with_traversal_is_refused_and_writes_nothing_outsid
     with pytest.raises(HandlerRunError, match=r"\.\./escaped.txt|outside"):
         archive.build(mlp_spec.replace(extra_files=(str(evil),)), tmp_path / "out")
     assert not any(p.name == "escaped.txt" for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("names", [["model.pt"], ["model-config.yaml"], ["msnb_handler.py"], ["a/labels.txt", "b/labels.txt"]])
+def test_an_extra_file_that_would_replace_another_file_is_refused(tmp_path, names):
+    paths = []
+    for name in names:
+        path = tmp_path / "extras" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+        paths.append(str(path))
+    spec = spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, extra_files=tuple(paths))
+    with pytest.raises(SpecError, match=rf"would replace .* \('{Path(names[-1]).name}'\)[\s\S]*Hint: rename it"):
+        archive.build(spec, tmp_path / "out", fmt="mar", validate=False)
+    assert not list((tmp_path / "out").glob("*.mar"))
 
 
 def test_extra_files_archive_is_unpacked_keeping_folders(tmp_path):
