@@ -64,8 +64,8 @@ def build(spec: HandlerSpec, export_path: str | Path, fmt: str = "mar", archive_
         raise BuildError(f"Unknown archive format {fmt!r}.", f"use one of {', '.join(FORMATS)}.")
     report = progress or (lambda step, frac: None)
     archive_name = archive_name or spec.name
-    export_path = Path(export_path)
-    _check_writable(export_path)
+    export_path = Path(export_path).expanduser()
+    ensure_writable(export_path)
     if validate:
         report("validating handler in-process", 0.1)
         from msnb.localtest import validate as validate_spec
@@ -168,10 +168,13 @@ def _place(src: Path, dst: Path, symlink_ok: bool) -> None:
             shutil.copy2(src, dst)
 
 
-def _check_writable(path: Path) -> None:
+def ensure_writable(path: Path) -> bool:
+    """Create ``path`` if needed (True when this created it); a folder that cannot be written is a clear error."""
+    existed = path.is_dir()
     try:
         path.mkdir(parents=True, exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=path, prefix=".msnb-probe-").close()
+        return not existed
     except OSError as err:
-        raise BuildError(f"Cannot create the output folder {path}: {err.strerror}.", "choose a folder you can write to.") from None
-    if not os.access(path, os.W_OK):
-        raise BuildError(f"The output folder {path} is not writable.", "choose a folder you can write to (-o / --export-path).")
+        raise BuildError(f"Cannot write to the output folder {str(path.resolve())!r}: {err.strerror or err}.",
+                         "choose a folder you can write to (-o OUTDIR, --kserve DIR or --export-path DIR).") from None

@@ -59,9 +59,10 @@ def export_notebook(notebook: str | Path, outdir: str | Path | None = "model_sto
     if kserve is not None and fmt == "no-archive":
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
     targets = [Path(t) for t in (outdir, kserve) if t is not None]
-    created = [t for t in targets if ensure_writable(t)]
+    created: list[Path] = []
     report = Report()
     try:
+        created += [t for t in targets if archive.ensure_writable(t)]
         specs = _capture_and_check(notebook, handlers, overrides, check, report)
         if outdir is not None:
             _write_all(specs, Path(outdir), fmt, report)
@@ -116,18 +117,6 @@ def run_check(spec: HandlerSpec):
     return localtest.test_handler(spec, [spec.example])[0]
 
 
-def ensure_writable(path: Path) -> bool:
-    """Create ``path`` if needed (True when this created it); a folder that cannot be written is a clear error."""
-    existed = path.is_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        tempfile.NamedTemporaryFile(dir=path, prefix=".msnb-probe-").close()
-        return not existed
-    except OSError as err:
-        raise BuildError(f"Cannot write to the output folder {str(path.resolve())!r}: {err.strerror or err}.",
-                         "choose a folder you can write to with -o OUTDIR (or --kserve DIR).") from None
-
-
 def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
     """Build in a hidden staging folder inside ``outdir``, then move the result into place.
 
@@ -141,6 +130,8 @@ def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
             shutil.rmtree(final)
         os.replace(built, final)
         return final
+    except OSError as err:
+        raise _write_error(outdir, err) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -152,6 +143,9 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path
     archives built, so a failure leaves ROOT as it was.
     """
     root.mkdir(parents=True, exist_ok=True)
+    for sub in ("model-store", "config"):
+        if (root / sub).exists() and not (root / sub).is_dir():
+            raise _write_error(root, NotADirectoryError(f"{sub} is a file, not a folder"))
     staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-", dir=root))
     try:
         built = [archive.build(spec, staging, fmt=fmt, validate=False) for spec in specs]
@@ -162,6 +156,8 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path
             os.replace(path, root / "model-store" / path.name)
         os.replace(staging / "config.properties", root / "config" / "config.properties")
         return root
+    except OSError as err:
+        raise _write_error(root, err) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -172,6 +168,11 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path
 KSERVE_BATCH_NOTE = ("--batch-size {n} is set to 1 in the KServe config: TorchServe's KServe envelopes answer only "
                      "the first request of a batch (503 for all of them otherwise). The instances of one "
                      "KServe request still share one forward pass.")
+
+
+def _write_error(folder: Path, err: OSError) -> BuildError:
+    return BuildError(f"Cannot write into {str(folder.resolve())!r}: {err}.",
+                      "check what is already there (a file where a folder goes, or the reverse) and its permissions.")
 
 
 def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store") -> str:

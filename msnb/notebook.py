@@ -139,7 +139,7 @@ def capture_cell(nb: nbformat.NotebookNode, path: Path, cell: HandlerCell,
         raise SpecError(f"{cell.origin}: bad %%ms_handler line {cell.line!r}: {err}",
                         "fix the option line; `%%ms_handler?` in a notebook lists the options.") from None
     except SpecError as err:
-        raise SpecError(f"{cell.origin}: {err.message}", _variable_hint(args, err.hint)) from None
+        raise SpecError(f"{cell.origin}: {err.message}", _variable_hint(args, err)) from None
     config.update(overrides)
     config["warnings"] = tuple(notes)
     try:
@@ -177,6 +177,11 @@ def load_handlers(path: str | Path, names: Iterable[str] | None = None,
     if not cells:
         raise NoHandlerError(f"{path} has no %%ms_handler cell.",
                         "start a code cell with `%%ms_handler NAME` over its init_function (see the README).")
+    names = list(names) if names is not None else None
+    by_name: dict[str, list[HandlerCell]] = {}
+    for c in cells:
+        by_name.setdefault(c.name, []).append(c)
+    cells = sorted((group[-1] for group in by_name.values()), key=lambda c: c.number)  # as Run All leaves them
     if names:
         known = [c.name for c in cells]
         missing = [n for n in names if n not in known]
@@ -187,15 +192,21 @@ def load_handlers(path: str | Path, names: Iterable[str] | None = None,
     results = []
     for cell in cells:
         try:
-            results.append(Captured(cell, spec=capture_cell(nb, path, cell, overrides)))
+            spec = capture_cell(nb, path, cell, overrides)
         except MsnbError as err:
             results.append(Captured(cell, error=err))
+            continue
+        replaced = [c.origin for c in by_name[cell.name][:-1]]
+        if replaced:
+            spec = spec.replace(warnings=spec.warnings + (
+                f"{', '.join(replaced)} also define(s) {cell.name!r}; this later cell wins, as in Run All.",))
+        results.append(Captured(cell, spec=spec))
     return results
 
 
-def _variable_hint(args: Any, hint: str | None) -> str | None:
+def _variable_hint(args: Any, err: SpecError) -> str | None:
     value = getattr(args, "checkpoint", None) or ""
-    if value.isidentifier():
+    if value.isidentifier() and err.message.startswith("--checkpoint"):
         return (f"export reads the notebook file, not the kernel: the variable {value!r} does not exist there. "
                 "Save the weights to a file (torch.save(model.state_dict(), 'model.pt')) and give its path.")
-    return hint
+    return err.hint

@@ -13,6 +13,7 @@ import torch
 
 from msnb.cli import main
 from msnb.export import kserve_config
+from msnb.notebook import load_handlers
 
 from tiny_handlers import mlp_class
 
@@ -233,6 +234,24 @@ def test_checkpoint_naming_a_variable_explains_that_export_reads_the_file(tmp_pa
     assert code == 1 and "the variable 'model'" in err and "torch.save" in err
 
 
+def test_another_options_error_keeps_its_own_hint_when_the_checkpoint_is_a_name(tmp_path, capsys):
+    line = handler("mlp").replace("--checkpoint weights.pt", "--checkpoint model --requirements missing.txt")
+    code, _, err = run(capsys, "export", standard(tmp_path / "nb", line), "-o", tmp_path / "out")
+    assert code == 1 and "missing.txt' does not exist" in err
+    assert "Hint: give an existing requirements file" in err and "the variable 'model'" not in err
+
+
+def test_two_cells_with_one_name_export_the_later_one_with_a_warning(tmp_path, capsys):
+    later = BODY.replace('"scores"', '"later"')
+    nb = standard(tmp_path / "nb", handler("mlp"), handler("mlp", body=later))
+    code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out", "--check")
+    assert code == 0, err
+    assert listing(tmp_path / "out") == ["mlp.mar"] and out.count("mlp.mar") == 1
+    assert "warning: mlp: demo.ipynb, cell 4 also define(s) 'mlp'; this later cell wins" in err
+    assert '"later"' in out  # --check ran the later cell's handler
+    assert [c.cell.number for c in load_handlers(nb, iter(["mlp"]))] == [5]  # names may be any iterable
+
+
 def test_outdir_not_writable(tmp_path, capsys):
     nb = standard(tmp_path / "nb")
     blocker = tmp_path / "a-file"
@@ -240,6 +259,14 @@ def test_outdir_not_writable(tmp_path, capsys):
     code, _, err = run(capsys, "export", nb, "-o", blocker / "out")
     assert code == 2 and "Cannot write to the output folder" in err and "Hint:" in err
     assert blocker.read_text() == "not a folder"
+
+
+def test_kserve_dir_whose_config_is_a_file_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "ks").mkdir()
+    (tmp_path / "ks" / "config").write_text("in the way")
+    code, _, err = run(capsys, "export", standard(tmp_path / "nb"), "--kserve", tmp_path / "ks")
+    assert code == 1 and "Cannot write into" in err and "Hint: check what is already there" in err
+    assert listing(tmp_path / "ks") == ["config"]  # nothing half-moved
 
 
 def test_bad_option_line_names_the_cell_and_the_others_still_export(tmp_path, capsys):

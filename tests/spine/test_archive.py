@@ -153,7 +153,7 @@ def test_extra_files_archive_is_unpacked_keeping_folders(tmp_path):
 def test_unwritable_output_folder_is_a_clear_error(tmp_path, mlp_spec):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    with pytest.raises(BuildError, match="Cannot create the output folder"):
+    with pytest.raises(BuildError, match="Cannot write to the output folder"):
         archive.build(mlp_spec, blocker / "out")
 
 
