@@ -12,8 +12,8 @@ import functools
 from typing import Any, Sequence
 
 from msnb.errors import CaptureError, SpecError
-from msnb.names import BUILTINS, FUNCS, IPYTHON_NAMES, Stmt, import_only, the
-from msnb.spec import ROLE_ALIASES, SIGNATURES, HandlerSpec, SourceBlock, check_arity, find_roles
+from msnb.names import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
+from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, check_roles, find_roles
 
 RUNTIME_HINT = ("pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
                 "or an init_function argument (--init-kwargs)")
@@ -186,13 +186,10 @@ def _roles(tree: ast.Module, origin: str) -> dict[str, str]:
     if "init_function" not in roles:
         raise CaptureError(f"{_cap(the(origin))} defines no init_function.",
                            f"define `{SIGNATURES['init_function']}` in {the(origin)}; it returns the model.")
-    for node in tree.body:
-        if isinstance(node, FUNCS) and roles.get(ROLE_ALIASES.get(node.name, node.name)) == node.name:
-            try:
-                check_arity(ROLE_ALIASES.get(node.name, node.name), node)
-            except SpecError as err:
-                raise CaptureError(err.message, err.hint) from None
-    return roles
+    try:
+        return check_roles(tree)
+    except SpecError as err:
+        raise CaptureError(err.message, err.hint) from None
 
 
 def _refuse_dropped_bindings(wanted: list[tuple[str, Stmt]], dropped: list[Stmt]) -> None:

@@ -94,13 +94,6 @@ class ProgressView(View):
                 f"{self.fraction:.0%} {_e(self.rows[0][1])}</div>")
 
 
-class PredictionView(View):
-    """A server's (or in-process test's) answer for one input."""
-
-    def __init__(self, name: str, value: Any, where: str = "TorchServe"):
-        super().__init__(f"{name} ({where})", [("answer", _short(_as_text(value), 4 * _MAX))])
-
-
 class Status(View, dict):
     """``Session.status()`` as a dict (so it can be used) that shows itself as a short table."""
 

@@ -232,12 +232,12 @@ def format_table(report: Report) -> str:
     return "\n".join(lines) if report.exported else "no archive written"
 
 
-def _human(size: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+def _human(size: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return str(size)
+    return f"{size:.1f} GB"
 
 
 __all__ = ["Captured", "Exported", "Report", "export_notebook", "format_table", "kserve_config", "write_kserve"]

@@ -76,7 +76,7 @@ def read_notebook(path: str | Path) -> nbformat.NotebookNode:
     try:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as err:
+    except ValueError as err:  # UnicodeDecodeError too
         raise NotebookError(f"{path} is not valid notebook JSON ({err}).",
                             "the file is corrupt or not an .ipynb; re-save it from Jupyter.") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("nbformat"), int) or not ({"cells", "worksheets"} & set(raw)):

@@ -208,16 +208,24 @@ def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         )
 
 
+def check_roles(tree: ast.Module) -> dict[str, str]:
+    """The roles a module implements (see find_roles), each checked against how the shared handler calls it."""
+    roles = find_roles(tree)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            role = ROLE_ALIASES.get(node.name, node.name)
+            if roles.get(role) == node.name:
+                check_arity(role, node)
+    return roles
+
+
 def spec_from_source(name: str, source: str, origin: str = "<python>", **config: Any) -> HandlerSpec:
     """Build a spec from one self-contained module source (no dependency closure)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as err:
         raise SpecError(f"Handler {name!r} does not parse: {err}.", "fix the syntax.") from None
-    roles = find_roles(tree)
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and ROLE_ALIASES.get(node.name, node.name) in roles:
-            check_arity(ROLE_ALIASES.get(node.name, node.name), node)
+    roles = check_roles(tree)
     return HandlerSpec(name=name, blocks=(SourceBlock(source, origin),), roles=roles, origin=origin, **config)
 
 
