@@ -21,7 +21,7 @@ _NS = Mapping[str, Any]
 @argument("--version", default="1.0", help="model version (default 1.0)")
 @argument("--checkpoint", help="state_dict file, or a variable holding an nn.Module or state_dict")
 @argument("--init-kwargs", dest="init_kwargs", help="JSON object (or a dict variable) passed to init_function(**kwargs)")
-@argument("--requirements", help="requirements.txt file, a list variable, or comma-separated pip requirements")
+@argument("--requirements", help="requirements.txt file, comma-separated pip requirements, or a variable holding a list of them")
 @argument("--extra-files", dest="extra_files", nargs="+", default=[],
           help="files or folders shipped beside the handler; .zip/.tar.gz archives are unpacked in the model dir")
 @argument("--batch-size", dest="batch_size", type=int, default=1, help="TorchServe batch size (default 1)")
