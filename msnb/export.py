@@ -14,6 +14,7 @@ from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
+from msnb.tsmodels import link_or_copy
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def export_notebook(notebook: str | Path, outdir: str | Path | None = "model_sto
 
 def _write_kserve_into(specs: list[HandlerSpec], root: Path, fmt: str, report: Report, also_listed: bool) -> None:
     try:
-        report.kserve = write_kserve(specs, root, fmt)
+        report.kserve = write_kserve(specs, root, fmt, built={e.spec.name: e.path for e in report.exported})
     except MsnbError as err:
         report.failed["--kserve"] = err
         return
@@ -136,11 +137,12 @@ def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path:
+def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar", built: dict[str, Path] | None = None) -> Path:
     """KServe's TorchServe layout: ROOT/model-store/<name>.mar and ROOT/config/config.properties.
 
     Everything is built in a hidden staging folder first and moved into place only when all
-    archives built, so a failure leaves ROOT as it was.
+    archives built, so a failure leaves ROOT as it was. An archive already ``built`` (name -> .mar,
+    the -o copy) is linked (or copied), not built again.
     """
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("model-store", "config"):
@@ -148,11 +150,12 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path
             raise _write_error(root, NotADirectoryError(f"{sub} is a file, not a folder"))
     staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-", dir=root))
     try:
-        built = [archive.build(spec, staging, fmt=fmt, validate=False) for spec in specs]
+        archives = [_reuse(built[spec.name], staging) if spec.name in (built or {})
+                    else archive.build(spec, staging, fmt=fmt, validate=False) for spec in specs]
         (staging / "config.properties").write_text(kserve_config(specs))
         (root / "model-store").mkdir(exist_ok=True)
         (root / "config").mkdir(exist_ok=True)
-        for path in built:
+        for path in archives:
             os.replace(path, root / "model-store" / path.name)
         os.replace(staging / "config.properties", root / "config" / "config.properties")
         return root
@@ -168,6 +171,11 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar") -> Path
 KSERVE_BATCH_NOTE = ("--batch-size {n} is set to 1 in the KServe config: TorchServe's KServe envelopes answer only "
                      "the first request of a batch (503 for all of them otherwise). The instances of one "
                      "KServe request still share one forward pass.")
+
+
+def _reuse(path: Path, staging: Path) -> Path:
+    link_or_copy(path, staging / path.name)
+    return staging / path.name
 
 
 def _write_error(folder: Path, err: OSError) -> BuildError:

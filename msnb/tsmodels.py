@@ -86,9 +86,9 @@ def place(src: Path, model_store: Path, name: str, version: str) -> str:
     target = model_store / (f"{safe_name(name, version)}.mar" if src.is_file() else safe_name(name, version))
     remove(target)
     if src.is_dir():
-        shutil.copytree(src, target, copy_function=_link_or_copy)
+        shutil.copytree(src, target, copy_function=link_or_copy)
     else:
-        _link_or_copy(src, target)
+        link_or_copy(src, target)
     return target.name
 
 
@@ -103,7 +103,8 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _link_or_copy(src, dst) -> None:
+def link_or_copy(src, dst) -> None:
+    """A hard link where the filesystem allows (no copy of a large archive), else a copy."""
     try:
         os.link(src, dst)
     except OSError:

@@ -298,6 +298,15 @@ def test_kserve_layout_has_model_store_and_config(tmp_path, capsys):
     assert "warning: b:" not in err
 
 
+def test_kserve_with_an_outdir_reuses_the_archives_instead_of_building_them_again(tmp_path, capsys):
+    nb = standard(tmp_path / "nb", handler("a"), handler("b"))
+    code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out", "--kserve", tmp_path / "ks")
+    assert code == 0, err
+    for name in ("a.mar", "b.mar"):  # one build, linked into the KServe model store
+        assert (tmp_path / "ks" / "model-store" / name).samefile(tmp_path / "out" / name)
+    assert out.count("a.mar") == 1 and "KServe layout:" in out
+
+
 def test_kserve_layout_is_not_written_when_a_handler_fails(tmp_path, capsys):
     nb = standard(tmp_path / "nb", handler("good"), "%%ms_handler broken --bogus\n" + BODY)
     code, _, err = run(capsys, "export", nb, "--kserve", tmp_path / "ks")
