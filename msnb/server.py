@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,9 @@ LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is s
 class LocalServer(ServingAPI):
     """A TorchServe owned by this process: its own workdir, free ports, token auth, stopped with it.
 
+    Without ``workdir`` it makes a temporary one; ``stop()`` then deletes the model store in it (the
+    registered archives) and keeps the logs.
+
     ``ports`` may request fixed ports by name (see ``msnb.tsconfig.PORT_NAMES``); the others are free
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
     """
@@ -35,6 +39,7 @@ class LocalServer(ServingAPI):
     def __init__(self, workdir: str | Path | None = None, *, auth: bool = True, quiet_logs: bool = True,
                  startup_timeout: float = 60.0, ports: dict[str, int] | None = None,
                  token_expiration_min: float | None = None):
+        self._owns_workdir = workdir is None  # a temporary workdir: stop() deletes its model store
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="msnb-server-")).resolve()
         self.layout = tsconfig.Layout(self.workdir)
         self.auth, self.quiet_logs, self.startup_timeout = auth, quiet_logs, startup_timeout
@@ -99,6 +104,8 @@ class LocalServer(ServingAPI):
             if self._client is not None:
                 self._client.close()
                 self._client = None
+            if self._owns_workdir:  # registered archives (hard links to checkpoints, too); the logs stay
+                shutil.rmtree(self.layout.model_store, ignore_errors=True)
             _LIVE.discard(self)
 
     def __enter__(self) -> "LocalServer":

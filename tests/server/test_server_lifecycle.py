@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -161,6 +162,22 @@ def test_a_start_interrupted_by_ctrl_c_leaves_nothing_running_and_can_start_agai
     assert not processes_naming(server.workdir)
     with server:
         assert server.models() == []
+
+
+def test_a_temporary_workdir_loses_its_model_store_at_stop_and_keeps_its_logs(tmp_path):
+    mar = build_mar(tmp_path / "mars", "echo", ECHO)
+    server = LocalServer()  # no workdir: msnb makes a temporary one
+    try:
+        with server:
+            server.register(mar)
+            assert any(server.model_store.iterdir())
+        assert not server.model_store.exists()
+        assert (server.log_dir / "java_stdout.log").is_file()
+    finally:
+        shutil.rmtree(server.workdir, ignore_errors=True)
+    with LocalServer(tmp_path / "mine") as own:  # a workdir the user gave is left as it is
+        own.register(mar)
+    assert any(own.model_store.iterdir())
 
 
 def test_keys_are_renewed_before_they_expire(tmp_path):
