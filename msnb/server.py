@@ -73,8 +73,8 @@ class LocalServer(ServingAPI):
             return self
 
     def _start(self, java: str) -> None:
-        self.layout.create()
         for attempt in (1, 2):
+            self.layout.create()  # again after a failed attempt: its stop() may have removed the model store
             self.ports = tsconfig.choose_ports(self._requested_ports)
             tsconfig.write_config(self.layout, self.ports, auth=self.auth, quiet_logs=self.quiet_logs,
                                   token_expiration_min=self.token_expiration_min)

@@ -139,6 +139,36 @@ def test_java_dying_at_startup_is_an_error_with_its_output_never_a_silent_succes
     assert not server.running and not processes_naming(server.workdir)
 
 
+def test_a_port_taken_at_the_first_try_is_retried_on_fresh_ports_in_a_temporary_workdir(tmp_path, monkeypatch):
+    # The first Java fails to bind like one whose port was taken between msnb's check and its bind;
+    # the retry must find its model store again although the failed try's stop() cleaned up.
+    real = shutil.which("java")
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$1" = "-version" ]; then exec {real} "$@"; fi
+        if [ ! -f {tmp_path}/bound-once ]; then
+            touch {tmp_path}/bound-once
+            echo "java.net.BindException: Address already in use"
+            exit 1
+        fi
+        exec {real} "$@"
+        """))
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    mar = build_mar(tmp_path / "mars", "echo", ECHO)
+    server = LocalServer()
+    try:
+        with server:
+            assert (tmp_path / "bound-once").exists()
+            server.register(mar)
+            assert server.predict("echo", {"n": 1})["echo"] == {"n": 1}
+    finally:
+        shutil.rmtree(server.workdir, ignore_errors=True)
+    assert not processes_naming(server.workdir)
+
+
 def test_a_start_that_times_out_leaves_nothing_running(tmp_path):
     server = LocalServer(tmp_path / "srv", startup_timeout=0.01)
     with pytest.raises(ServerError, match=r"did not become healthy within 0.01 s[\s\S]*Hint: pass a larger"):
