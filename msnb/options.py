@@ -134,8 +134,7 @@ def _requirements(value: str | None, namespace: _NS | None, base: Path) -> tuple
         return tuple(r.strip() for r in held if r.strip())
     path = _path(value, base)
     if path.is_file():
-        lines = (ln.strip() for ln in path.read_text().splitlines())
-        return tuple(ln for ln in lines if ln and not ln.startswith("#"))
+        return _requirement_lines(path.read_text())
     if value.endswith(".txt"):
         raise SpecError(f"--requirements: {str(path)!r} does not exist.", "give an existing requirements file or pip names.")
     return _split_requirements(value)
@@ -143,8 +142,14 @@ def _requirements(value: str | None, namespace: _NS | None, base: Path) -> tuple
 
 def _split_requirements(text: str) -> tuple[str, ...]:
     """One requirement per line, or per comma that starts a new name ("numpy, scipy>=1,<2" is two)."""
-    parts = text.splitlines() if "\n" in text.strip() else re.split(r",\s*(?=[A-Za-z])", text)
-    return tuple(p.strip() for p in parts if p.strip() and not p.strip().startswith("#"))
+    if "\n" in text.strip():
+        return _requirement_lines(text)
+    return tuple(p.strip() for p in re.split(r",\s*(?=[A-Za-z])", text) if p.strip())
+
+
+def _requirement_lines(text: str) -> tuple[str, ...]:
+    """requirements.txt text: one requirement per line, blank lines and comments dropped."""
+    return tuple(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#"))
 
 
 def _path(value: str, base: Path) -> Path:
