@@ -20,12 +20,24 @@ BENCHMARKS = ("inner_loop", "cold_start", "checkpoint", "throughput", "overhead"
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smoke-sized run (< 3 min): fewer repetitions, "
-                        "smaller checkpoints, fewer requests")
-    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME",
-                        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent,
-                        help="where RESULTS.md, results.json and results.png go (default: bench/)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke-sized run (< 3 min): fewer repetitions, smaller checkpoints, fewer requests",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=BENCHMARKS,
+        metavar="NAME",
+        help=f"run only these benchmarks ({', '.join(BENCHMARKS)})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).parent,
+        help="where RESULTS.md, results.json and results.png go (default: bench/)",
+    )
     return parser.parse_args(argv)
 
 

@@ -14,16 +14,31 @@ import psutil
 import requests
 
 from bench.harness import run_child, wait_gone
-from msnb.tsconfig import choose_ports
+from msnb.torchserve.config import choose_ports
 
 BIN = Path(sys.executable).parent
 
 
-def archive_cli(name: str, handler: Path, checkpoint: Path, store: Path, log: Path, fmt: str = "default",
-                peak: bool = False) -> dict:
+def archive_cli(
+    name: str, handler: Path, checkpoint: Path, store: Path, log: Path, fmt: str = "default", peak: bool = False
+) -> dict:
     """`torch-model-archiver` as a user types it; returns its wall time (and peak RSS with ``peak``)."""
-    cmd = [str(BIN / "torch-model-archiver"), "--model-name", name, "--version", "1.0", "--handler", str(handler),
-           "--serialized-file", str(checkpoint), "--export-path", str(store), "--archive-format", fmt, "-f"]
+    cmd = [
+        str(BIN / "torch-model-archiver"),
+        "--model-name",
+        name,
+        "--version",
+        "1.0",
+        "--handler",
+        str(handler),
+        "--serialized-file",
+        str(checkpoint),
+        "--export-path",
+        str(store),
+        "--archive-format",
+        fmt,
+        "-f",
+    ]
     return run_child(cmd, log, cwd=store.parent, peak=peak)
 
 
@@ -46,14 +61,20 @@ class ManualTorchServe:
 
     def _write_config(self) -> None:
         p = self.ports
-        props = {"inference_address": f"http://127.0.0.1:{p['inference']}",
-                 "management_address": f"http://127.0.0.1:{p['management']}",
-                 "metrics_address": f"http://127.0.0.1:{p['metrics']}",
-                 "grpc_inference_address": "127.0.0.1", "grpc_management_address": "127.0.0.1",
-                 "grpc_inference_port": p["grpc_inference"], "grpc_management_port": p["grpc_management"],
-                 "model_store": self.store, "enable_model_api": "true", "default_workers_per_model": 1,
-                 # Java puts worker sockets in /tmp/.ts.sock.<port> whatever TMPDIR says: a port of our own.
-                 "initial_worker_port": random.randrange(20000, 30000, 50)}
+        props = {
+            "inference_address": f"http://127.0.0.1:{p['inference']}",
+            "management_address": f"http://127.0.0.1:{p['management']}",
+            "metrics_address": f"http://127.0.0.1:{p['metrics']}",
+            "grpc_inference_address": "127.0.0.1",
+            "grpc_management_address": "127.0.0.1",
+            "grpc_inference_port": p["grpc_inference"],
+            "grpc_management_port": p["grpc_management"],
+            "model_store": self.store,
+            "enable_model_api": "true",
+            "default_workers_per_model": 1,
+            # Java puts worker sockets in /tmp/.ts.sock.<port> whatever TMPDIR says: a port of our own.
+            "initial_worker_port": random.randrange(20000, 30000, 50),
+        }
         (self.workdir / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
     def _cli(self, *args: str) -> None:
@@ -101,7 +122,9 @@ class ManualTorchServe:
             raise RuntimeError(f"register {mar}: {resp.status_code} {resp.text[:500]}")
 
     def predict(self, name: str, data: dict) -> dict:
-        resp = self.session.post(self.url("inference", f"predictions/{name}"), json=data, headers=self.auth("inference"))
+        resp = self.session.post(
+            self.url("inference", f"predictions/{name}"), json=data, headers=self.auth("inference")
+        )
         resp.raise_for_status()
         return resp.json()
 

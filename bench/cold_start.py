@@ -12,7 +12,8 @@ import psutil
 from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
 from bench.harness import Settings, interleave, ratio, summary, wait_gone
-from msnb.server import LocalServer
+from msnb.session import deploy
+from msnb.torchserve import LocalServer
 
 NAME = "cold"
 
@@ -24,12 +25,18 @@ def run(settings: Settings) -> dict:
     handler = work / "handler.py"
     handler.write_text(models.handwritten_source(models.mlp_source(), models.SMALL))
     counter = itertools.count()
-    results = interleave({
-        "msnb": lambda: _msnb_cold(work / f"msnb{next(counter)}", checkpoint),
-        "manual CLI": lambda: _manual_cold(work / f"manual{next(counter)}", handler, checkpoint),
-    }, settings.reps)
-    stats = {f"{variant}: {phase}": summary([r[phase] for r in runs])
-             for variant, runs in results.items() for phase in runs[0]}
+    results = interleave(
+        {
+            "msnb": lambda: _msnb_cold(work / f"msnb{next(counter)}", checkpoint),
+            "manual CLI": lambda: _manual_cold(work / f"manual{next(counter)}", handler, checkpoint),
+        },
+        settings.reps,
+    )
+    stats = {
+        f"{variant}: {phase}": summary([r[phase] for r in runs])
+        for variant, runs in results.items()
+        for phase in runs[0]
+    }
     return report(stats)
 
 
@@ -40,7 +47,7 @@ def _msnb_cold(workdir: Path, checkpoint: Path) -> dict[str, float]:
     try:
         server.start()
         healthy = time.perf_counter() - start
-        server.register(models.mlp_spec(NAME, models.SMALL, checkpoint))
+        deploy(server, models.mlp_spec(NAME, models.SMALL, checkpoint))
         registered = time.perf_counter() - start
         server.predict(NAME, models.SAMPLE)
         first = time.perf_counter() - start
@@ -48,8 +55,12 @@ def _msnb_cold(workdir: Path, checkpoint: Path) -> dict[str, float]:
         start = time.perf_counter()
         server.stop()
         wait_gone(procs)
-        return {"first prediction": first, "stop": time.perf_counter() - start, "start -> healthy": healthy,
-                "register": registered - healthy}
+        return {
+            "first prediction": first,
+            "stop": time.perf_counter() - start,
+            "start -> healthy": healthy,
+            "register": registered - healthy,
+        }
     finally:
         server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -85,12 +96,19 @@ def report(stats: dict) -> dict:
         "title": "2. Cold loop (no server -> first prediction; stop -> all processes gone)",
         "unit": "s",
         "rows": stats,
-        "ratios": {"manual / msnb (first prediction)": ratio(manual, msnb),
-                   "manual / msnb (stop)": ratio(stats["manual CLI: stop"], stats["msnb: stop"])},
-        "targets": [{"target": "msnb cold start -> first prediction <= 4 s median",
-                     "value": f"{msnb['median']:.2f} s", "met": msnb["median"] <= 4.0}],
+        "ratios": {
+            "manual / msnb (first prediction)": ratio(manual, msnb),
+            "manual / msnb (stop)": ratio(stats["manual CLI: stop"], stats["msnb: stop"]),
+        },
+        "targets": [
+            {
+                "target": "msnb cold start -> first prediction <= 4 s median",
+                "value": f"{msnb['median']:.2f} s",
+                "met": msnb["median"] <= 4.0,
+            }
+        ],
         "notes": "msnb: LocalServer(...).start() (Java check, config, launch, /ping), register(spec) (no-archive "
-                 "build + synchronous register), predict. Manual: archiver CLI, torchserve --start, poll /ping, "
-                 "register, predict. Stop: until Java and every worker process has exited (issue 3's figure). "
-                 "msnb's start -> healthy and register are the two parts of its first prediction.",
+        "build + synchronous register), predict. Manual: archiver CLI, torchserve --start, poll /ping, "
+        "register, predict. Stop: until Java and every worker process has exited (issue 3's figure). "
+        "msnb's start -> healthy and register are the two parts of its first prediction.",
     }

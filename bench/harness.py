@@ -8,9 +8,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -38,8 +39,13 @@ def interleave(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, l
 
 def summary(values: list[float]) -> dict[str, Any]:
     """Median, min, max and the raw values of one measurement series."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
-            "values": [round(v, 6) for v in values]}
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+        "values": [round(v, 6) for v in values],
+    }
 
 
 def ratio(slow: dict, fast: dict) -> float:
@@ -54,13 +60,16 @@ def timed(fn: Callable[[], Any]) -> float:
 
 # Runs in a small Python that only waits: RUSAGE_CHILDREN then holds the command's own peak RSS. (Measured
 # from this process directly, ru_maxrss would include the parent's RSS, inherited at fork/exec time.)
-_PEAK_WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
-                 "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
-                 "sys.exit(rc)")
+_PEAK_WRAPPER = (
+    "import resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+    "sys.exit(rc)"
+)
 
 
-def run_child(cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None,
-              peak: bool = False) -> dict[str, float]:
+def run_child(
+    cmd: list[str], log: Path, env: dict | None = None, cwd: Path | None = None, peak: bool = False
+) -> dict[str, float]:
     """Run ``cmd`` to completion (failing loudly): its wall time and, with ``peak``, its peak RSS in MiB."""
     peak_file = log.with_suffix(".peak")
     full = [sys.executable, "-c", _PEAK_WRAPPER, str(peak_file), *cmd] if peak else cmd
@@ -127,8 +136,13 @@ def load(url: str, body: bytes, requests: int, clients: int, headers: dict, wall
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
-    return {"rps": len(latencies) / elapsed, "p50_ms": percentile(latencies, 0.5) * 1000,
-            "p99_ms": percentile(latencies, 0.99) * 1000, "requests": len(latencies), "errors": state["errors"]}
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "requests": len(latencies),
+        "errors": state["errors"],
+    }
 
 
 def _post(conn: http.client.HTTPConnection, path: str, body: bytes, headers: dict) -> bool:

@@ -8,7 +8,8 @@ from pathlib import Path
 from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
 from bench.harness import Settings, interleave, ratio, summary, timed
-from msnb.server import LocalServer
+from msnb.session import deploy
+from msnb.torchserve import LocalServer
 
 NAME = "inner"
 
@@ -21,12 +22,15 @@ def run(settings: Settings) -> dict:
     revisions = itertools.count(1)
     try:
         server.start()
-        server.register(models.mlp_spec(NAME, models.SMALL, checkpoint))
+        deploy(server, models.mlp_spec(NAME, models.SMALL, checkpoint))
         _manual_deploy(manual, work, checkpoint, 0, restart=False)
-        times = interleave({
-            "msnb redeploy": lambda: timed(lambda: _msnb_deploy(server, checkpoint, next(revisions))),
-            "manual CLI loop": lambda: timed(lambda: _manual_deploy(manual, work, checkpoint, next(revisions))),
-        }, settings.reps)
+        times = interleave(
+            {
+                "msnb redeploy": lambda: timed(lambda: _msnb_deploy(server, checkpoint, next(revisions))),
+                "manual CLI loop": lambda: timed(lambda: _manual_deploy(manual, work, checkpoint, next(revisions))),
+            },
+            settings.reps,
+        )
     finally:
         server.stop()
         manual.close()
@@ -35,7 +39,7 @@ def run(settings: Settings) -> dict:
 
 def _msnb_deploy(server: LocalServer, checkpoint: Path, revision: int) -> None:
     """What %%ms_handler + %ms_serve do after an edit: a new spec, redeployed, then one prediction."""
-    server.redeploy(models.mlp_spec(NAME, models.SMALL, checkpoint, revision=revision))
+    deploy(server, models.mlp_spec(NAME, models.SMALL, checkpoint, revision=revision))
     _check(server.predict(NAME, models.SAMPLE), revision)
 
 
@@ -65,12 +69,11 @@ def report(stats: dict) -> dict:
         "rows": stats,
         "ratios": {"manual / msnb": speedup},
         "targets": [
-            {"target": "msnb redeploy <= 2 s median", "value": f"{msnb['median']:.2f} s",
-             "met": msnb["median"] <= 2.0},
+            {"target": "msnb redeploy <= 2 s median", "value": f"{msnb['median']:.2f} s", "met": msnb["median"] <= 2.0},
             {"target": ">= 3x faster than the manual loop", "value": f"{speedup:.1f}x", "met": speedup >= 3.0},
         ],
         "notes": "Same small MLP and checkpoint for both. msnb: LocalServer.redeploy (no-archive build, register "
-                 "the new version, set-default, unregister the old) + predict. Manual: torch-model-archiver CLI "
-                 "(default .mar), torchserve --stop (waiting until Java and workers exit), --start, register, "
-                 "predict; token auth on (key read from key_file.json).",
+        "the new version, set-default, unregister the old) + predict. Manual: torch-model-archiver CLI "
+        "(default .mar), torchserve --stop (waiting until Java and workers exit), --start, register, "
+        "predict; token auth on (key read from key_file.json).",
     }

@@ -11,7 +11,7 @@ from msnb.spec import HandlerSpec, spec_from_source
 
 # A handler cell as a user writes it: model class, init_function, preprocess, postprocess.
 MLP_SOURCE = textwrap.dedent(
-    '''
+    """
     import torch
 
     REVISION = {revision}
@@ -36,12 +36,12 @@ MLP_SOURCE = textwrap.dedent(
 
     def postprocess(output):
         return {{"label": int(output.argmax()), "revision": REVISION}}
-    '''
+    """
 )
 
 # A model that is nothing but weights: CHUNK-float parameters adding up to `mib` MiB.
 BLOB_SOURCE = textwrap.dedent(
-    '''
+    """
     import torch
 
     CHUNK = 2 ** 20  # floats: 4 MiB per parameter
@@ -63,12 +63,12 @@ BLOB_SOURCE = textwrap.dedent(
 
     def postprocess(output):
         return {"sum": float(output.sum())}
-    '''
+    """
 )
 
 # The anchor: the minimal TorchServe handler a user writes by hand for the same cell (appended to it).
 HANDWRITTEN_HANDLE = textwrap.dedent(
-    '''
+    """
 
     _model = None
 
@@ -85,11 +85,11 @@ HANDWRITTEN_HANDLE = textwrap.dedent(
         with torch.inference_mode():
             batch = torch.stack([preprocess(row.get("data") or row.get("body")) for row in data])
             return [postprocess(out) for out in _model(batch)]
-    '''
+    """
 )
 
-SMALL = {"width": 256, "depth": 2}    # FACTS' tiny MLP: frontend-bound
-WIDE = {"width": 2048, "depth": 3}    # compute-bound: ~34 MB of weights read per forward
+SMALL = {"width": 256, "depth": 2}  # FACTS' tiny MLP: frontend-bound
+WIDE = {"width": 2048, "depth": 3}  # compute-bound: ~34 MB of weights read per forward
 SAMPLE = {"x": [0.01 * i for i in range(64)]}
 
 
@@ -98,13 +98,15 @@ def mlp_source(revision: int = 0) -> str:
 
 
 def mlp_spec(name: str, init_kwargs: dict, checkpoint: Path, revision: int = 0, **config) -> HandlerSpec:
-    return spec_from_source(name, mlp_source(revision), init_kwargs=init_kwargs, checkpoint=str(checkpoint),
-                            example=SAMPLE, **config)
+    return spec_from_source(
+        name, mlp_source(revision), init_kwargs=init_kwargs, checkpoint=str(checkpoint), example=SAMPLE, **config
+    )
 
 
 def blob_spec(name: str, mib: int, checkpoint: Path) -> HandlerSpec:
-    return spec_from_source(name, BLOB_SOURCE, init_kwargs={"mib": mib}, checkpoint=str(checkpoint),
-                            example={"x": [1.0, 2.0]})
+    return spec_from_source(
+        name, BLOB_SOURCE, init_kwargs={"mib": mib}, checkpoint=str(checkpoint), example={"x": [1.0, 2.0]}
+    )
 
 
 def handwritten_source(cell_source: str, init_kwargs: dict) -> str:
@@ -128,7 +130,7 @@ def save_random_blob(mib: int, path: Path) -> Path:
     """A random state_dict of ``mib`` MiB (incompressible floats) that the Blob model loads strictly."""
     torch.manual_seed(0)
     n = max(1, mib // 4)
-    state = {f"chunks.{i}": torch.randn(2 ** 20) for i in range(n)}
+    state = {f"chunks.{i}": torch.randn(2**20) for i in range(n)}
     torch.save(state, path)
     del state
     return path

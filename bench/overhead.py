@@ -39,8 +39,11 @@ def run(settings: Settings) -> dict:
             [post(o) for o in model(torch.stack([pre(r["body"]) for r in requests]))]
 
     iterations = 300 if settings.quick else 2000
-    calls = {"msnb handle()": lambda: handle(requests, context), "hand-written pre+forward+post": by_hand,
-             "raw model(batch)": raw}
+    calls = {
+        "msnb handle()": lambda: handle(requests, context),
+        "hand-written pre+forward+post": by_hand,
+        "raw model(batch)": raw,
+    }
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # on a shared 2-core machine, intra-op threads spin against other processes
     try:
@@ -61,6 +64,7 @@ def _with_server_metrics(handler: LoadedHandler) -> None:
 
 def _per_call(fn, iterations: int):
     """A measurement: mean microseconds per call over ``iterations`` calls (after a few warm-up calls)."""
+
     def measure() -> float:
         for _ in range(20):
             fn()
@@ -68,6 +72,7 @@ def _per_call(fn, iterations: int):
         for _ in range(iterations):
             fn()
         return (time.perf_counter() - start) / iterations * 1e6
+
     return measure
 
 
@@ -80,11 +85,15 @@ def report(stats: dict) -> dict:
         "title": f"5. In-process handler overhead (batch of {BATCH}, small MLP)",
         "unit": "µs per call",
         "rows": stats,
-        "ratios": {"overhead vs raw forward, µs/sample": per_sample,
-                   "overhead vs hand-written loop, µs/sample": own},
-        "targets": [{"target": "handle() overhead <= 50 µs per sample (vs raw forward)",
-                     "value": f"{per_sample:.1f} µs/sample", "met": per_sample <= 50.0}],
+        "ratios": {"overhead vs raw forward, µs/sample": per_sample, "overhead vs hand-written loop, µs/sample": own},
+        "targets": [
+            {
+                "target": "handle() overhead <= 50 µs per sample (vs raw forward)",
+                "value": f"{per_sample:.1f} µs/sample",
+                "met": per_sample <= 50.0,
+            }
+        ],
         "notes": "One torch thread. handle() on 8 JSON-decoded requests with TorchServe's own Context and metrics cache, vs the "
-                 "raw forward on the already-stacked batch, and vs the same user preprocess/postprocess called "
-                 "by hand (msnb's own machinery: per-sample isolation, collate/split, JSON-safety, metrics).",
+        "raw forward on the already-stacked batch, and vs the same user preprocess/postprocess called "
+        "by hand (msnb's own machinery: per-sample isolation, collate/split, JSON-safety, metrics).",
     }

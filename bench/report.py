@@ -16,7 +16,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
 import psutil  # noqa: E402
 
 # Which leaf measurements each plot panel shows: (benchmark, metric or None for all, panel title, unit).
@@ -34,11 +33,16 @@ ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$")
 
 def machine() -> dict:
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "platform": platform.platform(),
-            "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": sys.version.split()[0], "java": java[0] if java else "?",
-            **{pkg: metadata.version(pkg) for pkg in ("torch", "torchserve", "torch-model-archiver")},
-            "load_average_at_start": [round(x, 1) for x in os.getloadavg()]}
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": sys.version.split()[0],
+        "java": java[0] if java else "?",
+        **{pkg: metadata.version(pkg) for pkg in ("torch", "torchserve", "torch-model-archiver")},
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+    }
 
 
 def leaves(node: dict, path: tuple = ()) -> list[tuple[tuple, dict]]:
@@ -60,12 +64,22 @@ def write(results: dict, meta: dict, out: Path) -> None:
 
 
 def markdown(results: dict, meta: dict) -> str:
-    lines = ["# msnb benchmarks", "", f"`python -m bench{' --quick' if meta['quick'] else ''}` "
-             f"took {meta['seconds']:.0f} s. Machine and versions:", ""]
+    lines = [
+        "# msnb benchmarks",
+        "",
+        f"`python -m bench{' --quick' if meta['quick'] else ''}` took {meta['seconds']:.0f} s. Machine and versions:",
+        "",
+    ]
     lines += [f"- {k}: {v}" for k, v in meta["machine"].items()] + [f"- load average at end: {meta['load_end']}", ""]
-    lines += ["Medians of interleaved repetitions (A B A B ...), min–max in brackets; the machine is shared "
-              "and noisy, so read the ratios, not single times.", "", "## Targets", "",
-              "| target | measured | verdict |", "|---|---|---|"]
+    lines += [
+        "Medians of interleaved repetitions (A B A B ...), min–max in brackets; the machine is shared "
+        "and noisy, so read the ratios, not single times.",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | verdict |",
+        "|---|---|---|",
+    ]
     for res in results.values():
         for t in res.get("targets", []):
             lines.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**not met**'} |")

@@ -8,7 +8,8 @@ from pathlib import Path
 from bench import models
 from bench.anchors import archive_cli
 from bench.harness import Settings, interleave, load, summary
-from msnb.server import LocalServer
+from msnb.session import deploy
+from msnb.torchserve import LocalServer
 
 BATCHES = [(1, 0)] + [(b, d) for b in (4, 8, 16) for d in (1, 5, 20)]
 QUICK_BATCHES = [(1, 0), (8, 5), (16, 20)]
@@ -37,7 +38,7 @@ def _load_fn(server: LocalServer, name: str, requests: int, clients: int):
 def _handler_comparison(settings: Settings, server: LocalServer, work: Path) -> dict:
     """4a: the same small MLP behind msnb's shared handler and a minimal hand-written one, batch 1."""
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "small.pt")
-    server.register(models.mlp_spec("small_msnb", models.SMALL, checkpoint), batch_size=1)
+    deploy(server, models.mlp_spec("small_msnb", models.SMALL, checkpoint), batch_size=1)
     handler = work / "handwritten.py"
     handler.write_text(models.handwritten_source(models.mlp_source(), models.SMALL))
     archive_cli("small_handwritten", handler, checkpoint, server.model_store, work / "archiver.log")
@@ -46,9 +47,13 @@ def _handler_comparison(settings: Settings, server: LocalServer, work: Path) -> 
     per_round = total // settings.reps
     for name in ("small_msnb", "small_handwritten"):  # warm-up, not measured
         _load_fn(server, name, 50, 16)()
-    runs = interleave({"msnb shared handler": _load_fn(server, "small_msnb", per_round, 16),
-                       "hand-written handler": _load_fn(server, "small_handwritten", per_round, 16)},
-                      settings.reps)
+    runs = interleave(
+        {
+            "msnb shared handler": _load_fn(server, "small_msnb", per_round, 16),
+            "hand-written handler": _load_fn(server, "small_handwritten", per_round, 16),
+        },
+        settings.reps,
+    )
     for name in ("small_msnb", "small_handwritten"):
         server.unregister(name)
     return _summarise(runs)
@@ -59,16 +64,17 @@ def _batching_sweep(settings: Settings, server: LocalServer, work: Path) -> dict
     checkpoint = models.save_mlp_checkpoint(models.WIDE, work / "wide.pt")
     configs = QUICK_BATCHES if settings.quick else BATCHES
     for batch, delay in configs:
-        spec = models.mlp_spec(_name(batch, delay), models.WIDE, checkpoint, batch_size=batch,
-                               max_batch_delay=delay)
-        server.register(spec, batch_size=batch, max_batch_delay=delay)
+        spec = models.mlp_spec(_name(batch, delay), models.WIDE, checkpoint, batch_size=batch, max_batch_delay=delay)
+        deploy(server, spec, batch_size=batch, max_batch_delay=delay)
     out = {}
     for clients, total in ((16, 1500), (4, 300), (1, 100)):
         total = max(settings.reps * 10, total // (5 if settings.quick else 1))
         for batch, delay in configs:  # warm-up
             _load_fn(server, _name(batch, delay), 2 * clients, clients)()
-        runs = interleave({_label(b, d): _load_fn(server, _name(b, d), total // settings.reps, clients)
-                           for b, d in configs}, settings.reps)
+        runs = interleave(
+            {_label(b, d): _load_fn(server, _name(b, d), total // settings.reps, clients) for b, d in configs},
+            settings.reps,
+        )
         out[clients] = _summarise(runs)
     return out
 
@@ -82,9 +88,11 @@ def _label(batch: int, delay: int) -> str:
 
 
 def _summarise(runs: dict[str, list[dict]]) -> dict:
-    return {name: {metric: summary([r[metric] for r in results]) for metric in ("rps", "p50_ms", "p99_ms")}
-            | {"errors": sum(r["errors"] for r in results), "requests": sum(r["requests"] for r in results)}
-            for name, results in runs.items()}
+    return {
+        name: {metric: summary([r[metric] for r in results]) for metric in ("rps", "p50_ms", "p99_ms")}
+        | {"errors": sum(r["errors"] for r in results), "requests": sum(r["requests"] for r in results)}
+        for name, results in runs.items()
+    }
 
 
 def report(handlers: dict, batching: dict, settings: Settings) -> dict:
@@ -93,9 +101,12 @@ def report(handlers: dict, batching: dict, settings: Settings) -> dict:
     at16 = batching[16]
     best = max((n for n in at16 if n != "batch 1"), key=lambda n: at16[n]["rps"]["median"])
     gain = at16[best]["rps"]["median"] / at16["batch 1"]["rps"]["median"]
-    hurts = [f"{c} client(s): {n} {v['rps']['median']:.0f} req/s vs batch 1 {batching[c]['batch 1']['rps']['median']:.0f}"
-             for c in (1, 4) for n, v in batching[c].items()
-             if n != "batch 1" and v["rps"]["median"] < batching[c]["batch 1"]["rps"]["median"]]
+    hurts = [
+        f"{c} client(s): {n} {v['rps']['median']:.0f} req/s vs batch 1 {batching[c]['batch 1']['rps']['median']:.0f}"
+        for c in (1, 4)
+        for n, v in batching[c].items()
+        if n != "batch 1" and v["rps"]["median"] < batching[c]["batch 1"]["rps"]["median"]
+    ]
     return {
         "title": "4. Serving throughput and latency (loopback, token auth on)",
         "unit": "req/s",
@@ -103,11 +114,14 @@ def report(handlers: dict, batching: dict, settings: Settings) -> dict:
         "ratios": {"msnb / hand-written (batch 1, 16 clients)": rel, f"{best} / batch 1 (16 clients)": gain},
         "targets": [
             {"target": "msnb >= 0.95x hand-written handler, batch 1", "value": f"{rel:.2f}x", "met": rel >= 0.95},
-            {"target": "batching >= 2x batch 1 at 16 clients (wide MLP)", "value": f"{gain:.2f}x ({best})",
-             "met": gain >= 2.0},
+            {
+                "target": "batching >= 2x batch 1 at 16 clients (wide MLP)",
+                "value": f"{gain:.2f}x ({best})",
+                "met": gain >= 2.0,
+            },
         ],
         "batching_hurts": hurts,
         "notes": f"{'quick mode: ' if settings.quick else ''}one worker per model on one LocalServer; "
-                 "rounds of the variants interleaved; the load generator (keep-alive http.client threads) "
-                 "shares the 2 cores with TorchServe. 4a: MLP 64-256-256-10; 4b: MLP 64-2048x3-10.",
+        "rounds of the variants interleaved; the load generator (keep-alive http.client threads) "
+        "shares the 2 cores with TorchServe. 4a: MLP 64-256-256-10; 4b: MLP 64-2048x3-10.",
     }

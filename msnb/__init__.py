@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 # Heavier parts (torch, TorchServe, ipywidgets) load on first use: `%load_ext msnb` stays fast.
 _LAZY = {
-    "LocalServer": "msnb.server",
+    "LocalServer": "msnb.torchserve",
+    "TorchServeClient": "msnb.torchserve",
     "BuildWidget": "msnb.widget",
-    "capture": "msnb.capture",
     "Session": "msnb.session",
 }
 
@@ -29,11 +29,16 @@ def test_handler(name_or_spec: str | HandlerSpec, samples: list | None = None) -
 test_handler.__test__ = False  # not a pytest test
 
 
-def build(name_or_spec: str | HandlerSpec, export_path: str = "model_store", *, dev: bool = False):
-    """Build the handler's .mar into ``export_path``; returns its path."""
+def build(
+    name_or_spec: str | HandlerSpec, export_path: str | None = None, *, fmt: str | None = None, dev: bool = False
+):
+    """Validate the handler in-process and build its archive into ``export_path``; returns its path.
+
+    ``fmt`` is one of ``msnb.archive.FORMATS`` (default ``mar``); ``dev=True`` means the fast ``zip-store``.
+    """
     from msnb.session import current
 
-    return current().build(name_or_spec, export_path, dev=dev)
+    return current().build(name_or_spec, *([export_path] if export_path else []), fmt=fmt, dev=dev)
 
 
 def serve(name_or_spec: str | HandlerSpec):
@@ -56,5 +61,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'msnb' has no attribute {name!r}")
 
 
-__all__ = ["BuildWidget", "HandlerSpec", "LocalServer", "MsnbError", "SourceBlock", "build", "capture",
-           "serve", "test_handler", "__version__"]
+__all__ = [
+    "BuildWidget",
+    "HandlerSpec",
+    "LocalServer",
+    "MsnbError",
+    "Session",
+    "SourceBlock",
+    "TorchServeClient",
+    "build",
+    "serve",
+    "test_handler",
+    "__version__",
+]

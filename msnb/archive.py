@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import torch
 import yaml
@@ -15,11 +16,31 @@ from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb.errors import BuildError, SpecError
+from msnb.files import link_or_copy
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import HandlerSpec
 
-# msnb format name -> torch-model-archiver archive_format
-FORMATS = {"mar": "default", "zip-store": "zip-store", "no-archive": "no-archive"}
+
+@dataclass(frozen=True)
+class Format:
+    """An archive format: msnb's name for it, torch-model-archiver's, and what it is for."""
+
+    name: str
+    archiver: str
+    help: str
+
+
+# The one vocabulary of archive formats (the magics, the widget, the CLI and the server use these names).
+FORMATS = {
+    f.name: f
+    for f in (
+        Format("mar", "default", "the archiver's standard compressed .mar (export, sharing)"),
+        Format("zip-store", "zip-store", "an uncompressed .mar, fast to build (the dev loop)"),
+        Format("no-archive", "no-archive", "a model folder; what the local server registers"),
+    )
+}
+EXPORT_FORMAT, DEV_FORMAT, SERVE_FORMAT = "mar", "zip-store", "no-archive"
+DEFAULT_EXPORT = "model_store"  # the folder %ms_build, msnb.build and `msnb export` write to
 CHECKPOINT = "model.pt"
 CONFIG = "model-config.yaml"
 REQUIREMENTS = "requirements.txt"
@@ -53,12 +74,17 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     return model_dir
 
 
-def build(spec: HandlerSpec, export_path: str | Path, fmt: str = "mar", archive_name: str | None = None,
-          *, validate: bool = True, progress: Progress | None = None) -> Path:
-    """Build ``<export_path>/<archive_name>.mar`` (or a no-archive folder) from ``spec``.
+def build(
+    spec: HandlerSpec,
+    export_path: str | Path,
+    fmt: str = EXPORT_FORMAT,
+    archive_name: str | None = None,
+    *,
+    progress: Progress | None = None,
+) -> Path:
+    """Build ``<export_path>/<archive_name>.mar`` (or a no-archive folder) from ``spec``; runs no user code.
 
-    ``validate`` first loads the handler in-process (init_function, checkpoint) and runs the
-    spec's example through it, so a broken handler fails here with its own message.
+    Whether to run the handler first (``localtest.validate``) is the caller's decision.
     """
     if fmt not in FORMATS:
         raise BuildError(f"Unknown archive format {fmt!r}.", f"use one of {', '.join(FORMATS)}.")
@@ -66,11 +92,6 @@ def build(spec: HandlerSpec, export_path: str | Path, fmt: str = "mar", archive_
     archive_name = archive_name or spec.name
     export_path = Path(export_path).expanduser()
     ensure_writable(export_path)
-    if validate:
-        report("validating handler in-process", 0.1)
-        from msnb.localtest import validate as validate_spec
-
-        validate_spec(spec)
     if fmt == "no-archive":
         target = export_path / archive_name
         shutil.rmtree(target, ignore_errors=True)
@@ -96,23 +117,25 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
         requirements_file=REQUIREMENTS if spec.requirements else None,
         config_file=CONFIG,
         export_path=str(export_path),
-        archive_format=FORMATS[fmt],
+        archive_format=FORMATS[fmt].archiver,
         force=True,
     )
     manifest = ModelExportUtils.generate_manifest_json(config)
     if fmt == "no-archive":  # staged in place: the archiver only writes MAR-INF/MANIFEST.json
-        ModelExportUtils.archive(str(export_path), archive_name, str(staged), manifest, FORMATS[fmt])
+        ModelExportUtils.archive(str(export_path), archive_name, str(staged), manifest, FORMATS[fmt].archiver)
         return
     # The archiver names its output after the name it is given: pack under a hidden partial name in
     # the same folder and rename, so a failed build never leaves a half-written .mar behind.
     partial = f".{archive_name}.partial"
     try:
-        ModelExportUtils.archive(str(export_path), partial, str(staged), manifest, FORMATS[fmt])
+        ModelExportUtils.archive(str(export_path), partial, str(staged), manifest, FORMATS[fmt].archiver)
         os.replace(export_path / f"{partial}.mar", export_path / f"{archive_name}.mar")
     except OSError as err:
         (export_path / f"{partial}.mar").unlink(missing_ok=True)
-        raise BuildError(f"Could not write {export_path / archive_name}.mar: {err}.",
-                         "check the folder's permissions and free disk space.") from None
+        raise BuildError(
+            f"Could not write {export_path / archive_name}.mar: {err}.",
+            "check the folder's permissions and free disk space.",
+        ) from None
 
 
 def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
@@ -126,23 +149,33 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
         return
     path = Path(ckpt).expanduser()
     if not path.is_file():
-        raise SpecError(f"Checkpoint {str(path.resolve())!r} does not exist.",
-                        "pass the path of a saved state_dict (torch.save(model.state_dict(), 'model.pt')), "
-                        "or the model / state_dict variable itself.")
-    _place(path, dst, symlink_ok)
+        raise SpecError(
+            f"Checkpoint {str(path.resolve())!r} does not exist.",
+            "pass the path of a saved state_dict (torch.save(model.state_dict(), 'model.pt')), "
+            "or the model / state_dict variable itself.",
+        )
+    link_or_copy(path, dst, symlink_ok=symlink_ok)
 
 
 def _check_extra_names(extra_files: tuple[str, ...]) -> None:
     """Extra files keep their names in the model dir: none may replace a generated file or another extra file."""
-    generated = {f"{HANDLER_MODULE}.py", CONFIG, REQUIREMENTS, CHECKPOINT, "MAR-INF",
-                 *(p.name for p in shared_handler_files())}
+    generated = {
+        f"{HANDLER_MODULE}.py",
+        CONFIG,
+        REQUIREMENTS,
+        CHECKPOINT,
+        "MAR-INF",
+        *(p.name for p in shared_handler_files()),
+    }
     seen: set[str] = set()
     for extra in extra_files:
         name = Path(extra).expanduser().name
         if name in generated or name in seen:
             what = "a file msnb writes" if name in generated else "another extra file"
-            raise SpecError(f"Extra file {extra!r} would replace {what} of the same name ({name!r}) in the model dir.",
-                            "rename it (extra files keep their names; the checkpoint goes with --checkpoint).")
+            raise SpecError(
+                f"Extra file {extra!r} would replace {what} of the same name ({name!r}) in the model dir.",
+                "rename it (extra files keep their names; the checkpoint goes with --checkpoint).",
+            )
         seen.add(name)
 
 
@@ -154,18 +187,7 @@ def _stage_extra(src: Path, model_dir: Path, symlink_ok: bool) -> None:
     if src.is_dir():
         shutil.copytree(src, dst, dirs_exist_ok=True)
     else:
-        _place(src, dst, symlink_ok)
-
-
-def _place(src: Path, dst: Path, symlink_ok: bool) -> None:
-    dst.unlink(missing_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:  # another filesystem: the zip writer reads through a symlink
-        if symlink_ok:
-            dst.symlink_to(src.resolve())
-        else:
-            shutil.copy2(src, dst)
+        link_or_copy(src, dst, symlink_ok=symlink_ok)
 
 
 def ensure_writable(path: Path) -> bool:
@@ -176,5 +198,7 @@ def ensure_writable(path: Path) -> bool:
         tempfile.NamedTemporaryFile(dir=path, prefix=".msnb-probe-").close()
         return not existed
     except OSError as err:
-        raise BuildError(f"Cannot write to the output folder {str(path.resolve())!r}: {err.strerror or err}.",
-                         "choose a folder you can write to (-o OUTDIR, --kserve DIR or --export-path DIR).") from None
+        raise BuildError(
+            f"Cannot write to the output folder {str(path.resolve())!r}: {err.strerror or err}.",
+            "choose a folder you can write to (-o OUTDIR, --kserve DIR or --export-path DIR).",
+        ) from None

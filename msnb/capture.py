@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import ast
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from msnb.errors import CaptureError, SpecError
-from msnb.names import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
+from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
 from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, check_roles, find_roles
 
-RUNTIME_HINT = ("pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
-                "or an init_function argument (--init-kwargs)")
+RUNTIME_HINT = (
+    "pass it as a checkpoint (--checkpoint), an extra file (--extra-files) or an init_function argument (--init-kwargs)"
+)
 
 
-def capture(name: str, cell: str, pool: Sequence[tuple[str, str]], *,
-            cell_origin: str = "handler cell", **config: Any) -> HandlerSpec:
+def capture(
+    name: str, cell: str, pool: Sequence[tuple[str, str]], *, cell_origin: str = "handler cell", **config: Any
+) -> HandlerSpec:
     """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
 
     For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
@@ -84,8 +87,9 @@ class Pool:
                 if stmt.kind == "star":
                     self.stars.append(stmt)
 
-    def closure(self, wanted: list[tuple[str, Stmt]], bound: set[str],
-                star: bool) -> tuple[tuple[SourceBlock, ...], tuple[str, ...]]:
+    def closure(
+        self, wanted: list[tuple[str, Stmt]], bound: set[str], star: bool
+    ) -> tuple[tuple[SourceBlock, ...], tuple[str, ...]]:
         """Resolve ``wanted`` (name, statement using it) transitively; blocks in source order, warnings.
 
         A name read when a pulled statement runs (a base class, a decorator, a default) resolves to
@@ -107,8 +111,11 @@ class Pool:
                 self._not_found(name, user, eager, bound, missing)
                 continue
             if stmt.kind == "runtime":
-                raise CaptureError(f"`{name}` (used on {user.where(name)}) is bound at runtime by {stmt.where(name)}: "
-                                   "msnb copies only imports, def, class and literal constants.", RUNTIME_HINT)
+                raise CaptureError(
+                    f"`{name}` (used on {user.where(name)}) is bound at runtime by {stmt.where(name)}: "
+                    "msnb copies only imports, def, class and literal constants.",
+                    RUNTIME_HINT,
+                )
             chosen.setdefault(stmt.pos, (stmt, set()))[1].add(name)
             if stmt.kind in ("def", "const"):
                 queue.extend((n, stmt, n in stmt.usage.eager) for n in sorted(stmt.usage.uses))
@@ -119,8 +126,9 @@ class Pool:
         found = [s for s in self.bindings.get(name, ()) if before is None or s.pos < before.pos]
         stmt = found[-1] if found else None
         if stmt is not None and stmt.kind == "runtime" and name in BUILTINS:
-            warnings.append(f"`{name}` is rebound at {stmt.where(name)}, which is not copied; "
-                            f"the handler uses the builtin `{name}`")
+            warnings.append(
+                f"`{name}` is rebound at {stmt.where(name)}, which is not copied; the handler uses the builtin `{name}`"
+            )
             return None
         return stmt
 
@@ -131,9 +139,11 @@ class Pool:
         if eager and (name in bound or name in self.bindings):
             what = ", ".join(sorted(user.defines)) or "a definition"
             later = "the handler cell" if name in bound else self.bindings[name][-1].where(name)
-            raise CaptureError(f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
-                               f"but `{name}` is only bound later ({later}).",
-                               f"import or define `{name}` in {user.origin} or a cell above it.")
+            raise CaptureError(
+                f"`{what}` ({user.where(name)}) needs `{name}` when it is defined, "
+                f"but `{name}` is only bound later ({later}).",
+                f"import or define `{name}` in {user.origin} or a cell above it.",
+            )
         missing.append((name, user))
 
     def _unresolved(self, missing: list[tuple[str, Stmt]], chosen: dict, star: bool) -> list[str]:
@@ -141,7 +151,9 @@ class Pool:
             return []
         for name, user in missing:
             if name in IPYTHON_NAMES:
-                raise CaptureError(f"`{name}` (used on {user.where(name)}) exists only in IPython.", IPYTHON_NAMES[name])
+                raise CaptureError(
+                    f"`{name}` (used on {user.where(name)}) exists only in IPython.", IPYTHON_NAMES[name]
+                )
         listed = ", ".join(f"`{n}` (used on {u.where(n)})" for n, u in missing)
         if not (star or self.stars):
             hint = "define it in the handler cell or an earlier cell (def, class, import or a literal constant)"
@@ -150,7 +162,9 @@ class Pool:
             raise CaptureError(f"{listed} {'is' if len(missing) == 1 else 'are'} defined nowhere.", hint)
         for s in self.stars:
             chosen.setdefault(s.pos, (s, set()))
-        return [f"{listed} may come from a star import (`from ... import *`); names from star imports cannot be checked"]
+        return [
+            f"{listed} may come from a star import (`from ... import *`); names from star imports cannot be checked"
+        ]
 
 
 def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[SourceBlock, ...]:
@@ -172,20 +186,26 @@ def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[Sourc
 def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
     text = transform(cell)
     if text is None:
-        raise CaptureError(f"{_cap(the(origin))} starts with a cell magic.",
-                           "put the handler code directly under the %%ms_handler line.")
+        raise CaptureError(
+            f"{_cap(the(origin))} starts with a cell magic.",
+            "put the handler code directly under the %%ms_handler line.",
+        )
     try:
         return text, ast.parse(text)
     except SyntaxError as err:
-        raise CaptureError(f"{_cap(the(origin))} does not parse: line {err.lineno}: {err.msg}.",
-                           f"fix the syntax on line {err.lineno} of {the(origin)}.") from None
+        raise CaptureError(
+            f"{_cap(the(origin))} does not parse: line {err.lineno}: {err.msg}.",
+            f"fix the syntax on line {err.lineno} of {the(origin)}.",
+        ) from None
 
 
 def _roles(tree: ast.Module, origin: str) -> dict[str, str]:
     roles = find_roles(tree)
     if "init_function" not in roles:
-        raise CaptureError(f"{_cap(the(origin))} defines no init_function.",
-                           f"define `{SIGNATURES['init_function']}` in {the(origin)}; it returns the model.")
+        raise CaptureError(
+            f"{_cap(the(origin))} defines no init_function.",
+            f"define `{SIGNATURES['init_function']}` in {the(origin)}; it returns the model.",
+        )
     try:
         return check_roles(tree)
     except SpecError as err:
@@ -197,8 +217,11 @@ def _refuse_dropped_bindings(wanted: list[tuple[str, Stmt]], dropped: list[Stmt]
     for stmt in dropped:
         for name, user in wanted:
             if name in stmt.usage.binds:
-                raise CaptureError(f"`{name}` (used on {user.where(name)}) is bound at runtime by "
-                                   f"line {stmt.node.lineno} of {the(stmt.origin)}, which is not kept.", RUNTIME_HINT)
+                raise CaptureError(
+                    f"`{name}` (used on {user.where(name)}) is bound at runtime by "
+                    f"line {stmt.node.lineno} of {the(stmt.origin)}, which is not kept.",
+                    RUNTIME_HINT,
+                )
 
 
 def _dropped_warnings(stmts: list[Stmt], raw: str) -> tuple[str, ...]:

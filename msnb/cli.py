@@ -10,7 +10,9 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
+from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.errors import MsnbError, ServerError
+from msnb.files import write_atomic
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -54,35 +56,61 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="msnb", description="Notebook cells become TorchServe model archives.",
-                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="msnb",
+        description="Notebook cells become TorchServe model archives.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict}")
     raw = argparse.RawDescriptionHelpFormatter
-    exp = sub.add_parser("export", help="notebook -> .mar files (never runs the notebook)", description=EXPORT_HELP,
-                         epilog=EPILOG, formatter_class=raw)
+    exp = sub.add_parser(
+        "export",
+        help="notebook -> .mar files (never runs the notebook)",
+        description=EXPORT_HELP,
+        epilog=EPILOG,
+        formatter_class=raw,
+    )
     exp.add_argument("notebook", help="the .ipynb file")
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
     exp.add_argument("-o", "--outdir", help="folder for the archives (default: model_store, or none with --kserve)")
-    exp.add_argument("--format", default="mar", choices=["mar", "zip-store", "no-archive"],
-                     help="mar: compressed standard archive (default); zip-store: uncompressed, fast; "
-                          "no-archive: a model folder")
-    exp.add_argument("--check", action="store_true",
-                     help="run each handler in-process on its --example before writing anything "
-                          "(without it, no user code runs)")
-    exp.add_argument("--kserve", metavar="DIR", help="also write KServe's TorchServe layout: "
-                     "DIR/model-store/<name>.mar and DIR/config/config.properties (storageUri points at DIR)")
+    exp.add_argument(
+        "--format",
+        default=EXPORT_FORMAT,
+        choices=list(FORMATS),
+        help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()),
+    )
+    exp.add_argument(
+        "--check",
+        action="store_true",
+        help="run each handler in-process on its --example before writing anything (without it, no user code runs)",
+    )
+    exp.add_argument(
+        "--kserve",
+        metavar="DIR",
+        help="also write KServe's TorchServe layout: "
+        "DIR/model-store/<name>.mar and DIR/config/config.properties (storageUri points at DIR)",
+    )
     exp.set_defaults(run=_export)
-    srv = sub.add_parser("serve", help="serve archives on a local TorchServe until Ctrl-C", description=SERVE_HELP,
-                         epilog=EPILOG, formatter_class=raw)
+    srv = sub.add_parser(
+        "serve",
+        help="serve archives on a local TorchServe until Ctrl-C",
+        description=SERVE_HELP,
+        epilog=EPILOG,
+        formatter_class=raw,
+    )
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file")
     srv.set_defaults(run=_serve)
-    pre = sub.add_parser("predict", help="send one input to a served model", description=PREDICT_HELP,
-                         epilog=EPILOG, formatter_class=raw)
+    pre = sub.add_parser(
+        "predict", help="send one input to a served model", description=PREDICT_HELP, epilog=EPILOG, formatter_class=raw
+    )
     pre.add_argument("name", help="model name (/predictions/NAME)")
     pre.add_argument("--data", required=True, metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
     pre.add_argument("--version", help="model version (default: the default version)")
-    pre.add_argument("--url", help="inference URL, e.g. http://127.0.0.1:8080 (default: from `msnb serve`'s state file)")
+    pre.add_argument(
+        "--url", help="inference URL, e.g. http://127.0.0.1:8080 (default: from `msnb serve`'s state file)"
+    )
     pre.add_argument("--token-file", type=Path, help="TorchServe's key_file.json, used with --url")
     pre.add_argument("--state", type=Path, help="the state file `msnb serve` wrote")
     pre.set_defaults(run=_predict)
@@ -93,9 +121,10 @@ def _export(args: argparse.Namespace) -> int:
     from msnb.export import export_notebook, format_table
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
-    outdir = args.outdir if args.outdir or args.kserve else "model_store"
-    report = export_notebook(args.notebook, outdir, handlers=args.handler, fmt=args.format, check=args.check,
-                             kserve=args.kserve)
+    outdir = args.outdir if args.outdir or args.kserve else DEFAULT_EXPORT
+    report = export_notebook(
+        args.notebook, outdir, handlers=args.handler, fmt=args.format, check=args.check, kserve=args.kserve
+    )
     for item in report.exported:
         for warning in item.spec.warnings:
             print(f"warning: {item.spec.name}: {warning}", file=sys.stderr)
@@ -105,7 +134,9 @@ def _export(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if report.kserve is not None:
-        print(f"KServe layout: {report.kserve.resolve()} (set the InferenceService's storageUri to where you upload it)")
+        print(
+            f"KServe layout: {report.kserve.resolve()} (set the InferenceService's storageUri to where you upload it)"
+        )
     elif args.kserve:
         print("KServe layout not written: every handler must export for it.", file=sys.stderr)
     for name, err in report.failed.items():
@@ -114,7 +145,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from msnb.server import LocalServer
+    from msnb.torchserve import LocalServer
 
     archives = find_archives(args.paths)
     state = args.state or state_file()
@@ -130,8 +161,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
         print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops the server.", flush=True)
         if not _wait(server):
-            raise ServerError("TorchServe exited by itself.", "read its last log lines below; run `msnb serve` again.",
-                              details=server.log_tail())
+            raise ServerError(
+                "TorchServe exited by itself.",
+                "read its last log lines below; run `msnb serve` again.",
+                details=server.log_tail(),
+            )
     finally:
         state.unlink(missing_ok=True)
         server.stop()
@@ -144,8 +178,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     args.usage_errors = False
     data = parse_data(args.data, None, Path.cwd(), option="--data")
-    answer = send(args.name, data, version=args.version, url=args.url, token_file=args.token_file,
-                  state=args.state)
+    answer = send(args.name, data, version=args.version, url=args.url, token_file=args.token_file, state=args.state)
     if isinstance(answer, (bytes, bytearray)):
         sys.stdout.buffer.write(bytes(answer))
     else:
@@ -169,41 +202,37 @@ def find_archives(paths: list[str]) -> list[Path]:
         elif store.is_dir() and sorted(store.glob("*.mar")):
             found += sorted(store.glob("*.mar"))
         else:
-            raise UsageError(f"{raw}: no .mar file, model folder or model store there.\n"
-                             "Hint: give a .mar, a folder of .mar files, or a `msnb export --kserve` folder.")
+            raise UsageError(
+                f"{raw}: no .mar file, model folder or model store there.\n"
+                "Hint: give a .mar, a folder of .mar files, or a `msnb export --kserve` folder."
+            )
     return found
 
 
 def send(name: str, data, *, version=None, url=None, token_file=None, state=None):
     """POST ``data`` to /predictions/NAME on the `msnb serve` server (or ``url``) and return the answer."""
-    from msnb.tsclient import Client, Keys
-    from msnb.tsmodels import PredictionError, decode, encode, error_body
+    from msnb.torchserve import TorchServeClient
+    from msnb.torchserve.auth import Keys
 
-    management = None  # a server given by --url: its key is used as given, never renewed
-    if url is None:
+    if url is None:  # the `msnb serve` server: its keys may be renewed on its management port
         url, management, token_file = _read_state(state or state_file())
-    client = Client(Keys(token_file or Path("-"), management, enabled=token_file is not None))
-    body, ctype = encode(data)
-    target = f"{url.rstrip('/')}/predictions/{name}" + (f"/{version}" if version else "")
-    resp = client.call("POST", target, "inference", data=body, headers={"Content-Type": ctype}, timeout=120)
-    client.close()
-    if resp.ok:
-        return decode(resp)
-    message, hint, payload = error_body(resp)
-    if resp.status_code == 400 and "Token Authorization failed" in message:
-        hint = "the server has token authorisation on: pass its key_file.json with --token-file."
-    raise PredictionError(f"{name} answered HTTP {resp.status_code}: {message}",
-                          hint or "check the input against what the handler expects (`msnb serve` shows the worker log).",
-                          status=resp.status_code, body=payload)
+        client = TorchServeClient(url, management, keys=Keys(token_file, management))
+    else:  # a server given by --url: its key is used as given, never renewed
+        client = TorchServeClient.connect(url, token_file)
+    try:
+        return client.predict(name, data, version=version, timeout=120)
+    finally:
+        client.close()
 
 
 def _write_state(path: Path, server) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    info = {"pid": os.getpid(), "inference_url": server.inference_url, "management_url": server.management_url,
-            "key_file": str(server.layout.key_file)}
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(info))
-    os.replace(partial, path)
+    info = {
+        "pid": os.getpid(),
+        "inference_url": server.inference_url,
+        "management_url": server.management_url,
+        "key_file": str(server.layout.key_file),
+    }
+    write_atomic(path, json.dumps(info))
 
 
 def _read_state(path: Path) -> tuple[str, str, Path]:
@@ -211,8 +240,10 @@ def _read_state(path: Path) -> tuple[str, str, Path]:
         info = json.loads(path.read_text())
         os.kill(info["pid"], 0)
     except (OSError, ValueError, KeyError):
-        raise MsnbError(f"No `msnb serve` is running (no live server in {path}).",
-                        "start one with `msnb serve model_store/`, or give --url (and --token-file).") from None
+        raise MsnbError(
+            f"No `msnb serve` is running (no live server in {path}).",
+            "start one with `msnb serve model_store/`, or give --url (and --token-file).",
+        ) from None
     return info["inference_url"], info["management_url"], Path(info["key_file"])
 
 

@@ -1,4 +1,8 @@
-"""`python -m msnb.demo`: export the quickstart notebook's handler without running it, serve it, ask it, stop."""
+"""`python -m msnb.demo [NOTEBOOK]`: export a notebook's handler without running it, serve it, ask it, stop.
+
+Without NOTEBOOK it uses the quickstart notebook shipped in the package (``msnb.examples``), so it works
+from an installed wheel as from a checkout.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,14 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 
+from msnb.archive import EXPORT_FORMAT
 from msnb.errors import MsnbError
 from msnb.export import write_archive
 from msnb.notebook import handler_cells, load_handlers, read_notebook
 from msnb.options import parse_handler_line
-
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
 
 
 @contextmanager
@@ -35,33 +39,45 @@ def checkpoint_overrides(notebook: Path) -> dict:
     cell = handler_cells(read_notebook(notebook), notebook.name)[0]
     checkpoint = parse_handler_line(cell.line).checkpoint
     if checkpoint and not (notebook.parent / checkpoint).is_file():
-        print(f"   note: {notebook.parent / checkpoint} does not exist (run the notebook to train and save it); "
-              "serving the freshly initialised model instead", flush=True)
+        print(
+            f"   note: {notebook.parent / checkpoint} does not exist (run the notebook to train and save it); "
+            "serving the freshly initialised model instead",
+            flush=True,
+        )
         return {"checkpoint": None}
     return {}
 
 
-def run(notebook: Path = NOTEBOOK) -> dict:
-    """The whole demo; returns the prediction."""
-    from msnb.server import LocalServer
+def quickstart_notebook() -> Path:
+    """The quickstart notebook that ships with msnb (notebooks/ in a checkout)."""
+    return Path(str(resources.files("msnb.examples").joinpath("quickstart.ipynb")))
+
+
+def run(notebook: Path | None = None) -> dict:
+    """The whole demo (the first handler of ``notebook``, default the quickstart); returns the prediction."""
+    notebook = Path(notebook) if notebook else quickstart_notebook()
+    from msnb.torchserve import LocalServer
 
     with tempfile.TemporaryDirectory(prefix="msnb-demo-") as tmp:
         with step(f"capturing the %%ms_handler cell of {notebook.name} (the notebook is not executed)"):
-            (item,) = load_handlers(notebook, ["quickstart"], checkpoint_overrides(notebook))
+            first = handler_cells(read_notebook(notebook), notebook.name)[0].name
+            (item,) = load_handlers(notebook, [first], checkpoint_overrides(notebook))
             if item.error is not None:
                 raise item.error
             spec = item.spec
-            print(f"   roles: {', '.join(spec.roles)}; pulled in: "
-                  f"{', '.join(n for b in spec.pulled_in for n in b.names) or 'nothing'}")
+            print(
+                f"   roles: {', '.join(spec.roles)}; pulled in: "
+                f"{', '.join(n for b in spec.pulled_in for n in b.names) or 'nothing'}"
+            )
         with step("building the .mar"):
-            mar = write_archive(spec, Path(tmp), "mar")
+            mar = write_archive(spec, Path(tmp), EXPORT_FORMAT)
             print(f"   {mar} ({mar.stat().st_size / 1024:.1f} KB)")
         server = LocalServer(Path(tmp) / "server")
         try:
             with step("starting a local TorchServe on 127.0.0.1"):
                 server.start()
                 print(f"   {server.inference_url}")
-            with step("registering quickstart (waits for a ready worker)"):
+            with step(f"registering {spec.name} (waits for a ready worker)"):
                 server.register(mar)
             with step(f"predicting {json.dumps(spec.example)}"):
                 answer = server.predict(spec.name, spec.example)
@@ -72,9 +88,10 @@ def run(notebook: Path = NOTEBOOK) -> dict:
     return answer
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     try:
-        run()
+        run(Path(args[0]) if args else None)
     except MsnbError as err:
         print(f"error: {err.render()}", file=sys.stderr)
         return 1

@@ -30,8 +30,10 @@ class View:
         return self.text()
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><th style='text-align:left'>{_e(k)}</th><td style='text-align:left'>{_e(v)}</td></tr>"
-                       for k, v in self.rows)
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{_e(k)}</th><td style='text-align:left'>{_e(v)}</td></tr>"
+            for k, v in self.rows
+        )
         pre = f"<pre>{_e(self.pre)}</pre>" if self.pre else ""
         return f"<div class='{self.css_class}'><b>{_e(self.title)}</b><table>{rows}</table>{pre}</div>"
 
@@ -52,8 +54,10 @@ class ErrorView(View):
     def _repr_html_(self) -> str:
         hint = f"<div><b>Hint:</b> {_e(self.rows[0][1])}</div>" if self.rows else ""
         pre = f"<pre>{_e(self.pre)}</pre>" if self.pre else ""
-        return (f"<div class='msnb-error' style='border-left:4px solid #c33;padding-left:8px'>"
-                f"<div style='color:#c33'>{_e(self.title)}</div>{hint}{pre}</div>")
+        return (
+            f"<div class='msnb-error' style='border-left:4px solid #c33;padding-left:8px'>"
+            f"<div style='color:#c33'>{_e(self.title)}</div>{hint}{pre}</div>"
+        )
 
 
 class SpecSummary(View):
@@ -90,8 +94,10 @@ class ProgressView(View):
         return f"{self.title}: [{'#' * filled}{'.' * (20 - filled)}] {self.fraction:4.0%} {self.rows[0][1]}"
 
     def _repr_html_(self) -> str:
-        return (f"<div class='msnb-progress'>{_e(self.title)} <progress value='{self.fraction:.2f}' max='1'></progress> "
-                f"{self.fraction:.0%} {_e(self.rows[0][1])}</div>")
+        return (
+            f"<div class='msnb-progress'>{_e(self.title)} <progress value='{self.fraction:.2f}' max='1'></progress> "
+            f"{self.fraction:.0%} {_e(self.rows[0][1])}</div>"
+        )
 
 
 class Status(View, dict):

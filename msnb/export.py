@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
+from msnb.files import link_or_copy, move_into
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
-from msnb.tsmodels import link_or_copy
+from msnb.torchserve.config import kserve_properties, render_properties
 
 
 @dataclass(frozen=True)
@@ -46,9 +45,16 @@ class Report:
         return not self.failed
 
 
-def export_notebook(notebook: str | Path, outdir: str | Path | None = "model_store", *,
-                    handlers: Iterable[str] | None = None, fmt: str = "mar", check: bool = False,
-                    kserve: str | Path | None = None, overrides: dict | None = None) -> Report:
+def export_notebook(
+    notebook: str | Path,
+    outdir: str | Path | None = archive.DEFAULT_EXPORT,
+    *,
+    handlers: Iterable[str] | None = None,
+    fmt: str = archive.EXPORT_FORMAT,
+    check: bool = False,
+    kserve: str | Path | None = None,
+    overrides: dict | None = None,
+) -> Report:
     """Capture the notebook's handlers (never running the notebook) and write one archive each.
 
     ``check`` runs each handler in-process on its ``--example`` before anything is written
@@ -115,7 +121,7 @@ def run_check(spec: HandlerSpec):
     if spec.example is None:
         localtest.validate(spec)
         return None
-    return localtest.test_handler(spec, [spec.example])[0]
+    return localtest.predict_in_process(spec, [spec.example])[0]
 
 
 def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
@@ -125,19 +131,16 @@ def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
     """
     staging = Path(tempfile.mkdtemp(prefix=f".msnb-{spec.name}-", dir=outdir))
     try:
-        built = archive.build(spec, staging, fmt=fmt, validate=False)
-        final = outdir / built.name
-        if final.is_dir():
-            shutil.rmtree(final)
-        os.replace(built, final)
-        return final
+        return move_into(archive.build(spec, staging, fmt=fmt), outdir)
     except OSError as err:
         raise _write_error(outdir, err) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar", built: dict[str, Path] | None = None) -> Path:
+def write_kserve(
+    specs: list[HandlerSpec], root: Path, fmt: str = archive.EXPORT_FORMAT, built: dict[str, Path] | None = None
+) -> Path:
     """KServe's TorchServe layout: ROOT/model-store/<name>.mar and ROOT/config/config.properties.
 
     Everything is built in a hidden staging folder first and moved into place only when all
@@ -150,14 +153,16 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar", built: 
             raise _write_error(root, NotADirectoryError(f"{sub} is a file, not a folder"))
     staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-", dir=root))
     try:
-        archives = [_reuse(built[spec.name], staging) if spec.name in (built or {})
-                    else archive.build(spec, staging, fmt=fmt, validate=False) for spec in specs]
+        archives = [
+            _reuse(built[spec.name], staging) if spec.name in (built or {}) else archive.build(spec, staging, fmt=fmt)
+            for spec in specs
+        ]
         (staging / "config.properties").write_text(kserve_config(specs))
         (root / "model-store").mkdir(exist_ok=True)
         (root / "config").mkdir(exist_ok=True)
         for path in archives:
-            os.replace(path, root / "model-store" / path.name)
-        os.replace(staging / "config.properties", root / "config" / "config.properties")
+            move_into(path, root / "model-store")
+        move_into(staging / "config.properties", root / "config")
         return root
     except OSError as err:
         raise _write_error(root, err) from None
@@ -168,9 +173,11 @@ def write_kserve(specs: list[HandlerSpec], root: Path, fmt: str = "mar", built: 
 # KServe's envelopes (kserve for v1, kservev2 for v2) in TorchServe 0.12 read only the first request of a
 # batch and answer it alone: a batch of two requests fails both with 503 "number of batch response
 # mismatched" (measured). A KServe request batches its own instances; across requests batchSize must be 1.
-KSERVE_BATCH_NOTE = ("--batch-size {n} is set to 1 in the KServe config: TorchServe's KServe envelopes answer only "
-                     "the first request of a batch (503 for all of them otherwise). The instances of one "
-                     "KServe request still share one forward pass.")
+KSERVE_BATCH_NOTE = (
+    "--batch-size {n} is set to 1 in the KServe config: TorchServe's KServe envelopes answer only "
+    "the first request of a batch (503 for all of them otherwise). The instances of one "
+    "KServe request still share one forward pass."
+)
 
 
 def _reuse(path: Path, staging: Path) -> Path:
@@ -179,46 +186,21 @@ def _reuse(path: Path, staging: Path) -> Path:
 
 
 def _write_error(folder: Path, err: OSError) -> BuildError:
-    return BuildError(f"Cannot write into {str(folder.resolve())!r}: {err}.",
-                      "check what is already there (a file where a folder goes, or the reverse) and its permissions.")
+    return BuildError(
+        f"Cannot write into {str(folder.resolve())!r}: {err}.",
+        "check what is already there (a file where a folder goes, or the reverse) and its permissions.",
+    )
 
 
 def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store") -> str:
-    """config.properties for KServe's TorchServe runtime, which starts
-    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``.
-
-    Followed: pytorch/serve kubernetes/kserve/config.properties and the KServe TorchServe docs
-    (inference and management on 8085 because KServe's wrapper takes 8080, metrics on 8082,
-    gRPC 7070/7071, model_snapshot, enable_envvars_config=true so the TS_SERVICE_ENVELOPE
-    variable KServe sets from the InferenceService's protocolVersion, kserve for v1 or
-    kservev2 for v2, reaches TorchServe; service_envelope is therefore not fixed here).
-    Token authorisation is off: KServe's wrapper and readiness probe send no token (pytorch/serve#3301).
-    Every model's batchSize is 1 (see KSERVE_BATCH_NOTE).
-    """
+    """config.properties for KServe's TorchServe runtime (see ``kserve_properties``); every batchSize is 1
+    (see KSERVE_BATCH_NOTE)."""
     models = {
         spec.name: {spec.version: {"defaultVersion": True, "marName": f"{spec.name}.mar", **_snapshot(spec)}}
         for spec in specs
     }
-    snapshot = {"name": "startup.cfg", "modelCount": len(models), "models": models}
-    props = {
-        "inference_address": "http://0.0.0.0:8085",
-        "management_address": "http://0.0.0.0:8085",
-        "metrics_address": "http://0.0.0.0:8082",
-        "grpc_inference_port": 7070,
-        "grpc_management_port": 7071,
-        "enable_envvars_config": "true",
-        "install_py_dep_per_model": "true",
-        "enable_metrics_api": "true",
-        "metrics_mode": "prometheus",
-        "number_of_netty_threads": 4,
-        "job_queue_size": 10,
-        "disable_token_authorization": "true",
-        "load_models": "all",
-        "model_store": model_store,
-        "model_snapshot": json.dumps(snapshot, separators=(",", ":")),
-    }
     header = "# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from /mnt/models/config/.\n"
-    return header + "".join(f"{k}={v}\n" for k, v in props.items())
+    return render_properties(kserve_properties(models, model_store), header)
 
 
 def _snapshot(spec: HandlerSpec) -> dict:
@@ -231,10 +213,17 @@ def format_table(report: Report) -> str:
     """The result table: name, version, file, size, roles, pulled-in definitions; then failures."""
     rows = [("name", "version", "file", "size", "roles", "pulled in")]
     for item in report.exported:
-        pulled = ", ".join(f"{', '.join(b.names) or 'code'} ({b.origin.rsplit(', ', 1)[-1]})"
-                           for b in item.spec.pulled_in)
-        rows.append((item.spec.name, item.spec.version, str(item.path), _human(item.size),
-                     ", ".join(item.spec.roles), pulled or "-"))
+        pulled = ", ".join(f"{', '.join(b.names) or 'code'} ({b.origin.short})" for b in item.spec.pulled_in)
+        rows.append(
+            (
+                item.spec.name,
+                item.spec.version,
+                str(item.path),
+                _human(item.size),
+                ", ".join(item.spec.roles),
+                pulled or "-",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines) if report.exported else "no archive written"

@@ -9,9 +9,10 @@ import logging
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 from ts.context import Context, RequestProcessor
@@ -72,15 +73,19 @@ class LoadedHandler:
         if (self.model_dir / CHECKPOINT).exists():
             manifest["model"]["serializedFile"] = CHECKPOINT
         config = yaml.safe_load((self.model_dir / CONFIG).read_text()) or {}
-        self.context = Context(spec.name, str(self.model_dir), manifest, spec.batch_size, None, "msnb-local",
-                               model_yaml_config=config)
+        self.context = Context(
+            spec.name, str(self.model_dir), manifest, spec.batch_size, None, "msnb-local", model_yaml_config=config
+        )
         try:
             with self._capturing():
                 self.module.handle(None, self.context)
         except Exception as err:  # the user's init_function / checkpoint: show their message
             # The shared handler's HandlerLoadError carries .message/.hint (it cannot import msnb).
             message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
-            hint = getattr(err, "hint", None) or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
+            hint = (
+                getattr(err, "hint", None)
+                or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
+            )
             trace = None if hasattr(err, "hint") else "\n".join(_last_traceback(self.log.lines)) or None
             raise HandlerRunError(f"Handler {spec.name!r} failed to load: {message}", hint, details=trace) from err
 
@@ -106,8 +111,10 @@ class LoadedHandler:
         with self._capturing():
             out = self.module.handle(batch, self.context)
         if not isinstance(out, list) or len(out) != len(batch):
-            raise HandlerRunError(f"Handler returned {type(out).__name__} for a batch of {len(batch)}.",
-                                  "the shared handler must return one answer per request; please report this.")
+            raise HandlerRunError(
+                f"Handler returned {type(out).__name__} for a batch of {len(batch)}.",
+                "the shared handler must return one answer per request; please report this.",
+            )
         return [Answer(self.context.get_response_status(i)[0], _as_response(o)) for i, o in enumerate(out)]
 
 
@@ -117,7 +124,7 @@ def run_handler(spec: HandlerSpec, samples: Iterable[Any]) -> list[Answer]:
     return answers
 
 
-def test_handler(spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True) -> list[Any]:
+def predict_in_process(spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True) -> list[Any]:
     """The answers (bodies) the server would give for ``samples``; a failed sample raises by default."""
     answers, log = _run_staged(spec, list(samples))
     if raise_on_error:
@@ -125,14 +132,16 @@ def test_handler(spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: b
     return [a.body for a in answers]
 
 
-test_handler.__test__ = False  # not a pytest test, despite the name
-
-
 def validate(spec: HandlerSpec) -> None:
     """Build-time check: the handler loads, and answers its example (when it has one) without error."""
     answers, log = _run_staged(spec, [] if spec.example is None else [spec.example])
-    _raise_first_failure(spec, answers, log, what=f"Handler {spec.name!r} rejected its example (status {{status}})",
-                         default_hint="fix the handler or the --example input.")
+    _raise_first_failure(
+        spec,
+        answers,
+        log,
+        what=f"Handler {spec.name!r} rejected its example (status {{status}})",
+        default_hint="fix the handler or the --example input.",
+    )
 
 
 def _run_staged(spec: HandlerSpec, samples: list[Any]) -> tuple[list[Answer], list[str]]:
@@ -145,20 +154,28 @@ def _run_staged(spec: HandlerSpec, samples: list[Any]) -> tuple[list[Answer], li
         return answers, handler.log.lines
 
 
-def _raise_first_failure(spec: HandlerSpec, answers: list[Answer], log: list[str], what: str,
-                         default_hint: str = "fix the handler or the input.") -> None:
+def _raise_first_failure(
+    spec: HandlerSpec,
+    answers: list[Answer],
+    log: list[str],
+    what: str,
+    default_hint: str = "fix the handler or the input.",
+) -> None:
     for i, answer in enumerate(answers):
         if answer.ok:
             continue
         body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
         details = "\n".join(_last_traceback(log))
-        raise HandlerRunError(f"{what.format(i=i, status=answer.status)}: {body.get('error')}",
-                              body.get("hint") or default_hint, details=details or None)
+        raise HandlerRunError(
+            f"{what.format(i=i, status=answer.status)}: {body.get('error')}",
+            body.get("hint") or default_hint,
+            details=details or None,
+        )
 
 
 def _last_traceback(lines: list[str]) -> list[str]:
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    return lines[starts[-1]:] if starts else []
+    return lines[starts[-1] :] if starts else []
 
 
 def _import_isolated(path: Path, model_dir: Path):
@@ -174,8 +191,10 @@ def _import_isolated(path: Path, model_dir: Path):
         spec.loader.exec_module(module)
     except Exception as err:
         sys.modules.pop(name, None)
-        raise HandlerRunError(f"Importing the rendered handler failed: {type(err).__name__}: {err}",
-                              "an import or top-level definition in the handler cell fails outside the notebook.") from err
+        raise HandlerRunError(
+            f"Importing the rendered handler failed: {type(err).__name__}: {err}",
+            "an import or top-level definition in the handler cell fails outside the notebook.",
+        ) from err
     finally:
         sys.path.remove(str(model_dir))
     return module

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -13,9 +14,10 @@ from IPython.display import display
 
 from msnb import display as views
 from msnb import options
+from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.errors import MsnbError
-from msnb.session import DEFAULT_EXPORT, current
-from msnb.spec import HandlerSpec
+from msnb.session import current
+from msnb.spec import HandlerSpec, Origin
 
 
 def _shows_errors(method: Callable) -> Callable:
@@ -87,13 +89,26 @@ class MsnbMagics(Magics):
     @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
-    @argument("--export-path", dest="export_path", default=DEFAULT_EXPORT, help=f"folder for the .mar (default {DEFAULT_EXPORT})")
-    @argument("--dev", action="store_true", help="fast store-only archive for the dev loop")
+    @argument(
+        "--export-path",
+        dest="export_path",
+        default=DEFAULT_EXPORT,
+        help=f"folder for the .mar (default {DEFAULT_EXPORT})",
+    )
+    @argument(
+        "--format",
+        dest="fmt",
+        choices=list(FORMATS),
+        default=EXPORT_FORMAT,
+        help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()),
+    )
+    @argument("--dev", action="store_true", help=f"shorthand for --format {DEV_FORMAT}")
     def ms_build(self, line: str) -> Path:
-        """%ms_build NAME [--export-path DIR] [--dev]: validate the handler and pack its .mar; returns the path."""
+        """%ms_build NAME [--export-path DIR] [--format F | --dev]: validate the handler and pack its archive."""
         args = parse_argstring(self.ms_build, line)
         report = _progress(f"Building {args.name}")
-        path = current().build(args.name, args.export_path, dev=args.dev, progress=report)
+        fmt = DEV_FORMAT if args.dev else args.fmt
+        path = current().build(args.name, args.export_path, fmt=fmt, progress=report)
         report(f"built {path}", 1.0)
         return path
 
@@ -158,8 +173,8 @@ class MsnbMagics(Magics):
         """The kernel's other executed cells in execution order, and this cell's origin label."""
         history = self.shell.history_manager.input_hist_raw
         now = self.shell.execution_count  # this cell's index while it runs with history on
-        pool = [(f"cell In[{i}]", src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
-        return pool, f"cell In[{now}]" if now < len(history) else "handler cell"
+        pool = [(Origin(f"cell In[{i}]", cell=i), src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
+        return pool, Origin(f"cell In[{now}]", cell=now) if now < len(history) else Origin("handler cell")
 
     def _data(self, text: str) -> Any:
         return options.parse_data(text, self.shell.user_ns, Path.cwd())

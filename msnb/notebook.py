@@ -13,9 +13,10 @@ Run All builds. When a missing name is defined below, the error says where and t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import nbformat
 from IPython.core.error import UsageError
@@ -23,7 +24,7 @@ from IPython.core.error import UsageError
 from msnb.capture import capture
 from msnb.errors import CaptureError, MsnbError, SpecError
 from msnb.options import handler_config, parse_handler_line
-from msnb.spec import HandlerSpec
+from msnb.spec import HandlerSpec, Origin
 
 MAGIC = "%%ms_handler"
 _JSON_WORDS = {"true", "false", "null"}
@@ -42,7 +43,7 @@ class HandlerCell:
     """One `%%ms_handler` cell: its number, the option line and the body below it."""
 
     number: int
-    origin: str
+    origin: Origin
     line: str
     body: str
 
@@ -77,25 +78,39 @@ def read_notebook(path: str | Path) -> nbformat.NotebookNode:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text)
     except ValueError as err:  # UnicodeDecodeError too
-        raise NotebookError(f"{path} is not valid notebook JSON ({err}).",
-                            "the file is corrupt or not an .ipynb; re-save it from Jupyter.") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("nbformat"), int) or not ({"cells", "worksheets"} & set(raw)):
-        raise NotebookError(f"{path} is JSON but not a Jupyter notebook (no nbformat version and cells).",
-                            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).")
+        raise NotebookError(
+            f"{path} is not valid notebook JSON ({err}).",
+            "the file is corrupt or not an .ipynb; re-save it from Jupyter.",
+        ) from None
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("nbformat"), int)
+        or not ({"cells", "worksheets"} & set(raw))
+    ):
+        raise NotebookError(
+            f"{path} is JSON but not a Jupyter notebook (no nbformat version and cells).",
+            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).",
+        )
     try:
         nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
     except Exception as err:
-        raise NotebookError(f"{path} is not a readable notebook ({type(err).__name__}: {str(err)[:200]}).",
-                            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).") from None
+        raise NotebookError(
+            f"{path} is not a readable notebook ({type(err).__name__}: {str(err)[:200]}).",
+            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).",
+        ) from None
     major = nb.get("nbformat")
     if major != 4:
         try:
             nb = nbformat.convert(nb, 4)
         except Exception as err:
-            raise NotebookError(f"{path} is nbformat {major} and could not be converted to 4 ({err}).",
-                            "open and re-save it in a current Jupyter (File > Save) to upgrade it.") from None
+            raise NotebookError(
+                f"{path} is nbformat {major} and could not be converted to 4 ({err}).",
+                "open and re-save it in a current Jupyter (File > Save) to upgrade it.",
+            ) from None
     if not isinstance(nb.get("cells"), list):
-        raise NotebookError(f"{path} has no cell list: it is not a Jupyter notebook.", "give an .ipynb file saved by Jupyter.")
+        raise NotebookError(
+            f"{path} has no cell list: it is not a Jupyter notebook.", "give an .ipynb file saved by Jupyter."
+        )
     return nb
 
 
@@ -107,8 +122,13 @@ def handler_cells(nb: nbformat.NotebookNode, label: str) -> list[HandlerCell]:
         if cell.get("cell_type") != "code" or not source.lstrip().startswith(MAGIC):
             continue
         first, _, body = source.lstrip().partition("\n")
-        found.append(HandlerCell(number, f"{label}, cell {number}", first[len(MAGIC):].strip(), body))
+        found.append(HandlerCell(number, cell_origin(label, number), first[len(MAGIC) :].strip(), body))
     return found
+
+
+def cell_origin(label: str, number: int) -> Origin:
+    """A notebook cell as an origin: ``quickstart.ipynb, cell 3`` (1-based, markdown cells counted)."""
+    return Origin(f"{label}, cell {number}", notebook=label, cell=number)
 
 
 def dependency_pool(nb: nbformat.NotebookNode, label: str, number: int, below: bool = False) -> list:
@@ -117,12 +137,13 @@ def dependency_pool(nb: nbformat.NotebookNode, label: str, number: int, below: b
     for index, cell in enumerate(nb.cells, start=1):
         if index == number or cell.get("cell_type") != "code" or (index > number and not below):
             continue  # capture itself rewrites IPython syntax and skips cell-magic cells
-        pool.append((f"{label}, cell {index}", cell.get("source", "")))
+        pool.append((cell_origin(label, index), cell.get("source", "")))
     return pool
 
 
-def capture_cell(nb: nbformat.NotebookNode, path: Path, cell: HandlerCell,
-                 overrides: dict[str, Any] | None = None) -> HandlerSpec:
+def capture_cell(
+    nb: nbformat.NotebookNode, path: Path, cell: HandlerCell, overrides: dict[str, Any] | None = None
+) -> HandlerSpec:
     """Parse the cell's option line with the magic's own parser and capture it (paths relative to the notebook)."""
     overrides = dict(overrides or {})
     notes: list[str] = []
@@ -131,20 +152,25 @@ def capture_cell(nb: nbformat.NotebookNode, path: Path, cell: HandlerCell,
         if "checkpoint" in overrides:
             args.checkpoint = None
         if args.example is not None and args.example.strip().isidentifier() and args.example.strip() not in _JSON_WORDS:
-            notes.append(f"--example {args.example.strip()} names a kernel variable, which export cannot read: "
-                         "the archive has no example (--check only loads the handler).")
+            notes.append(
+                f"--example {args.example.strip()} names a kernel variable, which export cannot read: "
+                "the archive has no example (--check only loads the handler)."
+            )
             args.example = None
         config = handler_config(args, namespace=None, base_dir=path.resolve().parent)
     except UsageError as err:
-        raise SpecError(f"{cell.origin}: bad %%ms_handler line {cell.line!r}: {err}",
-                        "fix the option line; `%%ms_handler?` in a notebook lists the options.") from None
+        raise SpecError(
+            f"{cell.origin}: bad %%ms_handler line {cell.line!r}: {err}",
+            "fix the option line; `%%ms_handler?` in a notebook lists the options.",
+        ) from None
     except SpecError as err:
         raise SpecError(f"{cell.origin}: {err.message}", _variable_hint(args, err)) from None
     config.update(overrides)
     config["warnings"] = tuple(notes)
     try:
-        return capture(args.name, cell.body, dependency_pool(nb, path.name, cell.number), cell_origin=cell.origin,
-                       **config)
+        return capture(
+            args.name, cell.body, dependency_pool(nb, path.name, cell.number), cell_origin=cell.origin, **config
+        )
     except CaptureError as err:
         raise _below_hint(err, nb, path, cell, args.name, config) from None
 
@@ -152,21 +178,24 @@ def capture_cell(nb: nbformat.NotebookNode, path: Path, cell: HandlerCell,
 def _below_hint(err: CaptureError, nb, path: Path, cell: HandlerCell, name: str, config: dict) -> CaptureError:
     """When the missing definitions exist below the handler cell, say so: export reads cells as Run All runs them."""
     try:
-        spec = capture(name, cell.body, dependency_pool(nb, path.name, cell.number, below=True),
-                       cell_origin=cell.origin, **config)
+        spec = capture(
+            name, cell.body, dependency_pool(nb, path.name, cell.number, below=True), cell_origin=cell.origin, **config
+        )
     except MsnbError:
         return err
-    late = [b for b in spec.pulled_in if int(b.origin.rsplit(" ", 1)[-1]) > cell.number]
+    late = [b for b in spec.pulled_in if (b.origin.cell or 0) > cell.number]
     if not late:
         return err
     where = "; ".join(f"{', '.join(b.names) or 'code'} in {b.origin}" for b in late)
-    return CaptureError(f"{err.message} It is defined below the handler cell ({where}).",
-                        "move that cell above the handler cell: export reads the notebook top to bottom, "
-                        "as Run All runs it.")
+    return CaptureError(
+        f"{err.message} It is defined below the handler cell ({where}).",
+        "move that cell above the handler cell: export reads the notebook top to bottom, as Run All runs it.",
+    )
 
 
-def load_handlers(path: str | Path, names: Iterable[str] | None = None,
-                  overrides: dict[str, Any] | None = None) -> list[Captured]:
+def load_handlers(
+    path: str | Path, names: Iterable[str] | None = None, overrides: dict[str, Any] | None = None
+) -> list[Captured]:
     """Capture the notebook's handlers (all, or those ``names``), each to a spec or its own error.
 
     Raises MsnbError when the notebook cannot be read, has no handler cell, or a name is unknown.
@@ -175,8 +204,10 @@ def load_handlers(path: str | Path, names: Iterable[str] | None = None,
     nb = read_notebook(path)
     cells = handler_cells(nb, path.name)
     if not cells:
-        raise NoHandlerError(f"{path} has no %%ms_handler cell.",
-                        "start a code cell with `%%ms_handler NAME` over its init_function (see the README).")
+        raise NoHandlerError(
+            f"{path} has no %%ms_handler cell.",
+            "start a code cell with `%%ms_handler NAME` over its init_function (see the README).",
+        )
     names = list(names) if names is not None else None
     by_name: dict[str, list[HandlerCell]] = {}
     for c in cells:
@@ -186,8 +217,10 @@ def load_handlers(path: str | Path, names: Iterable[str] | None = None,
         known = [c.name for c in cells]
         missing = [n for n in names if n not in known]
         if missing:
-            raise NotebookError(f"No handler named {', '.join(map(repr, missing))} in {path.name}.",
-                            f"the notebook defines: {', '.join(known)}.")
+            raise NotebookError(
+                f"No handler named {', '.join(map(repr, missing))} in {path.name}.",
+                f"the notebook defines: {', '.join(known)}.",
+            )
         cells = [c for c in cells if c.name in set(names)]
     results = []
     for cell in cells:
@@ -198,8 +231,10 @@ def load_handlers(path: str | Path, names: Iterable[str] | None = None,
             continue
         replaced = [c.origin for c in by_name[cell.name][:-1]]
         if replaced:
-            spec = spec.replace(warnings=spec.warnings + (
-                f"{', '.join(replaced)} also define(s) {cell.name!r}; this later cell wins, as in Run All.",))
+            spec = spec.replace(
+                warnings=spec.warnings
+                + (f"{', '.join(replaced)} also define(s) {cell.name!r}; this later cell wins, as in Run All.",)
+            )
         results.append(Captured(cell, spec=spec))
     return results
 
@@ -207,6 +242,8 @@ def load_handlers(path: str | Path, names: Iterable[str] | None = None,
 def _variable_hint(args: Any, err: SpecError) -> str | None:
     value = getattr(args, "checkpoint", None) or ""
     if value.isidentifier() and err.message.startswith("--checkpoint"):
-        return (f"export reads the notebook file, not the kernel: the variable {value!r} does not exist there. "
-                "Save the weights to a file (torch.save(model.state_dict(), 'model.pt')) and give its path.")
+        return (
+            f"export reads the notebook file, not the kernel: the variable {value!r} does not exist there. "
+            "Save the weights to a file (torch.save(model.state_dict(), 'model.pt')) and give its path."
+        )
     return err.hint

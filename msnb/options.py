@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -16,22 +18,90 @@ from msnb.errors import SpecError
 _NS = Mapping[str, Any]
 
 
-@magic_arguments()
-@argument("name", help="model name (letters, digits, '_', '-', '.'); the URL is /predictions/NAME")
-@argument("--version", default="1.0", help="model version (default 1.0)")
-@argument("--checkpoint", help="state_dict file, or a variable holding an nn.Module or state_dict")
-@argument("--init-kwargs", dest="init_kwargs", help="JSON object (or a dict variable) passed to init_function(**kwargs)")
-@argument("--requirements", help="requirements.txt file, comma-separated pip requirements, or a variable holding a list of them")
-@argument("--extra-files", dest="extra_files", nargs="+", default=[],
-          help="files or folders shipped beside the handler; .zip/.tar.gz archives are unpacked in the model dir")
-@argument("--batch-size", dest="batch_size", type=int, default=1, help="TorchServe batch size (default 1)")
-@argument("--max-batch-delay", dest="max_batch_delay", type=int, default=100,
-          help="ms TorchServe waits to fill a batch (default 100)")
-@argument("--workers", type=int, default=1, help="worker processes (default 1)")
-@argument("--device", choices=["auto", "cpu", "gpu"], default="auto", help="auto (GPU when there is one), cpu or gpu")
-@argument("--max-gpu-memory", dest="max_gpu_memory", type=int, help="per-worker GPU memory limit in MB")
-@argument("--response-timeout", dest="response_timeout", type=int, default=120, help="seconds per batch (default 120)")
-@argument("--example", help="an example input (JSON, @file or a variable): validated at build, default for %%ms_test")
+@dataclass(frozen=True)
+class Option:
+    """One `%%ms_handler` option: its flag, default, limits and help, and the widget's label for it."""
+
+    dest: str
+    help: str
+    default: Any = None
+    type: type | None = None
+    minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+    label: str | None = None  # the widget's field label (None: not a widget field)
+    nargs: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+# The one table of handler options: the %%ms_handler parser, HandlerSpec's defaults and checks, the widget's
+# fields and the model-config all read it.
+OPTIONS: tuple[Option, ...] = (
+    Option("version", "model version (default 1.0)", "1.0", label="Version"),
+    Option("checkpoint", "state_dict file, or a variable holding an nn.Module or state_dict", label="Checkpoint"),
+    Option("init_kwargs", "JSON object (or a dict variable) passed to init_function(**kwargs)"),
+    Option(
+        "requirements",
+        "requirements.txt file, comma-separated pip requirements, or a variable holding a list of them",
+        label="Requirements",
+    ),
+    Option(
+        "extra_files",
+        "files or folders shipped beside the handler; .zip/.tar.gz archives are unpacked in the model dir",
+        (),
+        label="Extra files",
+        nargs="+",
+    ),
+    Option("batch_size", "TorchServe batch size (default 1)", 1, int, 1, label="Batch size"),
+    Option(
+        "max_batch_delay",
+        "ms TorchServe waits to fill a batch (default 100)",
+        100,
+        int,
+        0,
+        label="Max batch delay (ms)",
+    ),
+    Option("workers", "worker processes (default 1)", 1, int, 1, label="Workers"),
+    Option("response_timeout", "seconds per batch (default 120)", 120, int, 1, label="Response timeout (s)"),
+    Option(
+        "device", "auto (GPU when there is one), cpu or gpu", "auto", choices=("auto", "cpu", "gpu"), label="Device"
+    ),
+    Option("max_gpu_memory", "per-worker GPU memory limit in MB", None, int, 1, label="Max GPU memory (MB)"),
+    Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
+)
+OPTION = {o.dest: o for o in OPTIONS}
+DEFAULTS = {o.dest: o.default for o in OPTIONS}
+INT_OPTIONS = {o.dest: o.minimum for o in OPTIONS if o.type is int}  # name -> minimum
+DEVICES = OPTION["device"].choices
+
+
+def check_gpu_memory(max_gpu_memory: int | None, device_kind: str, shown_as: str | None = None) -> str | None:
+    """Why a GPU memory limit does not fit the device kind (auto, cpu, gpu), or None.
+
+    ``shown_as`` is the device's name where the person chose it (the widget says "CPU").
+    """
+    if max_gpu_memory is not None and device_kind == "cpu":
+        return f"max GPU memory is set but the device is {shown_as or device_kind}"
+    return None
+
+
+def _with_options(func: Callable) -> Callable:
+    """Decorate ``func`` with IPython magic arguments: the name, then one per row of OPTIONS."""
+    for option in reversed(OPTIONS):
+        kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help}
+        for key in ("type", "choices", "nargs"):
+            if getattr(option, key) is not None:
+                kwargs[key] = getattr(option, key)
+        if option.default is not None:
+            kwargs["default"] = list(option.default) if option.nargs else option.default
+        func = argument(option.flag, **kwargs)(func)
+    func = argument("name", help="model name (letters, digits, '_', '-', '.'); the URL is /predictions/NAME")(func)
+    return magic_arguments()(func)
+
+
+@_with_options
 def ms_handler(line: str) -> None:
     """%%ms_handler NAME [options]: capture this cell's init_function / preprocess / postprocess as a TorchServe handler."""
 
@@ -48,14 +118,8 @@ def handler_config(args: Any, namespace: _NS | None = None, base_dir: Path | Non
     only literal values and paths are accepted. Relative paths resolve against ``base_dir``.
     """
     base = Path(base_dir or ".")
-    config = {
-        "version": args.version,
-        "batch_size": args.batch_size,
-        "max_batch_delay": args.max_batch_delay,
-        "workers": args.workers,
-        "device": args.device,
-        "max_gpu_memory": args.max_gpu_memory,
-        "response_timeout": args.response_timeout,
+    config = {o.dest: getattr(args, o.dest) for o in OPTIONS if o.type is int or o.dest in ("version", "device")}
+    config |= {
         "extra_files": tuple(str(_path(p, base)) for p in args.extra_files),
         "requirements": _requirements(args.requirements, namespace, base),
         "checkpoint": _checkpoint(args.checkpoint, namespace, base),
@@ -72,7 +136,9 @@ def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = 
     if text.startswith("@"):
         path = _path(text[1:], Path(base_dir or "."))
         if not path.is_file():
-            raise UsageError(f"{option}: file {str(path)!r} does not exist.\nHint: give @path/to/input.json or inline JSON.")
+            raise UsageError(
+                f"{option}: file {str(path)!r} does not exist.\nHint: give @path/to/input.json or inline JSON."
+            )
         raw = path.read_bytes()
         try:
             return json.loads(raw)
@@ -83,9 +149,11 @@ def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = 
     try:
         return json.loads(text)
     except ValueError as err:
-        raise UsageError(f"{option}: not valid JSON ({err}).\n"
-                         f"Hint: quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', "
-                         "or give @file.json or a variable name.") from None
+        raise UsageError(
+            f"{option}: not valid JSON ({err}).\n"
+            f"Hint: quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', "
+            "or give @file.json or a variable name."
+        ) from None
 
 
 def _checkpoint(value: str | None, namespace: _NS | None, base: Path) -> Any:
@@ -97,12 +165,16 @@ def _checkpoint(value: str | None, namespace: _NS | None, base: Path) -> Any:
 
         if isinstance(obj, (torch.nn.Module, dict)):
             return obj
-        raise SpecError(f"--checkpoint {value}: the variable is a {type(obj).__name__}, not a model or state_dict.",
-                        "pass an nn.Module, a state_dict (model.state_dict()) or the path of a saved state_dict.")
+        raise SpecError(
+            f"--checkpoint {value}: the variable is a {type(obj).__name__}, not a model or state_dict.",
+            "pass an nn.Module, a state_dict (model.state_dict()) or the path of a saved state_dict.",
+        )
     path = _path(value, base)
     if not path.is_file():
-        raise SpecError(f"--checkpoint: {str(path)!r} does not exist.",
-                        "save it first (torch.save(model.state_dict(), 'model.pt')) or name a model variable.")
+        raise SpecError(
+            f"--checkpoint: {str(path)!r} does not exist.",
+            "save it first (torch.save(model.state_dict(), 'model.pt')) or name a model variable.",
+        )
     return str(path)
 
 
@@ -111,8 +183,10 @@ def _init_kwargs(value: str | None, namespace: _NS | None) -> dict[str, Any]:
         return {}
     parsed = parse_data(value, namespace, option="--init-kwargs")
     if not isinstance(parsed, dict):
-        raise UsageError(f"--init-kwargs must be a JSON object, got {type(parsed).__name__}.\n"
-                         "Hint: e.g. --init-kwargs '{\"hidden\": 128}'.")
+        raise UsageError(
+            f"--init-kwargs must be a JSON object, got {type(parsed).__name__}.\n"
+            "Hint: e.g. --init-kwargs '{\"hidden\": 128}'."
+        )
     return parsed
 
 
@@ -129,14 +203,19 @@ def _requirements(value: str | None, namespace: _NS | None, base: Path) -> tuple
         return _split_requirements(held)
     if isinstance(held, (list, tuple)):
         if not all(isinstance(r, str) for r in held):
-            raise SpecError(f"--requirements {value}: the list holds {', '.join(sorted({type(r).__name__ for r in held}))}, "
-                            "not only strings.", "give pip requirement strings, e.g. ['numpy==1.26.4'].")
+            raise SpecError(
+                f"--requirements {value}: the list holds {', '.join(sorted({type(r).__name__ for r in held}))}, "
+                "not only strings.",
+                "give pip requirement strings, e.g. ['numpy==1.26.4'].",
+            )
         return tuple(r.strip() for r in held if r.strip())
     path = _path(value, base)
     if path.is_file():
         return _requirement_lines(path.read_text())
     if value.endswith(".txt"):
-        raise SpecError(f"--requirements: {str(path)!r} does not exist.", "give an existing requirements file or pip names.")
+        raise SpecError(
+            f"--requirements: {str(path)!r} does not exist.", "give an existing requirements file or pip names."
+        )
     return _split_requirements(value)
 
 

@@ -29,15 +29,17 @@ def render_handler(spec: HandlerSpec) -> str:
     try:
         compile(text, f"{HANDLER_MODULE}.py", "exec")
     except SyntaxError as err:  # the user code compiled alone, so this is msnb's fault
-        raise BuildError(f"Rendered {HANDLER_MODULE}.py does not compile: {err}.",
-                         "this is a bug in msnb; please report it with the handler cell.") from None
+        raise BuildError(
+            f"Rendered {HANDLER_MODULE}.py does not compile: {err}.",
+            "this is a bug in msnb; please report it with the handler cell.",
+        ) from None
     return text
 
 
 def _body(spec: HandlerSpec) -> str:
     parts = []
     for block in spec.blocks:
-        label = block.origin
+        label = str(block.origin)
         if block.names and block is not spec.blocks[-1]:
             label += f" (pulled in: {', '.join(block.names)})"
         parts.append(f"# --- msnb: {label} ---\n{block.source.rstrip()}\n")

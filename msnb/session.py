@@ -1,20 +1,24 @@
 """The notebook's Python API: handler specs by name, and test/build/serve/predict/stop over them.
 
 The magics, the widget and the top-level ``msnb.*`` functions are thin layers over one ``Session``;
-each step itself lives in capture / localtest / archive / server.
+each step itself lives in capture / localtest / archive / msnb.torchserve. This is the layer that
+decides to run user code (``localtest``) before packing, and that turns a spec into an archive the
+server can take (``deploy``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from msnb import archive, localtest
 from msnb.errors import MsnbError, SpecError
+from msnb.files import remove
 from msnb.spec import HandlerSpec
 
 Progress = Callable[[str, float], None]
-DEFAULT_EXPORT = "model_store"
+DEFAULT_EXPORT = archive.DEFAULT_EXPORT
 
 
 class Session:
@@ -41,8 +45,10 @@ class Session:
             return self.specs[name_or_spec]
         except KeyError:
             known = ", ".join(sorted(self.specs)) or "none yet"
-            raise SpecError(f"No handler named {name_or_spec!r} (defined: {known}).",
-                            "run its %%ms_handler cell first (or check the name's spelling).") from None
+            raise SpecError(
+                f"No handler named {name_or_spec!r} (defined: {known}).",
+                "run its %%ms_handler cell first (or check the name's spelling).",
+            ) from None
 
     # ------------------------------------------------------------ steps
     def test(self, name_or_spec: str | HandlerSpec, samples: Iterable[Any] | None = None) -> list[Any]:
@@ -50,16 +56,29 @@ class Session:
         spec = self.get(name_or_spec)
         if samples is None:
             if spec.example is None:
-                raise SpecError(f"No input to test {spec.name!r} with.",
-                                "pass --data '<json>' (or samples=[...]), or give the handler --example.")
+                raise SpecError(
+                    f"No input to test {spec.name!r} with.",
+                    "pass --data '<json>' (or samples=[...]), or give the handler --example.",
+                )
             samples = [spec.example]
-        return localtest.test_handler(spec, samples)
+        return localtest.predict_in_process(spec, samples)
 
-    def build(self, name_or_spec: str | HandlerSpec, export_path: str | Path = DEFAULT_EXPORT, *,
-              dev: bool = False, progress: Progress | None = None) -> Path:
-        """Build the archive: the standard .mar, or with ``dev`` the fast store-only one."""
+    def build(
+        self,
+        name_or_spec: str | HandlerSpec,
+        export_path: str | Path = DEFAULT_EXPORT,
+        *,
+        fmt: str | None = None,
+        dev: bool = False,
+        progress: Progress | None = None,
+    ) -> Path:
+        """Run the handler on its example in-process, then pack it (``fmt``; ``dev`` is the fast format)."""
         spec = self.get(name_or_spec)
-        path = archive.build(spec, export_path, fmt="zip-store" if dev else "mar", progress=progress)
+        report = progress or (lambda step, frac: None)
+        report("validating handler in-process", 0.1)
+        localtest.validate(spec)
+        fmt = fmt or (archive.DEV_FORMAT if dev else archive.EXPORT_FORMAT)
+        path = archive.build(spec, export_path, fmt=fmt, progress=report)
         self.archives[spec.name] = path
         return path
 
@@ -67,7 +86,7 @@ class Session:
         """The session's LocalServer, started on first use."""
         if self._server is None and create:
             if self._server_factory is None:
-                from msnb.server import default_server
+                from msnb.torchserve import default_server
 
                 self._server = default_server()
             else:
@@ -89,7 +108,7 @@ class Session:
             report("already serving this version", 1.0)
             return server
         report(f"registering {spec.name}", 0.5)
-        server.redeploy(spec)  # registers it, or replaces the version(s) already there
+        deploy(server, spec)  # registers it, or replaces the version(s) already there
         self.served[spec.name] = spec.digest()
         report("ready", 1.0)
         return server
@@ -99,16 +118,20 @@ class Session:
         if data is None:
             data = self.get(name).example
             if data is None:
-                raise SpecError(f"No input to send to {name!r}.",
-                                f"pass --data '<json>' (or @file, or a variable), or give {name}'s cell --example.")
+                raise SpecError(
+                    f"No input to send to {name!r}.",
+                    f"pass --data '<json>' (or @file, or a variable), or give {name}'s cell --example.",
+                )
         elif name not in self.served:
             self.get(name)  # an unknown name says which cell to run first
         server = self.server(create=False)
         if server is None or not server.running:
             raise MsnbError("No local TorchServe is running.", f"run %ms_serve {name} (or msnb.serve({name!r})) first.")
         if name not in self.served:
-            raise MsnbError(f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
-                            f"run %ms_serve {name} first.")
+            raise MsnbError(
+                f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
+                f"run %ms_serve {name} first.",
+            )
         return server.predict(name, data, version=version)
 
     def stop(self) -> None:
@@ -125,6 +148,25 @@ class Session:
             "server": {"running": running, "url": server.inference_url if running else None},
             "models": server.models() if running else [],
         }
+
+
+def deploy(server: Any, spec: HandlerSpec, **params: Any):
+    """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
+
+    The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
+    makes that the default and unregisters the old version(s), with no restart.
+    """
+    from msnb.torchserve.store import safe_name
+
+    version = server.client.free_version(spec.name, spec.version)
+    if version != spec.version:
+        spec = spec.replace(version=version)
+    path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
+    try:
+        return server.redeploy(path, **{"workers": spec.workers, **params})
+    except BaseException:
+        remove(path)
+        raise
 
 
 _default: Session | None = None

@@ -7,11 +7,13 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from msnb.errors import SpecError
+from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 
 # Role name -> (keyword the shared handler's factory takes, positional arity it calls with).
 # Arity None means "callable with **kwargs" (init_function(**init_kwargs)).
@@ -31,17 +33,52 @@ SIGNATURES = {
     "install_packages": "def install_packages()",
     "unpack_dependencies": "def unpack_dependencies()",
 }
-DEVICES = ("auto", "cpu", "gpu")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
+
+
+@dataclass(frozen=True, eq=False)
+class Origin:
+    """Where user code came from: its label as people read it (``cell In[3]``, ``nb.ipynb, cell 5``),
+    and, as structure, the notebook file and the cell number (None in a kernel / for hand-made specs).
+
+    Compares equal to its label, so ``block.origin == "cell In[3]"`` reads as it looks.
+    """
+
+    label: str
+    notebook: str | None = None
+    cell: int | None = None
+
+    @classmethod
+    def of(cls, value: "Origin | str") -> "Origin":
+        return value if isinstance(value, Origin) else cls(str(value))
+
+    @property
+    def short(self) -> str:
+        """``cell 5`` for a notebook cell, else the label."""
+        return f"cell {self.cell}" if self.cell is not None and self.notebook else self.label
+
+    def __str__(self) -> str:
+        return self.label
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Origin):
+            return (self.label, self.notebook, self.cell) == (other.label, other.notebook, other.cell)
+        return isinstance(other, str) and other == self.label
+
+    def __hash__(self) -> int:
+        return hash(self.label)
 
 
 @dataclass(frozen=True)
 class SourceBlock:
-    """A piece of user code and where it came from (e.g. ``cell 3`` or ``notebook.ipynb, cell 5``)."""
+    """A piece of user code and where it came from."""
 
     source: str
-    origin: str
+    origin: Origin
     names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "origin", Origin.of(self.origin))
 
 
 @dataclass(frozen=True)
@@ -57,19 +94,19 @@ class HandlerSpec:
     name: str
     blocks: tuple[SourceBlock, ...]
     roles: Mapping[str, str]
-    version: str = "1.0"
+    version: str = DEFAULTS["version"]
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     checkpoint: Any = None
     requirements: tuple[str, ...] = ()
     extra_files: tuple[str, ...] = ()
-    batch_size: int = 1
-    max_batch_delay: int = 100
-    workers: int = 1
-    response_timeout: int = 120
-    device: str = "auto"
-    max_gpu_memory: int | None = None
+    batch_size: int = DEFAULTS["batch_size"]
+    max_batch_delay: int = DEFAULTS["max_batch_delay"]
+    workers: int = DEFAULTS["workers"]
+    response_timeout: int = DEFAULTS["response_timeout"]
+    device: str = DEFAULTS["device"]
+    max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
-    origin: str = "<python>"
+    origin: Origin = Origin("<python>")
     warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -79,6 +116,7 @@ class HandlerSpec:
         object.__setattr__(self, "roles", dict(self.roles))
         object.__setattr__(self, "init_kwargs", dict(self.init_kwargs or {}))
         object.__setattr__(self, "version", str(self.version))
+        object.__setattr__(self, "origin", Origin.of(self.origin))
         self._validate()
 
     # ---------------------------------------------------------------- validation
@@ -96,20 +134,21 @@ class HandlerSpec:
         unknown = set(self.roles) - set(ROLES)
         if unknown:
             raise SpecError(f"Unknown role(s) {sorted(unknown)}.", f"roles are {sorted(ROLES)}.")
-        for key in ("batch_size", "max_batch_delay", "workers", "response_timeout"):
-            _check_int(key, getattr(self, key), minimum=0 if key == "max_batch_delay" else 1)
+        for key, minimum in INT_OPTIONS.items():
+            if getattr(self, key) is not None or DEFAULTS[key] is not None:
+                _check_int(key, getattr(self, key), minimum)
         if self.device not in DEVICES:
             raise SpecError(f"device={self.device!r} is not one of {DEVICES}.", "use --device auto, cpu or gpu.")
-        if self.max_gpu_memory is not None:
-            _check_int("max_gpu_memory", self.max_gpu_memory, minimum=1)
-            if self.device == "cpu":
-                raise SpecError("max_gpu_memory is set but the device is cpu.", "drop --max-gpu-memory or use --device gpu/auto.")
+        problem = check_gpu_memory(self.max_gpu_memory, self.device)
+        if problem:
+            raise SpecError(f"{problem}.", "drop --max-gpu-memory or use --device gpu/auto.")
         try:
             json.dumps(self.init_kwargs, allow_nan=False)  # rendered as a Python literal: inf/nan would not load
         except (TypeError, ValueError) as err:
-            raise SpecError(f"init_kwargs are not JSON-serialisable: {err}.",
-                            "pass plain (finite) numbers, strings, lists and dicts; ship tensors as a checkpoint."
-                            ) from None
+            raise SpecError(
+                f"init_kwargs are not JSON-serialisable: {err}.",
+                "pass plain (finite) numbers, strings, lists and dicts; ship tensors as a checkpoint.",
+            ) from None
         try:
             compile(self.source, f"<handler {self.name}>", "exec")
         except SyntaxError as err:
@@ -140,8 +179,21 @@ class HandlerSpec:
         """A short hash of everything that ends up in the archive (source and config)."""
         h = hashlib.sha256()
         h.update(self.source.encode())
-        h.update(json.dumps([self.name, self.version, self.roles, self.init_kwargs, self.model_config(),
-                             self.requirements, self.extra_files], sort_keys=True, default=str).encode())
+        h.update(
+            json.dumps(
+                [
+                    self.name,
+                    self.version,
+                    self.roles,
+                    self.init_kwargs,
+                    self.model_config(),
+                    self.requirements,
+                    self.extra_files,
+                ],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        )
         ckpt = self.checkpoint_path
         if ckpt is not None:
             st = ckpt.stat() if ckpt.exists() else None
@@ -219,7 +271,7 @@ def check_roles(tree: ast.Module) -> dict[str, str]:
     return roles
 
 
-def spec_from_source(name: str, source: str, origin: str = "<python>", **config: Any) -> HandlerSpec:
+def spec_from_source(name: str, source: str, origin: Origin | str = "<python>", **config: Any) -> HandlerSpec:
     """Build a spec from one self-contained module source (no dependency closure)."""
     try:
         tree = ast.parse(source)
@@ -231,8 +283,7 @@ def spec_from_source(name: str, source: str, origin: str = "<python>", **config:
 
 def _check_int(key: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        flag = "--" + key.replace("_", "-")
-        raise SpecError(f"{key}={value!r} is not valid.", f"{flag} takes a whole number >= {minimum}.")
+        raise SpecError(f"{key}={value!r} is not valid.", f"{OPTION[key].flag} takes a whole number >= {minimum}.")
 
 
 def _is_archive(path: str) -> bool:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine (only Python 3.11 and Java 17 needed):
 #   bash scripts/dev.sh demo   set up .venv, build the quickstart notebook's handler, serve it, predict, stop
-#   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test) and run every test tier
+#   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test), ruff (lint + format check), every test tier
 #   bash scripts/dev.sh bench  set up .venv and run the benchmarks (pass --quick for the short run)
 # Re-running is fast: the venv is reinstalled only when pyproject.toml changes.
 set -euo pipefail
@@ -46,9 +46,12 @@ shift || true
 case "$cmd" in
     demo)
         check_java; setup_venv
-        exec "$VENV/bin/python" -m msnb.demo "$@" ;;
+        exec "$VENV/bin/python" -m msnb.demo "${@:-notebooks/quickstart.ipynb}" ;;
     test)
         check_java; setup_venv; setup_browser
+        # Lint and format are part of the tests: CI fails on either.
+        "$VENV/bin/ruff" check msnb tests bench templates
+        "$VENV/bin/ruff" format --check msnb tests bench templates
         # Jupyter and TorchServe write to $HOME and $TMPDIR: keep them in a scratch dir of this run.
         scratch=$(mktemp -d "${TMPDIR:-/tmp}/msnb-test.XXXXXX")
         mkdir -p "$scratch/home" "$scratch/tmp" artifacts

@@ -92,8 +92,9 @@ def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     first = tensors[0]
     for t in tensors[1:]:
         if t.shape != first.shape or t.dtype != first.dtype:
-            raise CollateError(f"tensor shapes/dtypes differ: {tuple(first.shape)} {first.dtype} "
-                               f"vs {tuple(t.shape)} {t.dtype}")
+            raise CollateError(
+                f"tensor shapes/dtypes differ: {tuple(first.shape)} {first.dtype} vs {tuple(t.shape)} {t.dtype}"
+            )
     return torch.stack(tensors)
 
 

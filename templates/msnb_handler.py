@@ -11,19 +11,34 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 try:
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
-    from msnb_load import (DeviceFacts, HandlerLoadError, LoadSettings, choose_device, gpu_memory_fraction,
-                           load_checkpoint, unpack_extra_files)
+    from msnb_load import (
+        DeviceFacts,
+        HandlerLoadError,
+        LoadSettings,
+        choose_device,
+        gpu_memory_fraction,
+        load_checkpoint,
+        unpack_extra_files,
+    )
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
-    from .msnb_load import (DeviceFacts, HandlerLoadError, LoadSettings, choose_device, gpu_memory_fraction,
-                            load_checkpoint, unpack_extra_files)
+    from .msnb_load import (
+        DeviceFacts,
+        HandlerLoadError,
+        LoadSettings,
+        choose_device,
+        gpu_memory_fraction,
+        load_checkpoint,
+        unpack_extra_files,
+    )
 
 logger = logging.getLogger(__name__)
 METRICS = {"preprocess": "MsnbPreprocessTime", "inference": "MsnbInferenceTime", "postprocess": "MsnbPostprocessTime"}
@@ -32,7 +47,7 @@ HINTS = {
     "inference": "the model's forward failed on this sample; check the preprocessed input's shape and dtype.",
     "postprocess": "postprocess(output) raised; run it in the notebook on this sample's model output.",
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
-                 "values are converted for you) or a whole str/bytes answer.",
+    "values are converted for you) or a whole str/bytes answer.",
 }
 
 
@@ -78,8 +93,11 @@ class MetricsWindow:
             return
         self._reported_at = now
         mean_size = self.samples / self.batches
-        record_metrics(context, {stage: ms / self.batches for stage, ms in self.stage_ms.items()},
-                       int(mean_size) if mean_size.is_integer() else round(mean_size, 2))
+        record_metrics(
+            context,
+            {stage: ms / self.batches for stage, ms in self.stage_ms.items()},
+            int(mean_size) if mean_size.is_integer() else round(mean_size, 2),
+        )
         self._reset()
 
 
@@ -132,9 +150,15 @@ class BatchHandler:
     ``device`` and ``memory_fraction`` (None unless maxGPUMemory applied) describe what was chosen.
     """
 
-    def __init__(self, init_function: Callable[..., torch.nn.Module], preprocess_function: Callable | None = None,
-                 postprocess_function: Callable | None = None, install_packages: Callable | None = None,
-                 unpack_dependencies: Callable | None = None, init_kwargs: dict | None = None):
+    def __init__(
+        self,
+        init_function: Callable[..., torch.nn.Module],
+        preprocess_function: Callable | None = None,
+        postprocess_function: Callable | None = None,
+        install_packages: Callable | None = None,
+        unpack_dependencies: Callable | None = None,
+        init_kwargs: dict | None = None,
+    ):
         if not callable(init_function):
             raise TypeError(f"init_function must be callable, got {type(init_function).__name__}")
         self.init_function, self.init_kwargs = init_function, dict(init_kwargs or {})
@@ -169,8 +193,10 @@ class BatchHandler:
             raise
         except Exception as err:
             logger.exception("msnb handler: model load failed")
-            raise HandlerLoadError(f"Loading the model failed: {type(err).__name__}: {err}",
-                                   "the traceback above (model_log.log on a server) shows where.") from err
+            raise HandlerLoadError(
+                f"Loading the model failed: {type(err).__name__}: {err}",
+                "the traceback above (model_log.log on a server) shows where.",
+            ) from err
 
     def _load(self, context: Any) -> None:
         settings = LoadSettings.from_context(context)
@@ -192,8 +218,9 @@ class BatchHandler:
             try:
                 step()
             except Exception as err:
-                raise HandlerLoadError(f"{role}() raised {type(err).__name__}: {err}",
-                                       f"run {role}() in the notebook to see why it fails.") from err
+                raise HandlerLoadError(
+                    f"{role}() raised {type(err).__name__}: {err}", f"run {role}() in the notebook to see why it fails."
+                ) from err
         self._setup_done = True
 
     def pick_device(self, context: Any) -> torch.device:
@@ -209,12 +236,15 @@ class BatchHandler:
         try:
             model = self.init_function(**self.init_kwargs)
         except Exception as err:
-            raise HandlerLoadError(f"init_function(**{self.init_kwargs!r}) raised {type(err).__name__}: {err}",
-                                   "call init_function in the notebook with the same kwargs to see why.") from err
+            raise HandlerLoadError(
+                f"init_function(**{self.init_kwargs!r}) raised {type(err).__name__}: {err}",
+                "call init_function in the notebook with the same kwargs to see why.",
+            ) from err
         if not isinstance(model, torch.nn.Module):
-            raise HandlerLoadError(f"init_function returned a {type(model).__name__}, not a torch.nn.Module.",
-                                   "return the model object (e.g. `return Net(hidden)`); the handler loads "
-                                   "the checkpoint into it.")
+            raise HandlerLoadError(
+                f"init_function returned a {type(model).__name__}, not a torch.nn.Module.",
+                "return the model object (e.g. `return Net(hidden)`); the handler loads the checkpoint into it.",
+            )
         return model
 
     # ------------------------------------------------------------------ batches
@@ -251,8 +281,9 @@ class BatchHandler:
         except Exception as err:
             if len(samples) == 1:
                 return {idx: _Failed("inference", err) for idx in inputs}
-            logger.warning("msnb handler: batched forward of %d samples failed; retrying one by one",
-                           len(samples), exc_info=True)
+            logger.warning(
+                "msnb handler: batched forward of %d samples failed; retrying one by one", len(samples), exc_info=True
+            )
         return {idx: self._forward_one(sample) for idx, sample in inputs.items()}
 
     def _forward_one(self, sample: Any) -> Any:
@@ -284,18 +315,25 @@ class BatchHandler:
     def _error(self, idx: int, stage: str, err: BaseException) -> dict:
         logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
         message = f"{type(err).__name__}: {err}"[:2000]
-        answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=HINTS[stage], stage=stage,
-                              type=type(err).__name__)
+        answer = _ErrorAnswer(
+            error=f"{stage} failed: {message}", hint=HINTS[stage], stage=stage, type=type(err).__name__
+        )
         answer.status = 400 if stage == "preprocess" else 500
         return answer
 
 
-def handler_factory(init_function: Callable[..., torch.nn.Module], preprocess_function: Callable | None = None,
-                    postprocess_function: Callable | None = None, install_packages: Callable | None = None,
-                    unpack_dependencies: Callable | None = None, **init_kwargs: Any) -> BatchHandler:
+def handler_factory(
+    init_function: Callable[..., torch.nn.Module],
+    preprocess_function: Callable | None = None,
+    postprocess_function: Callable | None = None,
+    install_packages: Callable | None = None,
+    unpack_dependencies: Callable | None = None,
+    **init_kwargs: Any,
+) -> BatchHandler:
     """The ``handle`` callable for one model: ``handle(None, context)`` loads, ``handle(batch, context)`` answers."""
-    return BatchHandler(init_function, preprocess_function, postprocess_function,
-                        install_packages, unpack_dependencies, init_kwargs)
+    return BatchHandler(
+        init_function, preprocess_function, postprocess_function, install_packages, unpack_dependencies, init_kwargs
+    )
 
 
 def _identity(value: Any) -> Any:

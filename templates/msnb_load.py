@@ -11,8 +11,9 @@ import dataclasses
 import logging
 import tarfile
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -50,9 +51,14 @@ class LoadSettings:
         config = getattr(context, "model_yaml_config", None) or {}
         system = config.get("system") or {}
         manifest = getattr(context, "manifest", None) or {}
-        return cls(Path(props.get("model_dir") or "."), props.get("gpu_id"), config.get("deviceType"),
-                   list(system.get("extraFiles") or []), system.get("maxGPUMemory"),
-                   (manifest.get("model") or {}).get("serializedFile"))
+        return cls(
+            Path(props.get("model_dir") or "."),
+            props.get("gpu_id"),
+            config.get("deviceType"),
+            list(system.get("extraFiles") or []),
+            system.get("maxGPUMemory"),
+            (manifest.get("model") or {}).get("serializedFile"),
+        )
 
 
 @dataclasses.dataclass
@@ -60,8 +66,9 @@ class DeviceFacts:
     """What the handler asks the machine about GPUs; tests inject fakes (there is no GPU on CI)."""
 
     cuda_available: Callable[[], bool] = torch.cuda.is_available
-    total_memory_mb: Callable[[torch.device], float] = (
-        lambda device: torch.cuda.get_device_properties(device).total_memory / 2**20)
+    total_memory_mb: Callable[[torch.device], float] = lambda device: (
+        torch.cuda.get_device_properties(device).total_memory / 2**20
+    )
     set_memory_fraction: Callable[[float, torch.device], None] = torch.cuda.set_per_process_memory_fraction
 
 
@@ -82,8 +89,10 @@ def gpu_memory_fraction(max_mb: float, total_mb: float) -> float:
 def _check_member(archive: Path, name: str) -> None:
     parts = PurePosixPath(name.replace("\\", "/"))
     if parts.is_absolute() or PureWindowsPath(name).drive or ".." in parts.parts:
-        raise HandlerLoadError(f"Extra file {archive.name} has an unsafe member {name!r} (absolute path or '..').",
-                               "rebuild the archive with paths relative to its root, e.g. `tar -C dir -czf deps.tgz .`.")
+        raise HandlerLoadError(
+            f"Extra file {archive.name} has an unsafe member {name!r} (absolute path or '..').",
+            "rebuild the archive with paths relative to its root, e.g. `tar -C dir -czf deps.tgz .`.",
+        )
 
 
 def unpack_archive(archive: Path, dest: Path) -> None:
@@ -119,13 +128,16 @@ def _unpack_named(model_dir: Path, name: str) -> None:
     if not name.endswith(ARCHIVE_SUFFIXES):
         raise HandlerLoadError(f"Extra file {name!r} is not an archive.", f"use one of {ARCHIVE_SUFFIXES}.")
     if not path.is_file():
-        raise HandlerLoadError(f"Extra file {name!r} is not in the model dir {model_dir}.",
-                               "add it with --extra-files when building the .mar.")
+        raise HandlerLoadError(
+            f"Extra file {name!r} is not in the model dir {model_dir}.",
+            "add it with --extra-files when building the .mar.",
+        )
     try:
         unpack_archive(path, model_dir)
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as err:
-        raise HandlerLoadError(f"Extra file {name!r} could not be unpacked: {err}",
-                               "check that the archive is complete and not corrupted.") from err
+        raise HandlerLoadError(
+            f"Extra file {name!r} could not be unpacked: {err}", "check that the archive is complete and not corrupted."
+        ) from err
 
 
 @contextlib.contextmanager
@@ -146,22 +158,29 @@ def load_checkpoint(model: torch.nn.Module, path: Path, device: torch.device) ->
     try:
         state = _read_state(path, device)
     except Exception as err:
-        raise HandlerLoadError(f"Checkpoint {path.name} could not be loaded with weights_only=True: {err}",
-                               "save weights only: torch.save(model.state_dict(), path).") from err
+        raise HandlerLoadError(
+            f"Checkpoint {path.name} could not be loaded with weights_only=True: {err}",
+            "save weights only: torch.save(model.state_dict(), path).",
+        ) from err
     if not isinstance(state, dict):
-        raise HandlerLoadError(f"Checkpoint {path.name} holds a {type(state).__name__}, not a state_dict.",
-                               "save weights only: torch.save(model.state_dict(), path).")
+        raise HandlerLoadError(
+            f"Checkpoint {path.name} holds a {type(state).__name__}, not a state_dict.",
+            "save weights only: torch.save(model.state_dict(), path).",
+        )
     try:
         result = model.load_state_dict(state, strict=False, assign=_same_layout(model, state))
     except RuntimeError as err:  # shape mismatches raise even with strict=False
-        raise HandlerLoadError(f"Checkpoint {path.name} does not fit the model: {err}",
-                               "build the model with the init kwargs used for training.") from err
+        raise HandlerLoadError(
+            f"Checkpoint {path.name} does not fit the model: {err}",
+            "build the model with the init kwargs used for training.",
+        ) from err
     if result.missing_keys or result.unexpected_keys:
         raise HandlerLoadError(
             f"Checkpoint {path.name} does not match the model: missing keys {_keys(result.missing_keys)}, "
             f"unexpected keys {_keys(result.unexpected_keys)}.",
             "save model.state_dict() of the same class and init kwargs ('module.' prefixes come from "
-            "DataParallel; a nested dict from a training checkpoint: save checkpoint['state_dict']).")
+            "DataParallel; a nested dict from a training checkpoint: save checkpoint['state_dict']).",
+        )
 
 
 def _read_state(path: Path, device: torch.device):
@@ -177,8 +196,14 @@ def _same_layout(model: torch.nn.Module, state: Any) -> bool:
     replace the freshly initialised ones (assign) instead of being copied: one copy of the weights in
     memory, not two. Otherwise load_state_dict copies (and casts) as usual."""
     own = model.state_dict()
-    return all(isinstance(v, torch.Tensor) and k in own and own[k].shape == v.shape and own[k].dtype == v.dtype
-               and own[k].device == v.device for k, v in state.items())
+    return all(
+        isinstance(v, torch.Tensor)
+        and k in own
+        and own[k].shape == v.shape
+        and own[k].dtype == v.dtype
+        and own[k].device == v.device
+        for k, v in state.items()
+    )
 
 
 def _keys(keys: list[str], limit: int = 10) -> str:

@@ -1,11 +1,31 @@
-"""Fixtures shared by every tier: tiny handlers built from source, no model downloads."""
+"""Fixtures shared by every tier (tiny handlers built from source, no model downloads), and the rule that a
+test's folder is its tier: tests/kernel, tests/server and tests/browser get that marker; tests/unit and
+tests/spine may carry none of them (they start no kernel, server or browser)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from helpers import MLP_SOURCE
 
 from msnb.spec import spec_from_source
-from tiny_handlers import MLP_SOURCE
+
+TIERS = ("kernel", "server", "browser")
+MARKER_FREE = ("unit", "spine")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        folder = Path(item.fspath).relative_to(root).parts[0]
+        if folder in TIERS:
+            item.add_marker(getattr(pytest.mark, folder))
+        if folder in MARKER_FREE:
+            tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
+            if tiers:
+                raise pytest.UsageError(f"{item.nodeid} is marked {tiers} but lives in tests/{folder}: move it.")
+
 
 @pytest.fixture
 def mlp_source() -> str:

@@ -16,8 +16,13 @@ BENCHMARKS = {"inner_loop", "cold_start", "checkpoint", "throughput", "overhead"
 @pytest.mark.server
 @pytest.mark.timeout(400)
 def test_quick_benchmark_run_writes_a_result_per_benchmark(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=380)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=380,
+    )
     assert (tmp_path / "RESULTS.md").is_file(), run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "results.png").is_file()
     results = json.loads((tmp_path / "results.json").read_text())["results"]

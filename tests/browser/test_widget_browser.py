@@ -9,17 +9,25 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from helpers import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "widget_demo.ipynb"
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 PAYLOAD = '{"x": [0.5, -1.0, 2.0, 0.1]}'
 ACTION_MS = 180_000  # one action (build, server start + registration) on a slow 2-core machine: bounded, generous
 
@@ -42,13 +50,11 @@ def _free_port() -> int:
 
 
 def _wait_port(port: int, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
+    def listening() -> bool:
         with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.2)
-    return False
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    return bool(poll(lambda: proc.poll() is not None or listening(), timeout)) and proc.poll() is None
 
 
 def _scratch_env(scratch: Path, short_tmp: Path) -> dict[str, str]:
@@ -90,9 +96,23 @@ def voila(tmp_path, short_tmp):
     for _ in range(3):  # a free port can be taken between the probe and Voila's bind
         port = _free_port()
         with open(log, "ab") as out:  # never a pipe: the kernel and Java inherit it
-            proc = subprocess.Popen([sys.executable, "-m", "voila", NOTEBOOK.name, "--no-browser", f"--port={port}",
-                                     "--Voila.ip=127.0.0.1", "--Voila.port_retries=0"],
-                                    cwd=app, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "voila",
+                    NOTEBOOK.name,
+                    "--no-browser",
+                    f"--port={port}",
+                    "--Voila.ip=127.0.0.1",
+                    "--Voila.port_retries=0",
+                ],
+                cwd=app,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         if _wait_port(port, proc, 60):
             break
         proc.kill()
@@ -116,9 +136,13 @@ def page(voila, tmp_path):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(str(tmp_path / "chromium"), executable_path=str(CHROMIUM),
-                                                        headless=True, args=CHROMIUM_ARGS,
-                                                        viewport={"width": 1000, "height": 2200})
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1000, "height": 2200},
+        )
         # Only Voila on loopback: Voila's page asks a CDN for fonts, and nothing may leave the machine.
         context.route(re.compile(r"^(?!https?://127\.0\.0\.1[:/]).*"), lambda route: route.abort())
         try:
@@ -144,9 +168,12 @@ def _click_and_wait(page, action: str, expect: str, *, while_running: str | None
     """
     page.locator(f".msnb-{action}").click()
     if while_running:
-        page.wait_for_function("s => [...document.querySelectorAll('.msnb-widget button')].every(b => b.disabled)"
-                               " && document.querySelector('.msnb-step').innerText.includes(s)",
-                               arg=while_running, timeout=ACTION_MS)
+        page.wait_for_function(
+            "s => [...document.querySelectorAll('.msnb-widget button')].every(b => b.disabled)"
+            " && document.querySelector('.msnb-step').innerText.includes(s)",
+            arg=while_running,
+            timeout=ACTION_MS,
+        )
     page.locator(".msnb-result", has_text=expect).wait_for(timeout=ACTION_MS)
     page.wait_for_function("!document.querySelector('.msnb-test').disabled", timeout=ACTION_MS)
     return page.locator(".msnb-result").inner_text()
@@ -157,9 +184,9 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
     try:
         page.goto(url, wait_until="domcontentloaded", timeout=120_000)
         page.locator(".msnb-widget").wait_for(timeout=180_000)  # Voila runs the notebook first
-        assert page.locator(".msnb-predict").is_disabled()      # nothing served yet
+        assert page.locator(".msnb-predict").is_disabled()  # nothing served yet
 
-        _fill(page, "batch_size", "0")                           # a bad field: explained, nothing runs
+        _fill(page, "batch_size", "0")  # a bad field: explained, nothing runs
         page.locator(".msnb-build").click()
         page.locator(".msnb-error-batch_size", has_text="must be >= 1").wait_for(timeout=30_000)
 
@@ -174,10 +201,10 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         _click_and_wait(page, "serve", "Serving 'widget_mlp'", while_running="starting the local TorchServe")
         status = page.locator(".msnb-status").inner_text()
         workdir = Path(re.search(r"workdir (\S+?)\)", status).group(1))
-        assert kernel_tmp in workdir.parents and _ours(workdir)    # the Java server runs under the kernel's TMPDIR
+        assert kernel_tmp in workdir.parents and _ours(workdir)  # the Java server runs under the kernel's TMPDIR
 
         served = _click_and_wait(page, "predict", '"label"')
-        assert served == local                                   # TorchServe answers what the in-process test did
+        assert served == local  # TorchServe answers what the in-process test did
         page.screenshot(path=str(_artifacts() / "widget.png"), full_page=True)
 
         _click_and_wait(page, "stop", "Server stopped.")
@@ -190,9 +217,4 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
 
 
 def _gone(workdir: Path, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _ours(workdir):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-    return True
+    return bool(poll(lambda: not _ours(workdir), timeout, interval=0.5))

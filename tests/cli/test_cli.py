@@ -9,17 +9,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+from helpers import EXAMPLE, handler, poll, run, standard
 
 from msnb.cli import main
-from msnb.localtest import test_handler
+from msnb.localtest import predict_in_process
 from msnb.notebook import load_handlers
-
-from test_export import EXAMPLE, handler, run, standard
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
 REPO = Path(__file__).resolve().parents[2]
@@ -32,19 +30,23 @@ def test_console_script_help_documents_every_command_and_the_exit_codes():
         assert word in done.stdout
 
 
-@pytest.mark.parametrize("command, words", [
-    ("export", ["--handler", "--format", "--check", "--kserve", "WITHOUT running it", "notebook's folder"]),
-    ("serve", ["Ctrl-C", "model store", "serve.json", "--state"]),
-    ("predict", ["--data", "--url", "--token-file", "JSON|@FILE"]),
-])
+@pytest.mark.parametrize(
+    "command, words",
+    [
+        ("export", ["--handler", "--format", "--check", "--kserve", "WITHOUT running it", "notebook's folder"]),
+        ("serve", ["Ctrl-C", "model store", "serve.json", "--state"]),
+        ("predict", ["--data", "--url", "--token-file", "JSON|@FILE"]),
+    ],
+)
 def test_subcommand_help(capsys, command, words):
     code, out, _ = run(capsys, command, "--help")
     assert code == 0
     assert all(w in out for w in words), out
 
 
-@pytest.mark.parametrize("argv", [[], ["bogus"], ["export"], ["export", "nb.ipynb", "--format", "tgz"],
-                                  ["predict", "m"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["bogus"], ["export"], ["export", "nb.ipynb", "--format", "tgz"], ["predict", "m"]]
+)
 def test_usage_errors_exit_2(capsys, argv):
     code, _, err = run(capsys, *argv)
     assert code == 2 and "usage: msnb" in err
@@ -82,13 +84,9 @@ def short_tmp():
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return json.loads(path.read_text())
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
+    poll(lambda: path.exists() or proc.poll() is not None, timeout, interval=0.2)
+    if path.exists():
+        return json.loads(path.read_text())
     proc.kill()
     raise AssertionError(f"msnb serve did not get ready: {proc.communicate()[0]}")
 
@@ -99,28 +97,32 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
     nb = standard(tmp_path / "nb", handler("alpha"), handler("beta"))
     assert main(["export", str(nb), "-o", str(tmp_path / "store")]) == 0
     capsys.readouterr()
-    expected = test_handler(load_handlers(nb, ["beta"])[0].spec, [json.loads(EXAMPLE)])[0]
+    expected = predict_in_process(load_handlers(nb, ["beta"])[0].spec, [json.loads(EXAMPLE)])[0]
     env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
     log = (tmp_path / "serve.out").open("w")
-    proc = subprocess.Popen([MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            cwd=tmp_path)
+    proc = subprocess.Popen(
+        [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+    )
     try:
         state = _wait_for(tmp_path / "state" / "serve.json", proc)
         java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
-        done = subprocess.run([MSNB, "predict", "beta", "--data", EXAMPLE], env=env, capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [MSNB, "predict", "beta", "--data", EXAMPLE], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == expected
-        missing = subprocess.run([MSNB, "predict", "gamma", "--data", EXAMPLE], env=env, capture_output=True,
-                                 text=True, timeout=120)
+        missing = subprocess.run(
+            [MSNB, "predict", "gamma", "--data", EXAMPLE], env=env, capture_output=True, text=True, timeout=120
+        )
         assert missing.returncode == 1 and "gamma" in missing.stderr and "Hint:" in missing.stderr
         key = json.loads(Path(state["key_file"]).read_text())["inference"]["key"]
         assert key and state["inference_url"].startswith("http://127.0.0.1:")
         by_url = [MSNB, "predict", "beta", "--data", EXAMPLE, "--url", state["inference_url"]]
         no_token = subprocess.run(by_url, env=env, capture_output=True, text=True, timeout=120)
         assert no_token.returncode == 1 and "Hint: the server has token authorisation on" in no_token.stderr
-        with_token = subprocess.run(by_url + ["--token-file", state["key_file"]], env=env, capture_output=True,
-                                    text=True, timeout=120)
+        with_token = subprocess.run(
+            by_url + ["--token-file", state["key_file"]], env=env, capture_output=True, text=True, timeout=120
+        )
         assert with_token.returncode == 0 and json.loads(with_token.stdout) == expected, with_token.stderr
     finally:
         proc.send_signal(signal.SIGINT)
@@ -140,13 +142,17 @@ def test_serve_exits_1_with_the_log_when_torchserve_dies(tmp_path, capsys, short
     assert main(["export", str(nb), "-o", str(tmp_path / "store")]) == 0
     env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
     with (tmp_path / "serve.out").open("w") as log:
-        proc = subprocess.Popen([MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
         try:
             _wait_for(tmp_path / "state" / "serve.json", proc)
             workdir = (tmp_path / "serve.out").read_text().split("(workdir ")[1].split(")")[0]
-            (java,) = [p for p in psutil.process_iter(["name", "cmdline"])
-                       if p.info["name"] == "java" and any(workdir in part for part in p.info["cmdline"] or ())]
+            (java,) = [
+                p
+                for p in psutil.process_iter(["name", "cmdline"])
+                if p.info["name"] == "java" and any(workdir in part for part in p.info["cmdline"] or ())
+            ]
             java.kill()
             code = proc.wait(timeout=60)
         finally:
@@ -172,11 +178,10 @@ NOTEBOOK_INPUTS = {  # what each notebook sends in its `%ms_predict` cell
 def test_exported_notebook_answers_what_the_executed_notebook_printed(name, short_tmp):
     tmp_path = short_tmp
     sys.path.insert(0, str(REPO / "tests" / "kernel"))
+    import numpy as np
     from nbrun import execute_notebook, printed_prediction
 
-    import numpy as np
-
-    from msnb.server import LocalServer
+    from msnb.torchserve import LocalServer
 
     executed = execute_notebook(REPO / "notebooks" / name, tmp_path / "run")
     printed = printed_prediction(executed)
@@ -194,8 +199,9 @@ def test_exported_notebook_answers_what_the_executed_notebook_printed(name, shor
 @pytest.mark.timeout(300)
 def test_demo_exports_serves_predicts_and_stops(short_tmp):
     env = {**os.environ, "TMPDIR": str(short_tmp)}
-    done = subprocess.run([sys.executable, "-m", "msnb.demo"], capture_output=True, text=True, timeout=280, env=env,
-                          cwd=short_tmp)
+    done = subprocess.run(
+        [sys.executable, "-m", "msnb.demo"], capture_output=True, text=True, timeout=280, env=env, cwd=short_tmp
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     prediction = json.loads(done.stdout.split("prediction: ", 1)[1].splitlines()[0])
     assert set(prediction) == {"label", "score"}

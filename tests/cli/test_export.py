@@ -3,65 +3,15 @@
 from __future__ import annotations
 
 import json
-import textwrap
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
-import torch
+from helpers import BODY, EXAMPLE, IMPORTS, NET, handler, make_notebook, run, standard  # noqa: F401
 
-from msnb.cli import main
 from msnb.export import kserve_config
 from msnb.notebook import load_handlers
-
-from tiny_handlers import mlp_class
-
-IMPORTS = "import torch\n"
-NET = mlp_class("Net")
-BODY = textwrap.dedent('''
-    import torch
-
-    def init_function(hidden=8):
-        return Net(hidden)
-
-    def preprocess(sample):
-        return torch.tensor(sample["x"], dtype=torch.float32)
-
-    def postprocess(output):
-        return {"label": int(output.argmax()), "scores": [round(float(v), 4) for v in output]}
-''')
-EXAMPLE = '{"x": [1, 2, 3, 4]}'
-
-
-def handler(name: str, options: str = "", body: str = BODY) -> str:
-    return f"%%ms_handler {name} --checkpoint weights.pt --example '{EXAMPLE}' {options}".rstrip() + "\n" + body
-
-
-def make_notebook(folder: Path, *cells: str, name: str = "demo.ipynb", weights: bool = True) -> Path:
-    """A notebook of code cells ("# md: ..." makes a markdown cell) plus weights.pt for Net beside it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell(c[6:]) if c.startswith("# md: ") else nbformat.v4.new_code_cell(c)
-                for c in cells]
-    path = folder / name
-    nbformat.write(nb, str(path))
-    if weights:
-        torch.manual_seed(3)
-        namespace: dict = {"torch": torch}
-        exec(NET, namespace)
-        torch.save(namespace["Net"]().state_dict(), folder / "weights.pt")
-    return path
-
-
-def standard(folder: Path, *handlers: str, **kw) -> Path:
-    return make_notebook(folder, "# md: # A demo", IMPORTS, NET, *(handlers or (handler("mlp"),)), **kw)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def listing(folder: Path) -> list[str]:
@@ -133,7 +83,9 @@ def test_check_runs_the_example_in_process_and_prints_the_answer(tmp_path, capsy
 
 
 def test_check_failure_writes_nothing_while_no_check_runs_no_user_code(tmp_path, capsys):
-    failing = BODY.replace('return torch.tensor(sample["x"], dtype=torch.float32)', 'raise ValueError("boom in preprocess")')
+    failing = BODY.replace(
+        'return torch.tensor(sample["x"], dtype=torch.float32)', 'raise ValueError("boom in preprocess")'
+    )
     nb = standard(tmp_path / "nb", handler("bad", body=failing))
     code, _, err = run(capsys, "export", nb, "-o", tmp_path / "checked", "--check")
     assert code == 1 and "error: bad:" in err and "boom in preprocess" in err and "Hint:" in err
@@ -143,9 +95,10 @@ def test_check_failure_writes_nothing_while_no_check_runs_no_user_code(tmp_path,
 
 
 def test_latest_definition_above_wins_as_run_all_would_leave_it(tmp_path, capsys):
-    uses_scale = BODY.replace("return {", "return {\"scale\": SCALE, ")
-    nb = make_notebook(tmp_path / "nb", IMPORTS, NET, "SCALE = 1", "SCALE = 2", handler("mlp", body=uses_scale),
-                       "SCALE = 3")
+    uses_scale = BODY.replace("return {", 'return {"scale": SCALE, ')
+    nb = make_notebook(
+        tmp_path / "nb", IMPORTS, NET, "SCALE = 1", "SCALE = 2", handler("mlp", body=uses_scale), "SCALE = 3"
+    )
     code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out", "--check")
     assert code == 0, err
     assert '"scale": 2' in out
@@ -168,11 +121,14 @@ def test_variable_example_is_dropped_with_a_warning(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- bad inputs (issue 6's table)
-@pytest.mark.parametrize("content, says", [
-    ("this is not json {", "not valid notebook JSON"),
-    ('{"hello": "world"}', "not a Jupyter notebook"),
-    ("", "not valid notebook JSON"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("this is not json {", "not valid notebook JSON"),
+        ('{"hello": "world"}', "not a Jupyter notebook"),
+        ("", "not valid notebook JSON"),
+    ],
+)
 def test_not_a_notebook_or_corrupt_json(tmp_path, capsys, content, says):
     path = tmp_path / "broken.ipynb"
     path.write_text(content)
@@ -213,7 +169,9 @@ def test_unknown_handler_lists_the_ones_that_are_there(tmp_path, capsys):
 
 def test_dependency_that_lives_only_in_runtime_state_names_the_cell(tmp_path, capsys):
     body = BODY.replace("return Net(hidden)", "return Net(HIDDEN)")
-    nb = make_notebook(tmp_path / "nb", IMPORTS, NET, "import json\nHIDDEN = json.loads('8')", handler("mlp", body=body))
+    nb = make_notebook(
+        tmp_path / "nb", IMPORTS, NET, "import json\nHIDDEN = json.loads('8')", handler("mlp", body=body)
+    )
     code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
     assert code == 1 and "error: mlp:" in err and "HIDDEN" in err and "Hint:" in err
     assert "demo.ipynb, cell" in err
@@ -283,16 +241,25 @@ def test_kserve_layout_has_model_store_and_config(tmp_path, capsys):
     assert code == 0, err
     assert listing(tmp_path / "ks") == ["config", "model-store"]
     assert listing(tmp_path / "ks" / "model-store") == ["a.mar", "b.mar"]
-    props = dict(line.split("=", 1) for line in (tmp_path / "ks" / "config" / "config.properties").read_text()
-                 .splitlines() if "=" in line and not line.startswith("#"))
+    props = dict(
+        line.split("=", 1)
+        for line in (tmp_path / "ks" / "config" / "config.properties").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
     assert props["load_models"] == "all" and props["enable_envvars_config"] == "true"
     assert props["disable_token_authorization"] == "true"
     assert props["inference_address"] == "http://0.0.0.0:8085" and props["metrics_address"] == "http://0.0.0.0:8082"
     snapshot = json.loads(props["model_snapshot"])
     assert snapshot["modelCount"] == 2
-    assert snapshot["models"]["a"]["1.0"] == {"defaultVersion": True, "marName": "a.mar", "minWorkers": 2,
-                                              "maxWorkers": 2, "batchSize": 1, "maxBatchDelay": 20,
-                                              "responseTimeout": 120}
+    assert snapshot["models"]["a"]["1.0"] == {
+        "defaultVersion": True,
+        "marName": "a.mar",
+        "minWorkers": 2,
+        "maxWorkers": 2,
+        "batchSize": 1,
+        "maxBatchDelay": 20,
+        "responseTimeout": 120,
+    }
     assert "KServe layout:" in out
     assert "warning: a: --batch-size 4 is set to 1 in the KServe config" in err
     assert "warning: b:" not in err

@@ -6,147 +6,204 @@ import sys
 from pathlib import Path
 
 import nbformat
-
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 from nbrun import PREDICTION_PREFIX  # every notebook prints its final TorchServe answer after it
 
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
 QUICKSTART = [
-    ("md", "# msnb quickstart\n\nA small MLP: train it for a moment, write its handler in one cell, "
-           "test it in-process, build the `.mar`, serve it on a local TorchServe, ask it, stop the server."),
+    (
+        "md",
+        "# msnb quickstart\n\nA small MLP: train it for a moment, write its handler in one cell, "
+        "test it in-process, build the `.mar`, serve it on a local TorchServe, ask it, stop the server.",
+    ),
     ("code", "import json\n\nimport torch\n\ntorch.manual_seed(0);"),
-    ("code", "class MLP(torch.nn.Module):\n"
-             "    def __init__(self, hidden=16):\n"
-             "        super().__init__()\n"
-             "        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 3))\n\n"
-             "    def forward(self, x):\n"
-             "        return self.net(x)"),
-    ("md", "Train briefly on synthetic data and save the weights next to the notebook. The training loop stays "
-           "here: only `MLP` travels with the handler."),
-    ("code", "model = MLP(16)\n"
-             "x = torch.randn(256, 4)\n"
-             "y = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()\n"
-             "optimizer = torch.optim.Adam(model.parameters(), lr=0.05)\n"
-             "for step in range(60):\n"
-             "    optimizer.zero_grad()\n"
-             "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
-             "    loss.backward()\n"
-             "    optimizer.step()\n"
-             "torch.save(model.state_dict(), \"quickstart_mlp.pt\")\n"
-             "print(f\"final loss {loss.item():.3f}\")"),
+    (
+        "code",
+        "class MLP(torch.nn.Module):\n"
+        "    def __init__(self, hidden=16):\n"
+        "        super().__init__()\n"
+        "        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 3))\n\n"
+        "    def forward(self, x):\n"
+        "        return self.net(x)",
+    ),
+    (
+        "md",
+        "Train briefly on synthetic data and save the weights next to the notebook. The training loop stays "
+        "here: only `MLP` travels with the handler.",
+    ),
+    (
+        "code",
+        "model = MLP(16)\n"
+        "x = torch.randn(256, 4)\n"
+        "y = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()\n"
+        "optimizer = torch.optim.Adam(model.parameters(), lr=0.05)\n"
+        "for step in range(60):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        'torch.save(model.state_dict(), "quickstart_mlp.pt")\n'
+        'print(f"final loss {loss.item():.3f}")',
+    ),
     ("code", "%load_ext msnb"),
-    ("code", "%%ms_handler quickstart --checkpoint quickstart_mlp.pt --init-kwargs '{\"hidden\": 16}' "
-             "--example '{\"x\": [0.5, -1.0, 2.0, 0.1]}'\n"
-             "import torch\n\n"
-             "def init_function(hidden=16):\n"
-             "    return MLP(hidden)\n\n"
-             "def preprocess(sample):\n"
-             "    return torch.tensor(sample[\"x\"], dtype=torch.float32)\n\n"
-             "def postprocess(output):\n"
-             "    probs = torch.softmax(output, dim=-1)\n"
-             "    return {\"label\": int(probs.argmax()), \"score\": round(float(probs.max()), 4)}"),
+    (
+        "code",
+        "%%ms_handler quickstart --checkpoint quickstart_mlp.pt --init-kwargs '{\"hidden\": 16}' "
+        "--example '{\"x\": [0.5, -1.0, 2.0, 0.1]}'\n"
+        "import torch\n\n"
+        "def init_function(hidden=16):\n"
+        "    return MLP(hidden)\n\n"
+        "def preprocess(sample):\n"
+        '    return torch.tensor(sample["x"], dtype=torch.float32)\n\n'
+        "def postprocess(output):\n"
+        "    probs = torch.softmax(output, dim=-1)\n"
+        '    return {"label": int(probs.argmax()), "score": round(float(probs.max()), 4)}',
+    ),
     ("code", "local = %ms_test quickstart\nlocal"),
     ("code", "%ms_build quickstart"),
     ("code", "server = %ms_serve quickstart"),
-    ("code", "result = %ms_predict quickstart --data '{\"x\": [0.5, -1.0, 2.0, 0.1]}'\n"
-             "assert result == local, (result, local)  # the same code path in-process and in TorchServe\n"
-             f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))"),
+    (
+        "code",
+        "result = %ms_predict quickstart --data '{\"x\": [0.5, -1.0, 2.0, 0.1]}'\n"
+        "assert result == local, (result, local)  # the same code path in-process and in TorchServe\n"
+        f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))",
+    ),
     ("code", "%ms_stop"),
 ]
 
 TEXT_CLASSIFIER = [
-    ("md", "# A text classifier: the handler pulls in a class, a vocabulary and a tokenizer from earlier cells\n\n"
-           "Text in (a JSON string or `{\"text\": ...}`), `{\"label\", \"score\"}` out."),
+    (
+        "md",
+        "# A text classifier: the handler pulls in a class, a vocabulary and a tokenizer from earlier cells\n\n"
+        'Text in (a JSON string or `{"text": ...}`), `{"label", "score"}` out.',
+    ),
     ("code", "import json\nimport re\n\nimport torch\n\ntorch.manual_seed(0);"),
-    ("code", "VOCAB = {\"<unk>\": 0, \"good\": 1, \"great\": 2, \"fun\": 3, \"bad\": 4, \"awful\": 5, \"boring\": 6, "
-             "\"movie\": 7, \"the\": 8, \"was\": 9}\n"
-             "LABELS = (\"negative\", \"positive\")"),
-    ("code", "def tokenize(text):\n"
-             "    return [VOCAB.get(word, VOCAB[\"<unk>\"]) for word in re.findall(r\"[a-z]+\", text.lower())]\n\n\n"
-             "def bag_of_words(text):\n"
-             "    counts = torch.zeros(len(VOCAB))\n"
-             "    for token in tokenize(text):\n"
-             "        counts[token] += 1\n"
-             "    return counts"),
-    ("code", "class TextClassifier(torch.nn.Module):\n"
-             "    def __init__(self, vocab_size, n_labels=2):\n"
-             "        super().__init__()\n"
-             "        self.linear = torch.nn.Linear(vocab_size, n_labels)\n\n"
-             "    def forward(self, counts):\n"
-             "        return self.linear(counts)"),
-    ("code", "texts = [\"good movie\", \"great fun\", \"the movie was great\", \"bad movie\", \"awful\", \"boring and bad\"]\n"
-             "targets = torch.tensor([1, 1, 1, 0, 0, 0])\n"
-             "features = torch.stack([bag_of_words(t) for t in texts])\n"
-             "classifier = TextClassifier(len(VOCAB))\n"
-             "optimizer = torch.optim.SGD(classifier.parameters(), lr=0.5)\n"
-             "for step in range(100):\n"
-             "    optimizer.zero_grad()\n"
-             "    loss = torch.nn.functional.cross_entropy(classifier(features), targets)\n"
-             "    loss.backward()\n"
-             "    optimizer.step()\n"
-             "torch.save(classifier.state_dict(), \"text_classifier.pt\")"),
+    (
+        "code",
+        'VOCAB = {"<unk>": 0, "good": 1, "great": 2, "fun": 3, "bad": 4, "awful": 5, "boring": 6, '
+        '"movie": 7, "the": 8, "was": 9}\n'
+        'LABELS = ("negative", "positive")',
+    ),
+    (
+        "code",
+        "def tokenize(text):\n"
+        '    return [VOCAB.get(word, VOCAB["<unk>"]) for word in re.findall(r"[a-z]+", text.lower())]\n\n\n'
+        "def bag_of_words(text):\n"
+        "    counts = torch.zeros(len(VOCAB))\n"
+        "    for token in tokenize(text):\n"
+        "        counts[token] += 1\n"
+        "    return counts",
+    ),
+    (
+        "code",
+        "class TextClassifier(torch.nn.Module):\n"
+        "    def __init__(self, vocab_size, n_labels=2):\n"
+        "        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(vocab_size, n_labels)\n\n"
+        "    def forward(self, counts):\n"
+        "        return self.linear(counts)",
+    ),
+    (
+        "code",
+        'texts = ["good movie", "great fun", "the movie was great", "bad movie", "awful", "boring and bad"]\n'
+        "targets = torch.tensor([1, 1, 1, 0, 0, 0])\n"
+        "features = torch.stack([bag_of_words(t) for t in texts])\n"
+        "classifier = TextClassifier(len(VOCAB))\n"
+        "optimizer = torch.optim.SGD(classifier.parameters(), lr=0.5)\n"
+        "for step in range(100):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = torch.nn.functional.cross_entropy(classifier(features), targets)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        'torch.save(classifier.state_dict(), "text_classifier.pt")',
+    ),
     ("code", "%load_ext msnb"),
-    ("code", "%%ms_handler sentiment --checkpoint text_classifier.pt --example '{\"text\": \"a great movie\"}'\n"
-             "import torch\n\n"
-             "def init_function():\n"
-             "    return TextClassifier(len(VOCAB))\n\n"
-             "def preprocess(sample):\n"
-             "    if isinstance(sample, (bytes, bytearray)):\n"
-             "        sample = sample.decode(\"utf-8\")\n"
-             "    text = sample[\"text\"] if isinstance(sample, dict) else str(sample)\n"
-             "    return bag_of_words(text)\n\n"
-             "def postprocess(output):\n"
-             "    probs = torch.softmax(output, dim=-1)\n"
-             "    best = int(probs.argmax())\n"
-             "    return {\"label\": LABELS[best], \"score\": round(float(probs[best]), 4)}"),
+    (
+        "code",
+        '%%ms_handler sentiment --checkpoint text_classifier.pt --example \'{"text": "a great movie"}\'\n'
+        "import torch\n\n"
+        "def init_function():\n"
+        "    return TextClassifier(len(VOCAB))\n\n"
+        "def preprocess(sample):\n"
+        "    if isinstance(sample, (bytes, bytearray)):\n"
+        '        sample = sample.decode("utf-8")\n'
+        '    text = sample["text"] if isinstance(sample, dict) else str(sample)\n'
+        "    return bag_of_words(text)\n\n"
+        "def postprocess(output):\n"
+        "    probs = torch.softmax(output, dim=-1)\n"
+        "    best = int(probs.argmax())\n"
+        '    return {"label": LABELS[best], "score": round(float(probs[best]), 4)}',
+    ),
     ("code", "%ms_test sentiment --data '\"the movie was awful\"'"),
     ("code", "%ms_build sentiment --dev"),
     ("code", "%ms_serve sentiment"),
-    ("code", "result = %ms_predict sentiment --data '{\"text\": \"what a great fun movie\"}'\n"
-             "assert result[\"label\"] == \"positive\", result\n"
-             f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))"),
+    (
+        "code",
+        'result = %ms_predict sentiment --data \'{"text": "what a great fun movie"}\'\n'
+        'assert result["label"] == "positive", result\n'
+        f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))",
+    ),
     ("code", "%ms_stop"),
 ]
 
 BYTES_BATCHING = [
-    ("md", "# Raw bytes in, batching on, one bad request in the batch\n\n"
-           "Each request is 8 float32 values as raw bytes (`application/octet-stream`). TorchServe batches up to 4 "
-           "requests for 50 ms; a malformed request gets its own 400 while the rest of its batch succeeds."),
+    (
+        "md",
+        "# Raw bytes in, batching on, one bad request in the batch\n\n"
+        "Each request is 8 float32 values as raw bytes (`application/octet-stream`). TorchServe batches up to 4 "
+        "requests for 50 ms; a malformed request gets its own 400 while the rest of its batch succeeds.",
+    ),
     ("code", "import json\n\nimport numpy as np\nimport torch\n\ntorch.manual_seed(0);"),
-    ("code", "class Regressor(torch.nn.Module):\n"
-             "    def __init__(self):\n"
-             "        super().__init__()\n"
-             "        self.linear = torch.nn.Linear(8, 1)\n\n"
-             "    def forward(self, x):\n"
-             "        return self.linear(x).squeeze(-1)"),
-    ("code", "regressor = Regressor()\n"
-             "torch.save(regressor.state_dict(), \"regressor.pt\")\n"
-             "sample_bytes = np.arange(8, dtype=np.float32).tobytes()\n"
-             "len(sample_bytes)"),
+    (
+        "code",
+        "class Regressor(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(8, 1)\n\n"
+        "    def forward(self, x):\n"
+        "        return self.linear(x).squeeze(-1)",
+    ),
+    (
+        "code",
+        "regressor = Regressor()\n"
+        'torch.save(regressor.state_dict(), "regressor.pt")\n'
+        "sample_bytes = np.arange(8, dtype=np.float32).tobytes()\n"
+        "len(sample_bytes)",
+    ),
     ("code", "%load_ext msnb"),
-    ("code", "%%ms_handler regressor --checkpoint regressor.pt --batch-size 4 --max-batch-delay 50 --example sample_bytes\n"
-             "import numpy as np\n"
-             "import torch\n\n"
-             "def init_function():\n"
-             "    return Regressor()\n\n"
-             "def preprocess(sample):\n"
-             "    if not isinstance(sample, (bytes, bytearray)) or len(sample) != 32:\n"
-             "        raise ValueError(\"expected 8 float32 values as 32 raw bytes\")\n"
-             "    return torch.from_numpy(np.frombuffer(bytes(sample), dtype=np.float32).copy())\n\n"
-             "def postprocess(output):\n"
-             "    return {\"value\": round(float(output), 4)}"),
+    (
+        "code",
+        "%%ms_handler regressor --checkpoint regressor.pt --batch-size 4 --max-batch-delay 50 --example sample_bytes\n"
+        "import numpy as np\n"
+        "import torch\n\n"
+        "def init_function():\n"
+        "    return Regressor()\n\n"
+        "def preprocess(sample):\n"
+        "    if not isinstance(sample, (bytes, bytearray)) or len(sample) != 32:\n"
+        '        raise ValueError("expected 8 float32 values as 32 raw bytes")\n'
+        "    return torch.from_numpy(np.frombuffer(bytes(sample), dtype=np.float32).copy())\n\n"
+        "def postprocess(output):\n"
+        '    return {"value": round(float(output), 4)}',
+    ),
     ("code", "%ms_test regressor"),
     ("code", "%ms_build regressor --dev"),
     ("code", "server = %ms_serve regressor"),
     ("md", "Six requests at once; the third is 3 bytes of garbage."),
-    ("code", "payloads = [np.full(8, i, dtype=np.float32).tobytes() for i in range(6)]\n"
-             "payloads[2] = b\"bad\"\n"
-             "answers = server.predict_many(\"regressor\", payloads, return_exceptions=True)\n"
-             "for i, answer in enumerate(answers):\n"
-             "    print(i, f\"error {answer.status}: {answer.message}\" if isinstance(answer, Exception) else answer)\n"
-             "assert 400 <= answers[2].status < 500, answers[2]\n"
-             "assert all(isinstance(a, dict) for i, a in enumerate(answers) if i != 2), answers"),
-    ("code", "result = %ms_predict regressor --data sample_bytes\n"
-             f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))"),
+    (
+        "code",
+        "payloads = [np.full(8, i, dtype=np.float32).tobytes() for i in range(6)]\n"
+        'payloads[2] = b"bad"\n'
+        'answers = server.predict_many("regressor", payloads, return_exceptions=True)\n'
+        "for i, answer in enumerate(answers):\n"
+        '    print(i, f"error {answer.status}: {answer.message}" if isinstance(answer, Exception) else answer)\n'
+        "assert 400 <= answers[2].status < 500, answers[2]\n"
+        "assert all(isinstance(a, dict) for i, a in enumerate(answers) if i != 2), answers",
+    ),
+    (
+        "code",
+        "result = %ms_predict regressor --data sample_bytes\n"
+        f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))",
+    ),
     ("code", "%ms_stop"),
 ]
 
@@ -156,8 +213,10 @@ ALL = {"quickstart.ipynb": QUICKSTART, "text_classifier.ipynb": TEXT_CLASSIFIER,
 def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
     """A notebook with these cells, no outputs, the python3 kernel; cell ids derived from positions (stable)."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                   "language_info": {"name": "python"}}
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
     for i, (kind, source) in enumerate(cells):
         cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else nbformat.v4.new_code_cell(source)
         cell.id = f"cell-{i}"

@@ -17,8 +17,9 @@ PREDICTION_PREFIX = "prediction: "  # what every example notebook prints before 
 CELL_TIMEOUT_S = 60  # nbclient stalls intermittently for a whole cell timeout (FACTS.md): never assert on time
 
 
-def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_TIMEOUT_S,
-                     shutdown: str = "graceful") -> nbformat.NotebookNode:
+def execute_notebook(
+    path: str | Path, workdir: str | Path, timeout: int = CELL_TIMEOUT_S, shutdown: str = "graceful"
+) -> nbformat.NotebookNode:
     """Copy ``path`` into ``workdir`` and run it there (the kernel's cwd); returns the executed notebook.
 
     ``shutdown="immediate"`` kills the kernel at the end instead of asking it to exit.
@@ -30,8 +31,13 @@ def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_
     copy = workdir / Path(path).name
     shutil.copy2(path, copy)
     nb = nbformat.read(copy, as_version=4)
-    client = NotebookClient(nb, kernel_name="python3", timeout=timeout, shutdown_kernel=shutdown,
-                            resources={"metadata": {"path": str(workdir)}})
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=timeout,
+        shutdown_kernel=shutdown,
+        resources={"metadata": {"path": str(workdir)}},
+    )
     try:
         with _scratch_env(workdir):
             client.execute()
@@ -44,8 +50,12 @@ def execute_notebook(path: str | Path, workdir: str | Path, timeout: int = CELL_
 
 def printed_prediction(nb: nbformat.NotebookNode) -> Any:
     """The JSON value a notebook printed after ``prediction: `` (its last real TorchServe answer)."""
-    found = [line[len(PREDICTION_PREFIX):] for text in stream_texts(nb) for line in text.splitlines()
-             if line.startswith(PREDICTION_PREFIX)]
+    found = [
+        line[len(PREDICTION_PREFIX) :]
+        for text in stream_texts(nb)
+        for line in text.splitlines()
+        if line.startswith(PREDICTION_PREFIX)
+    ]
     if not found:
         raise AssertionError(f"no line starting with {PREDICTION_PREFIX!r} in the notebook's outputs")
     return json.loads(found[-1])

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import nbformat
 import psutil
 import pytest
-
+from helpers import poll
 from make_notebooks import ALL, NOTEBOOKS, render
 from nbrun import error_outputs, execute_notebook, printed_prediction, stream_texts
 
@@ -56,12 +55,19 @@ def test_the_kernels_server_stops_with_the_kernel(how: str, tmp_path: Path):
     nb.cells = [c for c in nb.cells if "%ms_stop" not in c.source and "%ms_build" not in c.source]
     nb.cells.append(nbformat.v4.new_code_cell("print('server pid:', server.pid)"))
     (tmp_path / "served.ipynb").write_text(nbformat.writes(nb))
-    nb = execute_notebook(tmp_path / "served.ipynb", tmp_path / "run", shutdown="immediate" if how == "kill" else "graceful")
-    pid = int(next(line.split()[-1] for text in stream_texts(nb) for line in text.splitlines()
-                   if line.startswith("server pid:")))
-    deadline = time.monotonic() + 60  # Java exits a few seconds after SIGTERM (FACTS.md): poll, bounded
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    nb = execute_notebook(
+        tmp_path / "served.ipynb", tmp_path / "run", shutdown="immediate" if how == "kill" else "graceful"
+    )
+    pid = int(
+        next(
+            line.split()[-1]
+            for text in stream_texts(nb)
+            for line in text.splitlines()
+            if line.startswith("server pid:")
+        )
+    )
+    # Java exits a few seconds after SIGTERM (FACTS.md): poll, bounded
+    assert poll(lambda: not _alive(pid), 60, interval=0.5)
     assert not _alive(pid), f"TorchServe (pid {pid}) outlived its kernel ({how})"
 
 

@@ -6,16 +6,14 @@ import io
 
 import pytest
 import requests
+from helpers import ECHO, build_mar
 
 from msnb.errors import ServerError
-from msnb.server import LocalServer, PredictionError
+from msnb.session import deploy
 from msnb.spec import spec_from_source
+from msnb.torchserve import LocalServer, PredictionError
 
-from conftest import ECHO, build_mar
-
-pytestmark = pytest.mark.server
-
-SPEC_SOURCE = '''
+SPEC_SOURCE = """
 import torch
 
 ANSWER = {answer!r}
@@ -28,7 +26,7 @@ def preprocess(sample):
 
 def postprocess(output):
     return {{"answer": ANSWER, "sum": float(output.sum())}}
-'''
+"""
 
 
 def test_every_address_is_loopback_and_ports_are_distinct(server):
@@ -66,7 +64,8 @@ def test_data_that_cannot_be_sent_is_refused_with_a_hint(server):
         server.predict("echo", {1, 2})
 
 
-def test_predict_many_is_batched_by_torchserve(server, archives, tmp_path):
+def test_predict_many_is_batched_by_torchserve(own_server, archives, tmp_path):
+    server = own_server
     mar = build_mar(tmp_path, "batcher", (archives["echo"].parent / "echo_handler.py").read_text())
     server.register(mar, batch_size=4, max_batch_delay=500)
     answers = server.predict_many("batcher", [{"i": i} for i in range(8)])
@@ -76,14 +75,18 @@ def test_predict_many_is_batched_by_torchserve(server, archives, tmp_path):
     assert "batcher" not in {m.name for m in server.models()}
 
 
-def test_models_and_scale(server):
+def test_models_and_scale(own_server, archives):
+    server = own_server
+    server.register(archives["echo"])
     (echo,) = [m for m in server.models() if m.name == "echo"]
     assert echo.version == "1.0" and echo.is_default and echo.ready
     assert [w.status for w in server.scale("echo", 2).workers] == ["READY", "READY"]
     assert len(server.scale("echo", 1).workers) == 1
 
 
-def test_a_refused_unregister_is_an_error_and_keeps_the_model_and_its_files(server, tmp_path):
+def test_a_refused_unregister_is_an_error_and_keeps_the_model_and_its_files(own_server, archives, tmp_path):
+    server = own_server
+    server.register(archives["echo"])
     v2 = build_mar(tmp_path, "echo", ECHO, version="2.0")
     server.register(v2)
     try:  # TorchServe refuses to remove the default version while another one is registered
@@ -144,8 +147,9 @@ def test_import_error_shows_the_real_error_not_torchserves_fallback(server, arch
 
 
 def test_requirements_that_cannot_be_installed_fail_with_pips_message(server, archives, tmp_path):
-    mar = build_mar(tmp_path, "badreq", "def handle(data, context):\n    return None\n",
-                    requirements=["requests==0.0.1"])
+    mar = build_mar(
+        tmp_path, "badreq", "def handle(data, context):\n    return None\n", requirements=["requests==0.0.1"]
+    )
     with pytest.raises(ServerError) as info:
         server.register(mar)
     text = str(info.value)
@@ -159,11 +163,12 @@ def test_registering_the_same_version_twice_points_to_redeploy(server, archives)
         server.register(archives["echo"])
 
 
-def test_redeploy_serves_the_changed_handler_without_a_restart(server):
+def test_redeploy_serves_the_changed_handler_without_a_restart(own_server):
+    server = own_server
     pid = server.pid
-    server.register(spec_from_source("calc", SPEC_SOURCE.format(answer="first")))
+    deploy(server, spec_from_source("calc", SPEC_SOURCE.format(answer="first")))
     assert server.predict("calc", {"x": [1, 2]}) == {"answer": "first", "sum": 3.0}
-    status = server.redeploy(spec_from_source("calc", SPEC_SOURCE.format(answer="second")))
+    status = deploy(server, spec_from_source("calc", SPEC_SOURCE.format(answer="second")))
     assert status.is_default and status.ready and status.version != "1.0"
     assert server.predict("calc", {"x": [1, 2]}) == {"answer": "second", "sum": 3.0}
     assert [m.version for m in server.models() if m.name == "calc"] == [status.version]

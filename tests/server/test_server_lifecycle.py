@@ -15,11 +15,10 @@ import time
 import psutil
 import pytest
 import requests
+from helpers import ECHO, build_mar, poll, processes_naming
 
 from msnb.errors import ServerError
-from msnb.server import LocalServer
-
-from conftest import ECHO, build_mar, processes_naming, wait_until
+from msnb.torchserve import LocalServer
 
 pytestmark = pytest.mark.server
 
@@ -50,7 +49,7 @@ def test_stop_on_a_server_that_died_cleans_up_its_workers(tmp_path):
     server = LocalServer(tmp_path / "srv").start()
     server.register(build_mar(tmp_path / "mars", "echo", ECHO))
     os.kill(server.pid, signal.SIGKILL)
-    assert wait_until(lambda: not server.running, timeout=15)
+    assert poll(lambda: not server.running, timeout=15)
     server.stop()
     server.stop()
     assert not processes_naming(server.workdir)
@@ -61,7 +60,7 @@ def test_owner_killed_with_sigkill_takes_its_server_down(tmp_path):
     owner = textwrap.dedent(
         """
         import sys
-        from msnb.server import LocalServer
+        from msnb.torchserve import LocalServer
         server = LocalServer(sys.argv[1]).start()
         server.register(sys.argv[2])
         print(server.pid, flush=True)
@@ -69,18 +68,19 @@ def test_owner_killed_with_sigkill_takes_its_server_down(tmp_path):
         """
     )
     workdir = tmp_path / "owned"
-    proc = subprocess.Popen([sys.executable, "-c", owner, str(workdir), str(mar)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", owner, str(workdir), str(mar)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     java_pid = int(proc.stdout.readline())
     assert processes_naming(workdir)
     proc.kill()
     proc.wait()
-    assert wait_until(lambda: not processes_naming(workdir), timeout=15)
+    assert poll(lambda: not processes_naming(workdir), timeout=15)
     assert not _alive(java_pid)
 
 
 def test_default_server_is_stopped_at_normal_interpreter_exit(tmp_path):
-    script = "from msnb.server import default_server\nprint(default_server().workdir, flush=True)\n"
+    script = "from msnb.torchserve import default_server\nprint(default_server().workdir, flush=True)\n"
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default server's workdir is a mkdtemp
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     workdir = out.stdout.strip()
@@ -122,13 +122,15 @@ def test_java_dying_at_startup_is_an_error_with_its_output_never_a_silent_succes
     # between msnb's check and its bind (TorchServe's launcher still returns 0).
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
-    java.write_text(textwrap.dedent("""\
+    java.write_text(
+        textwrap.dedent("""\
         #!/bin/sh
         if [ "$1" = "-version" ]; then echo 'openjdk version "17.0.9"' >&2; exit 0; fi
         sleep 0.5
         echo "java.net.BindException: Address already in use"
         exit 1
-        """))
+        """)
+    )
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     server = LocalServer(tmp_path / "srv")
@@ -145,7 +147,8 @@ def test_a_port_taken_at_the_first_try_is_retried_on_fresh_ports_in_a_temporary_
     real = shutil.which("java")
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
-    java.write_text(textwrap.dedent(f"""\
+    java.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         if [ "$1" = "-version" ]; then exec {real} "$@"; fi
         if [ ! -f {tmp_path}/bound-once ]; then
@@ -154,7 +157,8 @@ def test_a_port_taken_at_the_first_try_is_retried_on_fresh_ports_in_a_temporary_
             exit 1
         fi
         exec {real} "$@"
-        """))
+        """)
+    )
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     mar = build_mar(tmp_path / "mars", "echo", ECHO)
@@ -214,10 +218,11 @@ def test_keys_are_renewed_before_they_expire(tmp_path):
     with LocalServer(tmp_path / "srv", token_expiration_min=0.1) as server:  # keys live 6 s
         first = json.loads(server.layout.key_file.read_text())["management"]
         expires = _timestamp(first["expiration time"])
-        assert wait_until(lambda: time.time() > expires + 1 and server.models() == [], timeout=30)
+        assert poll(lambda: time.time() > expires + 1 and server.models() == [], timeout=30)
         assert json.loads(server.layout.key_file.read_text())["management"]["key"] != first["key"]
-        stale = requests.get(f"{server.management_url}/models", timeout=10,
-                             headers={"Authorization": f"Bearer {first['key']}"})
+        stale = requests.get(
+            f"{server.management_url}/models", timeout=10, headers={"Authorization": f"Bearer {first['key']}"}
+        )
         assert stale.status_code == 400
 
 
@@ -227,8 +232,12 @@ def test_a_key_replaced_behind_msnbs_back_is_renewed_once_for_concurrent_calls(t
     with LocalServer(tmp_path / "srv") as server:
         server.register(mar, batch_size=4, max_batch_delay=50)
         keys = json.loads(server.layout.key_file.read_text())
-        resp = requests.post(f"{server.management_url}/token", params={"type": "inference"}, timeout=10,
-                             headers={"Authorization": f"Bearer {keys['API']['key']}"})
+        resp = requests.post(
+            f"{server.management_url}/token",
+            params={"type": "inference"},
+            timeout=10,
+            headers={"Authorization": f"Bearer {keys['API']['key']}"},
+        )
         assert resp.status_code == 200  # msnb still holds the old inference key
         answers = server.predict_many("echo", [{"n": i} for i in range(16)])
         assert [a["echo"] for a in answers] == [{"n": i} for i in range(16)]
@@ -242,7 +251,7 @@ def _alive(pid: int) -> bool:
 
 
 def _timestamp(text: str) -> float:
-    from msnb.tsclient import _parse_time
+    from msnb.torchserve.auth import _parse_time
 
     return _parse_time(text)
 

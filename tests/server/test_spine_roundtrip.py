@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from helpers import MLP_SOURCE
 
 from msnb import archive
-from msnb.localtest import run_handler, test_handler
-from msnb.server import LocalServer
+from msnb.localtest import predict_in_process, run_handler
+from msnb.session import deploy
 from msnb.spec import spec_from_source
-from msnb.tsmodels import PredictionError
-
-from tiny_handlers import MLP_SOURCE
-
-pytestmark = [pytest.mark.server]
+from msnb.torchserve import LocalServer, PredictionError
 
 UNSERIALISABLE = (
     "import torch\n\n"
@@ -41,18 +38,20 @@ SAMPLES = [{"x": [float(i), float(-i), 0.5 * i, 1.0]} for i in range(8)]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """The MLP spec built as a standard .mar, served with batchSize 4 on one worker."""
-    spec = spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=4, max_batch_delay=200,
-                            example=SAMPLES[0])
+    """The MLP spec built as a standard .mar, served with batchSize 4 on one worker, and a batch-size probe."""
+    spec = spec_from_source(
+        "mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=4, max_batch_delay=200, example=SAMPLES[0]
+    )
     mar = archive.build(spec, tmp_path_factory.mktemp("store"), fmt="mar")
     with LocalServer(tmp_path_factory.mktemp("ts")) as server:
         server.register(mar)
+        deploy(server, spec_from_source("probe", BATCH_PROBE, batch_size=4, max_batch_delay=200))
         yield spec, server
 
 
 def test_eight_concurrent_requests_answer_like_the_in_process_handler(served):
     spec, server = served
-    expected = test_handler(spec, SAMPLES)
+    expected = predict_in_process(spec, SAMPLES)
     answers = server.predict_many("mlp", SAMPLES)
     assert answers == expected
     assert server.status("mlp").batch_size == 4
@@ -60,7 +59,6 @@ def test_eight_concurrent_requests_answer_like_the_in_process_handler(served):
 
 def test_batched_requests_really_share_a_forward_pass(served):
     _, server = served
-    server.register(spec_from_source("probe", BATCH_PROBE, batch_size=4, max_batch_delay=200))
     sizes = server.predict_many("probe", list(range(8)))
     assert max(sizes) > 1, sizes
     for size in set(sizes):  # a forward of k samples answers k requests with k
@@ -71,8 +69,8 @@ def test_a_bad_sample_in_a_batch_fails_alone_with_its_own_message(served):
     spec, server = served
     inputs = [SAMPLES[0], {"x": [1, 2]}, SAMPLES[1], {"nope": 1}]
     answers = server.predict_many("mlp", inputs, return_exceptions=True)
-    assert answers[0] == test_handler(spec, [SAMPLES[0]])[0]
-    assert answers[2] == test_handler(spec, [SAMPLES[1]])[0]
+    assert answers[0] == predict_in_process(spec, [SAMPLES[0]])[0]
+    assert answers[2] == predict_in_process(spec, [SAMPLES[1]])[0]
     for bad in (answers[1], answers[3]):
         assert isinstance(bad, PredictionError) and bad.status == 400
     assert "'x' must hold 4 numbers" in str(answers[1])
@@ -83,11 +81,10 @@ def test_non_serialisable_output_fails_that_request_with_a_hint(tmp_path):
     spec = spec_from_source("odd", UNSERIALISABLE, batch_size=4, max_batch_delay=200)
     inputs = [[1.0, 2.0], [-1.0, 2.0], [3.0, 4.0], [-5.0, 0.0]]
     with LocalServer(tmp_path / "ts") as server:
-        server.register(spec)
+        deploy(server, spec)
         answers = server.predict_many("odd", inputs, return_exceptions=True)
     assert answers[0] == [1.0, 2.0] and answers[2] == [3.0, 4.0]
     for bad in (answers[1], answers[3]):
         assert isinstance(bad, PredictionError) and bad.status == 500
         assert "Hint:" in str(bad)
     assert [a.status for a in run_handler(spec, inputs)] == [200, 500, 200, 500]
-

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import io
-import sys
 import json
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import MLP_SOURCE
 
 from msnb import archive
 from msnb.errors import BuildError, HandlerRunError, SpecError
-from msnb.localtest import test_handler
+from msnb.localtest import predict_in_process
+from msnb.session import Session
 from msnb.spec import spec_from_source
 
-from tiny_handlers import MLP_SOURCE
+
+def validated_build(spec, export_path, fmt=archive.EXPORT_FORMAT):
+    """What %ms_build and msnb.build do: run the handler on its example in-process, then pack."""
+    return Session().build(spec, export_path, fmt=fmt)
 
 
 def _manifest(mar):
@@ -31,12 +36,16 @@ def test_standard_mar_holds_handler_shared_modules_config_and_checkpoint(tmp_pat
     model = spec_module_model(mlp_spec)
     torch.save(model.state_dict(), ckpt)
     spec = mlp_spec.replace(checkpoint=str(ckpt), version="2.1", requirements=("numpy",))
-    mar = archive.build(spec, tmp_path / "out", fmt="mar")
+    mar = validated_build(spec, tmp_path / "out", fmt="mar")
     manifest, names, _ = _manifest(mar)
     assert mar == tmp_path / "out" / "mlp.mar"
     assert manifest["model"] == {
-        "modelName": "mlp", "handler": "handler_model.py", "modelVersion": "2.1", "serializedFile": "model.pt",
-        "requirementsFile": "requirements.txt", "configFile": "model-config.yaml",
+        "modelName": "mlp",
+        "handler": "handler_model.py",
+        "modelVersion": "2.1",
+        "serializedFile": "model.pt",
+        "requirementsFile": "requirements.txt",
+        "configFile": "model-config.yaml",
     }
     assert {"handler_model.py", "msnb_handler.py", "model-config.yaml", "model.pt", "requirements.txt"} <= names
     assert {p.name for p in archive.shared_handler_files()} <= names
@@ -50,7 +59,7 @@ def test_zip_store_is_uncompressed_and_no_archive_is_a_folder(tmp_path, mlp_spec
     mar = archive.build(spec, tmp_path, fmt="zip-store", archive_name="mlp-dev")
     with zipfile.ZipFile(mar) as z:
         assert z.getinfo("model.pt").compress_type == zipfile.ZIP_STORED
-    folder = archive.build(spec, tmp_path, fmt="no-archive")
+    folder = validated_build(spec, tmp_path, fmt="no-archive")
     assert (folder / "MAR-INF" / "MANIFEST.json").is_file()
     assert (folder / "handler_model.py").is_file() and (folder / "model.pt").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp", "mlp-dev.mar"]  # no partial files left
@@ -62,17 +71,17 @@ def test_live_module_checkpoint_is_saved_as_state_dict(tmp_path, mlp_spec):
         model.fc2.weight.zero_()
         model.fc2.bias.fill_(5.0)
     spec = mlp_spec.replace(checkpoint=model)
-    mar = archive.build(spec, tmp_path, fmt="mar")
+    mar = validated_build(spec, tmp_path, fmt="mar")
     with zipfile.ZipFile(mar) as z:
         state = torch.load(io.BytesIO(z.read("model.pt")), weights_only=True)
     assert torch.equal(state["fc2.bias"], torch.full((3,), 5.0))
-    answers = test_handler(spec, [{"x": [0, 0, 0, 0]}])
+    answers = predict_in_process(spec, [{"x": [0, 0, 0, 0]}])
     assert answers[0]["scores"] == pytest.approx([5.0, 5.0, 5.0], abs=1e-3)
 
 
 def test_missing_checkpoint_names_the_resolved_path(tmp_path, mlp_spec):
     with pytest.raises(SpecError, match="does not exist") as err:
-        archive.build(mlp_spec.replace(checkpoint=str(tmp_path / "nope.pt")), tmp_path / "out")
+        validated_build(mlp_spec.replace(checkpoint=str(tmp_path / "nope.pt")), tmp_path / "out")
     assert str(tmp_path / "nope.pt") in str(err.value) and "Hint:" in str(err.value)
     assert not (tmp_path / "out" / "mlp.mar").exists()
 
@@ -81,14 +90,14 @@ def test_checkpoint_that_is_not_a_state_dict_is_refused_at_build(tmp_path, mlp_s
     ckpt = tmp_path / "tensor.pt"
     torch.save(torch.zeros(3), ckpt)
     with pytest.raises(HandlerRunError, match="state_dict"):
-        archive.build(mlp_spec.replace(checkpoint=str(ckpt)), tmp_path / "out")
+        validated_build(mlp_spec.replace(checkpoint=str(ckpt)), tmp_path / "out")
 
 
 def test_checkpoint_with_wrong_keys_names_missing_and_unexpected(tmp_path, mlp_spec):
     ckpt = tmp_path / "other.pt"
     torch.save({"fc1.weight": torch.zeros(8, 4), "encoder.weight": torch.zeros(2)}, ckpt)
     with pytest.raises(HandlerRunError) as err:
-        archive.build(mlp_spec.replace(checkpoint=str(ckpt)), tmp_path / "out")
+        validated_build(mlp_spec.replace(checkpoint=str(ckpt)), tmp_path / "out")
     text = str(err.value)
     assert "fc2.weight" in text and "encoder.weight" in text
     assert "Hint:" in text
@@ -97,13 +106,13 @@ def test_checkpoint_with_wrong_keys_names_missing_and_unexpected(tmp_path, mlp_s
 def test_init_function_not_returning_a_module_is_refused_before_building(tmp_path):
     spec = spec_from_source("bad", "def init_function():\n    return 42\n")
     with pytest.raises(HandlerRunError, match="nn.Module"):
-        archive.build(spec, tmp_path / "out")
+        validated_build(spec, tmp_path / "out")
     assert not (tmp_path / "out" / "bad.mar").exists()
 
 
 def test_example_the_handler_rejects_fails_the_build_with_the_handlers_message(tmp_path, mlp_spec):
     with pytest.raises(HandlerRunError, match="'x' must hold 4 numbers"):
-        archive.build(mlp_spec.replace(example={"x": [1, 2]}), tmp_path / "out")
+        validated_build(mlp_spec.replace(example={"x": [1, 2]}), tmp_path / "out")
 
 
 def test_extra_files_archive_with_traversal_is_refused_and_writes_nothing_outside(tmp_path, mlp_spec):
@@ -114,11 +123,13 @@ def test_extra_files_archive_with_traversal_is_refused_and_writes_nothing_outsid
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     with pytest.raises(HandlerRunError, match=r"\.\./escaped.txt|outside"):
-        archive.build(mlp_spec.replace(extra_files=(str(evil),)), tmp_path / "out")
+        validated_build(mlp_spec.replace(extra_files=(str(evil),)), tmp_path / "out")
     assert not any(p.name == "escaped.txt" for p in tmp_path.rglob("*"))
 
 
-@pytest.mark.parametrize("names", [["model.pt"], ["model-config.yaml"], ["msnb_handler.py"], ["a/labels.txt", "b/labels.txt"]])
+@pytest.mark.parametrize(
+    "names", [["model.pt"], ["model-config.yaml"], ["msnb_handler.py"], ["a/labels.txt", "b/labels.txt"]]
+)
 def test_an_extra_file_that_would_replace_another_file_is_refused(tmp_path, names):
     paths = []
     for name in names:
@@ -128,7 +139,7 @@ def test_an_extra_file_that_would_replace_another_file_is_refused(tmp_path, name
         paths.append(str(path))
     spec = spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, extra_files=tuple(paths))
     with pytest.raises(SpecError, match=rf"would replace .* \('{Path(names[-1]).name}'\)[\s\S]*Hint: rename it"):
-        archive.build(spec, tmp_path / "out", fmt="mar", validate=False)
+        archive.build(spec, tmp_path / "out", fmt="mar")
     assert not list((tmp_path / "out").glob("*.mar"))
 
 
@@ -147,19 +158,19 @@ def test_extra_files_archive_is_unpacked_keeping_folders(tmp_path):
         "    return torch.tensor(sample)\n"
     )
     spec = spec_from_source("vocab", source, extra_files=(str(deps),))
-    assert test_handler(spec, [[1.0]]) == [["a", "b", "c"]]
+    assert predict_in_process(spec, [[1.0]]) == [["a", "b", "c"]]
 
 
 def test_unwritable_output_folder_is_a_clear_error(tmp_path, mlp_spec):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     with pytest.raises(BuildError, match="Cannot write to the output folder"):
-        archive.build(mlp_spec, blocker / "out")
+        validated_build(mlp_spec, blocker / "out")
 
 
 def test_unknown_format_is_refused(tmp_path, mlp_spec):
     with pytest.raises(BuildError, match="zip-store"):
-        archive.build(mlp_spec, tmp_path, fmt="tar")
+        validated_build(mlp_spec, tmp_path, fmt="tar")
 
 
 def spec_module_model(spec):
@@ -168,7 +179,7 @@ def spec_module_model(spec):
     return namespace["init_function"](**spec.init_kwargs)
 
 
-DATACLASS_HANDLER = '''
+DATACLASS_HANDLER = """
 import dataclasses
 import pickle
 import sys
@@ -192,12 +203,12 @@ def preprocess(sample):
 
 def postprocess(output):
     return output.tolist()
-'''
+"""
 
 
 def test_handler_code_that_needs_its_module_registered_runs_in_process_as_in_a_worker(tmp_path):
     spec = spec_from_source("dc", DATACLASS_HANDLER, example=[1.0, 2.0])
     before = set(sys.modules)
-    assert test_handler(spec, [[1.0, 2.0]]) == [[2.0, 4.0]]
-    assert archive.build(spec, tmp_path, fmt="no-archive", validate=True)  # validation loads it too
+    assert predict_in_process(spec, [[1.0, 2.0]]) == [[2.0, 4.0]]
+    assert validated_build(spec, tmp_path, fmt="no-archive")  # validation loads it too
     assert not {m for m in set(sys.modules) - before if m.startswith("msnb_local_")}  # taken out again

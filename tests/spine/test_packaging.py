@@ -27,23 +27,30 @@ def test_environment_yml_pins_agree_with_pyproject():
 
 def test_wheel_ships_templates_and_builds_a_mar_outside_the_source_tree(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(ROOT)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        check=True,
+        cwd=tmp_path,
+    )
     wheel = next(wheels.glob("msnb-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {"msnb/templates/msnb_handler.py", "msnb/templates/handler_model.py.tmpl"} <= set(names)
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], check=True
+    )
     script = textwrap.dedent("""
         import msnb, zipfile
         from msnb.spec import spec_from_source
         from msnb.archive import build
-        assert msnb.__file__.startswith(%r), msnb.__file__
+        import msnb.torchserve, msnb.widget.form
+        from msnb.demo import quickstart_notebook
+        assert msnb.__file__.startswith(SITE), msnb.__file__
+        assert str(quickstart_notebook()).startswith(SITE) and quickstart_notebook().is_file()
         src = "import torch\\ndef init_function():\\n    return torch.nn.Linear(2, 1)\\n"
         mar = build(spec_from_source("wheeltest", src), "out")
         print(sorted(zipfile.ZipFile(mar).namelist()))
-    """ % str(site))
+    """).replace("SITE", repr(str(site)))
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}

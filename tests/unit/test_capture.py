@@ -44,12 +44,27 @@ def test_missing_init_function_names_the_signature():
     assert "def init_function(**kwargs)" in err.value.hint
 
 
-@pytest.mark.parametrize("cell, role, signature", [
-    ("def init_function(path):\n    return 1\n", "init_function", "def init_function(**kwargs)"),
-    ("def init_function():\n    return 1\ndef preprocess(a, b):\n    return a\n", "preprocess", "def preprocess(sample)"),
-    ("def init_function():\n    return 1\ndef postprocess():\n    return 1\n", "postprocess", "def postprocess(output)"),
-    ("def init_function():\n    return 1\ndef install_packages(x):\n    pass\n", "install_packages", "def install_packages()"),
-])
+@pytest.mark.parametrize(
+    "cell, role, signature",
+    [
+        ("def init_function(path):\n    return 1\n", "init_function", "def init_function(**kwargs)"),
+        (
+            "def init_function():\n    return 1\ndef preprocess(a, b):\n    return a\n",
+            "preprocess",
+            "def preprocess(sample)",
+        ),
+        (
+            "def init_function():\n    return 1\ndef postprocess():\n    return 1\n",
+            "postprocess",
+            "def postprocess(output)",
+        ),
+        (
+            "def init_function():\n    return 1\ndef install_packages(x):\n    pass\n",
+            "install_packages",
+            "def install_packages()",
+        ),
+    ],
+)
 def test_wrong_arity_names_role_and_signature(cell, role, signature):
     with pytest.raises(CaptureError, match=f"role {role}") as err:
         run(cell)
@@ -65,8 +80,11 @@ def test_aliases_preprocess_function_and_postprocess_function():
         def postprocess_function(output):
             return output
     """)
-    assert spec.roles == {"init_function": "init_function", "preprocess": "preprocess_function",
-                          "postprocess": "postprocess_function"}
+    assert spec.roles == {
+        "init_function": "init_function",
+        "preprocess": "preprocess_function",
+        "postprocess": "postprocess_function",
+    }
 
 
 def test_only_imports_and_definitions_are_kept_with_a_warning():
@@ -79,9 +97,9 @@ def test_only_imports_and_definitions_are_kept_with_a_warning():
         init_function()
     """)
     source = spec.blocks[-1].source
-    assert "import torch" in source and "LABELS = [\"cat\", \"dog\"]" in source
+    assert "import torch" in source and 'LABELS = ["cat", "dog"]' in source
     assert "print(" not in source and "\ninit_function()" not in source
-    assert any(w.startswith("line 4: `print(\"trying it out\")` is not kept") for w in spec.warnings)
+    assert any(w.startswith('line 4: `print("trying it out")` is not kept') for w in spec.warnings)
     assert any(w.startswith("line 7: `init_function()`") for w in spec.warnings)
     assert spec.blocks[-1].names == ("torch", "LABELS", "init_function")
 
@@ -93,7 +111,8 @@ def test_decorators_and_source_are_kept_verbatim():
 
 
 def test_names_the_cell_binds_later_or_by_global_are_its_own():
-    spec = run("""
+    spec = run(
+        """
         def init_function():
             global model
             model = helper()
@@ -102,7 +121,9 @@ def test_names_the_cell_binds_later_or_by_global_are_its_own():
             return model(sample)
         def helper():
             return 1
-    """, cells("def helper():\n    raise RuntimeError\n"))
+    """,
+        cells("def helper():\n    raise RuntimeError\n"),
+    )
     assert spec.pulled_in == ()
 
 
@@ -122,8 +143,9 @@ def test_class_two_cells_up_is_pulled_in():
 
 
 def test_transitive_chain_in_source_order():
-    pool = cells("class C:\n    pass\n", "class B(C):\n    pass\n", "def unrelated():\n    pass\n",
-                 "class A(B):\n    pass\n")
+    pool = cells(
+        "class C:\n    pass\n", "class B(C):\n    pass\n", "def unrelated():\n    pass\n", "class A(B):\n    pass\n"
+    )
     spec = run("def init_function():\n    return A()\n", pool)
     assert pulled(spec) == {"cell 1": ("C",), "cell 2": ("B",), "cell 4": ("A",)}
     namespace = loaded(spec)
@@ -151,16 +173,25 @@ def test_training_loop_is_never_included():
     assert "for epoch" not in spec.source and "torch.save" not in spec.source and "model = Net()" not in spec.source
 
 
-@pytest.mark.parametrize("binding, name", [
-    ("weights = torch.load('w.pt')", "weights"), ("tok = Tokenizer()", "tok"), ("f = make_fn()", "f"),
-    ("for x in range(3):\n    pass", "x"), ("with open('f') as fh:\n    pass", "fh"), ("n = lambda: 1", "n"),
-])
+@pytest.mark.parametrize(
+    "binding, name",
+    [
+        ("weights = torch.load('w.pt')", "weights"),
+        ("tok = Tokenizer()", "tok"),
+        ("f = make_fn()", "f"),
+        ("for x in range(3):\n    pass", "x"),
+        ("with open('f') as fh:\n    pass", "fh"),
+        ("n = lambda: 1", "n"),
+    ],
+)
 def test_runtime_bound_name_is_refused_with_the_hint(binding, name):
     pool = cells("import torch\n", binding + "\n")
     with pytest.raises(CaptureError, match=f"`{name}`.*cell 2") as err:
         run(f"def init_function():\n    return {name}\n", pool)
-    assert err.value.hint == ("pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
-                              "or an init_function argument (--init-kwargs)")
+    assert err.value.hint == (
+        "pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
+        "or an init_function argument (--init-kwargs)"
+    )
 
 
 def test_runtime_rebinding_after_a_definition_is_refused():
@@ -195,9 +226,11 @@ def test_ipython_names_are_refused_with_a_hint(name):
 
 
 def test_magics_and_shell_lines_in_pool_cells_are_ignored():
-    pool = cells("%matplotlib inline\n!pip list\nfiles = !ls\nimport torch\n%time x = 1\n",
-                 "%%time\nclass Net:\n    'defined under a cell magic: skipped'\n",
-                 "  \n%load_ext autoreload\nclass Net(torch.nn.Module):\n    pass\n")
+    pool = cells(
+        "%matplotlib inline\n!pip list\nfiles = !ls\nimport torch\n%time x = 1\n",
+        "%%time\nclass Net:\n    'defined under a cell magic: skipped'\n",
+        "  \n%load_ext autoreload\nclass Net(torch.nn.Module):\n    pass\n",
+    )
     spec = run(INIT, pool)
     assert pulled(spec) == {"cell 1": ("torch",), "cell 3": ("Net",)}
     assert "get_ipython" not in spec.source
@@ -222,8 +255,17 @@ def test_attribute_access_needs_only_the_base_name():
     assert pulled(spec) == {"cell 1": ("torch",)}
 
 
-@pytest.mark.parametrize("constant", ["VOCAB = ['a', 'b']", "VOCAB: dict = {'a': 1, 'b': (2, 3.5)}",
-                                      "VOCAB = b'raw'", "VOCAB = None", "VOCAB = {1, 2}", "VOCAB = -1e-3"])
+@pytest.mark.parametrize(
+    "constant",
+    [
+        "VOCAB = ['a', 'b']",
+        "VOCAB: dict = {'a': 1, 'b': (2, 3.5)}",
+        "VOCAB = b'raw'",
+        "VOCAB = None",
+        "VOCAB = {1, 2}",
+        "VOCAB = -1e-3",
+    ],
+)
 def test_literal_constant_is_pulled_in(constant):
     spec = run("def init_function():\n    return VOCAB\n", cells(constant + "\n"))
     assert pulled(spec) == {"cell 1": ("VOCAB",)}
@@ -231,26 +273,37 @@ def test_literal_constant_is_pulled_in(constant):
 
 
 def test_free_names_in_defaults_annotations_decorators_and_class_bodies():
-    pool = cells("HIDDEN = 4\n", "class Tensor:\n    pass\n", "def deco(f):\n    return f\n",
-                 "SIZES = (1, 2)\n", "def unused():\n    pass\n")
-    spec = run("""
+    pool = cells(
+        "HIDDEN = 4\n",
+        "class Tensor:\n    pass\n",
+        "def deco(f):\n    return f\n",
+        "SIZES = (1, 2)\n",
+        "def unused():\n    pass\n",
+    )
+    spec = run(
+        """
         @deco
         def init_function(hidden=HIDDEN) -> Tensor:
             class Local:
                 total = sum(SIZES)
             return [Local for _ in range(hidden)]
-    """, pool)
+    """,
+        pool,
+    )
     assert set(pulled(spec)) == {"cell 1", "cell 2", "cell 3", "cell 4"}
 
 
 def test_parameters_comprehensions_and_nested_defs_are_local():
-    spec = run("""
+    spec = run(
+        """
         def init_function(width=2, *args, **kw):
             def inner(y):
                 return [z * y for z in range(width)]
             squares = {k: k * k for k in args}
             return lambda q: inner(q) + list(squares) + list(kw)
-    """, cells("width = 1\nz = 2\nk = 3\nq = 4\ny = 5\ninner = 6\n"))
+    """,
+        cells("width = 1\nz = 2\nk = 3\nq = 4\ny = 5\ninner = 6\n"),
+    )
     assert spec.pulled_in == ()
 
 
@@ -268,8 +321,11 @@ def test_handler_import_also_in_an_earlier_cell_is_pulled_for_definitions_that_n
 
 
 def test_definition_time_names_come_from_before_the_definition_as_in_the_notebook():
-    pool = cells("import torch\nclass Base:\n    v = 1\n", "class Net(Base):\n    pass\n",
-                 "import torch\nclass Base:\n    v = 2\n")
+    pool = cells(
+        "import torch\nclass Base:\n    v = 1\n",
+        "class Net(Base):\n    pass\n",
+        "import torch\nclass Base:\n    v = 2\n",
+    )
     spec = run("def init_function():\n    return Net(), Base\n", pool)
     assert pulled(spec) == {"cell 1": ("Base",), "cell 2": ("Net",), "cell 3": ("Base",)}
     net, base = loaded(spec)["init_function"]()
@@ -295,21 +351,32 @@ def test_star_import_is_kept_with_a_warning():
 
 
 def test_builtins_are_not_pulled_and_config_passes_through():
-    spec = run("def init_function(n=3):\n    return list(range(len(str(n))))\n", version="2.0", batch_size=4,
-               init_kwargs={"n": 5}, cell_origin="cell In[7]")
+    spec = run(
+        "def init_function(n=3):\n    return list(range(len(str(n))))\n",
+        version="2.0",
+        batch_size=4,
+        init_kwargs={"n": 5},
+        cell_origin="cell In[7]",
+    )
     assert spec.pulled_in == () and spec.version == "2.0" and spec.batch_size == 4
     assert spec.origin == "cell In[7]" and spec.blocks[-1].origin == "cell In[7]"
 
 
 def test_rendered_module_compiles_and_defines_the_roles():
-    pool = cells("import torch\nVOCAB = {'a': 0}\n", "class Net(torch.nn.Module):\n    def __init__(self):\n"
-                 "        super().__init__()\n        self.emb = torch.nn.Embedding(len(VOCAB), 2)\n")
-    spec = run("""
+    pool = cells(
+        "import torch\nVOCAB = {'a': 0}\n",
+        "class Net(torch.nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.emb = torch.nn.Embedding(len(VOCAB), 2)\n",
+    )
+    spec = run(
+        """
         def init_function():
             return Net()
         def preprocess(sample):
             return torch.tensor([VOCAB[t] for t in sample])
-    """, pool)
+    """,
+        pool,
+    )
     compile(spec.source, "<handler>", "exec")
     namespace = loaded(spec)
     assert namespace["init_function"]().emb.num_embeddings == 1

@@ -10,8 +10,14 @@ from hypothesis import strategies as st
 from msnb.capture import capture
 
 KINDS = ("def", "class", "const", "import")
-NOISE = ("noise_{k} = compute({k})", "for noise_{k} in range(3):\n    total = noise_{k}", "print('cell {k}')",
-         "%matplotlib inline", "!echo {k}", "model = train(epochs={k})")
+NOISE = (
+    "noise_{k} = compute({k})",
+    "for noise_{k} in range(3):\n    total = noise_{k}",
+    "print('cell {k}')",
+    "%matplotlib inline",
+    "!echo {k}",
+    "model = train(epochs={k})",
+)
 
 
 def definition(i: int, kind: str, refs: list[int], classes: set[int], eager: bool) -> str:
@@ -32,13 +38,19 @@ def definition(i: int, kind: str, refs: list[int], classes: set[int], eager: boo
 def notebooks(draw):
     n = draw(st.integers(1, 8))
     kinds = [draw(st.sampled_from(KINDS)) for _ in range(n)]
-    refs = {i: sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i and kinds[i] in ("def", "class") else []
-            for i in range(n)}
+    refs = {
+        i: sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i and kinds[i] in ("def", "class") else []
+        for i in range(n)
+    }
     classes = {i for i in range(n) if kinds[i] == "class"}
     sources = [definition(i, kinds[i], refs[i], classes, draw(st.booleans())) for i in range(n)]
     # A stale earlier version of some definitions (the latest wins) and runtime noise in the first cell.
-    stale = [f"def d{i}():\n    return d{j}\n" for i in draw(st.sets(st.integers(0, n - 1), max_size=3))
-             for j in range(n) if j != i][:3]
+    stale = [
+        f"def d{i}():\n    return d{j}\n"
+        for i in draw(st.sets(st.integers(0, n - 1), max_size=3))
+        for j in range(n)
+        if j != i
+    ][:3]
     noise = [draw(st.sampled_from(NOISE)).format(k=k) + "\n" for k in range(draw(st.integers(0, 3)))]
     cuts = sorted(draw(st.sets(st.integers(1, n), max_size=n)) | {n})
     cells, start = ["".join(stale + noise)], 0

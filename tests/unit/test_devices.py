@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from msnb.devices import Inventory, check_max_gpu_memory, list_devices
+from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
 
 MB = 1024 * 1024
 
@@ -78,15 +78,18 @@ def test_options_feed_a_dropdown_and_spec_devices_map_to_choices():
     assert list_devices(FakeNVML([])).key_for("gpu") == "cpu"
 
 
-@pytest.mark.parametrize("max_mb, key, expected", [
-    (None, "cpu", None),
-    (15000, "gpu:1", None),
-    (16000, "gpu:1", "above GPU 1's total of 15360 MB"),
-    (16000, "gpu:0", None),
-    (40000, "auto", None),           # auto: the largest GPU
-    (50000, "auto", "above GPU 0's total of 40960 MB"),
-    (1000, "cpu", "the device is CPU"),
-])
+@pytest.mark.parametrize(
+    "max_mb, key, expected",
+    [
+        (None, "cpu", None),
+        (15000, "gpu:1", None),
+        (16000, "gpu:1", "above GPU 1's total of 15360 MB"),
+        (16000, "gpu:0", None),
+        (40000, "auto", None),  # auto: the largest GPU
+        (50000, "auto", "above GPU 0's total of 40960 MB"),
+        (1000, "cpu", "the device is CPU"),
+    ],
+)
 def test_max_gpu_memory_against_the_chosen_gpu(max_mb, key, expected):
     problem = check_max_gpu_memory(max_mb, key, two_gpus())
     if expected is None:

@@ -10,11 +10,20 @@ from msnb.spec import HandlerSpec, SourceBlock
 
 
 def spec_with_pulled_in() -> HandlerSpec:
-    blocks = (SourceBlock("import torch\nclass Net(torch.nn.Module):\n    pass\n", "cell In[3]", ("torch", "Net")),
-              SourceBlock("VOCAB = {'<a&b>': 1}\n", "cell In[4]", ("VOCAB",)),
-              SourceBlock("def init_function():\n    return Net()\n", "cell In[5]", ("init_function",)))
-    return HandlerSpec(name="clf", blocks=blocks, roles={"init_function": "init_function"}, init_kwargs={"k": 2},
-                       batch_size=8, example={"text": "<b>hi</b>"}, warnings=("line 3: `train()` is not kept",))
+    blocks = (
+        SourceBlock("import torch\nclass Net(torch.nn.Module):\n    pass\n", "cell In[3]", ("torch", "Net")),
+        SourceBlock("VOCAB = {'<a&b>': 1}\n", "cell In[4]", ("VOCAB",)),
+        SourceBlock("def init_function():\n    return Net()\n", "cell In[5]", ("init_function",)),
+    )
+    return HandlerSpec(
+        name="clf",
+        blocks=blocks,
+        roles={"init_function": "init_function"},
+        init_kwargs={"k": 2},
+        batch_size=8,
+        example={"text": "<b>hi</b>"},
+        warnings=("line 3: `train()` is not kept",),
+    )
 
 
 def test_summary_names_what_was_pulled_in_from_which_cell():
@@ -38,8 +47,14 @@ def test_error_shows_message_hint_and_log_lines_but_no_traceback():
 def test_progress_and_status():
     assert "[##########..........]  50% packing" in repr(ProgressView("Building clf", "packing", 0.5))
     assert "value='1.00'" in ProgressView("Building clf", "done", 3)._repr_html_()
-    status = Status({"specs": {"clf": {"version": "1.0", "digest": "abc"}}, "archives": {},
-                     "server": {"running": False, "url": None}, "models": []})
+    status = Status(
+        {
+            "specs": {"clf": {"version": "1.0", "digest": "abc"}},
+            "archives": {},
+            "server": {"running": False, "url": None},
+            "models": [],
+        }
+    )
     assert status["specs"]["clf"]["digest"] == "abc" and "server: not running" in repr(status)
 
 

@@ -16,12 +16,15 @@ def requirements(value: str, namespace=None, base=None) -> tuple[str, ...]:
     return handler_config(args, namespace, base)["requirements"]
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("numpy", ("numpy",)),
-    ("numpy,scipy", ("numpy", "scipy")),
-    ('"numpy, scipy"', ("numpy", "scipy")),  # quoted: the quotes are not part of the names
-    ("'numpy==1.26.4,scipy>=1.10,<2'", ("numpy==1.26.4", "scipy>=1.10,<2")),  # a comma inside a specifier stays
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("numpy", ("numpy",)),
+        ("numpy,scipy", ("numpy", "scipy")),
+        ('"numpy, scipy"', ("numpy", "scipy")),  # quoted: the quotes are not part of the names
+        ("'numpy==1.26.4,scipy>=1.10,<2'", ("numpy==1.26.4", "scipy>=1.10,<2")),  # a comma inside a specifier stays
+    ],
+)
 def test_pip_names_on_the_line(value, expected):
     assert requirements(value) == expected
 

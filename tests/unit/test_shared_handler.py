@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch
 from torch import nn
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
@@ -62,8 +62,16 @@ def make_context(model_dir: Path, gpu=None, yaml_config=None, manifest=None) -> 
     metrics = MetricsCacheYamlImpl(config_file_path=str(TS_METRICS_YAML))
     metrics.initialize_cache()
     metrics.model_name = "m"
-    return Context("m", str(model_dir), manifest or {"model": {"modelName": "m"}}, 8, gpu, "0.12.0",
-                   metrics=metrics, model_yaml_config=yaml_config)
+    return Context(
+        "m",
+        str(model_dir),
+        manifest or {"model": {"modelName": "m"}},
+        8,
+        gpu,
+        "0.12.0",
+        metrics=metrics,
+        model_yaml_config=yaml_config,
+    )
 
 
 def predict(handle, context: Context, bodies: list) -> tuple[list, list[int]]:
@@ -271,8 +279,9 @@ def test_under_load_metrics_are_the_means_of_a_window_reported_once_per_interval
         for size in sizes:
             predict(handle, ctx, [{"x": [0] * 4}] * size)
             now[0] += 0.1
-        return [r.getMessage().split("|")[0] for r in caplog.records
-                if r.getMessage().startswith("[METRICS]MsnbBatchSize")]
+        return [
+            r.getMessage().split("|")[0] for r in caplog.records if r.getMessage().startswith("[METRICS]MsnbBatchSize")
+        ]
 
     with caplog.at_level(logging.INFO):
         assert batch_size_lines([3]) == ["[METRICS]MsnbBatchSize.Count:3"]  # the first batch reports at once
@@ -316,8 +325,9 @@ def test_a_mismatched_checkpoint_names_the_missing_and_unexpected_keys(tmp_path)
     assert "missing keys [fc.weight]" in text and "unexpected keys [head.weight]" in text and "Hint:" in text
 
 
-@pytest.mark.parametrize("payload, words", [([1, 2, 3], "holds a list, not a state_dict"),
-                                            (nn.Linear(4, 2), "weights_only=True")])
+@pytest.mark.parametrize(
+    "payload, words", [([1, 2, 3], "holds a list, not a state_dict"), (nn.Linear(4, 2), "weights_only=True")]
+)
 def test_a_checkpoint_that_is_not_a_state_dict_is_refused(tmp_path, payload, words):
     torch.save(payload, tmp_path / "w.pth")
     handle = msnb_handler.handler_factory(Recorder)
@@ -346,9 +356,12 @@ def test_an_empty_or_missing_model_config_loads_on_cpu(tmp_path, yaml_config):
 
 def test_setup_roles_run_once_in_order_before_the_model_is_built(tmp_path):
     events = []
-    handle = msnb_handler.handler_factory(lambda: events.append("init") or Recorder(), preprocess_function=to_x,
-                                          install_packages=lambda: events.append("install"),
-                                          unpack_dependencies=lambda: events.append("unpack"))
+    handle = msnb_handler.handler_factory(
+        lambda: events.append("init") or Recorder(),
+        preprocess_function=to_x,
+        install_packages=lambda: events.append("install"),
+        unpack_dependencies=lambda: events.append("unpack"),
+    )
     ctx = make_context(tmp_path)
     handle(None, ctx)
     handle(None, ctx)
@@ -357,9 +370,17 @@ def test_setup_roles_run_once_in_order_before_the_model_is_built(tmp_path):
 
 
 # ---------------------------------------------------------------- device choice (GPU facts injected)
-@pytest.mark.parametrize("gpu_id, device_type, cuda, expected", [
-    (1, None, True, "cuda:1"), ("0", "gpu", True, "cuda:0"), (1, "cpu", True, "cpu"),
-    (1, None, False, "cpu"), (None, "gpu", True, "cpu"), (None, None, False, "cpu")])
+@pytest.mark.parametrize(
+    "gpu_id, device_type, cuda, expected",
+    [
+        (1, None, True, "cuda:1"),
+        ("0", "gpu", True, "cuda:0"),
+        (1, "cpu", True, "cpu"),
+        (1, None, False, "cpu"),
+        (None, "gpu", True, "cpu"),
+        (None, None, False, "cpu"),
+    ],
+)
 def test_choose_device(gpu_id, device_type, cuda, expected):
     assert msnb_load.choose_device(gpu_id, device_type, cuda) == torch.device(expected)
 
@@ -367,8 +388,11 @@ def test_choose_device(gpu_id, device_type, cuda, expected):
 def test_a_gpu_worker_caps_its_memory_at_max_gpu_memory(tmp_path):
     applied = []
     handle = msnb_handler.handler_factory(Recorder)
-    handle.device_facts = msnb_load.DeviceFacts(cuda_available=lambda: True, total_memory_mb=lambda d: 16000.0,
-                                                set_memory_fraction=lambda f, d: applied.append((f, d)))
+    handle.device_facts = msnb_load.DeviceFacts(
+        cuda_available=lambda: True,
+        total_memory_mb=lambda d: 16000.0,
+        set_memory_fraction=lambda f, d: applied.append((f, d)),
+    )
     ctx = make_context(tmp_path, gpu=1, yaml_config={"system": {"maxGPUMemory": 4000}})
     assert handle.pick_device(ctx) == torch.device("cuda:1")
     assert applied == [(0.25, torch.device("cuda:1"))] and handle.memory_fraction == 0.25
@@ -403,8 +427,7 @@ def test_extra_archives_are_unpacked_into_the_model_dir_keeping_folders(tmp_path
 
 @pytest.mark.parametrize("maker, archive", [(_tar, "evil.tar.gz"), (_zip, "evil.zip")])
 @pytest.mark.parametrize("bad_name", ["../evil.txt", "ok/../../evil.txt", "ABSOLUTE"])
-def test_archive_members_escaping_the_model_dir_are_refused_and_nothing_is_written(tmp_path, maker, archive,
-                                                                                  bad_name):
+def test_archive_members_escaping_the_model_dir_are_refused_and_nothing_is_written(tmp_path, maker, archive, bad_name):
     model_dir, outside = tmp_path / "model", tmp_path / "evil.txt"
     model_dir.mkdir()
     name = str(outside) if bad_name == "ABSOLUTE" else bad_name
@@ -428,7 +451,11 @@ def test_collate_rules():
     assert c([np.zeros(3), np.ones(3)]).shape == (2, 3)
     assert c([{"t": torch.zeros(2), "id": "a"}, {"t": torch.ones(2), "id": "b"}])["id"] == ["a", "b"]
     assert c([[1, 2], [3]]) == [[1, 2], [3]]
-    for ragged in ([torch.zeros(2), torch.zeros(3)], [torch.zeros(2), "x"], [{"a": torch.zeros(1)}, {"b": torch.zeros(1)}]):
+    for ragged in (
+        [torch.zeros(2), torch.zeros(3)],
+        [torch.zeros(2), "x"],
+        [{"a": torch.zeros(1)}, {"b": torch.zeros(1)}],
+    ):
         with pytest.raises(msnb_collate.CollateError):
             c(ragged)
 

@@ -35,8 +35,10 @@ def test_factory_call_passes_roles_and_init_kwargs(mlp_spec):
 
 
 def test_pulled_in_blocks_are_marked_with_their_cell():
-    blocks = (SourceBlock("class Net:\n    pass", "cell 2", ("Net",)),
-              SourceBlock("def init_function():\n    return Net()", "cell 4"))
+    blocks = (
+        SourceBlock("class Net:\n    pass", "cell 2", ("Net",)),
+        SourceBlock("def init_function():\n    return Net()", "cell 4"),
+    )
     spec = HandlerSpec(name="net", blocks=blocks, roles={"init_function": "init_function"})
     text = render_handler(spec)
     assert "# --- msnb: cell 2 (pulled in: Net) ---" in text
@@ -49,20 +51,30 @@ def test_spec_without_init_function_is_refused():
     assert "Hint:" in str(err.value)
 
 
-@pytest.mark.parametrize("source, role", [
-    ("def init_function(n):\n    pass", "init_function"),
-    ("def init_function():\n    pass\ndef preprocess(a, b):\n    pass", "preprocess"),
-    ("def init_function():\n    pass\ndef postprocess():\n    pass", "postprocess"),
-])
+@pytest.mark.parametrize(
+    "source, role",
+    [
+        ("def init_function(n):\n    pass", "init_function"),
+        ("def init_function():\n    pass\ndef preprocess(a, b):\n    pass", "preprocess"),
+        ("def init_function():\n    pass\ndef postprocess():\n    pass", "postprocess"),
+    ],
+)
 def test_role_with_wrong_arity_names_role_and_signature(source, role):
     with pytest.raises(SpecError, match=f"role {role}") as err:
         spec_from_source("m", source)
     assert "def " in err.value.hint
 
 
-@pytest.mark.parametrize("field, value", [
-    ("batch_size", 0), ("batch_size", -3), ("workers", 0), ("response_timeout", "10"), ("max_batch_delay", -1),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("batch_size", 0),
+        ("batch_size", -3),
+        ("workers", 0),
+        ("response_timeout", "10"),
+        ("max_batch_delay", -1),
+    ],
+)
 def test_bad_config_values_are_refused_with_the_flag_to_fix(mlp_source, field, value):
     with pytest.raises(SpecError) as err:
         spec_from_source("m", mlp_source, **{field: value})
@@ -81,8 +93,16 @@ def test_max_gpu_memory_with_cpu_device_is_refused(mlp_source):
 
 
 def test_model_config_carries_serving_options(mlp_source):
-    spec = spec_from_source("m", mlp_source, batch_size=4, max_batch_delay=20, workers=2, device="gpu",
-                            max_gpu_memory=1024, extra_files=("deps.zip", "vocab.txt"))
+    spec = spec_from_source(
+        "m",
+        mlp_source,
+        batch_size=4,
+        max_batch_delay=20,
+        workers=2,
+        device="gpu",
+        max_gpu_memory=1024,
+        extra_files=("deps.zip", "vocab.txt"),
+    )
     cfg = spec.model_config()
     assert cfg["batchSize"] == 4 and cfg["maxBatchDelay"] == 20
     assert cfg["minWorkers"] == cfg["maxWorkers"] == 2
@@ -93,8 +113,9 @@ def test_model_config_carries_serving_options(mlp_source):
 def test_digest_changes_with_code_and_config(mlp_spec):
     assert mlp_spec.digest() == mlp_spec.replace().digest()
     assert mlp_spec.replace(batch_size=2).digest() != mlp_spec.digest()
-    changed = spec_from_source("mlp", mlp_spec.source.replace("round(float(v), 5)", "float(v)"),
-                               init_kwargs={"hidden": 8})
+    changed = spec_from_source(
+        "mlp", mlp_spec.source.replace("round(float(v), 5)", "float(v)"), init_kwargs={"hidden": 8}
+    )
     assert changed.digest() != mlp_spec.digest()
 
 
@@ -116,4 +137,3 @@ def test_digest_of_a_live_model_changes_when_it_is_trained_in_place(mlp_spec):
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()  # the same object, new weights: the session must redeploy it
     assert spec.digest() != before
-

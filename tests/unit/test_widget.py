@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 
 import ipywidgets as widgets
 import pytest
+from helpers import CPU_ONLY, ONE_GPU, FakeSession
 
-from msnb.devices import Device, Inventory
 from msnb.widget import BuildWidget
-from test_widget_controller import CPU_ONLY, ONE_GPU, FakeSession
+from msnb.widget.devices import Device, Inventory
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +98,7 @@ def test_buttons_are_disabled_while_an_action_runs_in_the_background(fake):
     fake.gate = threading.Event()
     w.buttons["build"].click()  # returns at once: the build waits on the gate in its thread
     assert all(disabled(w).values()) and "Building the archive" in w.status.value
-    w.buttons["test"].click()   # a click that slips through is refused, not queued
+    w.buttons["test"].click()  # a click that slips through is refused, not queued
     fake.gate.set()
     assert w.wait(10)
     assert [c[0] for c in fake.calls] == ["build"] and not disabled(w)["build"]
@@ -119,35 +117,10 @@ def test_server_died_shows_the_log_tail_and_serve_works_again(fake):
 
 
 def test_a_new_handler_starts_from_defaults_and_says_what_is_missing(fake):
-    w = BuildWidget("unknown", actions=fake.actions(), devices=Inventory((Device("auto", "auto"), Device("cpu", "CPU"))))
+    w = BuildWidget(
+        "unknown", actions=fake.actions(), devices=Inventory((Device("auto", "auto"), Device("cpu", "CPU")))
+    )
     assert w.fields["batch_size"].value == "1" and w.fields["version"].value == ""
     assert "No handler named" in w.result.value and "Hint:" in w.result.value
     click(w, "test")
     assert "Version is empty" in w.field_errors["version"].value
-
-
-@pytest.mark.server
-def test_real_server_killed_after_serve_then_serve_again(mlp_spec):
-    from msnb.server import LocalServer
-    from msnb.session import Session
-    from msnb.widget_controller import Actions
-
-    # TorchServe's worker sockets live in the server's workdir: keep it short (AF_UNIX paths max 107 bytes).
-    workdir = tempfile.mkdtemp(prefix="msnb-w-")
-    session = Session(server_factory=lambda: LocalServer(workdir))
-    session.add(mlp_spec)
-    w = BuildWidget("mlp", actions=Actions.from_session(session), devices=CPU_ONLY)
-    try:
-        click(w, "serve", 180)
-        assert not disabled(w)["predict"], w.result.value
-        java = session.server(create=False)._java
-        java.kill()  # the Java server dies behind the widget's back
-        java.wait(30)
-        click(w, "predict", 60)
-        assert "no longer running" in w.result.value and disabled(w)["predict"]
-        click(w, "serve", 180)
-        click(w, "predict", 60)
-        assert "&quot;label&quot;" in w.result.value, w.result.value
-    finally:
-        session.stop()
-        shutil.rmtree(workdir, ignore_errors=True)

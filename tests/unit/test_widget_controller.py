@@ -4,55 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from types import SimpleNamespace
 
 import pytest
+from helpers import CPU_ONLY, ONE_GPU, FakeSession
 
-from msnb.devices import Device, Inventory
-from msnb.errors import MsnbError, ServerError
-from msnb.widget_controller import Actions, Controller
-
-CPU_ONLY = Inventory((Device("auto", "auto"), Device("cpu", "CPU")), "No GPU found by NVML: the model runs on CPU.")
-ONE_GPU = Inventory((Device("auto", "auto"), Device("gpu:0", "GPU 0: T4", 0, 15360, 15000), Device("cpu", "CPU")))
-
-
-class FakeSession:
-    """Records what the buttons asked for; ``alive`` is the fake server's state, ``gate`` can hold an action."""
-
-    def __init__(self, spec):
-        self.specs, self.calls, self.alive = {spec.name: spec}, [], False
-        self.gate: threading.Event | None = None
-        self.fail: Exception | None = None
-
-    def actions(self) -> Actions:
-        return Actions(get=self.get, test=self.record("test"), build=self.record("build"),
-                       serve=self.record("serve"), predict=self.record("predict"), stop=self.record("stop"),
-                       server_state=lambda: (self.alive, "pid 4242, workdir /tmp/msnb-server-x" if self.alive else "none"),
-                       log_tail=lambda: "2024 WORKER died: java.lang.OutOfMemoryError")
-
-    def get(self, name):
-        if name not in self.specs:
-            raise MsnbError(f"No handler named {name!r}.", "run its %%ms_handler cell first.")
-        return self.specs[name]
-
-    def record(self, action):
-        def run(*args):
-            self.calls.append((action, args))
-            if self.gate is not None:
-                assert self.gate.wait(10)
-            if self.fail is not None:
-                raise self.fail
-            if action == "serve":
-                args[1]("registering", 0.5)
-                self.alive = True
-            if action == "stop":
-                self.alive = False
-            return {"test": [{"label": 1}], "build": "model_store/mlp.mar", "serve": SimpleNamespace(),
-                    "predict": {"label": 2, "scores": [0.1, 0.9]}, "stop": None}[action]
-        return run
-
-    def names(self):
-        return [c[0] for c in self.calls]
+from msnb.errors import ServerError
+from msnb.widget.controller import Controller
 
 
 @pytest.fixture
@@ -115,11 +72,14 @@ def test_missing_extra_file_is_a_field_error(fake, tmp_path):
     assert not c.run("serve") and "labels.json" in c.errors["extra_files"]
 
 
-@pytest.mark.parametrize("device, text, error", [
-    ("gpu:0", "16000", "above GPU 0's total of 15360 MB"),
-    ("cpu", "1000", "the device is CPU"),
-    ("gpu:0", "0", ">= 1"),
-])
+@pytest.mark.parametrize(
+    "device, text, error",
+    [
+        ("gpu:0", "16000", "above GPU 0's total of 15360 MB"),
+        ("cpu", "1000", "the device is CPU"),
+        ("gpu:0", "0", ">= 1"),
+    ],
+)
 def test_max_gpu_memory_is_checked_against_the_chosen_device(fake, device, text, error):
     c = make(fake, ONE_GPU)
     c.set("device", device)
@@ -129,8 +89,14 @@ def test_max_gpu_memory_is_checked_against_the_chosen_device(fake, device, text,
 
 def test_edited_fields_make_the_spec_the_actions_get(fake):
     c = make(fake, ONE_GPU)
-    for field, text in {"batch_size": "4", "max_batch_delay": "5", "requirements": "numpy\n  \nscipy>=1,<2",
-                        "device": "gpu:0", "max_gpu_memory": "2048", "version": "2.0"}.items():
+    for field, text in {
+        "batch_size": "4",
+        "max_batch_delay": "5",
+        "requirements": "numpy\n  \nscipy>=1,<2",
+        "device": "gpu:0",
+        "max_gpu_memory": "2048",
+        "version": "2.0",
+    }.items():
         c.set(field, text)
     assert c.run("serve"), c.result
     spec = fake.calls[0][1][0]
@@ -148,9 +114,9 @@ def test_test_sends_the_json_box_or_the_example(fake):
 
 def test_build_format_and_folder(fake):
     c = make(fake)
-    c.set("format", "export")
+    c.set("format", "mar")
     c.set("export_path", "out")
-    assert c.run("build") and fake.calls[0][1][1:3] == ("out", False) and "Built model_store/mlp.mar" in c.result
+    assert c.run("build") and fake.calls[0][1][1:3] == ("out", "mar") and "Built model_store/mlp.mar" in c.result
     c.set("export_path", " ")
     assert not c.run("build") and "Export folder is empty" in c.errors["export_path"]
 

@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from msnb import widget_form as form
-from msnb.devices import Inventory, check_max_gpu_memory, list_devices
 from msnb.errors import MsnbError
-from msnb.widget_form import FieldError
+from msnb.widget import form
+from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
+from msnb.widget.form import FieldError
 
 BUTTONS = ("test", "build", "serve", "predict", "stop")
-BUSY = {"test": "testing in-process", "build": "building the archive", "serve": "starting/registering on TorchServe",
-        "predict": "sending the prediction", "stop": "stopping the server"}
+BUSY = {
+    "test": "testing in-process",
+    "build": "building the archive",
+    "serve": "starting/registering on TorchServe",
+    "predict": "sending the prediction",
+    "stop": "stopping the server",
+}
 
 
 @dataclass(frozen=True)
 class Actions:
     """What the buttons do; the widget's defaults call the notebook's ``Session`` (tests inject fakes)."""
 
-    get: Callable[[str], Any]                              # name -> HandlerSpec
-    test: Callable[[Any, Any], Any]                        # (spec, samples | None) -> answers
-    build: Callable[[Any, str, bool, Callable], Any]       # (spec, export_path, dev, progress) -> path
-    serve: Callable[[Any, Callable], Any]                  # (spec, progress) -> server
-    predict: Callable[[str, Any], Any]                     # (name, data) -> answer
+    get: Callable[[str], Any]  # name -> HandlerSpec
+    test: Callable[[Any, Any], Any]  # (spec, samples | None) -> answers
+    build: Callable[[Any, str, str, Callable], Any]  # (spec, export_path, format, progress) -> path
+    serve: Callable[[Any, Callable], Any]  # (spec, progress) -> server
+    predict: Callable[[str, Any], Any]  # (name, data) -> answer
     stop: Callable[[], None]
-    server_state: Callable[[], tuple[bool, str]]           # (running, one line: pid, url, workdir)
-    log_tail: Callable[[], str]                            # the server's recent log lines
+    server_state: Callable[[], tuple[bool, str]]  # (running, one line: pid, url, workdir)
+    log_tail: Callable[[], str]  # the server's recent log lines
 
     @classmethod
     def from_session(cls, session: Any = None) -> "Actions":
@@ -36,19 +42,28 @@ class Actions:
             from msnb.session import current
 
             session = current()
-        return cls(get=session.get, test=session.test,
-                   build=lambda spec, path, dev, progress: session.build(spec, path, dev=dev, progress=progress),
-                   serve=lambda spec, progress: session.serve(spec, progress=progress),
-                   predict=session.predict, stop=session.stop,
-                   server_state=lambda: _server_state(session.server(create=False)),
-                   log_tail=lambda: _log_tail(session.server(create=False)))
+        return cls(
+            get=session.get,
+            test=session.test,
+            build=lambda spec, path, fmt, progress: session.build(spec, path, fmt=fmt, progress=progress),
+            serve=lambda spec, progress: session.serve(spec, progress=progress),
+            predict=session.predict,
+            stop=session.stop,
+            server_state=lambda: _server_state(session.server(create=False)),
+            log_tail=lambda: _log_tail(session.server(create=False)),
+        )
 
 
 class Controller:
     """Form state and the rules of the widget; ``on_change()`` is called after every change of state."""
 
-    def __init__(self, name: str | None, actions: Actions, inventory: Inventory | None = None,
-                 on_change: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        name: str | None,
+        actions: Actions,
+        inventory: Inventory | None = None,
+        on_change: Callable[[], None] | None = None,
+    ):
         self.actions, self.inventory = actions, inventory or list_devices()
         self.on_change = on_change or (lambda: None)
         self.base, self.values, self.errors = None, form.empty_values(), {}
@@ -81,16 +96,22 @@ class Controller:
         """Which buttons can act now: none while an action runs; Predict only with a served model."""
         idle = self.running is None
         served = self.served is not None
-        return {"test": idle, "build": idle, "serve": idle, "predict": idle and served,
-                "stop": idle and (served or self.actions.server_state()[0])}
+        return {
+            "test": idle,
+            "build": idle,
+            "serve": idle,
+            "predict": idle and served,
+            "stop": idle and (served or self.actions.server_state()[0]),
+        }
 
     def validate(self, action: str) -> dict[str, Any]:
         """Parse the fields ``action`` needs; fills ``self.errors`` (field -> text) and returns the parsed values."""
         parsed, self.errors = {}, {}
         for field in form.FIELDS_FOR[action]:
             try:
-                parsed[field] = form.parse(field, self.values.get(field, ""), self.base,
-                                           required=field in form.REQUIRED.get(action, ()))
+                parsed[field] = form.parse(
+                    field, self.values.get(field, ""), self.base, required=field in form.REQUIRED.get(action, ())
+                )
             except FieldError as err:
                 self.errors[field] = str(err)
         if "device" in parsed and "max_gpu_memory" in parsed:
@@ -109,8 +130,11 @@ class Controller:
                 return None
             parsed = self.validate(action)
             if self.errors:
-                self._set_result(f"{len(self.errors)} field(s) need fixing before {action}: "
-                                 f"{', '.join(sorted(self.errors))}.\nHint: each field says what is wrong.", ok=False)
+                self._set_result(
+                    f"{len(self.errors)} field(s) need fixing before {action}: "
+                    f"{', '.join(sorted(self.errors))}.\nHint: each field says what is wrong.",
+                    ok=False,
+                )
                 self.on_change()
                 return None
             self.running, self.progress = action, (BUSY[action], 0.0)
@@ -131,8 +155,12 @@ class Controller:
         except MsnbError as err:
             self._finish_error(err)
         except Exception as err:  # noqa: BLE001 - a bug or an unexpected failure: one line, not a traceback
-            self._finish_error(MsnbError(f"{action.title()} failed: {type(err).__name__}: {err}",
-                                         "this is unexpected; the log below may say more."))
+            self._finish_error(
+                MsnbError(
+                    f"{action.title()} failed: {type(err).__name__}: {err}",
+                    "this is unexpected; the log below may say more.",
+                )
+            )
         else:
             self._set_result(text, ok=True)
             self.progress = ("done", 1.0)
@@ -151,7 +179,7 @@ class Controller:
         return "\n".join(form.pretty(a) for a in answers)
 
     def _do_build(self, parsed: dict[str, Any]) -> str:
-        path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"] == "dev", self._progress)
+        path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
         self._log(f"built {path}")
         return f"Built {path}"
 
@@ -171,8 +199,11 @@ class Controller:
                 if self.actions.server_state()[0]:
                     raise  # the server is up: its own error (bad input, handler failure) says more
         self.served = None
-        raise MsnbError("The local TorchServe is no longer running: it stopped or died after Serve.",
-                        "click Serve to start it again (the log below has its last lines).", self._tail())
+        raise MsnbError(
+            "The local TorchServe is no longer running: it stopped or died after Serve.",
+            "click Serve to start it again (the log below has its last lines).",
+            self._tail(),
+        )
 
     def _do_stop(self, parsed: dict[str, Any]) -> str:
         self.actions.stop()
@@ -217,8 +248,10 @@ class Controller:
 def _server_state(server: Any) -> tuple[bool, str]:
     if server is None or not server.running:
         return False, "no local TorchServe running."
-    return True, (f"TorchServe running at {getattr(server, 'inference_url', '?')} "
-                  f"(pid {getattr(server, 'pid', '?')}, workdir {getattr(server, 'workdir', '?')}).")
+    return True, (
+        f"TorchServe running at {getattr(server, 'inference_url', '?')} "
+        f"(pid {getattr(server, 'pid', '?')}, workdir {getattr(server, 'workdir', '?')})."
+    )
 
 
 def _log_tail(server: Any) -> str:

@@ -1,4 +1,4 @@
-"""Stop a TorchServe process tree; run as `python -m msnb.watchdog PID` to stop it when the owner dies.
+"""Stop a TorchServe process tree; run as `python -m msnb.torchserve.watchdog PID` to stop it when the owner dies.
 
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
 normal exit, SIGKILL of a Jupyter kernel), the pipe closes, the watchdog reads EOF and stops
@@ -54,7 +54,7 @@ def _signal(procs: list[psutil.Process], how: str) -> None:
 def spawn(pid: int) -> subprocess.Popen:
     """Start a watchdog for ``pid``; keep the returned Popen (its stdin) alive as long as the server."""
     return subprocess.Popen(
-        [sys.executable, "-m", "msnb.watchdog", str(pid)],
+        [sys.executable, "-m", "msnb.torchserve.watchdog", str(pid)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # survives a signal sent to the owner's process group

@@ -50,7 +50,8 @@ def worker_error(text: str) -> list[str]:
     kept: list[str] = []
     for i, line in enumerate(lines[start:], start):
         if line.startswith("During handling of the above exception") and any(
-                _FALLBACK in later for later in lines[i:i + 40]):
+            _FALLBACK in later for later in lines[i : i + 40]
+        ):
             break
         if _FALLBACK in line:
             continue

@@ -1,4 +1,8 @@
-"""LocalServer: a private TorchServe on 127.0.0.1 that this process starts, talks to and stops."""
+"""LocalServer: a private TorchServe on 127.0.0.1 that this process starts, deploys archives to, and stops.
+
+The process lifecycle is here; HTTP goes through its ``client`` (a ``TorchServeClient``) and files
+through its ``store`` (a ``ModelStore``).
+"""
 
 from __future__ import annotations
 
@@ -12,43 +16,61 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from msnb import tsconfig, watchdog
 from msnb.errors import ServerError
-from msnb.serving import ServingAPI
-from msnb.tsclient import Client, Keys
-from msnb.tslogs import LogCursor, tail
-from msnb.tsmodels import ModelStatus, PredictionError  # noqa: F401  (re-exported)
+from msnb.torchserve import config as tsconfig
+from msnb.torchserve import deploy, watchdog
+from msnb.torchserve.auth import Keys
+from msnb.torchserve.client import TorchServeClient
+from msnb.torchserve.logs import tail
+from msnb.torchserve.models import ModelStatus
+from msnb.torchserve.store import ModelStore
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
 
 
-class LocalServer(ServingAPI):
+class LocalServer:
     """A TorchServe owned by this process: its own workdir, free ports, token auth, stopped with it.
 
     Without ``workdir`` it makes a temporary one; ``stop()`` then deletes the model store in it (the
     registered archives) and keeps the logs.
 
-    ``ports`` may request fixed ports by name (see ``msnb.tsconfig.PORT_NAMES``); the others are free
+    ``ports`` may request fixed ports by name (see ``msnb.torchserve.config.PORT_NAMES``); the others are free
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
+    ``properties`` adds config.properties entries (addresses excepted: they stay on loopback), ``env``
+    environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere.
     """
 
-    def __init__(self, workdir: str | Path | None = None, *, auth: bool = True, quiet_logs: bool = True,
-                 startup_timeout: float = 60.0, ports: dict[str, int] | None = None,
-                 token_expiration_min: float | None = None):
-        self._owns_workdir = workdir is None  # a temporary workdir: stop() deletes its model store
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        *,
+        auth: bool = True,
+        quiet_logs: bool = True,
+        startup_timeout: float = 60.0,
+        ports: dict[str, int] | None = None,
+        token_expiration_min: float | None = None,
+        properties: dict | None = None,
+        env: dict[str, str] | None = None,
+        model_store: str | Path | None = None,
+    ):
+        # A temporary workdir's own model store is deleted by stop(); a store given here never is.
+        self._owns_workdir = workdir is None and model_store is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="msnb-server-")).resolve()
-        self.layout = tsconfig.Layout(self.workdir)
+        self.layout = tsconfig.Layout(self.workdir, Path(model_store).resolve() if model_store else None)
+        self.properties, self.env = dict(properties or {}), dict(env or {})
         self.auth, self.quiet_logs, self.startup_timeout = auth, quiet_logs, startup_timeout
         self.token_expiration_min = token_expiration_min
         self._requested_ports = dict(ports or {})
         self.ports: dict[str, int] = {}
         self._java: psutil.Process | None = None
         self._watchdog: subprocess.Popen | None = None
-        self._client: Client | None = None
+        self._client: TorchServeClient | None = None
+        self.store = ModelStore(self.layout.model_store)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -64,8 +86,10 @@ class LocalServer(ServingAPI):
                 self._start(java)
             except OSError as err:
                 self.stop()
-                raise ServerError(f"Cannot start TorchServe in {self.workdir}: {err}",
-                                  "give LocalServer(workdir=...) a folder you can write to.") from None
+                raise ServerError(
+                    f"Cannot start TorchServe in {self.workdir}: {err}",
+                    "give LocalServer(workdir=...) a folder you can write to.",
+                ) from None
             except BaseException:  # a failed or interrupted (Ctrl-C) start leaves nothing running
                 self.stop()
                 raise
@@ -76,8 +100,14 @@ class LocalServer(ServingAPI):
         for attempt in (1, 2):
             self.layout.create()  # again after a failed attempt: its stop() may have removed the model store
             self.ports = tsconfig.choose_ports(self._requested_ports)
-            tsconfig.write_config(self.layout, self.ports, auth=self.auth, quiet_logs=self.quiet_logs,
-                                  token_expiration_min=self.token_expiration_min)
+            tsconfig.write_config(
+                self.layout,
+                self.ports,
+                auth=self.auth,
+                quiet_logs=self.quiet_logs,
+                token_expiration_min=self.token_expiration_min,
+                extra=self.properties,
+            )
             try:
                 self._launch(java)
                 self._wait_ready()
@@ -147,6 +177,52 @@ class LocalServer(ServingAPI):
         text = tail(self.log_dir / "model_log.log", lines) or tail(self.layout.java_out, lines)
         return "\n".join(text)
 
+    @property
+    def client(self) -> TorchServeClient:
+        """The HTTP client of the running server (an error when it is not running)."""
+        client = self._client  # read once: stop() in another thread sets it to None
+        if client is None or not self.running:
+            raise ServerError("The local TorchServe is not running.", "start it with server.start() (or %ms_serve).")
+        return client
+
+    # ------------------------------------------------------------------ archives (msnb.torchserve.deploy)
+    def register(self, path: str | Path, **params: Any) -> ModelStatus:
+        """Link a .mar or a no-archive folder into the model store, register it, wait for a ready worker.
+
+        ``params``: workers, batch_size, max_batch_delay, response_timeout (override the archive's config).
+        """
+        return deploy.register(self.client, self.store, path, **params)
+
+    def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
+        """Register the archive as its model's new default version and unregister the old ones; no restart."""
+        return deploy.redeploy(self.client, self.store, path, **params)
+
+    def unregister(self, name: str, version: str | None = None) -> None:
+        """Unregister one version (or every version) of a model and delete its files from the model store."""
+        deploy.unregister(self.client, self.store, name, version)
+
+    # ------------------------------------------------------------------ the client's calls, for convenience
+    def predict(self, name: str, data: Any, **kwargs: Any) -> Any:
+        return self.client.predict(name, data, **kwargs)
+
+    def predict_many(self, name: str, inputs: list, **kwargs: Any) -> list:
+        return self.client.predict_many(name, inputs, **kwargs)
+
+    def explain(self, name: str, data: Any, **kwargs: Any) -> Any:
+        return self.client.explain(name, data, **kwargs)
+
+    def models(self) -> list[ModelStatus]:
+        return self.client.models()
+
+    def status(self, name: str, version: str | None = None) -> ModelStatus:
+        return self.client.status(name, version)
+
+    def scale(self, name: str, workers: int, *, version: str | None = None) -> ModelStatus:
+        return self.client.scale(name, workers, version=version)
+
+    def metrics(self) -> dict:
+        return self.client.metrics()
+
     def __repr__(self) -> str:
         state = f"running pid {self.pid}, {self.inference_url}" if self.running else "stopped"
         return f"<LocalServer {state}, workdir {self.workdir}>"
@@ -156,35 +232,68 @@ class LocalServer(ServingAPI):
         lay = self.layout
         for stale in (lay.tmp_dir / ".model_server.pid", lay.key_file):
             stale.unlink(missing_ok=True)
-        env = {k: v for k, v in os.environ.items() if k != "TS_CONFIG_FILE"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TS_")} | self.env
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
-        env.update(TMPDIR=str(lay.tmp_dir), TEMP=str(lay.tmp_dir), LOG_LOCATION=str(lay.log_dir), METRICS_LOCATION=str(lay.log_dir),
-                   JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent))
-        cmd = [sys.executable, "-m", "ts.model_server", "--start", "--ncs", "--ts-config", str(lay.config),
-               "--model-store", str(lay.model_store)]
+        env.update(
+            TMPDIR=str(lay.tmp_dir),
+            TEMP=str(lay.tmp_dir),
+            LOG_LOCATION=str(lay.log_dir),
+            METRICS_LOCATION=str(lay.log_dir),
+            JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "ts.model_server",
+            "--start",
+            "--ncs",
+            "--ts-config",
+            str(lay.config),
+            "--model-store",
+            str(lay.model_store),
+        ]
         if self.quiet_logs:
             cmd += ["--log-config", str(lay.log_config)]
         # Never a pipe: Java inherits the launcher's stdout and would hold it open forever.
         with lay.java_out.open("ab") as out:
-            launcher = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+            launcher = subprocess.Popen(
+                cmd,
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 launcher.wait(timeout=LAUNCHER_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 launcher.kill()
                 launcher.wait()
-                raise ServerError(f"TorchServe's launcher did not return within {LAUNCHER_TIMEOUT_S} s.",
-                                  "see TorchServe's output below; check Java 17 and the installed torchserve.",
-                                  details="\n".join(tail(lay.java_out, 20))) from None
+                raise ServerError(
+                    f"TorchServe's launcher did not return within {LAUNCHER_TIMEOUT_S} s.",
+                    "see TorchServe's output below; check Java 17 and the installed torchserve.",
+                    details="\n".join(tail(lay.java_out, 20)),
+                ) from None
         try:
             pid = int((lay.tmp_dir / ".model_server.pid").read_text().strip())
             self._java = psutil.Process(pid)
         except (OSError, ValueError, psutil.NoSuchProcess):
-            raise ServerError("TorchServe's launcher did not start Java.", "see TorchServe's output below.",
-                              details="\n".join(tail(lay.java_out, 20))) from None
+            raise ServerError(
+                "TorchServe's launcher did not start Java.",
+                "see TorchServe's output below.",
+                details="\n".join(tail(lay.java_out, 20)),
+            ) from None
         self._watchdog = watchdog.spawn(pid)
-        self._client = Client(Keys(lay.key_file, self.management_url, enabled=self.auth))
+        self._client = TorchServeClient(
+            self.inference_url,
+            self.management_url,
+            self.metrics_url,
+            keys=Keys(lay.key_file, self.management_url, enabled=self.auth),
+            log_dir=self.log_dir,
+            alive=lambda: self.running,
+        )
 
     def _refuse_shared_workdir(self) -> None:
         try:
@@ -193,9 +302,11 @@ class LocalServer(ServingAPI):
         except (OSError, ValueError, psutil.Error):
             return
         if in_use:
-            raise ServerError(f"Another TorchServe (pid {other.pid}) already runs in {self.workdir}.",
-                              "give each LocalServer its own workdir (or none: msnb makes a fresh one), "
-                              "or stop the other server first.")
+            raise ServerError(
+                f"Another TorchServe (pid {other.pid}) already runs in {self.workdir}.",
+                "give each LocalServer its own workdir (or none: msnb makes a fresh one), "
+                "or stop the other server first.",
+            )
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -216,10 +327,16 @@ class LocalServer(ServingAPI):
         output = "\n".join(tail(self.layout.java_out, 25))
         self.stop()
         if "Address already in use" in output:
-            raise _PortTaken(message + " A port was taken by another process.",
-                             "free the port or leave ports unset so msnb picks free ones.", details=output)
-        hint = (f"pass a larger startup_timeout= (now {self.startup_timeout} s)" if "healthy" in message
-                else "read TorchServe's output below; check Java 17 and the installed torchserve.")
+            raise _PortTaken(
+                message + " A port was taken by another process.",
+                "free the port or leave ports unset so msnb picks free ones.",
+                details=output,
+            )
+        hint = (
+            f"pass a larger startup_timeout= (now {self.startup_timeout} s)"
+            if "healthy" in message
+            else "read TorchServe's output below; check Java 17 and the installed torchserve."
+        )
         raise ServerError(message, hint, details=output)
 
     def _kill_leftovers(self) -> None:
@@ -231,15 +348,6 @@ class LocalServer(ServingAPI):
                 procs.append(proc)
         for proc in procs:
             watchdog.stop_tree(proc, grace_s=2.0)
-
-    def _call(self, method: str, url: str, kind: str, **kwargs):
-        client = self._client  # read once: stop() in another thread sets it to None
-        if client is None or not self.running:
-            raise ServerError("The local TorchServe is not running.", "start it with server.start() (or %ms_serve).")
-        return client.call(method, url, kind, **kwargs)
-
-    def _cursor(self) -> LogCursor:
-        return LogCursor(self.log_dir)
 
 
 class _PortTaken(ServerError):

@@ -7,6 +7,7 @@ import builtins
 import symtable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 # Names an IPython kernel provides that a TorchServe worker does not, with what to do instead.
 IPYTHON_NAMES = {
@@ -20,8 +21,17 @@ IPYTHON_NAMES = {
 }
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _IMPORTS = (ast.Import, ast.ImportFrom)
-_MODULE_DUNDERS = {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__",
-                   "__builtins__", "__annotations__", "__cached__"}
+_MODULE_DUNDERS = {
+    "__name__",
+    "__file__",
+    "__doc__",
+    "__spec__",
+    "__loader__",
+    "__package__",
+    "__builtins__",
+    "__annotations__",
+    "__cached__",
+}
 # IPython injects get_ipython/display into `builtins` while a kernel runs: they are not real builtins.
 BUILTINS = frozenset(set(dir(builtins)) - set(IPYTHON_NAMES) - {"__IPYTHON__", "dreload"}) | _MODULE_DUNDERS
 
@@ -71,8 +81,8 @@ def segment(source: str, node: ast.stmt) -> str:
     if decorators:
         lines = source.splitlines(keepends=True)
         first = min(d.lineno for d in decorators) - 1
-        text = "".join(lines[first:node.end_lineno - 1])
-        return text + lines[node.end_lineno - 1][:_char_offset(lines[node.end_lineno - 1], node.end_col_offset)]
+        text = "".join(lines[first : node.end_lineno - 1])
+        return text + lines[node.end_lineno - 1][: _char_offset(lines[node.end_lineno - 1], node.end_col_offset)]
     return ast.get_source_segment(source, node) or ast.unparse(node)
 
 
@@ -130,7 +140,7 @@ def import_only(node: ast.Import | ast.ImportFrom, names: set[str]) -> str:
 class Stmt:
     """One top-level statement of a cell, classified by what capture may do with it."""
 
-    origin: str
+    origin: Any  # msnb.spec.Origin (or its label)
     pos: tuple[int, int]  # (cell index, statement index): source order
     node: ast.stmt
     cell_text: str = field(repr=False)
@@ -182,6 +192,6 @@ class Stmt:
         return f"line {first_use(self.node, name)} of {the(self.origin)}"
 
 
-def the(origin: str) -> str:
+def the(origin: Any) -> str:
     """``handler cell`` reads as "the handler cell" in messages; ``cell 3`` stays as it is."""
     return f"the {origin}" if origin == "handler cell" else origin

@@ -1,8 +1,9 @@
-"""Prepare one private TorchServe: Java check, free loopback ports, config.properties and log4j2 config."""
+"""TorchServe's configuration: Java check, free loopback ports, config.properties (local and KServe), log4j2."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -14,8 +15,10 @@ from pathlib import Path
 from msnb.errors import ServerError
 
 JAVA_MIN = 11
-JAVA_HINT = ("install a Java runtime >= 11 (17 recommended), e.g. `sudo apt-get install openjdk-17-jre-headless` "
-             "or `conda install -c conda-forge openjdk=17`, or point JAVA_HOME at one.")
+JAVA_HINT = (
+    "install a Java runtime >= 11 (17 recommended), e.g. `sudo apt-get install openjdk-17-jre-headless` "
+    "or `conda install -c conda-forge openjdk=17`, or point JAVA_HOME at one."
+)
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
 
@@ -49,10 +52,11 @@ class Layout:
     """Where one server keeps its files (all under its workdir)."""
 
     workdir: Path
+    store: Path | None = None  # a model store elsewhere (e.g. a KServe layout's); default: workdir/model_store
 
     @property
     def model_store(self) -> Path:
-        return self.workdir / "model_store"
+        return self.store or self.workdir / "model_store"
 
     @property
     def log_dir(self) -> Path:
@@ -130,9 +134,11 @@ def check_port(port: int, name: str) -> None:
         try:
             sock.bind(("127.0.0.1", port))
         except OSError as err:
-            raise ServerError(f"The {name} port {port} on 127.0.0.1 is already in use ({err.strerror}).",
-                              f"stop what listens there (`ss -ltnp 'sport = :{port}'`), "
-                              "or leave the port unset so msnb picks a free one.") from None
+            raise ServerError(
+                f"The {name} port {port} on 127.0.0.1 is already in use ({err.strerror}).",
+                f"stop what listens there (`ss -ltnp 'sport = :{port}'`), "
+                "or leave the port unset so msnb picks a free one.",
+            ) from None
 
 
 def choose_ports(requested: dict[str, int] | None = None) -> dict[str, int]:
@@ -151,9 +157,30 @@ def choose_ports(requested: dict[str, int] | None = None) -> dict[str, int]:
     return ports
 
 
-def write_config(layout: Layout, ports: dict[str, int], *, auth: bool, quiet_logs: bool,
-                 token_expiration_min: float | None = None) -> None:
-    """Write config.properties (every address on 127.0.0.1) and, when quiet, the log4j2 config."""
+ADDRESS_KEYS = (
+    "inference_address",
+    "management_address",
+    "metrics_address",
+    "grpc_inference_address",
+    "grpc_management_address",
+    "grpc_inference_port",
+    "grpc_management_port",
+)
+
+
+def write_config(
+    layout: Layout,
+    ports: dict[str, int],
+    *,
+    auth: bool,
+    quiet_logs: bool,
+    token_expiration_min: float | None = None,
+    extra: dict | None = None,
+) -> None:
+    """Write config.properties (every address on 127.0.0.1) and, when quiet, the log4j2 config.
+
+    ``extra`` properties are added (or override msnb's), except the addresses: they stay on loopback.
+    """
     props = {
         "inference_address": f"http://127.0.0.1:{ports['inference']}",
         "management_address": f"http://127.0.0.1:{ports['management']}",
@@ -172,6 +199,54 @@ def write_config(layout: Layout, ports: dict[str, int], *, auth: bool, quiet_log
     }
     if token_expiration_min is not None:
         props["token_expiration_min"] = token_expiration_min
-    layout.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    props.update({k: v for k, v in (extra or {}).items() if k not in ADDRESS_KEYS})
+    layout.config.write_text(render_properties(props))
     if quiet_logs:
         layout.log_config.write_text(QUIET_LOG4J2)
+
+
+def render_properties(props: dict, header: str = "") -> str:
+    """config.properties text: one ``key=value`` line each (values as str), after an optional comment header."""
+    return header + "".join(f"{key}={value}\n" for key, value in props.items())
+
+
+def kserve_properties(snapshot_models: dict, model_store: str = "/mnt/models/model-store") -> dict:
+    """config.properties of KServe's TorchServe runtime, which starts
+    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``.
+
+    Followed: pytorch/serve kubernetes/kserve/config.properties and the KServe TorchServe docs
+    (inference and management on 8085 because KServe's wrapper takes 8080, metrics on 8082,
+    gRPC 7070/7071, model_snapshot, enable_envvars_config=true so the TS_SERVICE_ENVELOPE
+    variable KServe sets from the InferenceService's protocolVersion, kserve for v1 or
+    kservev2 for v2, reaches TorchServe; service_envelope is therefore not fixed here).
+    Token authorisation is off: KServe's wrapper and readiness probe send no token (pytorch/serve#3301).
+    ``snapshot_models``: name -> {version -> snapshot entry (marName, workers, batchSize, ...)}.
+    """
+    snapshot = {"name": "startup.cfg", "modelCount": len(snapshot_models), "models": snapshot_models}
+    return {
+        "inference_address": "http://0.0.0.0:8085",
+        "management_address": "http://0.0.0.0:8085",
+        "metrics_address": "http://0.0.0.0:8082",
+        "grpc_inference_port": 7070,
+        "grpc_management_port": 7071,
+        "enable_envvars_config": "true",
+        "install_py_dep_per_model": "true",
+        "enable_metrics_api": "true",
+        "metrics_mode": "prometheus",
+        "number_of_netty_threads": 4,
+        "job_queue_size": 10,
+        "disable_token_authorization": "true",
+        "load_models": "all",
+        "model_store": model_store,
+        "model_snapshot": json.dumps(snapshot, separators=(",", ":")),
+    }
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """config.properties text as a dict (comments and blank lines skipped)."""
+    props = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            props[key.strip()] = value.strip()
+    return props

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msnb.options import check_gpu_memory
+
 _MB = 1024 * 1024
 
 
@@ -61,8 +63,10 @@ def list_devices(nvml: Any = None) -> Inventory:
     try:
         gpus = _query(nvml if nvml is not None else _import_pynvml())
     except Exception as err:  # noqa: BLE001 - no library, no driver, or a broken one: CPU only
-        note = (f"No GPU listed: NVML is not available ({err or type(err).__name__}). "
-                "Hint: the model runs on CPU; install the NVIDIA driver (and nvidia-ml-py) to see GPUs here.")
+        note = (
+            f"No GPU listed: NVML is not available ({err or type(err).__name__}). "
+            "Hint: the model runs on CPU; install the NVIDIA driver (and nvidia-ml-py) to see GPUs here."
+        )
         return Inventory((auto, cpu), note)
     note = None if gpus else "No GPU found by NVML: the model runs on CPU."
     return Inventory((auto, *gpus, cpu), note)
@@ -73,16 +77,21 @@ def check_max_gpu_memory(max_mb: int | None, key: str, inventory: Inventory) -> 
     if max_mb is None:
         return None
     device = inventory.get(key)
-    if device is None or device.kind == "cpu":
-        return "max GPU memory is set but the device is CPU. Hint: clear the field, or choose a GPU or auto."
+    problem = check_gpu_memory(max_mb, device.kind if device else "cpu", shown_as="CPU")
+    if problem:
+        return f"{problem}. Hint: clear the field, or choose a GPU or auto."
     if device.kind == "auto":
         if not inventory.gpus:
-            return ("max GPU memory is set but no GPU was found (auto runs on CPU here). "
-                    "Hint: clear the field, or run on a machine with a GPU.")
+            return (
+                "max GPU memory is set but no GPU was found (auto runs on CPU here). "
+                "Hint: clear the field, or run on a machine with a GPU."
+            )
         device = max(inventory.gpus, key=lambda d: d.total_mb or 0)
     if device.total_mb is not None and max_mb > device.total_mb:
-        return (f"max GPU memory {max_mb} MB is above GPU {device.index}'s total of {device.total_mb} MB. "
-                f"Hint: use at most {device.total_mb} (MB).")
+        return (
+            f"max GPU memory {max_mb} MB is above GPU {device.index}'s total of {device.total_mb} MB. "
+            f"Hint: use at most {device.total_mb} (MB)."
+        )
     return None
 
 

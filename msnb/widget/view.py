@@ -16,9 +16,9 @@ import threading
 
 import ipywidgets as widgets
 
-from msnb.devices import Inventory, list_devices
-from msnb.widget_controller import BUTTONS, Actions, Controller
-from msnb.widget_form import FORMATS, LABELS
+from msnb.widget.controller import BUTTONS, Actions, Controller
+from msnb.widget.devices import Inventory, list_devices
+from msnb.widget.form import FORMATS, LABELS
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
@@ -28,8 +28,9 @@ LOG_LINES = 40  # the log area shows the newest lines; the controller keeps 200
 class BuildWidget(widgets.VBox):
     """Fields prefilled from the ``%%ms_handler`` spec ``name``; Test / Build / Serve / Predict / Stop."""
 
-    def __init__(self, name: str | None = None, *, actions: Actions | None = None,
-                 devices: Inventory | None = None, **kwargs):
+    def __init__(
+        self, name: str | None = None, *, actions: Actions | None = None, devices: Inventory | None = None, **kwargs
+    ):
         inventory = devices if devices is not None else list_devices()
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
@@ -37,18 +38,29 @@ class BuildWidget(widgets.VBox):
         self.fields = {field: self._field(field, inventory) for field in LABELS}
         self.field_errors = {field: _html(f"msnb-error-{field}") for field in LABELS}
         self.buttons = {b: self._button(b) for b in BUTTONS}
-        self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="Progress",
-                                              style=_STYLE).add_class("msnb-progress")
+        self.progress = widgets.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="Progress", style=_STYLE
+        ).add_class("msnb-progress")
         self.step, self.status = _html("msnb-step"), _html("msnb-status")
         self.result, self.log_view = _html("msnb-result"), _html("msnb-log")
         note = _html("msnb-device-note", html.escape(inventory.note or ""))
         rows = [widgets.VBox([self.fields[f], self.field_errors[f]]) for f in LABELS]
         rows.insert(list(LABELS).index("device") + 1, note)
         title = widgets.HTML(f"<b>msnb</b> · {html.escape(name or 'new handler')}")
-        super().__init__(children=[title, *rows, widgets.HBox(list(self.buttons.values())),
-                                   widgets.HBox([self.progress, self.step]), self.status,
-                                   widgets.HTML("<b>Result</b>"), self.result, widgets.HTML("<b>Log</b>"), self.log_view],
-                         **kwargs)
+        super().__init__(
+            children=[
+                title,
+                *rows,
+                widgets.HBox(list(self.buttons.values())),
+                widgets.HBox([self.progress, self.step]),
+                self.status,
+                widgets.HTML("<b>Result</b>"),
+                self.result,
+                widgets.HTML("<b>Log</b>"),
+                self.log_view,
+            ],
+            **kwargs,
+        )
         self.add_class("msnb-widget")
         self.refresh()
 

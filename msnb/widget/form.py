@@ -6,23 +6,31 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msnb.devices import Inventory
+from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, SERVE_FORMAT
+from msnb.archive import FORMATS as ARCHIVE_FORMATS
+from msnb.options import DEFAULTS, INT_OPTIONS, OPTIONS
+from msnb.widget.devices import Inventory
 
-# field -> the label the widget shows (its ``description``)
+# field -> the label the widget shows (its ``description``); the handler options' labels come from their table.
 LABELS = {
-    "name": "Model name", "version": "Version", "checkpoint": "Checkpoint", "requirements": "Requirements",
-    "extra_files": "Extra files", "batch_size": "Batch size", "max_batch_delay": "Max batch delay (ms)",
-    "workers": "Workers", "response_timeout": "Response timeout (s)", "device": "Device",
-    "max_gpu_memory": "Max GPU memory (MB)", "export_path": "Export folder", "format": "Format",
+    "name": "Model name",
+    **{o.dest: o.label for o in OPTIONS if o.label},
+    "export_path": "Export folder",
+    "format": "Format",
     "payload": "Request JSON",
 }
-SPEC_FIELDS = ("name", "version", "checkpoint", "requirements", "extra_files", "batch_size", "max_batch_delay",
-               "workers", "response_timeout", "device", "max_gpu_memory")
-FIELDS_FOR = {"test": SPEC_FIELDS + ("payload",), "build": SPEC_FIELDS + ("export_path", "format"),
-              "serve": SPEC_FIELDS, "predict": ("payload",), "stop": ()}
+SPEC_FIELDS = ("name", *(o.dest for o in OPTIONS if o.label))
+FIELDS_FOR = {
+    "test": SPEC_FIELDS + ("payload",),
+    "build": SPEC_FIELDS + ("export_path", "format"),
+    "serve": SPEC_FIELDS,
+    "predict": ("payload",),
+    "stop": (),
+}
 REQUIRED = {"predict": ("payload",)}
-INT_MINIMUM = {"batch_size": 1, "max_batch_delay": 0, "workers": 1, "response_timeout": 1}
-FORMATS = (("dev (fast, store-only)", "dev"), ("export (standard .mar)", "export"))
+INT_MINIMUM = {k: v for k, v in INT_OPTIONS.items() if k != "max_gpu_memory"}
+# The build dropdown: (label, archive format) for the formats a person builds by hand.
+FORMATS = tuple((f"{f.name} ({f.help})", f.name) for f in ARCHIVE_FORMATS.values() if f.name != SERVE_FORMAT)
 NO_PAYLOAD = object()
 
 
@@ -33,18 +41,23 @@ class FieldError(ValueError):
 def empty_values() -> dict[str, str]:
     """The form of a new handler: defaults where TorchServe has them, the rest empty."""
     values = {field: "" for field in LABELS}
-    values.update(batch_size="1", max_batch_delay="100", workers="1", response_timeout="120", device="auto",
-                  export_path="model_store", format="dev")
+    values.update({k: str(v) for k, v in DEFAULTS.items() if k in LABELS and isinstance(v, (int, str))})
+    values.update(version="", export_path=DEFAULT_EXPORT, format=DEV_FORMAT)
     return values
 
 
 def values_from_spec(spec: Any, inventory: Inventory) -> dict[str, str]:
     """The text each field shows for ``spec``."""
     return {
-        "name": spec.name, "version": spec.version, "checkpoint": _checkpoint_text(spec.checkpoint),
-        "requirements": "\n".join(spec.requirements), "extra_files": "\n".join(spec.extra_files),
-        "batch_size": str(spec.batch_size), "max_batch_delay": str(spec.max_batch_delay),
-        "workers": str(spec.workers), "response_timeout": str(spec.response_timeout),
+        "name": spec.name,
+        "version": spec.version,
+        "checkpoint": _checkpoint_text(spec.checkpoint),
+        "requirements": "\n".join(spec.requirements),
+        "extra_files": "\n".join(spec.extra_files),
+        "batch_size": str(spec.batch_size),
+        "max_batch_delay": str(spec.max_batch_delay),
+        "workers": str(spec.workers),
+        "response_timeout": str(spec.response_timeout),
         "device": inventory.key_for(spec.device),
         "max_gpu_memory": "" if spec.max_gpu_memory is None else str(spec.max_gpu_memory),
         "payload": "" if spec.example is None else json.dumps(spec.example),
@@ -66,7 +79,11 @@ def parse(field: str, text: Any, base: Any = None, required: bool = False) -> An
     if field == "payload":
         return _parse_json(text, required)
     if not text and field in ("name", "version", "export_path"):
-        example = {"name": "mnist (the name of a %%ms_handler cell)", "version": "1.0", "export_path": "model_store"}
+        example = {
+            "name": "mnist (the name of a %%ms_handler cell)",
+            "version": DEFAULTS["version"],
+            "export_path": DEFAULT_EXPORT,
+        }
         raise FieldError(f"{LABELS[field]} is empty. Hint: e.g. {example[field]}.")
     if field == "version" and any(c.isspace() for c in text):
         raise FieldError(f"version {text!r} contains spaces. Hint: e.g. 1.0 or 2024-06-01.")
@@ -101,8 +118,9 @@ def _parse_int(field: str, text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise FieldError(f"{LABELS[field]} must be a whole number, got {text!r}. "
-                         f"Hint: type a number >= {minimum}.") from None
+        raise FieldError(
+            f"{LABELS[field]} must be a whole number, got {text!r}. Hint: type a number >= {minimum}."
+        ) from None
     if value < minimum:
         raise FieldError(f"{LABELS[field]} must be >= {minimum}, got {value}. Hint: e.g. {max(minimum, 1)}.")
     return value
@@ -116,9 +134,11 @@ def _parse_json(text: str, required: bool) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        near = text.splitlines()[err.lineno - 1][max(0, err.colno - 11):err.colno + 10] if text.splitlines() else ""
-        raise FieldError(f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg} (near {near!r}). "
-                         'Hint: use double quotes for strings and keys, e.g. {"x": [1, 2]}.') from None
+        near = text.splitlines()[err.lineno - 1][max(0, err.colno - 11) : err.colno + 10] if text.splitlines() else ""
+        raise FieldError(
+            f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg} (near {near!r}). "
+            'Hint: use double quotes for strings and keys, e.g. {"x": [1, 2]}.'
+        ) from None
 
 
 def _checkpoint_text(checkpoint: Any) -> str:
@@ -135,14 +155,18 @@ def _parse_checkpoint(text: str, base: Any) -> Any:
     if base is not None and not isinstance(base.checkpoint, (str, Path)) and text == _checkpoint_text(base.checkpoint):
         return base.checkpoint  # unchanged: keep the in-memory state_dict / module
     if not Path(text).is_file():
-        raise FieldError(f"no checkpoint file at {text!r} (looked in {Path.cwd()}). "
-                         "Hint: save one with torch.save(model.state_dict(), path), or clear the field.")
+        raise FieldError(
+            f"no checkpoint file at {text!r} (looked in {Path.cwd()}). "
+            "Hint: save one with torch.save(model.state_dict(), path), or clear the field."
+        )
     return text
 
 
 def _check_files(paths: tuple[str, ...]) -> tuple[str, ...]:
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
-        raise FieldError(f"extra file(s) not found: {', '.join(missing)}. "
-                         "Hint: one path per line, relative to the notebook's folder.")
+        raise FieldError(
+            f"extra file(s) not found: {', '.join(missing)}. "
+            "Hint: one path per line, relative to the notebook's folder."
+        )
     return paths

@@ -1,4 +1,4 @@
-"""HTTP to one TorchServe: the right token on every call, renewed before it expires."""
+"""Token authorisation for one TorchServe: its keys, renewed before they expire, on every HTTP call."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 import re
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -21,9 +21,9 @@ RENEW_MARGIN_S = 300.0  # renew a key 5 min before it expires (half its life for
 class Keys:
     """TorchServe's token keys, read from key_file.json in the server's start directory."""
 
-    def __init__(self, key_file: Path, management_url: str | None, enabled: bool = True):
+    def __init__(self, key_file: Path | None, management_url: str | None, enabled: bool = True):
         """``management_url`` None: keys are used as they are, never renewed (a server msnb did not start)."""
-        self.key_file = Path(key_file)
+        self.key_file = Path(key_file) if key_file else None
         self.management_url = management_url
         self.enabled = enabled
         self._keys: dict = {}
@@ -40,8 +40,10 @@ class Keys:
             return {}
         with self._lock:
             if not self._keys and not self._load():
-                raise ServerError(f"TorchServe has not written {self.key_file} (token auth is on).",
-                                  "wait for the server to start, or restart it with server.start().")
+                raise ServerError(
+                    f"TorchServe has not written {self.key_file} (token auth is on).",
+                    "wait for the server to start, or restart it with server.start().",
+                )
             remaining = self._expires.get(kind, float("inf")) - time.time()
             if self.management_url and remaining < min(RENEW_MARGIN_S, self._lifetime.get(kind, 0) / 2):
                 self._renew(kind)
@@ -59,19 +61,29 @@ class Keys:
     def _renew(self, kind: str) -> None:
         # POST /token?type=... with the API key (which never expires) makes a new key and rewrites key_file.json.
         if not self.management_url:
-            raise ServerError(f"TorchServe refused the {kind} key from {self.key_file}.",
-                              "the key expired or belongs to another server: pass the server's current "
-                              "key_file.json with --token-file.")
+            raise ServerError(
+                f"TorchServe refused the {kind} key from {self.key_file}.",
+                "the key expired or belongs to another server: pass the server's current "
+                "key_file.json with --token-file.",
+            )
         api_key = self._keys["API"]["key"]
         try:
-            resp = requests.post(f"{self.management_url}/token", params={"type": kind},
-                                 headers={"Authorization": f"Bearer {api_key}"}, timeout=10)
+            resp = requests.post(
+                f"{self.management_url}/token",
+                params={"type": kind},
+                headers={"Authorization": f"Bearer {api_key}"},
+                timeout=10,
+            )
         except requests.RequestException as err:
-            raise ServerError(f"Could not renew TorchServe's {kind} key: {type(err).__name__}.",
-                              "is the server running? Restart it (server.stop(); server.start()).") from None
+            raise ServerError(
+                f"Could not renew TorchServe's {kind} key: {type(err).__name__}.",
+                "is the server running? Restart it (server.stop(); server.start()).",
+            ) from None
         if resp.status_code != 200:
-            raise ServerError(f"Could not renew TorchServe's {kind} key: HTTP {resp.status_code} {resp.text[:200]}.",
-                              "restart the server (server.stop(); server.start()).")
+            raise ServerError(
+                f"Could not renew TorchServe's {kind} key: HTTP {resp.status_code} {resp.text[:200]}.",
+                "restart the server (server.stop(); server.start()).",
+            )
         self._load()
 
     def _load(self) -> bool:
@@ -95,7 +107,7 @@ def _parse_time(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-class Client:
+class AuthorisedSession:
     """A requests session that authorises each call and turns connection failures into ServerError."""
 
     def __init__(self, keys: Keys, pool_size: int = 32):
@@ -104,25 +116,31 @@ class Client:
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size)
         self.session.mount("http://", adapter)
 
-    def call(self, method: str, url: str, kind: str, *, timeout: float | None = 60.0,
-             headers: dict | None = None, **kwargs) -> requests.Response:
+    def call(
+        self, method: str, url: str, kind: str, *, timeout: float | None = 60.0, headers: dict | None = None, **kwargs
+    ) -> requests.Response:
         resp = self._send(method, url, kind, timeout, headers, kwargs)
         if resp.status_code == 400 and "InvalidKeyException" in resp.text and self.keys.enabled:
             self.keys.renew(kind, resp.request.headers)  # the key expired between our check and the call
             resp = self._send(method, url, kind, timeout, headers, kwargs)
         return resp
 
-    def _send(self, method: str, url: str, kind: str, timeout: float | None, headers: dict | None,
-              kwargs: dict) -> requests.Response:
+    def _send(
+        self, method: str, url: str, kind: str, timeout: float | None, headers: dict | None, kwargs: dict
+    ) -> requests.Response:
         headers = {**(headers or {}), **self.keys.header(kind)}
         try:
             return self.session.request(method, url, headers=headers, timeout=timeout, **kwargs)
         except requests.Timeout:
-            raise ServerError(f"TorchServe did not answer {method} {url} within {timeout} s.",
-                              "pass a larger timeout=, or check the worker log (server.log_tail()).") from None
+            raise ServerError(
+                f"TorchServe did not answer {method} {url} within {timeout} s.",
+                "pass a larger timeout=, or check the worker log (server.log_tail()).",
+            ) from None
         except requests.ConnectionError as err:
-            raise ServerError(f"Cannot reach TorchServe at {url}: {err.__class__.__name__}.",
-                              "is the server running? Start it with server.start().") from None
+            raise ServerError(
+                f"Cannot reach TorchServe at {url}: {err.__class__.__name__}.",
+                "is the server running? Start it with server.start().",
+            ) from None
 
     def close(self) -> None:
         self.session.close()

@@ -1,0 +1,294 @@
+"""One TorchServe's REST APIs by composition: management (register, versions, scale), inference, metrics.
+
+``TorchServeClient`` needs only URLs and keys: ``LocalServer`` owns one, ``msnb predict --url`` makes
+one for any server, and the tests use the same object. It never touches files: placing archives in a
+model store is the server's job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from msnb.errors import ServerError
+from msnb.torchserve.auth import AuthorisedSession, Keys
+from msnb.torchserve.logs import LogCursor, tail
+from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
+
+REGISTER_TIMEOUT_S = 600.0
+HINTS = {
+    "Failed to start workers": "the handler failed to load (an import or init_function raised); its traceback "
+    "is below. Fix the handler and register again.",
+    "pip package installation failed": "a requirement could not be installed: check its name and version pin "
+    "(pip's message is below).",
+    "did not respond in given time": "the handler took longer than the model's response_timeout, so TorchServe "
+    "restarted its worker; register with a larger response_timeout= or make "
+    "the handler faster.",
+    "Worker died": "the handler's process exited (os._exit, a crash or out of memory); TorchServe restarts it, "
+    "see the worker log below.",
+}
+
+
+class TorchServeClient:
+    """The REST APIs of one TorchServe, with the right token on every call.
+
+    ``log_dir`` (a server on this machine) lets errors carry the worker's log lines; ``alive`` (the
+    owner's "is my process running") turns a refused connection into "the server is not running".
+    """
+
+    def __init__(
+        self,
+        inference_url: str,
+        management_url: str | None = None,
+        metrics_url: str | None = None,
+        *,
+        keys: Keys | None = None,
+        log_dir: Path | None = None,
+        alive: Callable[[], bool] | None = None,
+    ):
+        self.inference_url = inference_url.rstrip("/")
+        self.management_url = (management_url or "").rstrip("/") or None
+        self.metrics_url = (metrics_url or "").rstrip("/") or None
+        self.keys = keys or Keys(None, None, enabled=False)
+        self.log_dir = Path(log_dir) if log_dir else None
+        self._alive = alive
+        self._http = AuthorisedSession(self.keys)
+
+    @classmethod
+    def connect(cls, url: str, token_file: Path | None = None) -> "TorchServeClient":
+        """A client for a server msnb did not start: its key file (if any) is used as given, never renewed."""
+        return cls(url, keys=Keys(token_file, None, enabled=token_file is not None))
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------------ registration
+    def register(
+        self,
+        url: str,
+        name: str,
+        version: str,
+        *,
+        workers: int | None = None,
+        batch_size: int | None = None,
+        max_batch_delay: int | None = None,
+        response_timeout: int | None = None,
+    ) -> ModelStatus:
+        """Register the archive at ``url`` (a model-store entry) and wait until a worker is ready."""
+        params = {
+            "url": url,
+            "synchronous": "true",
+            "initial_workers": workers or 1,
+            "batch_size": batch_size,
+            "max_batch_delay": max_batch_delay,
+            "response_timeout": response_timeout,
+        }
+        cursor = self.log_cursor()
+        resp = self.call(
+            "POST",
+            f"{self.management_url}/models",
+            "management",
+            timeout=REGISTER_TIMEOUT_S,
+            params={k: v for k, v in params.items() if v is not None},
+        )
+        if not resp.ok:
+            self.unregister_version(name, version, missing_ok=True)
+            message, _, _ = error_body(resp)
+            raise ServerError(
+                f"Registering {name} {version} failed: HTTP {resp.status_code} {message}",
+                _hint(message, "read the log lines below."),
+                details=_details(cursor),
+            )
+        status = self.status(name, version)
+        if workers and len(status.workers) != workers:  # the archive's minWorkers wins over initial_workers
+            status = self.scale(name, workers, version=version)
+        return status
+
+    def set_default(self, name: str, version: str) -> None:
+        resp = self.call("PUT", f"{self.management_url}/models/{name}/{version}/set-default", "management")
+        if not resp.ok:
+            raise ServerError(
+                f"Could not make {name} {version} the default: {error_body(resp)[0]}",
+                "call server.models() to see what is registered.",
+            )
+
+    def unregister_version(self, name: str, version: str, *, missing_ok: bool = False) -> None:
+        """Unregister one version; an unknown one is an error unless ``missing_ok``."""
+        resp = self._manage(
+            "DELETE",
+            f"/models/{name}/{version}",
+            f"Unregistering {name} {version}",
+            allow=(404,),
+            timeout=REGISTER_TIMEOUT_S,
+        )
+        if resp.status_code == 404 and not missing_ok:
+            raise self.not_found(name, version)
+
+    def free_version(self, name: str, version: str) -> str:
+        """``version``, or ``version-rN`` when that is already registered (a redeploy's new version)."""
+        taken = {m.version for m in self.versions(name)}
+        candidate, n = version, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{version}-r{n}"
+        return candidate
+
+    def scale(self, name: str, workers: int, *, version: str | None = None) -> ModelStatus:
+        """Set the number of workers of a model (its default version unless ``version``) and wait for them."""
+        url = f"{self.management_url}/models/{name}" + (f"/{version}" if version else "")
+        resp = self.call(
+            "PUT",
+            url,
+            "management",
+            timeout=REGISTER_TIMEOUT_S,
+            params={"min_worker": workers, "max_worker": workers, "synchronous": "true"},
+        )
+        if resp.status_code == 404:
+            raise self.not_found(name, version)
+        if not resp.ok:
+            raise ServerError(
+                f"Scaling {name} to {workers} workers failed: {error_body(resp)[0]}",
+                "check the worker log (server.log_tail()).",
+            )
+        return self.status(name, version)
+
+    def models(self) -> list[ModelStatus]:
+        """Every registered version of every model, with its workers."""
+        resp = self._manage("GET", "/models", "Listing the models", params={"limit": 1000})
+        out = []
+        for entry in resp.json().get("models", []):
+            out.extend(self.versions(entry["modelName"]))
+        return out
+
+    def status(self, name: str, version: str | None = None) -> ModelStatus:
+        """One version of a model (its default version unless ``version``)."""
+        for model in self.versions(name):
+            if model.version == version or (version is None and model.is_default):
+                return model
+        raise self.not_found(name, version)
+
+    # ------------------------------------------------------------------ inference
+    def predict(self, name: str, data: Any, *, version: str | None = None, timeout: float | None = None) -> Any:
+        """POST one input (JSON-able as JSON, bytes/file as binary); returns the decoded answer."""
+        return self._infer("predictions", name, data, version, timeout)
+
+    def explain(self, name: str, data: Any, *, version: str | None = None, timeout: float | None = None) -> Any:
+        return self._infer("explanations", name, data, version, timeout)
+
+    def predict_many(
+        self, name: str, inputs: list, *, version: str | None = None, return_exceptions: bool = False
+    ) -> list:
+        """Send all inputs at once (so TorchServe can batch them); answers in input order."""
+        inputs = list(inputs)
+
+        def one(item):
+            try:
+                return self.predict(name, item, version=version)
+            except ServerError as err:
+                if return_exceptions:
+                    return err
+                raise
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(inputs), 32))) as pool:
+            return list(pool.map(one, inputs))
+
+    def metrics(self) -> dict[str, list[tuple[dict, float]]]:
+        """The metrics endpoint, parsed: sample name -> [(labels, value), ...]."""
+        resp = self.call("GET", f"{self.metrics_url}/metrics", "none")
+        out: dict[str, list[tuple[dict, float]]] = {}
+        for family in text_string_to_metric_families(resp.text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _infer(self, api: str, name: str, data: Any, version: str | None, timeout: float | None) -> Any:
+        body, ctype = encode(data)
+        cursor = self.log_cursor()
+        url = f"{self.inference_url}/{api}/{name}" + (f"/{version}" if version else "")
+        resp = self.call(
+            "POST", url, "inference", data=body, headers={"Content-Type": ctype}, timeout=timeout or REGISTER_TIMEOUT_S
+        )
+        if resp.ok:
+            return decode(resp)
+        message, hint, payload = error_body(resp)
+        if resp.status_code == 404 and isinstance(payload, dict) and "NotFound" in str(payload.get("type")):
+            raise self.not_found(name, version)
+        if resp.status_code == 400 and "Token Authorization failed" in message:
+            hint = "the server has token authorisation on: pass its key_file.json (--token-file)."
+        where = f"{name}" + (f" {version}" if version else "")
+        details = _details(cursor, wait=resp.status_code >= 500)
+        raise PredictionError(
+            f"{where} answered HTTP {resp.status_code}: {message}",
+            hint or _hint(details + message, "check the input against what the handler expects."),
+            details=details,
+            status=resp.status_code,
+            body=payload,
+        )
+
+    def _manage(self, method: str, path: str, doing: str, *, allow: tuple[int, ...] = (), **kwargs):
+        """A management call; an answer that is neither 2xx nor in ``allow`` is a ServerError naming the step."""
+        resp = self.call(method, f"{self.management_url}{path}", "management", **kwargs)
+        if not resp.ok and resp.status_code not in allow:
+            raise ServerError(
+                f"{doing} failed: HTTP {resp.status_code} {error_body(resp)[0]}",
+                "check the server log (server.log_tail()).",
+            )
+        return resp
+
+    def versions(self, name: str) -> list[ModelStatus]:
+        """Every registered version of one model ([] when it is not registered)."""
+        resp = self._manage("GET", f"/models/{name}/all", f"Describing {name}", allow=(404,))
+        if resp.status_code == 404:
+            return []
+        default = self._manage("GET", f"/models/{name}", f"Describing {name}").json()
+        default_version = str(default[0]["modelVersion"]) if default else None
+        return [ModelStatus.from_describe(entry, default_version) for entry in resp.json()]
+
+    def not_found(self, name: str, version: str | None) -> ServerError:
+        served = "?"
+        if self.management_url:
+            served = ", ".join(f"{m.name} {m.version}" for m in self.models()) or "none"
+        what = f"{name!r}" + (f" version {version!r}" if version else "")
+        return ServerError(
+            f"No model {what} is registered on this server (registered: {served}).",
+            "register it first (server.register(...) or %ms_serve NAME); names are case-sensitive.",
+        )
+
+    # ------------------------------------------------------------------ transport
+    def call(self, method: str, url: str, kind: str, **kwargs):
+        """One authorised HTTP call (kind: inference, management or none)."""
+        if self._alive is not None and not self._alive():
+            raise ServerError("The local TorchServe is not running.", "start it with server.start() (or %ms_serve).")
+        return self._http.call(method, url, kind, **kwargs)
+
+    def log_cursor(self) -> LogCursor | None:
+        return LogCursor(self.log_dir) if self.log_dir else None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the worker log (model_log.log), else of TorchServe's own output."""
+        if self.log_dir is None:
+            return ""
+        text = tail(self.log_dir / "model_log.log", lines) or tail(self.log_dir / "java_stdout.log", lines)
+        return "\n".join(text)
+
+
+def _hint(message: str, default: str) -> str:
+    return next((hint for key, hint in HINTS.items() if key.lower() in message.lower()), default)
+
+
+def _details(cursor: LogCursor | None, wait: bool = True) -> str:
+    """The worker's traceback since ``cursor``; Java relays worker output a moment after answering."""
+    if cursor is None:
+        return ""
+    deadline = time.monotonic() + (1.0 if wait else 0.0)
+    details = cursor.details()
+    while not details and time.monotonic() < deadline:
+        time.sleep(0.05)
+        details = cursor.details()
+    return details

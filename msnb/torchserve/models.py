@@ -1,0 +1,107 @@
+"""What TorchServe says about models: their status, request bodies and answers, errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from msnb.errors import ServerError
+
+
+class PredictionError(ServerError):
+    """TorchServe answered a prediction with an error status; ``status`` and ``body`` are its answer."""
+
+    def __init__(
+        self, message: str, hint: str | None = None, details: str | None = None, *, status: int = 0, body: Any = None
+    ):
+        self.status = status
+        self.body = body
+        super().__init__(message, hint, details)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    id: str
+    status: str
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """One registered version of a model, as TorchServe describes it."""
+
+    name: str
+    version: str
+    is_default: bool
+    workers: tuple[WorkerStatus, ...]
+    url: str = ""
+    batch_size: int | None = None
+    max_batch_delay: int | None = None
+    response_timeout: int | None = None
+
+    @property
+    def ready(self) -> bool:
+        return any(w.status == "READY" for w in self.workers)
+
+    @classmethod
+    def from_describe(cls, entry: dict, default_version: str | None) -> "ModelStatus":
+        workers = tuple(
+            WorkerStatus(str(w.get("id")), str(w.get("status")), w.get("pid")) for w in entry.get("workers", [])
+        )
+        version = str(entry.get("modelVersion"))
+        return cls(
+            name=entry["modelName"],
+            version=version,
+            is_default=version == default_version,
+            workers=workers,
+            url=entry.get("modelUrl", ""),
+            batch_size=entry.get("batchSize"),
+            max_batch_delay=entry.get("maxBatchDelay"),
+            response_timeout=entry.get("responseTimeout"),
+        )
+
+
+def encode(data: Any) -> tuple[bytes, str]:
+    """Request body and content type: bytes and files as octet-stream, anything else as JSON."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data), "application/octet-stream"
+    if hasattr(data, "read"):
+        content = data.read()
+        return (content.encode() if isinstance(content, str) else content), "application/octet-stream"
+    try:
+        return json.dumps(data).encode(), "application/json"
+    except (TypeError, ValueError) as err:
+        raise ServerError(
+            f"Cannot send a {type(data).__name__} to the model: {err}.",
+            "pass JSON-able data (dicts, lists, numbers, strings; `.tolist()` for arrays and "
+            "tensors), bytes, or a file opened in binary mode.",
+        ) from None
+
+
+def decode(resp: requests.Response) -> Any:
+    """The answer's body: JSON decoded, text as str, anything else as bytes."""
+    ctype = resp.headers.get("content-type", "")
+    # TorchServe sends a handler's JSON-encoded answers without any content type.
+    if "json" in ctype or not ctype:
+        try:
+            return resp.json()
+        except ValueError:
+            return resp.content
+    if ctype.startswith("text/"):
+        return resp.text
+    return resp.content
+
+
+def error_body(resp: requests.Response) -> tuple[str, str | None, Any]:
+    """(message, hint, body) of an error answer: the handler's {"error", "hint"} or TorchServe's {"message"}."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip()[:500] or resp.reason, None, resp.content
+    if isinstance(body, dict):
+        message = body.get("error") or body.get("message") or json.dumps(body)[:500]
+        return str(message), body.get("hint"), body
+    return json.dumps(body)[:500], None, body

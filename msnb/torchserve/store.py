@@ -1,0 +1,65 @@
+"""A TorchServe model store: archives linked in under a per-version name, read back by their manifest."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+from msnb.errors import ServerError
+from msnb.files import link_or_copy, link_tree, remove
+
+MANIFEST = "MAR-INF/MANIFEST.json"
+
+
+def read_manifest(path: Path) -> tuple[str, str]:
+    """(modelName, modelVersion) of a .mar file or a no-archive model directory."""
+    try:
+        if path.is_dir():
+            manifest = json.loads((path / MANIFEST).read_text())
+        else:
+            with zipfile.ZipFile(path) as zf:
+                manifest = json.loads(zf.read(MANIFEST))
+        model = manifest["model"]
+        return model["modelName"], str(model.get("modelVersion", "1.0"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+        raise ServerError(
+            f"{path} is not a TorchServe model archive ({err.__class__.__name__}: {err}).",
+            "pass a .mar built by torch-model-archiver or msnb.build(), or a no-archive model "
+            "folder with MAR-INF/MANIFEST.json.",
+        ) from None
+
+
+def safe_name(name: str, version: str) -> str:
+    """The store entry of one model version (a file or folder name TorchServe can take as a url)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}-v{version}")
+
+
+class ModelStore:
+    """The folder a TorchServe registers archives from."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def entry(self, name: str, version: str) -> Path:
+        """Where a no-archive model folder of ``name`` ``version`` goes (build straight into it)."""
+        return self.root / safe_name(name, version)
+
+    def place(self, src: Path, name: str, version: str) -> str:
+        """Link (or copy) the archive of ``name`` ``version`` into the store; returns the url to register it by."""
+        src = Path(src).resolve()
+        if src.parent == self.root.resolve():
+            return src.name
+        target = self.root / (f"{safe_name(name, version)}.mar" if src.is_file() else safe_name(name, version))
+        remove(target)
+        if src.is_dir():
+            link_tree(src, target)
+        else:
+            link_or_copy(src, target)
+        return target.name
+
+    def remove(self, url: str) -> None:
+        """Delete an entry this store holds (a url naming anything else is left alone)."""
+        if url and "/" not in url:
+            remove(self.root / url)

@@ -1,0 +1,281 @@
+"""What the test tiers share, as a plain module (never imported from a conftest): tiny handler sources
+(no model downloads: each builds its own model), archives built by the real archiver CLI, a bounded poll,
+the processes a server leaves, notebooks for the export tier, and the widget's fake actions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import nbformat
+import psutil
+import torch
+
+from msnb.errors import MsnbError
+from msnb.widget.controller import Actions
+from msnb.widget.devices import Device, Inventory
+
+MLP_CLASS = textwrap.dedent(
+    """
+    class MLP(torch.nn.Module):
+        def __init__(self, hidden=8):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(4, hidden)
+            self.fc2 = torch.nn.Linear(hidden, 3)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+    """
+)
+
+
+def mlp_class(name: str = "MLP") -> str:
+    """The source of a tiny 4 -> hidden -> 3 MLP class called ``name`` (it needs ``torch`` imported)."""
+    return MLP_CLASS.replace("class MLP(", f"class {name}(")
+
+
+MLP_SOURCE = (
+    "\nimport torch\n"
+    + MLP_CLASS
+    + textwrap.dedent(
+        """
+    def init_function(hidden=8):
+        torch.manual_seed(0)
+        return MLP(hidden)
+
+    def preprocess(sample):
+        if not isinstance(sample, dict) or "x" not in sample:
+            raise ValueError("expected a JSON object with key 'x' (4 numbers)")
+        values = torch.tensor(sample["x"], dtype=torch.float32)
+        if values.shape != (4,):
+            raise ValueError(f"'x' must hold 4 numbers, got shape {tuple(values.shape)}")
+        return values
+
+    def postprocess(output):
+        return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
+    """
+    )
+)
+
+
+ARCHIVER = Path(sys.executable).parent / "torch-model-archiver"
+
+ECHO = textwrap.dedent(
+    """
+    import os
+    import time
+
+    def handle(data, context):
+        if data is None:
+            print("echo handler loaded")
+            return None
+        out = []
+        for idx, request in enumerate(data):
+            body = request.get("body") if request.get("body") is not None else request.get("data")
+            if isinstance(body, (bytes, bytearray)):
+                out.append(bytes(body[::-1]))
+                continue
+            if isinstance(body, dict) and body.get("die"):
+                os._exit(3)
+            if isinstance(body, dict) and "sleep" in body:
+                time.sleep(body["sleep"])
+            if isinstance(body, dict) and body.get("reject"):
+                context.set_response_status(422, "Unprocessable", idx)
+                out.append({"error": "sample rejected: 'reject' is set", "hint": "drop the 'reject' key"})
+                continue
+            out.append({"echo": body, "batch": len(data)})
+        return out
+    """
+)
+
+BROKEN_INIT = textwrap.dedent(
+    """
+    def load_weights():
+        raise ValueError("user error 42: weights do not match")
+
+    def handle(data, context):
+        if data is None:
+            load_weights()
+        return [None for _ in data]
+    """
+)
+
+IMPORT_ERROR = "import msnb_no_such_module_xyz\n\ndef handle(data, context):\n    return None\n"
+
+
+def build_mar(
+    directory: Path, name: str, source: str, *, version: str = "1.0", requirements: list[str] | None = None
+) -> Path:
+    """A .mar built by the torch-model-archiver CLI from a one-module handler."""
+    directory.mkdir(parents=True, exist_ok=True)
+    handler = directory / f"{name}_handler.py"
+    handler.write_text(source)
+    cmd = [
+        str(ARCHIVER),
+        "--model-name",
+        name,
+        "--version",
+        version,
+        "--handler",
+        str(handler),
+        "--export-path",
+        str(directory),
+        "-f",
+    ]
+    if requirements:
+        req = directory / f"{name}_requirements.txt"
+        req.write_text("\n".join(requirements) + "\n")
+        cmd += ["--requirements-file", str(req)]
+    # The archiver stages in $TMPDIR/<model-name>/: a private TMPDIR keeps parallel builds apart.
+    env = {**os.environ, "TMPDIR": str(directory)}
+    subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=120)
+    return directory / f"{name}.mar"
+
+
+def processes_naming(path: Path) -> list[psutil.Process]:
+    """Every live process whose command line mentions ``path`` (Java, workers, launcher)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(str(path) in part for part in (proc.info["cmdline"] or ())):
+            found.append(proc)
+    return found
+
+
+def poll(
+    condition: Callable[[], Any],
+    timeout: float,
+    what: str = "",
+    interval: float = 0.1,
+    log: Callable[[], str] | None = None,
+) -> Any:
+    """Call ``condition`` until it returns something truthy (returned) or ``timeout`` seconds pass.
+
+    With ``what`` a timeout fails the test naming it (and ``log()``); without, the last value is returned.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            break
+        time.sleep(interval)
+    if not value and what:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f"\n{log()}" if log else ""))
+    return value
+
+
+# ---------------------------------------------------------------- notebooks for the export and CLI tiers
+IMPORTS = "import torch\n"
+NET = mlp_class("Net")
+BODY = textwrap.dedent("""
+    import torch
+
+    def init_function(hidden=8):
+        return Net(hidden)
+
+    def preprocess(sample):
+        return torch.tensor(sample["x"], dtype=torch.float32)
+
+    def postprocess(output):
+        return {"label": int(output.argmax()), "scores": [round(float(v), 4) for v in output]}
+""")
+EXAMPLE = '{"x": [1, 2, 3, 4]}'
+
+
+def handler(name: str, options: str = "", body: str = BODY) -> str:
+    return f"%%ms_handler {name} --checkpoint weights.pt --example '{EXAMPLE}' {options}".rstrip() + "\n" + body
+
+
+def make_notebook(folder: Path, *cells: str, name: str = "demo.ipynb", weights: bool = True) -> Path:
+    """A notebook of code cells ("# md: ..." makes a markdown cell) plus weights.pt for Net beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(c[6:]) if c.startswith("# md: ") else nbformat.v4.new_code_cell(c) for c in cells
+    ]
+    path = folder / name
+    nbformat.write(nb, str(path))
+    if weights:
+        torch.manual_seed(3)
+        namespace: dict = {"torch": torch}
+        exec(NET, namespace)
+        torch.save(namespace["Net"]().state_dict(), folder / "weights.pt")
+    return path
+
+
+def standard(folder: Path, *handlers: str, **kw) -> Path:
+    return make_notebook(folder, "# md: # A demo", IMPORTS, NET, *(handlers or (handler("mlp"),)), **kw)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    """`msnb ARGV...` in-process: (exit code, stdout, stderr)."""
+    from msnb.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------- the widget with fake actions
+CPU_ONLY = Inventory((Device("auto", "auto"), Device("cpu", "CPU")), "No GPU found by NVML: the model runs on CPU.")
+ONE_GPU = Inventory((Device("auto", "auto"), Device("gpu:0", "GPU 0: T4", 0, 15360, 15000), Device("cpu", "CPU")))
+
+
+class FakeSession:
+    """Records what the buttons asked for; ``alive`` is the fake server's state, ``gate`` can hold an action."""
+
+    def __init__(self, spec):
+        self.specs, self.calls, self.alive = {spec.name: spec}, [], False
+        self.gate: threading.Event | None = None
+        self.fail: Exception | None = None
+
+    def actions(self) -> Actions:
+        return Actions(
+            get=self.get,
+            test=self.record("test"),
+            build=self.record("build"),
+            serve=self.record("serve"),
+            predict=self.record("predict"),
+            stop=self.record("stop"),
+            server_state=lambda: (self.alive, "pid 4242, workdir /tmp/msnb-server-x" if self.alive else "none"),
+            log_tail=lambda: "2024 WORKER died: java.lang.OutOfMemoryError",
+        )
+
+    def get(self, name):
+        if name not in self.specs:
+            raise MsnbError(f"No handler named {name!r}.", "run its %%ms_handler cell first.")
+        return self.specs[name]
+
+    def record(self, action):
+        def run(*args):
+            self.calls.append((action, args))
+            if self.gate is not None:
+                assert self.gate.wait(10)
+            if self.fail is not None:
+                raise self.fail
+            if action == "serve":
+                args[1]("registering", 0.5)
+                self.alive = True
+            if action == "stop":
+                self.alive = False
+            return {
+                "test": [{"label": 1}],
+                "build": "model_store/mlp.mar",
+                "serve": SimpleNamespace(),
+                "predict": {"label": 2, "scores": [0.1, 0.9]},
+                "stop": None,
+            }[action]
+
+        return run
+
+    def names(self):
+        return [c[0] for c in self.calls]
