@@ -19,11 +19,14 @@ _LAZY = {
 }
 
 
-def test_handler(name_or_spec: str | HandlerSpec, samples: list | None = None) -> list:
-    """Run a handler in-process (no server) on ``samples``; returns one answer per sample."""
+def test_handler(name_or_spec: str | HandlerSpec, samples: list | None = None, *, explain: bool = False) -> list:
+    """Run a handler in-process (no server) on ``samples``; returns one answer per sample.
+
+    ``explain=True`` asks for explanations instead (the ``explain`` role, or Captum's Integrated Gradients).
+    """
     from msnb.session import current
 
-    return current().test(name_or_spec, samples)
+    return current().test(name_or_spec, samples, explain=explain)
 
 
 test_handler.__test__ = False  # not a pytest test

@@ -91,7 +91,7 @@ class LoadedHandler:
 
     @contextlib.contextmanager
     def _capturing(self):
-        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate")]
+        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate", "msnb_explain")]
         saved = [lg.propagate for lg in loggers]
         for lg in loggers:
             lg.addHandler(self.log)
@@ -103,10 +103,15 @@ class LoadedHandler:
                 lg.removeHandler(self.log)
                 lg.propagate = prop
 
-    def run(self, samples: Iterable[Any]) -> list[Answer]:
-        """Send ``samples`` as ONE batch, each decoded the way TorchServe decodes a request body."""
+    def run(self, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
+        """Send ``samples`` as ONE batch, each decoded the way TorchServe decodes a request body.
+
+        ``explain`` marks the requests sent to ``/explanations`` (all, or one flag per sample), with the
+        request header TorchServe sets.
+        """
         batch = [{"body": _as_request_body(s)} for s in samples]
-        self.context.request_processor = [RequestProcessor({}) for _ in batch]
+        flags = [explain] * len(batch) if isinstance(explain, bool) else list(explain)
+        self.context.request_processor = [RequestProcessor({"explain": str(bool(f))}) for f in flags]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
         with self._capturing():
             out = self.module.handle(batch, self.context)
@@ -118,15 +123,18 @@ class LoadedHandler:
         return [Answer(self.context.get_response_status(i)[0], _as_response(o)) for i, o in enumerate(out)]
 
 
-def run_handler(spec: HandlerSpec, samples: Iterable[Any]) -> list[Answer]:
-    """Stage ``spec`` in a temp dir, load it, and answer ``samples`` as one batch."""
-    answers, _ = _run_staged(spec, list(samples))
+def run_handler(spec: HandlerSpec, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
+    """Stage ``spec`` in a temp dir, load it, and answer ``samples`` as one batch (``explain``: see ``run``)."""
+    answers, _ = _run_staged(spec, list(samples), explain)
     return answers
 
 
-def predict_in_process(spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True) -> list[Any]:
-    """The answers (bodies) the server would give for ``samples``; a failed sample raises by default."""
-    answers, log = _run_staged(spec, list(samples))
+def predict_in_process(
+    spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True, explain: bool = False
+) -> list[Any]:
+    """The answers (bodies) the server would give for ``samples`` (explanations with ``explain``);
+    a failed sample raises by default."""
+    answers, log = _run_staged(spec, list(samples), explain)
     if raise_on_error:
         _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
     return [a.body for a in answers]
@@ -144,11 +152,13 @@ def validate(spec: HandlerSpec) -> None:
     )
 
 
-def _run_staged(spec: HandlerSpec, samples: list[Any]) -> tuple[list[Answer], list[str]]:
+def _run_staged(
+    spec: HandlerSpec, samples: list[Any], explain: bool | Iterable[bool] = False
+) -> tuple[list[Answer], list[str]]:
     with tempfile.TemporaryDirectory(prefix="msnb-test-") as tmp:
         handler = LoadedHandler(spec, stage(spec, Path(tmp) / "model", temporary=True))
         try:
-            answers = handler.run(samples) if samples else []
+            answers = handler.run(samples, explain) if samples else []
         finally:
             handler.close()
         return answers, handler.log.lines

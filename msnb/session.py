@@ -51,8 +51,11 @@ class Session:
             ) from None
 
     # ------------------------------------------------------------ steps
-    def test(self, name_or_spec: str | HandlerSpec, samples: Iterable[Any] | None = None) -> list[Any]:
-        """Run the rendered handler in-process on ``samples`` (default: the spec's example)."""
+    def test(
+        self, name_or_spec: str | HandlerSpec, samples: Iterable[Any] | None = None, *, explain: bool = False
+    ) -> list[Any]:
+        """Run the rendered handler in-process on ``samples`` (default: the spec's example); ``explain``
+        asks for explanations, as ``/explanations`` does."""
         spec = self.get(name_or_spec)
         if samples is None:
             if spec.example is None:
@@ -61,7 +64,7 @@ class Session:
                     "pass --data '<json>' (or samples=[...]), or give the handler --example.",
                 )
             samples = [spec.example]
-        return localtest.predict_in_process(spec, samples)
+        return localtest.predict_in_process(spec, samples, explain=explain)
 
     def build(
         self,
@@ -113,8 +116,8 @@ class Session:
         report("ready", 1.0)
         return server
 
-    def predict(self, name: str, data: Any = None, version: str | None = None) -> Any:
-        """Ask the local server; ``data`` None sends the handler's example."""
+    def predict(self, name: str, data: Any = None, version: str | None = None, *, explain: bool = False) -> Any:
+        """Ask the local server (``/explanations`` with ``explain``); ``data`` None sends the handler's example."""
         if data is None:
             data = self.get(name).example
             if data is None:
@@ -132,7 +135,13 @@ class Session:
                 f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
                 f"run %ms_serve {name} first.",
             )
+        if explain:
+            return server.explain(name, data, version=version)
         return server.predict(name, data, version=version)
+
+    def explain(self, name: str, data: Any = None, version: str | None = None) -> Any:
+        """Ask the local server's ``/explanations`` for the attributions of ``data`` (default: the example)."""
+        return self.predict(name, data, version, explain=True)
 
     def stop(self) -> None:
         if self._server is not None:

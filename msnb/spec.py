@@ -23,15 +23,21 @@ ROLES: dict[str, tuple[str, int | None]] = {
     "postprocess": ("postprocess_function", 1),
     "install_packages": ("install_packages", 0),
     "unpack_dependencies": ("unpack_dependencies", 0),
+    "explain": ("explain_function", 2),
 }
 # Aliases a user may write instead of the role name (the model-servers helper spelling).
-ROLE_ALIASES = {"preprocess_function": "preprocess", "postprocess_function": "postprocess"}
+ROLE_ALIASES = {
+    "preprocess_function": "preprocess",
+    "postprocess_function": "postprocess",
+    "explain_function": "explain",
+}
 SIGNATURES = {
     "init_function": "def init_function(**kwargs) -> torch.nn.Module",
     "preprocess": "def preprocess(sample)",
     "postprocess": "def postprocess(output)",
     "install_packages": "def install_packages()",
     "unpack_dependencies": "def unpack_dependencies()",
+    "explain": "def explain(model, model_input) (or explain(model, model_input, target=None))",
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
 

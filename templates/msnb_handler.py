@@ -19,6 +19,7 @@ import torch
 
 try:
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from msnb_explain import Explainer, ExplainError, wants_explanation
     from msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -30,6 +31,7 @@ try:
     )
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from .msnb_explain import Explainer, ExplainError, wants_explanation
     from .msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -46,6 +48,7 @@ HINTS = {
     "preprocess": "the request body does not fit preprocess(sample); compare the payload with what preprocess expects.",
     "inference": "the model's forward failed on this sample; check the preprocessed input's shape and dtype.",
     "postprocess": "postprocess(output) raised; run it in the notebook on this sample's model output.",
+    "explain": "explain(model, model_input) raised; call it in the notebook on this sample's preprocessed input.",
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
     "values are converted for you) or a whole str/bytes answer.",
 }
@@ -158,6 +161,7 @@ class BatchHandler:
         install_packages: Callable | None = None,
         unpack_dependencies: Callable | None = None,
         init_kwargs: dict | None = None,
+        explain_function: Callable | None = None,
     ):
         if not callable(init_function):
             raise TypeError(f"init_function must be callable, got {type(init_function).__name__}")
@@ -170,6 +174,7 @@ class BatchHandler:
         self.device: torch.device | None = None
         self.memory_fraction: float | None = None
         self.metrics = MetricsWindow()
+        self.explainer = Explainer(explain_function)
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
@@ -259,10 +264,15 @@ class BatchHandler:
             except Exception as err:
                 answers[idx] = self._error(idx, "preprocess", err)
         marks.append(time.perf_counter())
-        outputs = self._forward(inputs)
+        asked = {idx for idx in inputs if wants_explanation(context, idx)}
+        outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in asked})
+        bodies = {idx: request_body(data[idx]) for idx in asked}
+        explained = self.explainer.explain(self.model, self.device, {idx: inputs[idx] for idx in asked}, bodies)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
             answers[idx] = self._answer(idx, output)
+        for idx, explanation in explained.items():
+            answers[idx] = self._explanation(idx, explanation)
         marks.append(time.perf_counter())
         _set_statuses(context, answers)
         stages = ("preprocess", "inference", "postprocess")
@@ -303,6 +313,15 @@ class BatchHandler:
             result = self.postprocess(output)
         except Exception as err:
             return self._error(idx, "postprocess", err)
+        return self._serialisable(idx, result)
+
+    def _explanation(self, idx: int, explanation: Any) -> Any:
+        """An explanation goes out as it is (JSON-safe); postprocess is for predictions only."""
+        if isinstance(explanation, Exception):
+            return self._error(idx, "explain", explanation)
+        return self._serialisable(idx, explanation)
+
+    def _serialisable(self, idx: int, result: Any) -> Any:
         if isinstance(result, (bytes, bytearray, str)):
             return result
         result = json_safe(result)
@@ -315,10 +334,9 @@ class BatchHandler:
     def _error(self, idx: int, stage: str, err: BaseException) -> dict:
         logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
         message = f"{type(err).__name__}: {err}"[:2000]
-        answer = _ErrorAnswer(
-            error=f"{stage} failed: {message}", hint=HINTS[stage], stage=stage, type=type(err).__name__
-        )
-        answer.status = 400 if stage == "preprocess" else 500
+        hint = err.hint if isinstance(err, ExplainError) else HINTS[stage]
+        answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=hint, stage=stage, type=type(err).__name__)
+        answer.status = err.status if isinstance(err, ExplainError) else 400 if stage == "preprocess" else 500
         return answer
 
 
@@ -328,11 +346,18 @@ def handler_factory(
     postprocess_function: Callable | None = None,
     install_packages: Callable | None = None,
     unpack_dependencies: Callable | None = None,
+    explain_function: Callable | None = None,
     **init_kwargs: Any,
 ) -> BatchHandler:
     """The ``handle`` callable for one model: ``handle(None, context)`` loads, ``handle(batch, context)`` answers."""
     return BatchHandler(
-        init_function, preprocess_function, postprocess_function, install_packages, unpack_dependencies, init_kwargs
+        init_function,
+        preprocess_function,
+        postprocess_function,
+        install_packages,
+        unpack_dependencies,
+        init_kwargs,
+        explain_function,
     )
 
 
