@@ -1,4 +1,4 @@
-"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/stop/status/widget): thin layers over msnb.session."""
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/stop/status/widget): thin over msnb.session."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from IPython.display import display
 from msnb import display as views
 from msnb import options
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
+from msnb.attributions import Explanation
 from msnb.errors import MsnbError
 from msnb.session import current
 from msnb.spec import HandlerSpec, Origin
@@ -79,11 +80,13 @@ class MsnbMagics(Magics):
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
     def ms_test(self, line: str) -> Any:
-        """%ms_test NAME [--data ...]: run the generated handler in-process (no server) and return its answer."""
+        """%ms_test NAME [--data ...] [--explain]: run the generated handler in-process (no server); returns its answer."""
         args = parse_argstring(self.ms_test, line)
         samples = None if args.data is None else [self._data(args.data)]
-        return current().test(args.name, samples)[0]
+        answer = current().test(args.name, samples, explain=args.explain)[0]
+        return Explanation(answer) if args.explain else answer
 
     @line_magic
     @_shows_errors
@@ -135,6 +138,19 @@ class MsnbMagics(Magics):
         args = parse_argstring(self.ms_predict, line)
         data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
         return current().predict(args.name, data, version=args.version)
+
+    @line_magic
+    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--version", help="a model version (default: the served one)")
+    def ms_explain(self, line: str) -> Explanation:
+        """%ms_explain NAME [--data ...] [--version V]: ask the local TorchServe's /explanations; shows the
+        attributions as bars (``.answer`` holds the data). Without an ``explain`` role: Integrated Gradients."""
+        args = parse_argstring(self.ms_explain, line)
+        data = self._data(args.data) if args.data is not None else None
+        return Explanation(current().explain(args.name, data, version=args.version))
 
     @line_magic
     @_shows_errors

@@ -123,7 +123,9 @@ def _targets(output: Any, requested: list) -> torch.Tensor | None:
         )
     if output.dim() == 1:
         if any(t is not None for t in requested):
-            raise ExplainError("The model has one output per sample: a 'target' class makes no sense.", "drop 'target'.")
+            raise ExplainError(
+                "The model has one output per sample: a 'target' class makes no sense.", "drop 'target'."
+            )
         return None
     predicted = output.argmax(-1).tolist()
     chosen = [p if t is None else t for p, t in zip(predicted, requested)]
@@ -165,7 +167,9 @@ def request_target(body: Any) -> int | None:
         return None
     target = body["target"]
     if isinstance(target, bool) or not isinstance(target, int) or target < 0:
-        raise ExplainError(f"'target' must be a class index (an integer >= 0), got {target!r}.", "send e.g. 'target': 1.")
+        raise ExplainError(
+            f"'target' must be a class index (an integer >= 0), got {target!r}.", "send e.g. 'target': 1."
+        )
     return target
 
 

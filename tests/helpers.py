@@ -248,6 +248,7 @@ class FakeSession:
             stop=self.record("stop"),
             server_state=lambda: (self.alive, "pid 4242, workdir /tmp/msnb-server-x" if self.alive else "none"),
             log_tail=lambda: "2024 WORKER died: java.lang.OutOfMemoryError",
+            explain=self.record("explain"),
         )
 
     def get(self, name):
@@ -272,6 +273,7 @@ class FakeSession:
                 "build": "model_store/mlp.mar",
                 "serve": SimpleNamespace(),
                 "predict": {"label": 2, "scores": [0.1, 0.9]},
+                "explain": {"method": "integrated_gradients", "target": 2, "attributions": [0.5, -0.25, 0.0, 1.0]},
                 "stop": None,
             }[action]
 

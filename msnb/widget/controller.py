@@ -7,17 +7,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from msnb.attributions import bars_html
 from msnb.errors import MsnbError
 from msnb.widget import form
 from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
 from msnb.widget.form import FieldError
 
-BUTTONS = ("test", "build", "serve", "predict", "stop")
+BUTTONS = ("test", "build", "serve", "predict", "explain", "stop")
 BUSY = {
     "test": "testing in-process",
     "build": "building the archive",
     "serve": "starting/registering on TorchServe",
     "predict": "sending the prediction",
+    "explain": "computing the explanation on the server",
     "stop": "stopping the server",
 }
 
@@ -34,6 +36,7 @@ class Actions:
     stop: Callable[[], None]
     server_state: Callable[[], tuple[bool, str]]  # (running, one line: pid, url, workdir)
     log_tail: Callable[[], str]  # the server's recent log lines
+    explain: Callable[[str, Any], Any] | None = None  # (name, data) -> explanation; None: no Explain action
 
     @classmethod
     def from_session(cls, session: Any = None) -> "Actions":
@@ -51,6 +54,7 @@ class Actions:
             stop=session.stop,
             server_state=lambda: _server_state(session.server(create=False)),
             log_tail=lambda: _log_tail(session.server(create=False)),
+            explain=session.explain,
         )
 
 
@@ -72,6 +76,7 @@ class Controller:
         self.progress: tuple[str, float] = ("", 0.0)
         self.log: list[str] = []
         self.result, self.result_ok = "", True
+        self.chart = ""  # the last explanation's attributions as HTML (bars or a heat strip)
         self._lock = threading.Lock()
         if name:
             self.values["name"] = name
@@ -101,6 +106,7 @@ class Controller:
             "build": idle,
             "serve": idle,
             "predict": idle and served,
+            "explain": idle and served and self.actions.explain is not None,
             "stop": idle and (served or self.actions.server_state()[0]),
         }
 
@@ -192,9 +198,18 @@ class Controller:
         return f"Serving {spec.name!r}. {line}"
 
     def _do_predict(self, parsed: dict[str, Any]) -> str:
+        return form.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
+
+    def _do_explain(self, parsed: dict[str, Any]) -> str:
+        answer = self._ask_server(self.actions.explain, parsed["payload"])
+        self.chart = bars_html(answer)
+        return form.pretty(answer)
+
+    def _ask_server(self, ask: Callable[[str, Any], Any], payload: Any) -> Any:
+        """The served model's answer to ``payload``; a server that died after Serve says so."""
         if self.actions.server_state()[0]:
             try:
-                return form.pretty(self.actions.predict(self.served, parsed["payload"]))
+                return ask(self.served, payload)
             except MsnbError:
                 if self.actions.server_state()[0]:
                     raise  # the server is up: its own error (bad input, handler failure) says more
@@ -221,15 +236,17 @@ class Controller:
 
     def _set_result(self, text: str, ok: bool) -> None:
         self.result, self.result_ok = text, ok
+        if self.running != "explain" or not ok:
+            self.chart = ""
 
     def _finish_error(self, err: MsnbError) -> None:
         text = err.message + (f"\nHint: {err.hint}" if err.hint else "")
         self._set_result(text, ok=False)
         self._log(f"error: {err.message}")
-        details = err.details or (self._tail() if self.running in ("serve", "predict") else "")
+        details = err.details or (self._tail() if self.running in ("serve", "predict", "explain") else "")
         if details:
             self._log(details)
-        if self.running == "predict" and not self.actions.server_state()[0]:
+        if self.running in ("predict", "explain") and not self.actions.server_state()[0]:
             self.served = None
         self.progress = ("failed", self.progress[1])
 

@@ -25,9 +25,10 @@ FIELDS_FOR = {
     "build": SPEC_FIELDS + ("export_path", "format"),
     "serve": SPEC_FIELDS,
     "predict": ("payload",),
+    "explain": ("payload",),
     "stop": (),
 }
-REQUIRED = {"predict": ("payload",)}
+REQUIRED = {"predict": ("payload",), "explain": ("payload",)}
 INT_MINIMUM = {k: v for k, v in INT_OPTIONS.items() if k != "max_gpu_memory"}
 # The build dropdown: (label, archive format) for the formats a person builds by hand.
 FORMATS = tuple((f"{f.name} ({f.help})", f.name) for f in ARCHIVE_FORMATS.values() if f.name != SERVE_FORMAT)

@@ -26,7 +26,7 @@ LOG_LINES = 40  # the log area shows the newest lines; the controller keeps 200
 
 
 class BuildWidget(widgets.VBox):
-    """Fields prefilled from the ``%%ms_handler`` spec ``name``; Test / Build / Serve / Predict / Stop."""
+    """Fields prefilled from the ``%%ms_handler`` spec ``name``; Test / Build / Serve / Predict / Explain / Stop."""
 
     def __init__(
         self, name: str | None = None, *, actions: Actions | None = None, devices: Inventory | None = None, **kwargs
@@ -43,6 +43,7 @@ class BuildWidget(widgets.VBox):
         ).add_class("msnb-progress")
         self.step, self.status = _html("msnb-step"), _html("msnb-status")
         self.result, self.log_view = _html("msnb-result"), _html("msnb-log")
+        self.chart = _html("msnb-chart")  # Explain's attributions as bars
         note = _html("msnb-device-note", html.escape(inventory.note or ""))
         rows = [widgets.VBox([self.fields[f], self.field_errors[f]]) for f in LABELS]
         rows.insert(list(LABELS).index("device") + 1, note)
@@ -56,6 +57,7 @@ class BuildWidget(widgets.VBox):
                 self.status,
                 widgets.HTML("<b>Result</b>"),
                 self.result,
+                self.chart,
                 widgets.HTML("<b>Log</b>"),
                 self.log_view,
             ],
@@ -111,6 +113,7 @@ class BuildWidget(widgets.VBox):
             self.step.value = html.escape(step)
             self.status.value = html.escape(c.status)
             self.result.value = _pre(c.result, "#1b5e20" if c.result_ok else "#b71c1c")
+            self.chart.value = c.chart
             self.log_view.value = _pre("\n".join(c.log[-LOG_LINES:]), "#333")
 
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import CPU_ONLY, ONE_GPU, FakeSession
 
 from msnb.errors import ServerError
-from msnb.widget.controller import Controller
+from msnb.widget.controller import BUTTONS, Controller
 
 
 @pytest.fixture
@@ -123,13 +123,39 @@ def test_build_format_and_folder(fake):
 
 def test_predict_needs_a_served_model_and_stop_clears_it(fake):
     c = make(fake)
-    assert c.enabled() == {"test": True, "build": True, "serve": True, "predict": False, "stop": False}
+    assert c.enabled() == {
+        "test": True,
+        "build": True,
+        "serve": True,
+        "predict": False,
+        "explain": False,
+        "stop": False,
+    }
     assert c.run("serve") and c.enabled()["predict"] and c.enabled()["stop"]
     assert "pid 4242" in c.status and "registering" in "\n".join(c.log)
     c.set("payload", '{"x": [0, 0, 0, 1]}')
     assert c.run("predict") and fake.calls[-1][1] == ("mlp", {"x": [0, 0, 0, 1]})
     assert '"scores": [\n    0.1,' in c.result
     assert c.run("stop") and not c.enabled()["predict"] and not c.enabled()["stop"]
+
+
+def test_explain_shows_the_attributions_as_bars_once_served(fake):
+    c = make(fake)
+    assert not c.enabled()["explain"]
+    assert c.run("serve") and c.enabled()["explain"]
+    assert c.run("explain") and fake.calls[-1] == ("explain", ("mlp", {"x": [1, 2, 3, 4]}))
+    assert '"attributions"' in c.result and c.chart.count("msnb-attributions") == 1
+    assert c.chart.count("width:160px;background:#1b5e20") == 1  # the largest attribution fills the bar
+    assert "background:#b71c1c" in c.chart and "target 2" in c.chart
+    assert c.run("predict") and c.chart == ""  # a prediction replaces the chart
+
+
+def test_an_explain_error_shows_its_hint_and_no_chart(fake):
+    c = make(fake)
+    assert c.run("serve")
+    fake.fail = ServerError("mlp answered HTTP 400: explain failed", "define `def explain(model, model_input)`")
+    assert not c.run("explain")
+    assert "HTTP 400" in c.result and "Hint: define `def explain" in c.result and c.chart == ""
 
 
 def test_predict_with_an_empty_request_box_is_a_field_error(fake):
@@ -155,7 +181,7 @@ def test_every_button_is_disabled_while_an_action_runs(fake):
     job = c.prepare("serve")
     worker = threading.Thread(target=job)
     worker.start()
-    assert c.enabled() == dict.fromkeys(["test", "build", "serve", "predict", "stop"], False)
+    assert c.enabled() == dict.fromkeys(BUTTONS, False)
     assert c.prepare("predict") is None and "Busy starting/registering" in c.status
     fake.gate.set()
     worker.join(10)
