@@ -66,6 +66,45 @@ MLP_SOURCE = (
 )
 
 
+# MLP_SOURCE with an explain role (gradient x input), and a token-id model Integrated Gradients cannot explain.
+CUSTOM_EXPLAIN = (
+    MLP_SOURCE
+    + '''
+
+def explain(model, model_input, target=None):
+    """Gradient x input: needs autograd inside the handler's explain path."""
+    x = model_input.unsqueeze(0).requires_grad_()
+    out = model(x)[0]
+    out[out.argmax() if target is None else target].backward()
+    return {"custom": True, "target": target, "attributions": (x.grad * x)[0].tolist()}
+'''
+)
+TOKENS_SOURCE = """
+import torch
+
+class Bag(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.EmbeddingBag(10, 3)
+
+    def forward(self, ids):
+        return self.embedding(ids)
+
+def init_function():
+    return Bag()
+
+def preprocess(sample):
+    return torch.tensor(sample["ids"])  # token ids: int64
+"""
+
+
+def mlp_model(hidden: int = 8) -> torch.nn.Module:
+    """MLP_SOURCE's model, built here independently (its init_function seeds the weights): a reference."""
+    namespace: dict = {}
+    exec(MLP_SOURCE, namespace)
+    return namespace["init_function"](hidden=hidden).eval()
+
+
 ARCHIVER = Path(sys.executable).parent / "torch-model-archiver"
 
 ECHO = textwrap.dedent(

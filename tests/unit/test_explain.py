@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from helpers import MLP_SOURCE
+from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model
 
 import msnb
 from msnb import localtest
@@ -16,49 +16,14 @@ from msnb.spec import spec_from_source
 
 X = [0.5, -1.0, 2.0, 0.1]
 
-CUSTOM = (
-    MLP_SOURCE
-    + '''
-
-def explain(model, model_input, target=None):
-    """Gradient x input: needs autograd inside the handler's explain path."""
-    x = model_input.unsqueeze(0).requires_grad_()
-    out = model(x)[0]
-    out[out.argmax() if target is None else target].backward()
-    return {"custom": True, "target": target, "attributions": (x.grad * x)[0].tolist()}
-'''
-)
-TOKENS = """
-import torch
-
-class Bag(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embedding = torch.nn.EmbeddingBag(10, 3)
-
-    def forward(self, ids):
-        return self.embedding(ids)
-
-def init_function():
-    return Bag()
-
-def preprocess(sample):
-    return torch.tensor(sample["ids"])  # token ids: int64
-"""
 DICT_INPUT = MLP_SOURCE.replace("return values\n", 'return {"x": values}\n').replace(
     "return self.fc2(torch.relu(self.fc1(x)))", 'return self.fc2(torch.relu(self.fc1(x["x"])))'
 )
 
 
-def reference_model() -> torch.nn.Module:
-    """The handler's model, built here independently from the same source (seeded weights)."""
-    namespace: dict = {}
-    exec(MLP_SOURCE, namespace)
-    return namespace["init_function"](hidden=8).eval()
-
-
 def outputs(x: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    model = reference_model()
+    """F(x) and F(baseline) of the handler's model, computed here independently."""
+    model = mlp_model()
     with torch.no_grad():
         tensor = torch.tensor([x])
         return model(tensor)[0], model(torch.zeros_like(tensor))[0]
@@ -112,7 +77,7 @@ def test_one_unexplainable_sample_fails_alone(mlp_spec):
 @pytest.mark.parametrize(
     "source, says",
     [
-        (TOKENS, "needs floating-point inputs; preprocess returned a torch.int64 tensor"),
+        (TOKENS_SOURCE, "needs floating-point inputs; preprocess returned a torch.int64 tensor"),
         (DICT_INPUT, "returned a dict"),
     ],
 )
@@ -128,11 +93,11 @@ def test_an_input_integrated_gradients_cannot_explain_asks_for_an_explain_role(s
 
 
 def test_a_custom_explain_role_is_used_with_autograd_and_the_target():
-    spec = spec_from_source("custom", CUSTOM)
+    spec = spec_from_source("custom", CUSTOM_EXPLAIN)
     assert spec.roles["explain"] == "explain"
     answers = msnb.test_handler(spec, [{"x": X}, {"x": X, "target": 1}], explain=True)
     assert [a["custom"] for a in answers] == [True, True] and [a["target"] for a in answers] == [None, 1]
-    model, x = reference_model(), torch.tensor(X, requires_grad=True)
+    model, x = mlp_model(), torch.tensor(X, requires_grad=True)
     model(x)[1].backward()
     assert answers[1]["attributions"] == pytest.approx((x.grad * x).tolist(), abs=1e-6)
     assert "label" in msnb.test_handler(spec, [{"x": X}])[0]  # predictions ignore the role
