@@ -143,6 +143,38 @@ def test_ms_test_with_a_bad_sample_shows_the_error_not_a_traceback(ip):
     assert value is None and "Hint:" in out and "Traceback (most recent call last)" not in out.split("Hint:")[0]
 
 
+def test_ms_test_explain_shows_attribution_bars_in_process(ip):
+    handler_cell(ip, f"kexplain {EXAMPLE}")
+    explanation, _ = line_magic(ip, "ms_test", "kexplain --explain")
+    answer = explanation.answer
+    assert (
+        answer["method"] == "integrated_gradients" and answer["target"] == in_notebook(ip, {"x": [1, 2, 3, 4]})["label"]
+    )
+    assert len(explanation.attributions) == 4
+    html = explanation._repr_html_()  # what a notebook front-end shows (this test shell has no HTML formatter)
+    assert html.count("display:flex") == 4 and "integrated gradients" in html  # one bar per feature
+
+
+def test_ms_explain_before_serve_says_what_to_run_first(ip):
+    handler_cell(ip, f"kexplain2 {EXAMPLE}")
+    value, out = line_magic(ip, "ms_explain", "kexplain2")
+    assert value is None and "No local TorchServe is running" in out and "Hint: run %ms_serve kexplain2" in out
+
+
+@pytest.mark.server
+@pytest.mark.timeout(240)
+def test_ms_explain_asks_the_served_model(ip, session):
+    handler_cell(ip, f"kexserved {EXAMPLE}")
+    local, _ = line_magic(ip, "ms_test", "kexserved --explain")
+    assert line_magic(ip, "ms_serve", "kexserved")[0] is not None
+    served, out = line_magic(ip, "ms_explain", "kexserved")
+    assert served.answer["target"] == local.answer["target"], out
+    assert served.attributions == pytest.approx(local.attributions, abs=1e-5)
+    assert "[  0]" in repr(served)
+    bad, out = line_magic(ip, "ms_explain", """kexserved --data '{"x": [1, 2, 3, 4], "target": 5}'""")
+    assert bad is None and "HTTP 400" in out and "Hint: send a 'target' from 0 to 2" in out
+
+
 def test_checkpoint_variable_and_build_with_progress(ip, session, tmp_path):
     user_cell(ip, "kmodel = KNet(8)")
     handler_cell(ip, f"kbuild --checkpoint kmodel {EXAMPLE}")

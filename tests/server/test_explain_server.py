@@ -63,7 +63,7 @@ def test_a_batch_mixing_predictions_and_explanations_answers_each(explaining):
         futures = [pool.submit(explaining.explain if ask else explaining.predict, "mlp", x) for x, ask in inputs]
         answers = [f.result() for f in futures]
     expected = localtest.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [x for x, _ in inputs])
-    for (x, asked), answer, prediction in zip(inputs, answers, expected):
+    for (_, asked), answer, prediction in zip(inputs, answers, expected):
         if asked:
             assert answer["target"] == prediction["label"] and len(answer["attributions"]) == 4
         else:
