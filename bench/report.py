@@ -26,9 +26,10 @@ PANELS = [
     ("checkpoint", "build peak MiB", "3. Build peak RSS", "MiB"),
     ("throughput", "rps", "4. Throughput", "req/s"),
     ("overhead", None, "5. handle() vs forward, batch of 8", "µs per call (log)"),
+    ("explain", None, "6. Explanation latency (IG, 50 steps)", "ms per request (log)"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
-ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$")
+ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")
 
 
 def machine() -> dict:
@@ -102,8 +103,12 @@ def _fmt(value: float) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
-    fig, axes = plt.subplots(2, 3, figsize=(18, 11))
-    for ax, (key, metric, title, unit) in zip(axes.flat, PANELS):
+    panels = [panel for panel in PANELS if panel[0] in results]  # a run of some benchmarks (--only) plots those
+    rows_of_panels = max(1, -(-len(panels) // 3))
+    fig, axes = plt.subplots(rows_of_panels, 3, figsize=(18, 5.5 * rows_of_panels), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (key, metric, title, unit) in zip(axes.flat, panels):
         ax.set_title(title)
         if key not in results or "error" in results[key]:
             ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes)
