@@ -17,17 +17,28 @@ from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
 from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, check_roles, find_roles
 
 RUNTIME_HINT = (
-    "pass it as a checkpoint (--checkpoint), an extra file (--extra-files) or an init_function argument (--init-kwargs)"
+    "compute it inside a function: a data file shipped with --extra-files is read by its bare name inside "
+    "init_function, preprocess or a cached helper (`@functools.cache def labels(): return json.load(open("
+    "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
+    "Weights go in --checkpoint, values in --init-kwargs"
 )
 
 
 def capture(
-    name: str, cell: str, pool: Sequence[tuple[str, str]], *, cell_origin: str = "handler cell", **config: Any
+    name: str,
+    cell: str,
+    pool: Sequence[tuple[str, str]],
+    *,
+    cell_origin: str = "handler cell",
+    search_path: Sequence[str] | None = None,
+    **config: Any,
 ) -> HandlerSpec:
     """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
 
     For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
-    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...).
+    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
+    ``search_path`` (see ``bundle.search_path``) the local modules the code imports are bundled and
+    its third-party imports pinned as requirements.
     """
     text, tree = _parse_handler(cell, cell_origin)
     roles = _roles(tree, cell_origin)
@@ -42,7 +53,12 @@ def capture(
     handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
     warnings = _dropped_warnings(stmts, cell) + warnings + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
-    return HandlerSpec(name=name, blocks=(*pulled, handler), roles=roles, warnings=warnings, **config)
+    spec = HandlerSpec(name=name, blocks=(*pulled, handler), roles=roles, warnings=warnings, **config)
+    if search_path is None:
+        return spec
+    from msnb.bundle import make_hermetic
+
+    return make_hermetic(spec, search_path)
 
 
 def transform(source: str) -> str | None:

@@ -67,11 +67,12 @@ class MsnbMagics(Magics):
         args = _parse_handler_line(line)
         if not self._run_cell(cell):  # the cell's own traceback is already shown
             return None
+        from msnb.bundle import search_path
         from msnb.capture import capture
 
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
         pool, origin = self._executed_cells()
-        spec = capture(args.name, cell, pool, cell_origin=origin, **config)
+        spec = capture(args.name, cell, pool, cell_origin=origin, search_path=search_path(Path.cwd()), **config)
         return current().add(spec)  # shown as a summary by the HandlerSpec formatter
 
     @line_magic

@@ -21,6 +21,7 @@ from typing import Any
 import nbformat
 from IPython.core.error import UsageError
 
+from msnb.bundle import search_path
 from msnb.capture import capture
 from msnb.errors import CaptureError, MsnbError, SpecError
 from msnb.options import handler_config, parse_handler_line
@@ -169,7 +170,12 @@ def capture_cell(
     config["warnings"] = tuple(notes)
     try:
         return capture(
-            args.name, cell.body, dependency_pool(nb, path.name, cell.number), cell_origin=cell.origin, **config
+            args.name,
+            cell.body,
+            dependency_pool(nb, path.name, cell.number),
+            cell_origin=cell.origin,
+            search_path=search_path(path.resolve().parent),
+            **config,
         )
     except CaptureError as err:
         raise _below_hint(err, nb, path, cell, args.name, config) from None

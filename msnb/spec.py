@@ -82,13 +82,27 @@ class SourceBlock:
 
 
 @dataclass(frozen=True)
+class BundledFile:
+    """A local file that travels in the archive: its path inside the model dir, where it is read from, its module."""
+
+    arcname: str  # e.g. "mypkg/sub/mod.py" (imports work from the model dir as they did from the notebook's)
+    source: str
+    module: str = ""  # "mypkg.sub.mod"; "" for package data
+
+    @property
+    def top(self) -> str:
+        return self.arcname.split("/")[0].removesuffix(".py")
+
+
+@dataclass(frozen=True)
 class HandlerSpec:
     """Everything needed to render, test, archive and serve one handler.
 
     ``blocks`` hold the user's code verbatim in module order: pulled-in definitions from other
     cells first, the handler cell last. ``roles`` maps a role (see ``ROLES``) to the function
     name that implements it in that code. ``checkpoint`` is a path, a ``state_dict`` or an
-    ``nn.Module`` (saved as a state_dict when archived), or None.
+    ``nn.Module`` (saved as a state_dict when archived), or None. ``bundle`` holds the local modules
+    (and package data) the code imports; ``requirements`` the given ones plus the pinned third-party imports.
     """
 
     name: str
@@ -99,6 +113,7 @@ class HandlerSpec:
     checkpoint: Any = None
     requirements: tuple[str, ...] = ()
     extra_files: tuple[str, ...] = ()
+    bundle: tuple[BundledFile, ...] = ()
     batch_size: int = DEFAULTS["batch_size"]
     max_batch_delay: int = DEFAULTS["max_batch_delay"]
     workers: int = DEFAULTS["workers"]
@@ -113,6 +128,7 @@ class HandlerSpec:
         object.__setattr__(self, "blocks", tuple(self.blocks))
         object.__setattr__(self, "requirements", tuple(self.requirements))
         object.__setattr__(self, "extra_files", tuple(str(p) for p in self.extra_files))
+        object.__setattr__(self, "bundle", tuple(self.bundle))
         object.__setattr__(self, "roles", dict(self.roles))
         object.__setattr__(self, "init_kwargs", dict(self.init_kwargs or {}))
         object.__setattr__(self, "version", str(self.version))
@@ -150,9 +166,11 @@ class HandlerSpec:
                 "pass plain (finite) numbers, strings, lists and dicts; ship tensors as a checkpoint.",
             ) from None
         try:
-            compile(self.source, f"<handler {self.name}>", "exec")
+            tree = ast.parse(self.source)
+            compile(tree, f"<handler {self.name}>", "exec")
         except SyntaxError as err:
             raise SpecError(f"Handler {self.name!r} does not compile: {err}.", "fix the cell's syntax.") from None
+        check_init_kwargs(tree, self.roles["init_function"], self.init_kwargs)
 
     # ---------------------------------------------------------------- derived views
     @property
@@ -189,6 +207,7 @@ class HandlerSpec:
                     self.model_config(),
                     self.requirements,
                     self.extra_files,
+                    [(f.arcname, _file_stamp(f.source)) for f in self.bundle],
                 ],
                 sort_keys=True,
                 default=str,
@@ -245,9 +264,9 @@ def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     positional = args.posonlyargs + args.args
     required = len(positional) - len(args.defaults)
     required_kwonly = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    ok = not required_kwonly
-    if arity is None:
-        ok = ok and (required == 0)
+    ok = not required_kwonly or arity is None
+    if arity is None:  # init_function(**init_kwargs): parameters without defaults are checked against them
+        ok = ok and not any(a in args.posonlyargs for a in positional[:required])
     else:
         ok = ok and required <= arity and (len(positional) >= arity or args.vararg is not None)
     if isinstance(fn, ast.AsyncFunctionDef):
@@ -256,7 +275,26 @@ def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         raise SpecError(
             f"`{fn.name}` (role {role}) has the wrong signature (line {fn.lineno}).",
             f"the shared handler calls it as `{SIGNATURES[role]}`"
-            + (" (every parameter needs a default; values come from --init-kwargs)" if arity is None else ""),
+            + (" (values come from --init-kwargs by keyword: no positional-only parameters)" if arity is None else ""),
+        )
+
+
+def check_init_kwargs(tree: ast.Module, name: str, init_kwargs: Mapping[str, Any]) -> None:
+    """Every init_function parameter without a default must be supplied by init_kwargs (its last definition)."""
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not defs:
+        return
+    args = defs[-1].args
+    positional = args.posonlyargs + args.args
+    required = [a.arg for a in positional[: len(positional) - len(args.defaults)]]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    missing = [p for p in required if p not in init_kwargs]
+    if missing:
+        listed = ", ".join(f"`{p}`" for p in missing)
+        example = json.dumps({p: "..." for p in missing})
+        raise SpecError(
+            f"`{name}` needs {listed} but --init-kwargs does not supply {'it' if len(missing) == 1 else 'them'}.",
+            f"pass --init-kwargs '{example}' (or the widget's init kwargs), or give the parameter a default.",
         )
 
 
@@ -284,6 +322,14 @@ def spec_from_source(name: str, source: str, origin: Origin | str = "<python>", 
 def _check_int(key: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpecError(f"{key}={value!r} is not valid.", f"{OPTION[key].flag} takes a whole number >= {minimum}.")
+
+
+def _file_stamp(path: str) -> str:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return "missing"
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _is_archive(path: str) -> bool:
