@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 import tempfile
 import uuid
@@ -18,6 +19,7 @@ import yaml
 from ts.context import Context, RequestProcessor
 
 from msnb.archive import CHECKPOINT, CONFIG, stage
+from msnb.bundle import environment_dirs
 from msnb.errors import HandlerRunError
 from msnb.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
@@ -58,9 +60,12 @@ class LoadedHandler:
         self.spec = spec
         self.model_dir = Path(model_dir)
         self.log = _LogCapture()
-        self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py", self.model_dir)
+        self.imports = WorkerImports(self.model_dir)
+        with self.imports:
+            self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py")
         try:
-            self._load(spec)
+            with self.imports:
+                self._load(spec)
         except BaseException:
             self.close()
             raise
@@ -84,6 +89,7 @@ class LoadedHandler:
             message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
             hint = (
                 getattr(err, "hint", None)
+                or _missing_module_hint(err)
                 or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
             )
             trace = None if hasattr(err, "hint") else "\n".join(_last_traceback(self.log.lines)) or None
@@ -108,7 +114,7 @@ class LoadedHandler:
         batch = [{"body": _as_request_body(s)} for s in samples]
         self.context.request_processor = [RequestProcessor({}) for _ in batch]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
-        with self._capturing():
+        with self._capturing(), self.imports:
             out = self.module.handle(batch, self.context)
         if not isinstance(out, list) or len(out) != len(batch):
             raise HandlerRunError(
@@ -178,12 +184,68 @@ def _last_traceback(lines: list[str]) -> list[str]:
     return lines[starts[-1] :] if starts else []
 
 
-def _import_isolated(path: Path, model_dir: Path):
+class WorkerImports:
+    """Import and run as a TorchServe worker does, each time it is entered: the model dir first on ``sys.path``
+    and as the working directory, no notebook folder, cwd or other local path on it, and the local modules the
+    kernel imported hidden (a worker is a fresh process). On exit the kernel's modules come back and the
+    handler's own (imported from the model dir) are kept aside for the next entry. msnb itself stays."""
+
+    def __init__(self, model_dir: Path):
+        self.root = str(Path(model_dir).resolve())
+        self.own: dict[str, Any] = {}
+
+    def __enter__(self) -> "WorkerImports":
+        env = environment_dirs()
+        self.saved_path, self.saved_cwd = sys.path[:], os.getcwd()
+        self.hidden = {m: sys.modules.pop(m) for m in [m for m, mod in sys.modules.items() if _is_local(mod, env)]}
+        sys.modules.update(self.own)
+        sys.path[:] = [self.root] + [p for p in self.saved_path if p and _inside(os.path.realpath(p), env)]
+        os.chdir(self.root)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        os.chdir(self.saved_cwd)
+        sys.path[:] = self.saved_path
+        mine = [m for m, mod in sys.modules.items() if _is_local(mod, ()) and _inside(_file(mod), (self.root,))]
+        self.own = {m: sys.modules.pop(m) for m in mine}
+        sys.modules.update(self.hidden)
+
+
+def _file(module: Any) -> str:
+    return os.path.realpath(getattr(module, "__file__", None) or "")
+
+
+def _is_local(module: Any, env: tuple[str, ...]) -> bool:
+    """A module loaded from a file outside the interpreter's folders (msnb and the shared handler excepted)."""
+    name = getattr(module, "__name__", None) or ""
+    if not isinstance(name, str) or not getattr(module, "__file__", None) or name == "__main__":
+        return False
+    if name.split(".")[0] == "msnb" or name.startswith("msnb_"):
+        return False
+    return not _inside(_file(module), env)
+
+
+def _inside(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f + os.sep) for f in folders)
+
+
+def _missing_module_hint(err: BaseException) -> str | None:
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return None
+    return (
+        f"a TorchServe worker imports the handler from the archive alone, where `{err.name.split('.')[0]}` is "
+        "missing. msnb bundles local modules it finds by name on the notebook's path and pins installed "
+        "third-party ones: import it by name (not by a computed name or from a path added at run time), ship its "
+        "file with --extra-files, or install it in the kernel / add it to --requirements."
+    )
+
+
+def _import_isolated(path: Path):
+    """Import handler_model.py from its model dir under a unique name (inside ``WorkerImports``)."""
     name = f"msnb_local_{path.stem}_{uuid.uuid4().hex[:8]}"
     # The shared handler modules are imported fresh from this model dir, as a worker would.
     for mod in [m for m in sys.modules if m.startswith("msnb_") and not m.startswith("msnb_local_")]:
         del sys.modules[mod]
-    sys.path.insert(0, str(model_dir))
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
@@ -193,10 +255,9 @@ def _import_isolated(path: Path, model_dir: Path):
         sys.modules.pop(name, None)
         raise HandlerRunError(
             f"Importing the rendered handler failed: {type(err).__name__}: {err}",
-            "an import or top-level definition in the handler cell fails outside the notebook.",
+            _missing_module_hint(err)
+            or "an import or top-level definition in the handler cell fails outside the notebook.",
         ) from err
-    finally:
-        sys.path.remove(str(model_dir))
     return module
 
 
