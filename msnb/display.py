@@ -68,7 +68,8 @@ class SpecSummary(View):
         if spec.init_kwargs:
             rows.append(("init kwargs", _short(json.dumps(spec.init_kwargs))))
         pulled = "; ".join(f"{', '.join(b.names) or '(code)'} from {b.origin}" for b in spec.pulled_in)
-        rows.append(("pulled in", pulled or "nothing (the cell is self-contained)"))
+        rows.append(("pulled in", pulled or "nothing from other cells"))
+        rows.append(("bundled", ", ".join(spec.bundled) or "no local modules"))
         rows.append(("checkpoint", describe_checkpoint(spec.checkpoint)))
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
         if spec.requirements:

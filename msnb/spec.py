@@ -184,6 +184,14 @@ class HandlerSpec:
         return self.blocks[:-1]
 
     @property
+    def bundled(self) -> tuple[str, ...]:
+        """The local modules that travel, one entry per top-level name: ``model.py``, ``mypkg/ (4 files)``."""
+        groups: dict[str, list[str]] = {}
+        for f in self.bundle:
+            groups.setdefault(f.arcname.split("/")[0], []).append(f.arcname)
+        return tuple(n if len(g) == 1 and "/" not in g[0] else f"{n}/ ({len(g)} files)" for n, g in groups.items())
+
+    @property
     def checkpoint_path(self) -> Path | None:
         if isinstance(self.checkpoint, (str, Path)):
             return Path(self.checkpoint).expanduser()
