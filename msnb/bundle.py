@@ -21,6 +21,11 @@ DATA_LIMIT = 64 * 2**20  # package data bundled per capture; more is refused (us
 DATA_FILES_LIMIT = 500
 _SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
 _EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+_LOADERS = (
+    (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+    (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES),
+    (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+)
 
 
 @dataclass
@@ -108,13 +113,14 @@ def classify(top: str, path: tuple[str, ...]) -> str:
 
 def find_top(top: str, path: Sequence[str]):
     """A top-level module's spec found on ``path``, or by an editable install's finder; nothing is imported."""
-    spec = importlib.machinery.PathFinder.find_spec(top, list(path))
+    spec = find_in(top, path)
     if spec is not None:
         return spec
     for finder in sys.meta_path:  # editable installs (setuptools) register a finder instead of a path entry
         if finder in (importlib.machinery.PathFinder, importlib.machinery.BuiltinImporter):
             continue
-        if type(finder).__module__.startswith("__editable__") or "editable" in type(finder).__name__.lower():
+        cls = finder if isinstance(finder, type) else type(finder)
+        if cls.__module__.startswith("__editable__") or "editable" in cls.__name__.lower():
             found = finder.find_spec(top, None)
             if found is not None:
                 return found
@@ -128,7 +134,26 @@ def find_module(name: str, path: tuple[str, ...]):
     for i in range(1, len(parts)):
         if spec is None or spec.submodule_search_locations is None:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
+        spec = find_in(".".join(parts[: i + 1]), spec.submodule_search_locations)
+    return spec
+
+
+def find_in(fullname: str, folders: Sequence[str]):
+    """Python's file finder over ``folders`` (regular module or package first, else the namespace portions),
+    without the import system's namespace bookkeeping, which needs the parent package imported."""
+    portions: list[str] = []
+    for folder in folders:
+        if not os.path.isdir(folder):
+            continue
+        spec = importlib.machinery.FileFinder(folder, *_LOADERS).find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            return spec
+        if spec is not None:
+            portions += list(spec.submodule_search_locations or ())
+    if not portions:
+        return None
+    spec = importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+    spec.submodule_search_locations = portions
     return spec
 
 

@@ -88,8 +88,9 @@ class LoadedHandler:
             # The shared handler's HandlerLoadError carries .message/.hint (it cannot import msnb).
             message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
             hint = (
-                getattr(err, "hint", None)
-                or _missing_module_hint(err)
+                _missing_module_hint(err)
+                or _missing_module_hint(err.__cause__)
+                or getattr(err, "hint", None)
                 or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
             )
             trace = None if hasattr(err, "hint") else "\n".join(_last_traceback(self.log.lines)) or None
