@@ -63,7 +63,7 @@ def make_hermetic(spec: HandlerSpec, path: Sequence[str]) -> HandlerSpec:
         dists = reqs.distributions_of(top)
         if dists and not reqs.path_installed(top):
             warnings.append(
-                f"the local {top} shadows the installed distribution {dists[0]!r}: the local file is bundled "
+                f"the local {top} shadows the installed distribution {dists[0].name!r}: the local file is bundled "
                 "(and is what the server imports)"
             )
     return spec.replace(
