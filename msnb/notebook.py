@@ -229,7 +229,7 @@ def load_handlers(
         except MsnbError as err:
             results.append(Captured(cell, error=err))
             continue
-        replaced = [c.origin for c in by_name[cell.name][:-1]]
+        replaced = [str(c.origin) for c in by_name[cell.name][:-1]]
         if replaced:
             spec = spec.replace(
                 warnings=spec.warnings
