@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from msnb.errors import CaptureError, SpecError
-from msnb.forms import ROLES_FORM, Form
+from msnb.forms import ROLES_FORM, Form, handler_class_names
 from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
 from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, form_and_roles
 
@@ -31,14 +31,15 @@ def capture(
     straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...).
     """
     text, tree = _parse_handler(cell, cell_origin)
-    form, roles = _form(tree, cell_origin)
+    others = Pool(pool)
+    form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     kept = [s for s in stmts if s.kind not in ("runtime", "future")]
     bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
     wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
     _refuse_dropped_bindings(wanted, [s for s in stmts if s.kind == "runtime"])
     star = any(s.kind == "star" for s in kept)
-    pulled, warnings = Pool(pool).closure(wanted, bound, star)
+    pulled, warnings = others.closure(wanted, bound, star)
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
     warnings = _dropped_warnings(stmts, cell) + warnings + tuple(config.pop("warnings", ()))
@@ -80,6 +81,7 @@ class Pool:
         self.bindings: dict[str, list[Stmt]] = {}  # name -> statements binding it, in order
         self.stars: list[Stmt] = []
         self.skipped: list[str] = []
+        self.trees: list[ast.Module] = []  # the parsed cells, in order
         for i, (origin, source) in enumerate(cells):
             text = transform(source)
             if text is None:
@@ -89,6 +91,7 @@ class Pool:
             except SyntaxError:
                 self.skipped.append(origin)
                 continue
+            self.trees.append(tree)
             for j, node in enumerate(tree.body):
                 stmt = Stmt(origin, (i, j), node, text)
                 for name in stmt.defines:
@@ -208,9 +211,9 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
         ) from None
 
 
-def _form(tree: ast.Module, origin: str) -> tuple[Form, dict[str, str]]:
+def _form(tree: ast.Module, origin: str, known: set[str]) -> tuple[Form, dict[str, str]]:
     try:
-        form, roles = form_and_roles(tree)
+        form, roles = form_and_roles(tree, known)
     except SpecError as err:
         raise CaptureError(err.message.replace("The cell", _cap(the(origin)), 1), err.hint) from None
     if form.kind == ROLES_FORM and "init_function" not in roles:

@@ -8,7 +8,7 @@ defines ``handle``; a function form is a top-level ``def handle(data, context)``
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from msnb.errors import SpecError
@@ -39,9 +39,10 @@ class Form:
         return {CLASS_FORM: f"class {self.entry}", FUNCTION_FORM: f"{self.entry}(data, context)"}.get(self.kind, "")
 
 
-def detect(tree: ast.Module, roles: Mapping[str, str]) -> Form:
-    """The form of a parsed cell, given the roles it defines; a mixed or ambiguous cell is a SpecError."""
-    ts_names = _imported_from_ts(tree)
+def detect(tree: ast.Module, roles: Mapping[str, str], known: Collection[str] = ()) -> Form:
+    """The form of a parsed cell, given the roles it defines and the handler classes other cells define
+    (``known``, see ``handler_class_names``); a mixed or ambiguous cell is a SpecError."""
+    ts_names = _imported_from_ts(tree) | set(known)
     classes = handler_classes(tree, ts_names)
     function = next((n for n in _functions(tree) if n.name == ENTRY_FUNCTION), None)
     own = [f"handler class `{c.name}`" for c in classes] + (["a module-level `handle`"] if function else [])
@@ -66,12 +67,23 @@ def detect(tree: ast.Module, roles: Mapping[str, str]) -> Form:
 
 
 def handler_classes(tree: ast.Module, ts_names: set[str]) -> list[ast.ClassDef]:
-    """Top-level classes that are TorchServe handlers: a ``ts.torch_handler`` base, or a ``handle`` method."""
-    return [
-        node
-        for node in tree.body
-        if isinstance(node, ast.ClassDef) and (ENTRY_FUNCTION in _methods(node) or _has_ts_base(node, ts_names))
-    ]
+    """Top-level classes that are TorchServe handlers: a ``handle`` method, or a base that is a handler
+    (from ``ts.torch_handler``, named in ``ts_names``, or a handler class defined above it)."""
+    found: list[ast.ClassDef] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if ENTRY_FUNCTION in _methods(node) or _has_ts_base(node, ts_names | {c.name for c in found}):
+            found.append(node)
+    return found
+
+
+def handler_class_names(trees: Iterable[ast.Module]) -> set[str]:
+    """The handler classes a sequence of cells defines (in order: a subclass of an earlier one counts)."""
+    names: set[str] = set()
+    for tree in trees:
+        names |= {c.name for c in handler_classes(tree, _imported_from_ts(tree) | names)}
+    return names
 
 
 def check_class(node: ast.ClassDef, ts_names: set[str]) -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,13 @@ class HandlerSpec:
         return "\n\n".join(b.source.rstrip() for b in self.blocks) + "\n"
 
     @property
+    def handled_by(self) -> str:
+        """Who answers requests, in a few words: the roles, or the user's own class / function."""
+        if self.form == ROLES_FORM:
+            return ", ".join(f"{role}={fn}" if role != fn else role for role, fn in self.roles.items())
+        return f"your {Form(self.form, self.entry).label}"
+
+    @property
     def pulled_in(self) -> tuple[SourceBlock, ...]:
         """Definitions brought in from other cells (all blocks but the handler cell)."""
         return self.blocks[:-1]
@@ -306,9 +313,9 @@ def spec_from_source(name: str, source: str, origin: Origin | str = "<python>", 
     )
 
 
-def form_and_roles(tree: ast.Module) -> tuple[Form, dict[str, str]]:
-    """The cell's form (see msnb.forms) and, for the roles form, its checked roles."""
-    form = detect(tree, find_roles(tree))
+def form_and_roles(tree: ast.Module, known: Collection[str] = ()) -> tuple[Form, dict[str, str]]:
+    """The cell's form (see msnb.forms; ``known``: handler classes of other cells) and its checked roles."""
+    form = detect(tree, find_roles(tree), known)
     return form, check_roles(tree) if form.kind == ROLES_FORM else {}
 
 
