@@ -155,3 +155,21 @@ def test_a_handler_subclassing_a_handler_class_from_a_cell_above_is_the_class_fo
     assert (spec.form, spec.entry) == ("class", "Tuned")
     assert "Classifier" in spec.pulled_in[-1].names
     assert len(localtest.predict_in_process(spec, SAMPLES)) == 2
+
+
+def test_the_widget_tests_and_builds_an_own_handler_with_its_edits(tmp_path):
+    from helpers import CPU_ONLY
+
+    from msnb.session import Session
+    from msnb.widget.controller import Actions, Controller
+
+    session = Session()
+    session.add(spec_from_source("bg", OWN_IMAGE_CLASS, example={"pixels": [[3.0]]}))
+    c = Controller("bg", Actions.from_session(session), CPU_ONLY)
+    c.set("batch_size", "2")
+    assert c.run("test"), c.result
+    assert "P5 1 1 255" in c.result
+    c.set("export_path", str(tmp_path / "out"))
+    c.set("format", "zip-store")
+    assert c.run("build"), c.result
+    assert (tmp_path / "out" / "bg.mar").is_file()
