@@ -260,5 +260,6 @@ def _head(stmt: Stmt, raw: str) -> str:
     return line + (" ..." if (stmt.node.end_lineno or 0) > stmt.node.lineno else "")
 
 
-def _cap(text: str) -> str:
+def _cap(text: Any) -> str:
+    text = str(text)  # an Origin reads as its label
     return text[:1].upper() + text[1:]

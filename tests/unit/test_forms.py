@@ -173,3 +173,16 @@ def test_the_widget_tests_and_builds_an_own_handler_with_its_edits(tmp_path):
     c.set("format", "zip-store")
     assert c.run("build"), c.result
     assert (tmp_path / "out" / "bg.mar").is_file()
+
+
+def test_a_refusal_in_a_notebook_cell_names_the_cell():
+    from msnb.spec import Origin
+
+    with pytest.raises(CaptureError) as err:
+        capture(
+            "bad",
+            "class H:\n    def handle(self, data, context):\n        return data\n",
+            POOL,
+            cell_origin=Origin("nb.ipynb, cell 4", "nb.ipynb", 4),
+        )
+    assert err.value.message.startswith("Handler class `H`") and "initialize" in err.value.message
