@@ -14,7 +14,7 @@ from IPython.display import display
 from msnb import display as views
 from msnb import options
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
-from msnb.errors import MsnbError
+from msnb.errors import MsnbError, OptionError
 from msnb.session import current
 from msnb.spec import HandlerSpec, Origin
 
@@ -175,7 +175,7 @@ def _parse_handler_line(line: str):
         return options.parse_handler_line(line)
     except UsageError as err:
         usage = options.ms_handler.parser.format_usage()
-        raise UsageError(f"%%ms_handler: {err}\n{usage}Hint: `%%ms_handler?` lists every option.") from None
+        raise OptionError(f"%%ms_handler: {err}", "`%%ms_handler?` lists every option.", details=usage) from None
 
 
 def load_ipython_extension(ip: Any) -> None:
