@@ -9,7 +9,7 @@ import torch
 from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model
 
 import msnb
-from msnb import localtest
+from msnb import bundle, localtest
 from msnb.attributions import MAX_BARS, Explanation, bars_html
 from msnb.errors import HandlerRunError, SpecError
 from msnb.spec import spec_from_source
@@ -137,3 +137,18 @@ def test_attributions_show_as_bars_or_a_heat_strip():
     strip = bars_html(list(range(MAX_BARS + 8)))
     assert strip.count("<span title=") == MAX_BARS + 8 and "display:flex" not in strip
     assert "<pre>" in bars_html({"label": "cat"})  # a custom explanation that is not numeric: its JSON
+
+
+def test_an_explain_role_that_imports_captum_gets_it_pinned_like_any_import():
+    source = (
+        "import captum.attr\n"
+        + MLP_SOURCE
+        + (
+            "\ndef explain(model, model_input):\n"
+            "    return captum.attr.Saliency(model).attribute(model_input.unsqueeze(0), target=0)[0].tolist()\n"
+        )
+    )
+    spec = bundle.make_hermetic(spec_from_source("saliency", source), bundle.search_path("."))
+    assert "captum==0.9.0" in spec.requirements
+    [answer] = msnb.test_handler(spec, [{"x": X}], explain=True)
+    assert len(answer) == 4 and all(v >= 0 for v in answer)  # saliency: absolute gradients
