@@ -332,7 +332,9 @@ class BatchHandler:
         return result
 
     def _error(self, idx: int, stage: str, err: BaseException) -> dict:
-        logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
+        # An ExplainError is a refusal with its own hint (the input cannot be explained), not a crash: no traceback.
+        trace = None if isinstance(err, ExplainError) else err
+        logger.error("msnb handler: request %d failed in %s: %s", idx, stage, err, exc_info=trace)
         message = f"{type(err).__name__}: {err}"[:2000]
         hint = err.hint if isinstance(err, ExplainError) else HINTS[stage]
         answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=hint, stage=stage, type=type(err).__name__)
