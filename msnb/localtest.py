@@ -21,6 +21,7 @@ from msnb.archive import CHECKPOINT, CONFIG, stage
 from msnb.errors import HandlerRunError
 from msnb.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
+from msnb.torchserve.logs import user_frames
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def _raise_first_failure(
 
 def _last_traceback(lines: list[str]) -> list[str]:
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    return lines[starts[-1] :] if starts else []
+    return user_frames(lines[starts[-1] :]) if starts else []
 
 
 def _import_isolated(path: Path, model_dir: Path):
