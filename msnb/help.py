@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import copy
 from collections.abc import Callable, Iterable
 
 from msnb import options
@@ -29,17 +31,22 @@ EXAMPLE = """\
 """
 
 
+def _plain_parser() -> argparse.ArgumentParser:
+    """The option parser with argparse's own formatting: IPython's writes ``::`` and a one-% line-magic prefix."""
+    parser = copy.copy(options.ms_handler.parser)
+    parser.prog, parser.formatter_class = "%%ms_handler", argparse.HelpFormatter
+    return parser
+
+
 def handler_usage() -> str:
-    """The usage line as a cell magic (``%%``), which argparse's ``%`` prefix gets wrong."""
-    parser = options.ms_handler.parser
-    parser.prog = "%%ms_handler"
-    return parser.format_usage().replace("usage: ", "", 1).strip()
+    """The usage line as a cell magic (``%%ms_handler NAME [options]``)."""
+    return argparse.ArgumentParser.format_usage(_plain_parser()).replace("usage: ", "", 1).strip()
 
 
 def handler_help() -> str:
     """The whole ``%%ms_handler?`` text: usage, what it does, the roles, an example, then every option."""
-    roles = "\n".join(f"    {SIGNATURES[r]:<45} {ROLE_HELP.get(r, '')}" for r in SIGNATURES)
-    option_help = options.ms_handler.parser.format_help()
+    roles = "\n".join(f"    {SIGNATURES[r]}\n        {ROLE_HELP.get(r, '')}" for r in SIGNATURES)
+    option_help = argparse.ArgumentParser.format_help(_plain_parser())
     option_help = option_help[option_help.find("positional arguments") :]
     return (
         f"Usage: {handler_usage()}\n\n"

@@ -210,11 +210,9 @@ def _as_request_body(sample: Any) -> Any:
 
 
 def _as_response(obj: Any) -> Any:
+    """The body as the server's client decodes it: bytes stay bytes, str stays str (sent as text/plain)."""
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj)
     if isinstance(obj, str):
-        try:
-            return json.loads(obj)
-        except ValueError:
-            return obj
+        return obj
     return json.loads(json.dumps(obj))

@@ -209,8 +209,8 @@ def _parse_handler_line(line: str):
     try:
         return options.parse_handler_line(line)
     except UsageError as err:
-        usage = options.ms_handler.parser.format_usage()
-        raise UsageError(f"%%ms_handler: {err}\n{usage}Hint: `%%ms_handler?` lists every option.") from None
+        usage = magic_help.handler_usage()
+        raise UsageError(f"%%ms_handler: {err}\n{usage}\nHint: `%%ms_handler?` lists every option.") from None
 
 
 def load_ipython_extension(ip: Any) -> None:

@@ -92,7 +92,7 @@ def test_handler_cell_runs_captures_and_shows_a_summary(ip, session):
     assert isinstance(spec, HandlerSpec) and session.specs["knet"] is spec
     assert callable(ip.user_ns["init_function"]), "the cell ran in the user namespace"
     pulled = {n: b.origin for b in spec.pulled_in for n in b.names}
-    assert {"KNet", "KSCALE"} <= set(pulled) and pulled["KNet"].startswith("cell In[")
+    assert {"KNet", "KSCALE"} <= set(pulled) and str(pulled["KNet"]).startswith("cell In[")
     text = ip.display_formatter.format(spec)[0]["text/plain"]  # what a terminal shows as Out[n]
     html = ip.display_formatter.formatters["text/html"].lookup(spec)(spec)  # what a notebook shows (off in a terminal)
     assert "KNet" in text and "pulled in" in text and "from cell In[" in text
@@ -248,7 +248,7 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     expected, _ = line_magic(ip, "ms_test", "kserved")
     server, out = line_magic(ip, "ms_serve", "kserved")
     assert server is not None and server.running, out
-    assert "ready at http://127.0.0.1" in out
+    assert "ready: kserved v1.0 (digest " in out and "at http://127.0.0.1" in out
     answer, out = line_magic(ip, "ms_predict", "kserved")
     assert answer == expected, out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")
