@@ -152,7 +152,11 @@ class Status(View, dict):
             "<tr>" + "".join(f"<td style='text-align:left'>{_e(v)}</td>" for v in cells) + "</tr>"
             for cells in self.table
         )
-        table = f"<table class='msnb-status'><tr>{head}</tr>{body}</table>" if self.table else "no handler defined yet"
+        table = (
+            f"<table class='msnb-status-table'><tr>{head}</tr>{body}</table>"
+            if self.table
+            else "no handler defined yet"
+        )
         return View._repr_html_(self).removesuffix("</div>") + table + "</div>"
 
     __eq__ = dict.__eq__

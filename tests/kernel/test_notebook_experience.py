@@ -114,7 +114,7 @@ def test_versions_staleness_status_logs_and_answer_types_on_a_real_torchserve(ip
     row = status["handlers"]["kstale"]
     assert row["stale"] and row["served"][0]["default"] and row["url"].endswith("/predictions/kstale")
     assert f"key file: {server.workdir}" in text and "logs: " in text and "(stale)" in text
-    assert "<table class='msnb-status'>" in status._repr_html_()
+    assert "<table class='msnb-status-table'>" in status._repr_html_()
     _, out = magic(ip, "ms_serve", "kstale")
     assert "ready: kstale v1.0-r" in out
     assert magic(ip, "ms_predict", "kstale")[0] == "size=2"

@@ -92,7 +92,7 @@ def test_status_is_a_table_per_handler_with_stale_archives_and_served_versions()
     text, page = repr(status), status._repr_html_()
     assert "clf-1.0.mar v1.0 (stale: older than the cell)" in text and "v1.0-r2 (default) (stale)" in text
     assert "key file: /w/key_file.json" in text and "logs: /w/logs" in text
-    assert "<table class='msnb-status'>" in page and "<th style='text-align:left'>served</th>" in page
+    assert "<table class='msnb-status-table'>" in page and "<th style='text-align:left'>served</th>" in page
 
 
 def test_warnings_read_as_warnings():
