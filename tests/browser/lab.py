@@ -27,15 +27,11 @@ PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 JS_KERNEL_IDLE = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
   return !!(k && k.status === 'idle' && k.connectionStatus === 'connected'); }"""
-JS_COUNTS = (
-    """() => Array.from(document.querySelectorAll('%s .jp-CodeCell')).map(c =>
-  (c.querySelector('.jp-InputArea-prompt') || {}).textContent || '')"""
-    % PANEL
-)
-JS_OUTPUTS = (
-    """() => Array.from(document.querySelectorAll('%s .jp-CodeCell')).map(c =>
-  Array.from(c.querySelectorAll('.jp-OutputArea-output')).map(o => o.innerText.trim()).join('\\n'))"""
-    % PANEL
+JS_COUNTS = """() => Array.from(document.querySelectorAll('%s .jp-CodeCell')).map(c =>
+  (c.querySelector('.jp-InputArea-prompt') || {}).textContent || '')""".replace("%s", PANEL)
+JS_OUTPUTS = """() => Array.from(document.querySelectorAll('%s .jp-CodeCell')).map(c =>
+  Array.from(c.querySelectorAll('.jp-OutputArea-output')).map(o => o.innerText.trim()).join('\\n'))""".replace(
+    "%s", PANEL
 )
 JS_RUN_CELL = """(i) => { const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = i;
   nb.deselectAll(); window.jupyterapp.commands.execute('notebook:run-cell'); }"""
