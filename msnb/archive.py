@@ -17,6 +17,7 @@ from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb.errors import BuildError, SpecError
 from msnb.files import link_or_copy
+from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import HandlerSpec
 
@@ -141,6 +142,9 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
 def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
     ckpt = spec.checkpoint
     if ckpt is None:
+        return
+    if isinstance(ckpt, torch.jit.ScriptModule) and spec.form != ROLES_FORM:
+        torch.jit.save(ckpt, str(dst))  # what BaseHandler.initialize loads (torch.jit.load)
         return
     if isinstance(ckpt, torch.nn.Module):
         ckpt = ckpt.state_dict()

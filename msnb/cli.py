@@ -11,7 +11,7 @@ from pathlib import Path
 from IPython.core.error import UsageError
 
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
-from msnb.errors import MsnbError, ServerError
+from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.files import write_atomic
 
 OK, FAILED, USAGE = 0, 1, 2
@@ -202,9 +202,9 @@ def find_archives(paths: list[str]) -> list[Path]:
         elif store.is_dir() and sorted(store.glob("*.mar")):
             found += sorted(store.glob("*.mar"))
         else:
-            raise UsageError(
-                f"{raw}: no .mar file, model folder or model store there.\n"
-                "Hint: give a .mar, a folder of .mar files, or a `msnb export --kserve` folder."
+            raise OptionError(
+                f"{raw}: no .mar file, model folder or model store there.",
+                "give a .mar, a folder of .mar files, or a `msnb export --kserve` folder.",
             )
     return found
 

@@ -210,8 +210,8 @@ def _snapshot(spec: HandlerSpec) -> dict:
 
 
 def format_table(report: Report) -> str:
-    """The result table: name, version, file, size, roles, pulled-in definitions; then failures."""
-    rows = [("name", "version", "file", "size", "roles", "pulled in")]
+    """The result table: name, version, file, size, handler (roles or own entry), pulled-in definitions."""
+    rows = [("name", "version", "file", "size", "handler", "pulled in")]
     for item in report.exported:
         pulled = ", ".join(f"{', '.join(b.names) or 'code'} ({b.origin.short})" for b in item.spec.pulled_in)
         rows.append(
@@ -220,7 +220,7 @@ def format_table(report: Report) -> str:
                 item.spec.version,
                 str(item.path),
                 _human(item.size),
-                ", ".join(item.spec.roles),
+                item.spec.handled_by,
                 pulled or "-",
             )
         )

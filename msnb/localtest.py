@@ -8,17 +8,21 @@ import json
 import logging
 import sys
 import tempfile
+import traceback
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ts
 import yaml
 from ts.context import Context, RequestProcessor
+from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from msnb.archive import CHECKPOINT, CONFIG, stage
 from msnb.errors import HandlerRunError
+from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
 from msnb.torchserve.logs import user_frames
@@ -75,7 +79,14 @@ class LoadedHandler:
             manifest["model"]["serializedFile"] = CHECKPOINT
         config = yaml.safe_load((self.model_dir / CONFIG).read_text()) or {}
         self.context = Context(
-            spec.name, str(self.model_dir), manifest, spec.batch_size, None, "msnb-local", model_yaml_config=config
+            spec.name,
+            str(self.model_dir),
+            manifest,
+            spec.batch_size,
+            None,
+            "msnb-local",
+            metrics=_metrics_cache(),
+            model_yaml_config=config,
         )
         try:
             with self._capturing():
@@ -83,16 +94,14 @@ class LoadedHandler:
         except Exception as err:  # the user's init_function / checkpoint: show their message
             # The shared handler's HandlerLoadError carries .message/.hint (it cannot import msnb).
             message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
-            hint = (
-                getattr(err, "hint", None)
-                or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
-            )
+            what = "init_function or the checkpoint" if spec.form == ROLES_FORM else f"{spec.entry}'s loading"
+            hint = getattr(err, "hint", None) or f"fix {what}; TorchServe's worker would fail the same way."
             trace = None if hasattr(err, "hint") else "\n".join(_last_traceback(self.log.lines)) or None
             raise HandlerRunError(f"Handler {spec.name!r} failed to load: {message}", hint, details=trace) from err
 
     @contextlib.contextmanager
     def _capturing(self):
-        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate")]
+        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate", "msnb_own", "ts")]
         saved = [lg.propagate for lg in loggers]
         for lg in loggers:
             lg.addHandler(self.log)
@@ -109,14 +118,54 @@ class LoadedHandler:
         batch = [{"body": _as_request_body(s)} for s in samples]
         self.context.request_processor = [RequestProcessor({}) for _ in batch]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
+        self.context.metrics.request_ids = self.context.request_ids
         with self._capturing():
-            out = self.module.handle(batch, self.context)
+            out = self._handle(batch)
         if not isinstance(out, list) or len(out) != len(batch):
-            raise HandlerRunError(
-                f"Handler returned {type(out).__name__} for a batch of {len(batch)}.",
-                "the shared handler must return one answer per request; please report this.",
-            )
+            raise HandlerRunError(*_batch_mismatch(self.spec, out, len(batch)))
         return [Answer(self.context.get_response_status(i)[0], _as_response(o)) for i, o in enumerate(out)]
+
+    def _handle(self, batch: list[dict]) -> Any:
+        if self.spec.form == ROLES_FORM:  # the shared handler answers every sample, failed ones included
+            return self.module.handle(batch, self.context)
+        try:
+            return self.module.handle(batch, self.context)
+        except Exception as err:
+            raise HandlerRunError(
+                f"{self.spec.entry} raised {type(err).__name__}: {err}",
+                "on TorchServe every request of this batch would fail (503); fix the handler or the input.",
+                details=_user_frames(err),
+            ) from err
+
+
+def _metrics_cache() -> MetricsCacheYamlImpl:
+    """TorchServe's own metrics cache with its default metrics.yaml, as a worker has (BaseHandler.handle uses it)."""
+    cache = MetricsCacheYamlImpl(config_file_path=str(Path(ts.__file__).parent / "configs" / "metrics.yaml"))
+    cache.initialize_cache()
+    return cache
+
+
+def _batch_mismatch(spec: HandlerSpec, out: Any, size: int) -> tuple[str, str]:
+    """What TorchServe would answer to a handle() result that is not one answer per request, and the fix."""
+    if spec.form == ROLES_FORM:
+        return (
+            f"Handler returned {type(out).__name__} for a batch of {size}.",
+            "the shared handler must return one answer per request; please report this.",
+        )
+    got = f"a list of {len(out)}" if isinstance(out, list) else f"a {type(out).__name__}"
+    served = "number of batch response mismatched" if isinstance(out, list) else "Invalid model predict output"
+    return (
+        f'{spec.entry} returned {got} for a batch of {size} request(s); TorchServe would answer 503 "{served}".',
+        "return a list with exactly one answer per request in `data`, in the same order.",
+    )
+
+
+def _user_frames(err: BaseException) -> str:
+    """The traceback of a user's handler from the rendered module down (not localtest's own frames)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    start = next((i for i, f in enumerate(frames) if f.filename.endswith(f"{HANDLER_MODULE}.py")), 0)
+    lines = traceback.format_list(frames[start:]) + traceback.format_exception_only(err)
+    return "".join(lines).rstrip()
 
 
 def run_handler(spec: HandlerSpec, samples: Iterable[Any]) -> list[Answer]:

@@ -16,7 +16,7 @@ from msnb import display as views
 from msnb import help as magic_help
 from msnb import options
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
-from msnb.errors import MsnbError
+from msnb.errors import MsnbError, OptionError
 from msnb.session import current
 from msnb.spec import HandlerSpec, Origin
 
@@ -28,6 +28,8 @@ def _shows_errors(method: Callable) -> Callable:
     def wrapper(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return method(self, *args, **kwargs)
+        except UsageError:  # a bad option (OptionError too): IPython shows it and fails the cell
+            raise
         except MsnbError as err:
             display(views.ErrorView(err))
             return None
@@ -210,7 +212,7 @@ def _parse_handler_line(line: str):
         return options.parse_handler_line(line)
     except UsageError as err:
         usage = magic_help.handler_usage()
-        raise UsageError(f"%%ms_handler: {err}\n{usage}\nHint: `%%ms_handler?` lists every option.") from None
+        raise OptionError(f"%%ms_handler: {err}", "`%%ms_handler?` lists every option.", details=usage) from None
 
 
 def load_ipython_extension(ip: Any) -> None:

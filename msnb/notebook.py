@@ -206,7 +206,7 @@ def load_handlers(
     if not cells:
         raise NoHandlerError(
             f"{path} has no %%ms_handler cell.",
-            "start a code cell with `%%ms_handler NAME` over its init_function (see the README).",
+            "start a code cell with `%%ms_handler NAME` over its init_function or your own handler (see the README).",
         )
     names = list(names) if names is not None else None
     by_name: dict[str, list[HandlerCell]] = {}
@@ -229,7 +229,7 @@ def load_handlers(
         except MsnbError as err:
             results.append(Captured(cell, error=err))
             continue
-        replaced = [c.origin for c in by_name[cell.name][:-1]]
+        replaced = [str(c.origin) for c in by_name[cell.name][:-1]]
         if replaced:
             spec = spec.replace(
                 warnings=spec.warnings

@@ -7,12 +7,13 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
+from msnb.forms import FORMS, ROLES_FORM, Form, detect
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 
 # Role name -> (keyword the shared handler's factory takes, positional arity it calls with).
@@ -94,6 +95,8 @@ class HandlerSpec:
     name: str
     blocks: tuple[SourceBlock, ...]
     roles: Mapping[str, str]
+    form: str = ROLES_FORM
+    entry: str = ""
     version: str = DEFAULTS["version"]
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     checkpoint: Any = None
@@ -126,11 +129,7 @@ class HandlerSpec:
                 f"Model name {self.name!r} is not valid.",
                 "use letters, digits, '_', '-' or '.', starting with a letter or digit (e.g. 'mnist').",
             )
-        if "init_function" not in self.roles:
-            raise SpecError(
-                f"Handler {self.name!r} has no init_function.",
-                f"define `{SIGNATURES['init_function']}` in the handler cell; it returns the model.",
-            )
+        self._validate_form()
         unknown = set(self.roles) - set(ROLES)
         if unknown:
             raise SpecError(f"Unknown role(s) {sorted(unknown)}.", f"roles are {sorted(ROLES)}.")
@@ -154,11 +153,34 @@ class HandlerSpec:
         except SyntaxError as err:
             raise SpecError(f"Handler {self.name!r} does not compile: {err}.", "fix the cell's syntax.") from None
 
+    def _validate_form(self) -> None:
+        if self.form not in FORMS:
+            raise SpecError(f"form={self.form!r} is not one of {sorted(FORMS)}.", "leave form out; capture finds it.")
+        if self.form == ROLES_FORM and "init_function" not in self.roles:
+            raise SpecError(
+                f"Handler {self.name!r} has no init_function.",
+                f"define `{SIGNATURES['init_function']}` in the handler cell; it returns the model.",
+            )
+        if self.form != ROLES_FORM and (self.roles or not self.entry.isidentifier()):
+            raise SpecError(f"A {self.form} handler needs its entry name and no roles.", "capture the cell again.")
+        if self.form != ROLES_FORM and self.init_kwargs:
+            raise SpecError(
+                f"--init-kwargs go to init_function, but {self.name!r} uses its own handler {self.form}.",
+                "drop --init-kwargs; your handler reads settings from the context (model-config) or extra files.",
+            )
+
     # ---------------------------------------------------------------- derived views
     @property
     def source(self) -> str:
         """The user's code as one module body (pulled-in definitions first)."""
         return "\n\n".join(b.source.rstrip() for b in self.blocks) + "\n"
+
+    @property
+    def handled_by(self) -> str:
+        """Who answers requests, in a few words: the roles, or the user's own class / function."""
+        if self.form == ROLES_FORM:
+            return ", ".join(f"{role}={fn}" if role != fn else role for role, fn in self.roles.items())
+        return f"your {Form(self.form, self.entry).label}"
 
     @property
     def pulled_in(self) -> tuple[SourceBlock, ...]:
@@ -185,6 +207,8 @@ class HandlerSpec:
                     self.name,
                     self.version,
                     self.roles,
+                    self.form,
+                    self.entry,
                     self.init_kwargs,
                     self.model_config(),
                     self.requirements,
@@ -277,8 +301,22 @@ def spec_from_source(name: str, source: str, origin: Origin | str = "<python>", 
         tree = ast.parse(source)
     except SyntaxError as err:
         raise SpecError(f"Handler {name!r} does not parse: {err}.", "fix the syntax.") from None
-    roles = check_roles(tree)
-    return HandlerSpec(name=name, blocks=(SourceBlock(source, origin),), roles=roles, origin=origin, **config)
+    form, roles = form_and_roles(tree)
+    return HandlerSpec(
+        name=name,
+        blocks=(SourceBlock(source, origin),),
+        roles=roles,
+        form=form.kind,
+        entry=form.entry,
+        origin=origin,
+        **config,
+    )
+
+
+def form_and_roles(tree: ast.Module, known: Collection[str] = ()) -> tuple[Form, dict[str, str]]:
+    """The cell's form (see msnb.forms; ``known``: handler classes of other cells) and its checked roles."""
+    form = detect(tree, find_roles(tree), known)
+    return form, check_roles(tree) if form.kind == ROLES_FORM else {}
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:

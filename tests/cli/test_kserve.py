@@ -77,13 +77,13 @@ def test_torchserve_started_like_kserve_serves_every_exported_handler_without_re
     kserve_dir, expected = exported
     with KServeLikeTorchServe(kserve_dir, tmp_path, envelope=None) as ts:
         ts.wait_ready(sorted(expected))
-        models = requests.get(f"{ts.url}/models", timeout=10).json()["models"]
+        models = requests.get(f"{ts.server.management_url}/models", timeout=10).json()["models"]
         assert sorted(m["modelName"] for m in models) == sorted(expected)  # load_models=all + model_snapshot
         for name, (example, answer) in expected.items():
             resp = requests.post(f"{ts.url}/predictions/{name}", json=example, timeout=60)  # no token: auth is off
             assert resp.status_code == 200, resp.text
             assert resp.json() == answer
-        beta = requests.get(f"{ts.url}/models/beta", timeout=10).json()[0]
+        beta = requests.get(f"{ts.server.management_url}/models/beta", timeout=10).json()[0]
         assert (beta["modelVersion"], beta["batchSize"], beta["maxBatchDelay"]) == ("2.0", 1, 5)
 
 

@@ -1,4 +1,4 @@
-"""The magics in a real IPython shell: a user's cells, then what they see (every bad-input row of issue 4)."""
+"""The magics in a real IPython shell: a user's cells, then what they see."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_handler_cell_runs_captures_and_shows_a_summary(ip, session):
     assert isinstance(spec, HandlerSpec) and session.specs["knet"] is spec
     assert callable(ip.user_ns["init_function"]), "the cell ran in the user namespace"
     pulled = {n: b.origin for b in spec.pulled_in for n in b.names}
-    assert {"KNet", "KSCALE"} <= set(pulled) and str(pulled["KNet"]).startswith("cell In[")
+    assert {"KNet", "KSCALE"} <= set(pulled) and pulled["KNet"].label.startswith("cell In[")
     text = ip.display_formatter.format(spec)[0]["text/plain"]  # what a terminal shows as Out[n]
     html = ip.display_formatter.formatters["text/html"].lookup(spec)(spec)  # what a notebook shows (off in a terminal)
     assert "KNet" in text and "pulled in" in text and "from cell In[" in text
@@ -155,7 +155,7 @@ def test_checkpoint_variable_and_build_with_progress(ip, session, tmp_path):
     assert "kbuild" in repr(status) and not status["server"]["running"]
 
 
-# ------------------------------------------------------------------ bad inputs (issue 4's table)
+# ------------------------------------------------------------------ bad inputs: each gets a message with a Hint
 @pytest.mark.parametrize(
     "body, says",
     [

@@ -1,4 +1,4 @@
-"""Capture: a handler cell and the notebook's other cells become a HandlerSpec (issue 4, "Capture")."""
+"""Capture: a handler cell and the notebook's other cells become a HandlerSpec."""
 
 from __future__ import annotations
 
