@@ -122,8 +122,33 @@ class _ErrorAnswer(dict):
     status = 500
 
 
+# Leading bytes of the binary answers a postprocess returns most often; any other bytes are octet-stream.
+SNIFF = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"OggS", "audio/ogg"),
+    (b"fLaC", "audio/flac"),
+    (b"ID3", "audio/mpeg"),
+    (b"%PDF", "application/pdf"),
+)
+TEXT_TYPE = "text/plain; charset=utf-8"
+
+
+def content_type(answer: Any) -> str | None:
+    """The Content-Type of a str or bytes answer (None: a JSON answer, which TorchServe encodes itself)."""
+    if isinstance(answer, str):
+        return TEXT_TYPE
+    if not isinstance(answer, (bytes, bytearray)):
+        return None
+    head = bytes(answer[:12])
+    if head.startswith(b"RIFF"):
+        return {b"WAVE": "audio/wav", b"WEBP": "image/webp"}.get(head[8:12], "application/octet-stream")
+    return next((ctype for magic, ctype in SNIFF if head.startswith(magic)), "application/octet-stream")
+
+
 def _set_statuses(context: Any, answers: list) -> None:
-    """Give each failed request its own status when the batch holds one sample per request.
+    """Give each failed request its own status, and str/bytes answers their Content-Type, per request.
 
     Behind a request envelope (KServe's), the batch is the instances of ONE request, answered as one
     response: there a failed instance stays an error object inside it and the status is left alone.
@@ -133,6 +158,8 @@ def _set_statuses(context: Any, answers: list) -> None:
         return
     for idx, answer in enumerate(answers):
         if not isinstance(answer, _ErrorAnswer):
+            if content_type(answer):
+                context.set_response_content_type(idx, content_type(answer))
             continue
         try:
             context.set_response_status(answer.status, f"{answer['stage']} failed", idx)
