@@ -164,7 +164,6 @@ class MsnbMagics(Magics):
         return views.LogView(args.name, current().logs(args.name, args.lines))
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_widget(self, line: str) -> Any:
