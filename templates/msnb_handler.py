@@ -44,6 +44,8 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
 
 logger = logging.getLogger(__name__)
 METRICS = {"preprocess": "MsnbPreprocessTime", "inference": "MsnbInferenceTime", "postprocess": "MsnbPostprocessTime"}
+BATCH_SIZE_METRIC = "MsnbBatchSize"
+ALL_METRICS = (*METRICS.values(), BATCH_SIZE_METRIC)
 HINTS = {
     "preprocess": "the request body does not fit preprocess(sample); compare the payload with what preprocess expects.",
     "inference": "the model's forward failed on this sample; check the preprocessed input's shape and dtype.",
@@ -62,7 +64,7 @@ def record_metrics(context: Any, timings: dict[str, float], batch_size: float) -
         for stage, ms in timings.items():
             # Pass a fresh dimensions list: TorchServe appends to its mutable default argument.
             metrics.add_time(METRICS[stage], round(ms, 3), None, "ms", [])
-        metrics.add_metric("MsnbBatchSize", batch_size, "count", None, [], *_gauge())
+        metrics.add_metric(BATCH_SIZE_METRIC, batch_size, "count", None, [], *_gauge())
     except Exception:  # metrics are best effort
         logger.warning("could not record metrics", exc_info=True)
 
