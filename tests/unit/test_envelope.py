@@ -187,3 +187,24 @@ def test_v2_bytes_that_are_not_text_are_a_serialise_error(monkeypatch, tmp_path)
     send = v2_handler(monkeypatch, tmp_path, preprocess_function=torch.tensor, postprocess_function=lambda o: b"\xff")
     body, _ = send({"inputs": [tensor("a", [1.0, 2.0, 3.0, 4.0])]})
     assert json.loads(body["outputs"][0]["data"][0])["stage"] == "serialise"
+
+
+# ---------------------------------------------------------------- export's warning for v2
+@pytest.mark.parametrize(
+    "example, tensor", [([1, 2.5], True), ([[1, 2], [3, 4]], True), (3, True), (None, True), ({"x": [1]}, False)]
+)
+def test_export_knows_which_examples_can_be_sent_as_a_v2_tensor(example, tensor):
+    from msnb.export import is_tensor
+
+    assert is_tensor(example) is tensor
+    assert is_tensor([[1], [2, 3]]) is False and is_tensor("text") is False
+
+
+def test_the_v2_note_shows_a_request_that_works(monkeypatch, tmp_path):
+    from msnb.export import v2_note
+
+    note = v2_note({"x": [1, 2, 3, 4]})
+    request = json.loads(note[note.index("{") : note.index("}]}") + 3])
+    send = v2_handler(monkeypatch, tmp_path, preprocess_function=quickstart_preprocess, postprocess_function=post_dict)
+    body, status = send(request)
+    assert status == 200 and json.loads(body["outputs"][0]["data"][0]).keys() == {"label"}
