@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from msnb.errors import MsnbError
+from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
 
 _MAX = 200  # characters of an example / prediction shown inline
@@ -61,15 +62,16 @@ class ErrorView(View):
 
 
 class SpecSummary(View):
-    """A captured handler: roles, init kwargs, pulled-in definitions, checkpoint, config, warnings, next steps."""
+    """A captured handler: who handles requests, init kwargs, pulled-in definitions, checkpoint, config, warnings, next steps."""
 
     def __init__(self, spec: HandlerSpec):
-        rows = [("roles", ", ".join(f"{role}={fn}" if role != fn else role for role, fn in spec.roles.items()))]
+        rows = [("handler", spec.handled_by)]
         if spec.init_kwargs:
             rows.append(("init kwargs", _short(json.dumps(spec.init_kwargs))))
         pulled = "; ".join(f"{', '.join(b.names) or '(code)'} from {b.origin}" for b in spec.pulled_in)
-        rows.append(("pulled in", pulled or "nothing (the cell is self-contained)"))
-        rows.append(("checkpoint", describe_checkpoint(spec.checkpoint)))
+        rows.append(("pulled in", pulled or "nothing from other cells"))
+        rows.append(("bundled", ", ".join(spec.bundled) or "no local modules"))
+        rows.append(("checkpoint", describe_checkpoint(spec.checkpoint, spec.form)))
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
         if spec.requirements:
             rows.append(("requirements", ", ".join(spec.requirements)))
@@ -116,10 +118,12 @@ class Status(View, dict):
     __hash__ = None
 
 
-def describe_checkpoint(checkpoint: Any) -> str:
+def describe_checkpoint(checkpoint: Any, form: str = ROLES_FORM) -> str:
     """A one-line description of a spec's checkpoint (path, module or state_dict)."""
     if checkpoint is None:
-        return "none (init_function's own weights)"
+        return "none (init_function's own weights)" if form == ROLES_FORM else "none (no serializedFile)"
+    if type(checkpoint).__module__.startswith("torch.jit") and form != ROLES_FORM:
+        return f"{type(checkpoint).__name__} variable (saved as TorchScript)"
     if isinstance(checkpoint, dict):
         return f"state_dict variable ({len(checkpoint)} entries)"
     if hasattr(checkpoint, "state_dict") and not isinstance(checkpoint, str):

@@ -15,6 +15,7 @@ import torch
 from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
 from msnb.files import link_or_copy, move_into
+from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
 from msnb.torchserve.config import kserve_properties, render_properties
@@ -61,8 +62,8 @@ def export_notebook(
 ) -> Report:
     """Capture the notebook's handlers (never running the notebook) and write one archive each.
 
-    ``check`` runs each handler in-process on its ``--example`` before anything is written
-    (without it no user code runs). A failing handler is reported and skipped; the others are
+    ``check`` runs each handler in-process on its ``--example`` before anything is written; without it no
+    user code runs and a static check refuses imports the archive would not satisfy (``check_imports``). A failing handler is reported and skipped; the others are
     still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded.
     """
     if fmt not in archive.FORMATS:
@@ -107,6 +108,8 @@ def _capture_and_check(notebook, handlers, overrides, check: bool, report: Repor
         try:
             if check:
                 report.checked[item.name] = run_check(item.spec)
+            else:
+                check_imports(item.spec)
             specs.append(item.spec)
         except MsnbError as err:
             report.failed[item.name] = err
@@ -241,8 +244,9 @@ def _snapshot(spec: HandlerSpec) -> dict:
 
 
 def format_table(report: Report) -> str:
-    """The result table: name, version, file, size, roles, pulled-in definitions; then failures."""
-    rows = [("name", "version", "file", "size", "roles", "pulled in")]
+    """The result table: name, version, file, size, handler (roles or own entry), pulled-in definitions, bundled
+    local modules."""
+    rows = [("name", "version", "file", "size", "handler", "pulled in", "bundled")]
     for item in report.exported:
         pulled = ", ".join(f"{', '.join(b.names) or 'code'} ({b.origin.short})" for b in item.spec.pulled_in)
         rows.append(
@@ -251,8 +255,9 @@ def format_table(report: Report) -> str:
                 item.spec.version,
                 str(item.path),
                 _human(item.size),
-                ", ".join(item.spec.roles),
+                item.spec.handled_by,
                 pulled or "-",
+                ", ".join(item.spec.bundled) or "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

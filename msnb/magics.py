@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,23 +14,18 @@ from IPython.display import display
 from msnb import display as views
 from msnb import options
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
-from msnb.errors import MsnbError
+from msnb.errors import MsnbError, OptionError
 from msnb.session import current
 from msnb.spec import HandlerSpec, Origin
 
 
-def _shows_errors(method: Callable) -> Callable:
-    """A user mistake (MsnbError) becomes a message + ``Hint:`` output and a None result, not a traceback."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except MsnbError as err:
-            display(views.ErrorView(err))
-            return None
-
-    return wrapper
+def show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
+    """IPython's handler for an MsnbError raised in a cell (a magic, or the Python API): the cell fails (Run All
+    stops, nbclient raises CellExecutionError) and shows only the message, its ``Hint:`` and the details
+    (worker log lines), never a traceback through msnb."""
+    lines = views.ErrorView(value).text().splitlines()
+    shell._showtraceback(etype, value, lines)  # ipykernel sends these lines as the cell's error output
+    return lines
 
 
 def _handler_options(func: Callable) -> Callable:
@@ -61,21 +55,23 @@ class MsnbMagics(Magics):
     """``%load_ext msnb`` registers these; each calls one ``msnb.session.Session`` method."""
 
     @cell_magic
-    @_shows_errors
     @_handler_options
-    def ms_handler(self, line: str, cell: str) -> HandlerSpec | None:
+    def ms_handler(self, line: str, cell: str) -> HandlerSpec:
         args = _parse_handler_line(line)
         if not self._run_cell(cell):  # the cell's own traceback is already shown
-            return None
+            raise MsnbError(
+                f"Handler {args.name!r} was not captured: its cell failed (see the error above).",
+                "fix the cell and run it again.",
+            )
+        from msnb.bundle import search_path
         from msnb.capture import capture
 
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
         pool, origin = self._executed_cells()
-        spec = capture(args.name, cell, pool, cell_origin=origin, **config)
+        spec = capture(args.name, cell, pool, cell_origin=origin, search_path=search_path(Path.cwd()), **config)
         return current().add(spec)  # shown as a summary by the HandlerSpec formatter
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -86,7 +82,6 @@ class MsnbMagics(Magics):
         return current().test(args.name, samples)[0]
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     @argument(
@@ -113,7 +108,6 @@ class MsnbMagics(Magics):
         return path
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_serve(self, line: str) -> Any:
@@ -125,7 +119,6 @@ class MsnbMagics(Magics):
         return server
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -137,20 +130,17 @@ class MsnbMagics(Magics):
         return current().predict(args.name, data, version=args.version)
 
     @line_magic
-    @_shows_errors
     def ms_stop(self, line: str = "") -> views.Status:
         """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
         current().stop()
         return views.Status(current().status())
 
     @line_magic
-    @_shows_errors
     def ms_status(self, line: str = "") -> views.Status:
         """%ms_status: handlers defined, archives built, the server and its models (a dict)."""
         return views.Status(current().status())
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_widget(self, line: str) -> Any:
@@ -185,12 +175,14 @@ def _parse_handler_line(line: str):
         return options.parse_handler_line(line)
     except UsageError as err:
         usage = options.ms_handler.parser.format_usage()
-        raise UsageError(f"%%ms_handler: {err}\n{usage}Hint: `%%ms_handler?` lists every option.") from None
+        raise OptionError(f"%%ms_handler: {err}", "`%%ms_handler?` lists every option.", details=usage) from None
 
 
 def load_ipython_extension(ip: Any) -> None:
-    """``%load_ext msnb``: register the magics and show a HandlerSpec as its summary."""
+    """``%load_ext msnb``: register the magics, make an MsnbError fail its cell (see ``show_error``) and show a
+    HandlerSpec as its summary."""
     ip.register_magics(MsnbMagics)
+    ip.set_custom_exc((MsnbError,), show_error)
     formatters = ip.display_formatter.formatters
     formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
     formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

@@ -279,3 +279,64 @@ class FakeSession:
 
     def names(self):
         return [c[0] for c in self.calls]
+
+
+# ---------------------------------------------------------------- a user's own TorchServe handlers (no roles)
+# A BaseHandler subclass: BaseHandler.initialize loads the TorchScript checkpoint; an nn.Module sits beside it.
+OWN_BASE_HANDLER = textwrap.dedent("""
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Classifier(BaseHandler):
+        def preprocess(self, data):
+            return Scale()(torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32))
+
+        def postprocess(self, output):
+            return [{"label": int(o.argmax()), "top": round(float(o.max()), 4)} for o in output]
+""")
+# Any class with initialize and handle, answering image bytes (a PGM mask) with its own content type.
+OWN_IMAGE_CLASS = textwrap.dedent("""
+    import torch
+
+    class BackgroundRemover:
+        def initialize(self, context):
+            self.threshold = torch.tensor(0.5)
+
+        def handle(self, data, context):
+            answers = []
+            for idx, row in enumerate(data):
+                pixels = torch.tensor(row["body"]["pixels"], dtype=torch.float32)
+                mask = (torch.sigmoid(pixels) > self.threshold).to(torch.uint8) * 255
+                height, width = mask.shape
+                answers.append(f"P5 {width} {height} 255\\n".encode() + bytes(mask.flatten().tolist()))
+                context.set_response_content_type(idx, "image/x-portable-graymap")
+            return answers
+""")
+# MMS's custom-service style: a module-level handle that loads the model when data is None.
+OWN_FUNCTION = textwrap.dedent("""
+    import torch
+
+    _model = None
+
+    def handle(data, context):
+        global _model
+        if data is None:
+            torch.manual_seed(0)
+            _model = Net()
+            return None
+        batch = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+        return [{"label": int(o.argmax())} for o in _model(batch)]
+""")
+
+
+def scripted_mlp(path: Path) -> Path:
+    """A TorchScript 4 -> 3 MLP saved at ``path`` (what BaseHandler.initialize loads)."""
+    torch.manual_seed(1)
+    namespace: dict = {"torch": torch}
+    exec(MLP_CLASS, namespace)
+    torch.jit.save(torch.jit.trace(namespace["MLP"](), torch.zeros(1, 4)), str(path))  # exec'd: no source to script
+    return path

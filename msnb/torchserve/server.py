@@ -42,7 +42,8 @@ class LocalServer:
     ``ports`` may request fixed ports by name (see ``msnb.torchserve.config.PORT_NAMES``); the others are free
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
     ``properties`` adds config.properties entries (addresses excepted: they stay on loopback), ``env``
-    environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere.
+    environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere, ``python``
+    runs TorchServe and its workers on another interpreter (e.g. a clean environment with only torch and TorchServe).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class LocalServer:
         properties: dict | None = None,
         env: dict[str, str] | None = None,
         model_store: str | Path | None = None,
+        python: str | Path | None = None,
     ):
         # A temporary workdir's own model store is deleted by stop(); a store given here never is.
         self._owns_workdir = workdir is None and model_store is None
@@ -71,6 +73,7 @@ class LocalServer:
         self._watchdog: subprocess.Popen | None = None
         self._client: TorchServeClient | None = None
         self.store = ModelStore(self.layout.model_store)
+        self.python = str(python or sys.executable)  # the interpreter TorchServe and its workers run on
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -243,7 +246,7 @@ class LocalServer:
             JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent),
         )
         cmd = [
-            sys.executable,
+            self.python,
             "-m",
             "ts.model_server",
             "--start",

@@ -223,7 +223,7 @@ class Controller:
         self.result, self.result_ok = text, ok
 
     def _finish_error(self, err: MsnbError) -> None:
-        text = err.message + (f"\nHint: {err.hint}" if err.hint else "")
+        text = err.render(details=False)
         self._set_result(text, ok=False)
         self._log(f"error: {err.message}")
         details = err.details or (self._tail() if self.running in ("serve", "predict") else "")
