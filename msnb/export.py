@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
@@ -90,6 +94,7 @@ def _write_kserve_into(specs: list[HandlerSpec], root: Path, fmt: str, report: R
         report.failed["--kserve"] = err
         return
     report.warnings += [f"{s.name}: {KSERVE_BATCH_NOTE.format(n=s.batch_size)}" for s in specs if s.batch_size > 1]
+    report.warnings += [f"{s.name}: {v2_note(s.example)}" for s in specs if not is_tensor(s.example)]
     if also_listed:
         report.exported += [Exported(s, root / "model-store" / f"{s.name}.mar") for s in specs]
 
@@ -181,6 +186,32 @@ KSERVE_BATCH_NOTE = (
     "the first request of a batch (503 for all of them otherwise). The instances of one "
     "KServe request still share one forward pass."
 )
+
+
+def is_tensor(example: Any) -> bool:
+    """True when ``example`` can be sent as one KServe v2 tensor: a number or a regular nested list of them
+    (None, no example, counts as fine: there is nothing to warn about)."""
+    if example is None:
+        return True
+    if isinstance(example, str) or not isinstance(example, (bool, int, float, list)):
+        return False
+    try:
+        torch.tensor(example)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return False
+    return True
+
+
+def v2_note(example: Any) -> str:
+    """What to send over KServe v2 for an --example that is not a tensor (the shared handler decodes it)."""
+    kind = {dict: "object", list: "array", str: "string"}.get(type(example), type(example).__name__)
+    text = json.dumps(example if isinstance(example, str) else json.dumps(example))
+    shown = text if len(text) <= 60 else text[:56] + '..."'
+    return (
+        f"its --example (a JSON {kind}) is not a tensor, which KServe v2 (protocolVersion: v2) sends. Send it "
+        f'as a BYTES input holding its JSON text: {{"inputs": [{{"name": "input-0", "shape": [1], "datatype": '
+        f'"BYTES", "data": [{shown}]}}]}}; the shared handler decodes it. v1 takes it as it is.'
+    )
 
 
 def _reuse(path: Path, staging: Path) -> Path:

@@ -27,6 +27,7 @@ from msnb.errors import HandlerRunError
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
+from msnb.torchserve.logs import user_frames
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def _raise_first_failure(
 
 def _last_traceback(lines: list[str]) -> list[str]:
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    return lines[starts[-1] :] if starts else []
+    return user_frames(lines[starts[-1] :]) if starts else []
 
 
 class WorkerImports:
@@ -336,11 +337,9 @@ def _as_request_body(sample: Any) -> Any:
 
 
 def _as_response(obj: Any) -> Any:
+    """The body as the server's client decodes it: bytes stay bytes, str stays str (sent as text/plain)."""
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj)
     if isinstance(obj, str):
-        try:
-            return json.loads(obj)
-        except ValueError:
-            return obj
+        return obj
     return json.loads(json.dumps(obj))

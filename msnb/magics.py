@@ -1,4 +1,4 @@
-"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/stop/status/widget): thin over msnb.session."""
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/stop/status/logs/widget): thin over session."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from msnb import display as views
+from msnb import help as magic_help
 from msnb import options
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.attributions import Explanation
@@ -33,17 +34,25 @@ def _handler_options(func: Callable) -> Callable:
     """Give the cell magic msnb.options' parser and help text (so ``%%ms_handler?`` shows every option)."""
     func.parser = options.ms_handler.parser
     func.has_arguments = True
-    func.__doc__ = options.ms_handler.__doc__
+    func.__doc__ = magic_help.handler_help()
     return func
 
 
 def _progress(label: str) -> Callable[[str, float], None]:
-    """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal)."""
-    handle = display(views.ProgressView(label, "starting", 0.0), display_id=True)
+    """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal).
+
+    The bar appears with the first step, so a mistake found before any work (an unknown name) shows no bar.
+    """
+    handle = None
 
     def report(step: str, fraction: float) -> None:
+        nonlocal handle
         view = views.ProgressView(label, step, fraction)
-        if handle is None:  # no display system (plain Python): fall back to a line
+        if handle is None:
+            handle = display(view, display_id=True) or False
+            if handle is False:  # no display system (plain Python): a line per step
+                print(view.text())
+        elif handle is False:
             print(view.text())
         else:
             handle.update(view)
@@ -59,7 +68,7 @@ class MsnbMagics(Magics):
     @_handler_options
     def ms_handler(self, line: str, cell: str) -> HandlerSpec:
         args = _parse_handler_line(line)
-        if not self._run_cell(cell):  # the cell's own traceback is already shown
+        if not self._run_cell(cell, line):  # the cell's own traceback is already shown
             raise MsnbError(
                 f"Handler {args.name!r} was not captured: its cell failed (see the error above).",
                 "fix the cell and run it again.",
@@ -118,7 +127,8 @@ class MsnbMagics(Magics):
         args = parse_argstring(self.ms_serve, line)
         report = _progress(f"Serving {args.name}")
         server = current().serve(args.name, progress=report)
-        report(f"ready at {server.inference_url}/predictions/{args.name}", 1.0)
+        served = current().served[args.name]
+        report(f"ready: {served.line()} at {server.inference_url}/predictions/{args.name}", 1.0)
         return server
 
     @line_magic
@@ -130,7 +140,11 @@ class MsnbMagics(Magics):
         """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
         args = parse_argstring(self.ms_predict, line)
         data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
-        return current().predict(args.name, data, version=args.version)
+        answer = current().predict(args.name, data, version=args.version, warn=False)
+        stale = current().stale(args.name)
+        if stale and args.version is None:
+            display(views.WarningView(stale))
+        return answer
 
     @line_magic
     @magic_arguments()
@@ -157,6 +171,15 @@ class MsnbMagics(Magics):
 
     @line_magic
     @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("-n", "--lines", type=int, default=40, help="how many of the newest lines (default 40)")
+    def ms_logs(self, line: str) -> views.LogView:
+        """%ms_logs NAME [-n LINES]: the newest lines NAME's TorchServe workers wrote (model_log.log)."""
+        args = parse_argstring(self.ms_logs, line)
+        return views.LogView(args.name, current().logs(args.name, args.lines))
+
+    @line_magic
+    @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_widget(self, line: str) -> Any:
         """%ms_widget NAME: a form with Build / Test / Serve / Predict buttons over the same steps."""
@@ -166,11 +189,12 @@ class MsnbMagics(Magics):
         return BuildWidget(args.name)
 
     # ------------------------------------------------------------ helpers
-    def _run_cell(self, cell: str) -> bool:
+    def _run_cell(self, cell: str, line: str = "") -> bool:
         """Run the cell for real (namespace, tracebacks as usual); True when it succeeded."""
         outer = self.shell.displayhook.exec_result
         try:
-            return self.shell.run_cell(cell).success
+            # the magic line as a comment keeps line numbers as the user sees the cell (line 1 is %%ms_handler)
+            return self.shell.run_cell(f"# %%ms_handler {line}\n{cell}").success
         finally:  # a nested run_cell clears the displayhook's result: this cell's Out would be lost
             self.shell.displayhook.exec_result = outer
 
@@ -189,7 +213,7 @@ def _parse_handler_line(line: str):
     try:
         return options.parse_handler_line(line)
     except UsageError as err:
-        usage = options.ms_handler.parser.format_usage()
+        usage = magic_help.handler_usage()
         raise OptionError(f"%%ms_handler: {err}", "`%%ms_handler?` lists every option.", details=usage) from None
 
 
@@ -198,6 +222,11 @@ def load_ipython_extension(ip: Any) -> None:
     HandlerSpec as its summary."""
     ip.register_magics(MsnbMagics)
     ip.set_custom_exc((MsnbError,), show_error)
+    names = lambda: current().specs  # noqa: E731 - read at completion time
+    for magic in ("ms_handler", "ms_test", "ms_build", "ms_serve", "ms_predict", "ms_logs", "ms_widget"):
+        method = getattr(MsnbMagics, magic)
+        prefix = "%%" if magic == "ms_handler" else "%"
+        ip.set_hook("complete_command", magic_help.completer(names, magic_help.flags(method)), str_key=prefix + magic)
     formatters = ip.display_formatter.formatters
     formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
     formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

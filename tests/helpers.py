@@ -20,6 +20,7 @@ import psutil
 import torch
 
 from msnb.errors import MsnbError
+from msnb.state import Observers
 from msnb.widget.controller import Actions
 from msnb.widget.devices import Device, Inventory
 
@@ -276,6 +277,8 @@ class FakeSession:
         self.specs, self.calls, self.alive = {spec.name: spec}, [], False
         self.gate: threading.Event | None = None
         self.fail: Exception | None = None
+        self.serving: set[str] = set()
+        self.observers = Observers()
 
     def actions(self) -> Actions:
         return Actions(
@@ -287,8 +290,22 @@ class FakeSession:
             stop=self.record("stop"),
             server_state=lambda: (self.alive, "pid 4242, workdir /tmp/msnb-server-x" if self.alive else "none"),
             log_tail=lambda: "2024 WORKER died: java.lang.OutOfMemoryError",
+            served=lambda name: f"{name} v1.0 (digest abc)" if self.alive and name in self.serving else None,
+            logs=lambda name: f"{name} worker: ready",
+            subscribe=self.observers.subscribe,
             explain=self.record("explain"),
         )
+
+    def serve_by_magic(self, name):
+        """What %ms_serve does to the session the widget watches."""
+        self.alive = True
+        self.serving.add(name)
+        self.observers.notify("served", name)
+
+    def stop_by_magic(self):
+        self.alive = False
+        self.serving.clear()
+        self.observers.notify("stopped")
 
     def get(self, name):
         if name not in self.specs:
@@ -305,14 +322,17 @@ class FakeSession:
             if action == "serve":
                 args[1]("registering", 0.5)
                 self.alive = True
+                self.serving.add(args[0].name)
             if action == "stop":
                 self.alive = False
+                self.serving.clear()
             return {
                 "test": [{"label": 1}],
                 "build": "model_store/mlp.mar",
                 "serve": SimpleNamespace(),
                 "predict": {"label": 2, "scores": [0.1, 0.9]},
                 "explain": {"method": "integrated_gradients", "target": 2, "attributions": [0.5, -0.25, 0.0, 1.0]},
+                "logs": "mlp worker: ready",
                 "stop": None,
             }[action]
 

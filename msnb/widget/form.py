@@ -26,6 +26,7 @@ FIELDS_FOR = {
     "serve": SPEC_FIELDS,
     "predict": ("payload",),
     "explain": ("payload",),
+    "logs": (),
     "stop": (),
 }
 REQUIRED = {"predict": ("payload",), "explain": ("payload",)}

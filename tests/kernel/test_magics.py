@@ -294,7 +294,7 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     expected, _ = line_magic(ip, "ms_test", "kserved")
     server, out = line_magic(ip, "ms_serve", "kserved")
     assert server is not None and server.running, out
-    assert "ready at http://127.0.0.1" in out
+    assert "ready: kserved v1.0 (digest " in out and "at http://127.0.0.1" in out
     answer, out = line_magic(ip, "ms_predict", "kserved")
     assert answer == expected, out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")

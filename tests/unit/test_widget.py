@@ -52,6 +52,7 @@ def test_fields_have_stable_labels_classes_and_spec_values(fake):
         "serve": False,
         "predict": True,
         "explain": True,
+        "logs": True,
         "stop": True,
     }
 

@@ -129,6 +129,7 @@ def test_predict_needs_a_served_model_and_stop_clears_it(fake):
         "serve": True,
         "predict": False,
         "explain": False,
+        "logs": False,
         "stop": False,
     }
     assert c.run("serve") and c.enabled()["predict"] and c.enabled()["stop"]
@@ -204,7 +205,12 @@ def test_errors_show_message_and_hint_never_a_traceback(fake):
     fake.fail = ServerError("Registering 'mlp' failed: worker died.", "see the worker log below.", "model_log: boom")
     assert not c.run("serve")
     assert c.result == "Registering 'mlp' failed: worker died.\nHint: see the worker log below."
-    assert "model_log: boom" in c.log and c.progress[0] == "failed" and not c.enabled()["predict"]
+    assert (
+        "model_log: boom" in c.log
+        and c.progress[0] == "serve failed"
+        and c.outcome == "failed"
+        and not c.enabled()["predict"]
+    )
     fake.fail = RuntimeError("disk full")
     assert not c.run("build")
     assert c.result.startswith("Build failed: RuntimeError: disk full\nHint:") and "Traceback" not in c.result
