@@ -254,6 +254,9 @@ class BatchHandler:
         inputs: dict[int, Any] = {}
         marks = [time.perf_counter()]
         for idx, request in enumerate(data):
+            if _is_describe(context, idx):  # a customized describe is a job in the worker's queue too
+                answers[idx] = {"model": type(self.model).__name__, "device": str(self.device)}
+                continue
             try:
                 inputs[idx] = self.preprocess(request_body(request))
             except Exception as err:
@@ -320,6 +323,13 @@ class BatchHandler:
         )
         answer.status = 400 if stage == "preprocess" else 500
         return answer
+
+
+def _is_describe(context: Any, idx: int) -> bool:
+    try:
+        return str(context.get_request_header(idx, "describe")) == "True"
+    except Exception:  # a context without request headers (not a TorchServe one)
+        return False
 
 
 def handler_factory(

@@ -129,6 +129,24 @@ class TorchServeClient:
         if resp.status_code == 404 and not missing_ok:
             raise self.not_found(name, version)
 
+    def barrier(self, name: str, version: str, timeout: float) -> bool:
+        """Wait until a worker of the version has answered every job queued before this call.
+
+        TorchServe's customized describe is itself a job in the version's queue (measured: it returns
+        only after the batches ahead of it), so its answer is the drain's barrier. False on a timeout.
+        """
+        try:
+            resp = self.call(
+                "GET",
+                f"{self.management_url}/models/{name}/{version}",
+                "management",
+                params={"customized": "true"},
+                timeout=timeout,
+            )
+        except ServerError:
+            return False
+        return resp.ok
+
     def free_version(self, name: str, version: str) -> str:
         """``version``, or ``version-rN`` when that is already registered (a redeploy's new version)."""
         taken = {m.version for m in self.versions(name)}

@@ -41,6 +41,7 @@ class ModelStatus:
     batch_size: int | None = None
     max_batch_delay: int | None = None
     response_timeout: int | None = None
+    pending: int = 0  # requests waiting in this version's job queue
 
     @property
     def ready(self) -> bool:
@@ -61,6 +62,7 @@ class ModelStatus:
             batch_size=entry.get("batchSize"),
             max_batch_delay=entry.get("maxBatchDelay"),
             response_timeout=entry.get("responseTimeout"),
+            pending=int((entry.get("jobQueueStatus") or {}).get("pendingRequests") or 0),
         )
 
 
