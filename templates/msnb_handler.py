@@ -48,6 +48,8 @@ HINTS = {
     "postprocess": "postprocess(output) raised; run it in the notebook on this sample's model output.",
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
     "values are converted for you) or a whole str/bytes answer.",
+    "non-finite": "strict JSON has no NaN or Infinity: check the input for values that overflow float32, or map "
+    "non-finite numbers in postprocess (e.g. torch.nan_to_num, or None for a missing value).",
 }
 
 
@@ -313,13 +315,18 @@ class BatchHandler:
             json.dumps(result)
         except (TypeError, ValueError) as err:
             return self._error(idx, "serialise", err)
+        try:  # json.dumps writes NaN/Infinity, which strict JSON parsers reject: the sample fails instead
+            json.dumps(result, allow_nan=False)
+        except ValueError:
+            err = ValueError("the answer holds NaN or Infinity, which strict JSON cannot carry")
+            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
         return result
 
-    def _error(self, idx: int, stage: str, err: BaseException) -> dict:
+    def _error(self, idx: int, stage: str, err: BaseException, hint: str | None = None) -> dict:
         logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
         message = f"{type(err).__name__}: {err}"[:2000]
         answer = _ErrorAnswer(
-            error=f"{stage} failed: {message}", hint=HINTS[stage], stage=stage, type=type(err).__name__
+            error=f"{stage} failed: {message}", hint=hint or HINTS[stage], stage=stage, type=type(err).__name__
         )
         answer.status = 400 if stage == "preprocess" else 500
         return answer

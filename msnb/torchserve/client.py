@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, Limits
 from msnb.torchserve.logs import LogCursor, tail
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
 
@@ -50,6 +51,7 @@ class TorchServeClient:
         keys: Keys | None = None,
         log_dir: Path | None = None,
         alive: Callable[[], bool] | None = None,
+        limits: Limits | None = None,
     ):
         self.inference_url = inference_url.rstrip("/")
         self.management_url = (management_url or "").rstrip("/") or None
@@ -57,6 +59,7 @@ class TorchServeClient:
         self.keys = keys or Keys(None, None, enabled=False)
         self.log_dir = Path(log_dir) if log_dir else None
         self._alive = alive
+        self.limits = limits or Limits()  # what the server was started with (TorchServe's defaults if unknown)
         self._http = AuthorisedSession(self.keys)
 
     @classmethod
@@ -237,6 +240,8 @@ class TorchServeClient:
         message, hint, payload = error_body(resp)
         if resp.status_code == 404 and isinstance(payload, dict) and "NotFound" in str(payload.get("type")):
             raise self.not_found(name, version)
+        if resp.status_code == 413:
+            raise self._too_large(name, body, payload)
         if resp.status_code == 400 and "Token Authorization failed" in message:
             hint = "the server has token authorisation on: pass its key_file.json (--token-file)."
         where = f"{name}" + (f" {version}" if version else "")
@@ -246,6 +251,18 @@ class TorchServeClient:
             hint or _hint(details + message, "check the input against what the handler expects."),
             details=details,
             status=resp.status_code,
+            body=payload,
+        )
+
+    def _too_large(self, name: str, body: bytes, payload: Any) -> PredictionError:
+        """413: which body was over which limit, and the option that raises it."""
+        request_limit = self.limits.max_request_size or DEFAULT_MAX_BYTES
+        key, what = ("max_request_size", "request") if len(body) > request_limit else ("max_response_size", "answer")
+        return PredictionError(
+            f"{name} answered HTTP 413: the {what} is over the server's {key}"
+            + (f" (the request is {len(body)} bytes)." if what == "request" else "."),
+            f"send less per request, or raise the limit: {self.limits.describe(key)}.",
+            status=413,
             body=payload,
         )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from msnb.errors import ServerError
 from msnb.torchserve.client import TorchServeClient
 from msnb.torchserve.models import ModelStatus
-from msnb.torchserve.store import ModelStore, read_manifest
+from msnb.torchserve.store import ModelStore, check_identity, read_manifest
 
 
 def register(
@@ -29,6 +29,7 @@ def register(
     if not path.exists():
         raise ServerError(f"No model archive at {path}.", "build one first (msnb.build / %ms_build).")
     name, version = read_manifest(path)
+    check_identity(name, version)
     if any(m.version == version for m in client.versions(name)):
         raise ServerError(
             f"{name} {version} is already registered on this server.",

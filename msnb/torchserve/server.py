@@ -43,6 +43,7 @@ class LocalServer:
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
     ``properties`` adds config.properties entries (addresses excepted: they stay on loopback), ``env``
     environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere.
+    ``max_request_size`` / ``max_response_size`` (bytes) raise TorchServe's 6.5 MB body limits.
     """
 
     def __init__(
@@ -57,6 +58,8 @@ class LocalServer:
         properties: dict | None = None,
         env: dict[str, str] | None = None,
         model_store: str | Path | None = None,
+        max_request_size: int | None = None,
+        max_response_size: int | None = None,
     ):
         # A temporary workdir's own model store is deleted by stop(); a store given here never is.
         self._owns_workdir = workdir is None and model_store is None
@@ -65,6 +68,7 @@ class LocalServer:
         self.properties, self.env = dict(properties or {}), dict(env or {})
         self.auth, self.quiet_logs, self.startup_timeout = auth, quiet_logs, startup_timeout
         self.token_expiration_min = token_expiration_min
+        self.limits = tsconfig.Limits(max_request_size, max_response_size)
         self._requested_ports = dict(ports or {})
         self.ports: dict[str, int] = {}
         self._java: psutil.Process | None = None
@@ -107,6 +111,7 @@ class LocalServer:
                 quiet_logs=self.quiet_logs,
                 token_expiration_min=self.token_expiration_min,
                 extra=self.properties,
+                limits=self.limits,
             )
             try:
                 self._launch(java)
@@ -293,6 +298,7 @@ class LocalServer:
             keys=Keys(lay.key_file, self.management_url, enabled=self.auth),
             log_dir=self.log_dir,
             alive=lambda: self.running,
+            limits=self.limits,
         )
 
     def _refuse_shared_workdir(self) -> None:
