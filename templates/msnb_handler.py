@@ -8,8 +8,10 @@ module-level name ``handle`` that TorchServe calls. Depends only on torch, the s
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -201,6 +203,9 @@ class BatchHandler:
             ) from err
 
     def _load(self, context: Any) -> None:
+        if sys.argv[0].endswith("model_service_worker.py"):  # a TorchServe worker, not an in-process test
+            # A segfault or abort then leaves the Python stack in model_log.log (the worker's stderr).
+            faulthandler.enable()
         settings = LoadSettings.from_context(context)
         self._setup_once(settings.model_dir, settings.extra_files)
         device = self.pick_device(context)

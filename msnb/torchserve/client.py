@@ -30,8 +30,8 @@ HINTS = {
     "did not respond in given time": "the handler took longer than the model's response_timeout, so TorchServe "
     "restarted its worker; register with a larger response_timeout= or make "
     "the handler faster.",
-    "Worker died": "the handler's process exited (os._exit, a crash or out of memory); TorchServe restarts it, "
-    "see the worker log below.",
+    "Worker died": "the worker process ended while answering this request's batch (os._exit, a segfault or the "
+    "OOM killer), so every request of that batch failed; TorchServe restarts it in ~2 s. Its last lines are below.",
 }
 
 
@@ -245,7 +245,10 @@ class TorchServeClient:
         if resp.status_code == 400 and "Token Authorization failed" in message:
             hint = "the server has token authorisation on: pass its key_file.json (--token-file)."
         where = f"{name}" + (f" {version}" if version else "")
-        details = _details(cursor, wait=resp.status_code >= 500)
+        if "Worker died" in message:
+            details = _crash_details(cursor)
+        else:
+            details = _details(cursor, wait=resp.status_code >= 500)
         raise PredictionError(
             f"{where} answered HTTP {resp.status_code}: {message}",
             hint or _hint(details + message, "check the input against what the handler expects."),
@@ -315,6 +318,18 @@ class TorchServeClient:
 
 def _hint(message: str, default: str) -> str:
     return next((hint for key, hint in HINTS.items() if key.lower() in message.lower()), default)
+
+
+def _crash_details(cursor: LogCursor | None) -> str:
+    """The dead worker's last lines; Java logs the disconnect a moment after failing the batch."""
+    if cursor is None:
+        return ""
+    deadline = time.monotonic() + 2.0
+    details = cursor.crash()
+    while not details and time.monotonic() < deadline:
+        time.sleep(0.05)
+        details = cursor.crash()
+    return details or cursor.details()
 
 
 def _details(cursor: LogCursor | None, wait: bool = True) -> str:

@@ -11,6 +11,7 @@ _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
 # TorchServe retries a failed handler import as ts.torch_handler.<module>: that second error misleads.
 _FALLBACK = "No module named 'ts.torch_handler."
 MAX_LINES = 60
+CRASH_LINES = 20
 
 
 class LogCursor:
@@ -35,6 +36,16 @@ class LogCursor:
         if not lines:
             lines = frontend_errors(self.new_text(1))
         return "\n".join(lines[-MAX_LINES:])
+
+
+    def crash(self) -> str:
+        """What the workers wrote since the cursor (a faulthandler stack, or their last output) and how they ended."""
+        lines = [line for line in map(strip_prefix, self.new_text(0).splitlines()) if not _is_noise(line)]
+        ended = [strip_prefix(line) for line in self.new_text(1).splitlines() if "Worker disconnected" in line]
+        if not ended:
+            return ""
+        out = lines[-CRASH_LINES:] or ["(the worker wrote nothing before it ended)"]
+        return "\n".join([*out, f"TorchServe: {ended[0].strip()} (the worker process ended; it is restarted)"])
 
 
 def strip_prefix(line: str) -> str:
@@ -75,7 +86,9 @@ def frontend_errors(text: str) -> list[str]:
 
 
 def _is_noise(line: str) -> bool:
-    return not line.strip() or line.startswith(("Backend worker process died", "Backend response time"))
+    return not line.strip() or line.startswith(
+        ("Backend worker process died", "Backend response time", "Backend received inference at")
+    )
 
 
 def tail(path: Path, lines: int) -> list[str]:

@@ -30,14 +30,15 @@ from msnb.torchserve.models import ModelStatus
 from msnb.torchserve.store import ModelStore
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
+TEMP_PREFIX = "msnb-server-"
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
 
 
 class LocalServer:
     """A TorchServe owned by this process: its own workdir, free ports, token auth, stopped with it.
 
-    Without ``workdir`` it makes a temporary one; ``stop()`` then deletes the model store in it (the
-    registered archives) and keeps the logs.
+    Without ``workdir`` it makes a temporary one; ``stop()`` (or the watchdog, when this process dies) then
+    deletes the model store in it (the registered archives) and keeps the logs.
 
     ``ports`` may request fixed ports by name (see ``msnb.torchserve.config.PORT_NAMES``); the others are free
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
@@ -63,7 +64,9 @@ class LocalServer:
     ):
         # A temporary workdir's own model store is deleted by stop(); a store given here never is.
         self._owns_workdir = workdir is None and model_store is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="msnb-server-")).resolve()
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=TEMP_PREFIX)).resolve()
+        if self._owns_workdir:
+            watchdog.mark_owner(self.workdir)
         self.layout = tsconfig.Layout(self.workdir, Path(model_store).resolve() if model_store else None)
         self.properties, self.env = dict(properties or {}), dict(env or {})
         self.auth, self.quiet_logs, self.startup_timeout = auth, quiet_logs, startup_timeout
@@ -86,6 +89,7 @@ class LocalServer:
             java = tsconfig.java_executable()  # refuse before launching: the launcher would return 0 anyway
             self._refuse_shared_workdir()
             self.stop()  # a server that died by itself: clean up its watchdog and workers first
+            watchdog.sweep_stale(Path(tempfile.gettempdir()), TEMP_PREFIX)  # what killed owners left behind
             try:
                 self._start(java)
             except OSError as err:
@@ -290,7 +294,7 @@ class LocalServer:
                 "see TorchServe's output below.",
                 details="\n".join(tail(lay.java_out, 20)),
             ) from None
-        self._watchdog = watchdog.spawn(pid)
+        self._watchdog = watchdog.spawn(pid, self.layout.model_store if self._owns_workdir else None)
         self._client = TorchServeClient(
             self.inference_url,
             self.management_url,
