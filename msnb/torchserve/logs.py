@@ -37,7 +37,6 @@ class LogCursor:
             lines = frontend_errors(self.new_text(1))
         return "\n".join(lines[-MAX_LINES:])
 
-
     def crash(self) -> str:
         """What the workers wrote since the cursor (a faulthandler stack, or their last output) and how they ended."""
         lines = [line for line in map(strip_prefix, self.new_text(0).splitlines()) if not _is_noise(line)]
