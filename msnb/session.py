@@ -8,12 +8,13 @@ server can take (``deploy``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from msnb import archive, localtest
-from msnb.errors import MsnbError, SpecError
+from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.spec import HandlerSpec
 
@@ -103,12 +104,14 @@ class Session:
         spec = self.get(name_or_spec)
         report = progress or (lambda step, frac: None)
         report("starting the local TorchServe", 0.1)
-        server = self.server()
+        with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
+            server = self.server()
         if self.served.get(spec.name) == spec.digest():
             report("already serving this version", 1.0)
             return server
         report(f"registering {spec.name}", 0.5)
-        deploy(server, spec)  # registers it, or replaces the version(s) already there
+        with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
+            deploy(server, spec)  # registers it, or replaces the version(s) already there
         self.served[spec.name] = spec.digest()
         report("ready", 1.0)
         return server
@@ -132,7 +135,8 @@ class Session:
                 f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
                 f"run %ms_serve {name} first.",
             )
-        return server.predict(name, data, version=version)
+        with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
+            return server.predict(name, data, version=version)
 
     def stop(self) -> None:
         if self._server is not None:
@@ -167,6 +171,29 @@ def deploy(server: Any, spec: HandlerSpec, **params: Any):
     except BaseException:
         remove(path)
         raise
+
+
+@contextmanager
+def interrupted(doing: str, state: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C (Jupyter's stop button) during a step becomes one Interrupted error: what stopped, what remains."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            remains = state()
+        except Exception:  # noqa: BLE001 - the state report must not hide the interruption
+            remains = "its state is unknown (see %ms_status)"
+        raise Interrupted(f"Interrupted while {doing}: {remains}.", "run the step again when you are ready.") from None
+
+
+def _serving(server: Any, name: str) -> str:
+    """What the server serves of ``name`` now, e.g. 'the server still runs; it serves mnist 1.0 (default)'."""
+    if not server.running:
+        return "the server was stopped"
+    versions = [m.version + (" (default)" if m.is_default else "") for m in server.client.versions(name)]
+    if not versions:
+        return f"the server still runs; {name} is not registered"
+    return f"the server still runs; it serves {name} {', '.join(versions)}"
 
 
 _default: Session | None = None

@@ -46,6 +46,11 @@ def register(
             max_batch_delay=max_batch_delay,
             response_timeout=response_timeout,
         )
+    except KeyboardInterrupt:
+        # TorchServe goes on registering after the client gave up: take the half-registered version back.
+        _abandon(client, name, version)
+        store.remove(url)
+        raise
     except BaseException:
         store.remove(url)
         raise
@@ -100,6 +105,13 @@ def unregister(client: TorchServeClient, store: ModelStore, name: str, version: 
         raise client.not_found(name, version)
     for model in sorted(targets, key=lambda m: m.is_default):  # the default version goes last
         _forget(client, store, model)
+
+
+def _abandon(client: TorchServeClient, name: str, version: str) -> None:
+    try:
+        client.unregister_version(name, version, missing_ok=True)
+    except ServerError:
+        pass  # still loading: TorchServe refuses to delete it; the state report lists it
 
 
 def _forget(client: TorchServeClient, store: ModelStore, model: ModelStatus) -> None:

@@ -1,17 +1,19 @@
-"""A redeploy under load, as a notebook user does it: clients keep predicting while the cell is edited and served."""
+"""Serving from a notebook when things happen: a redeploy under load, and Ctrl-C (the stop button) mid-step."""
 
 from __future__ import annotations
 
+import signal
 import textwrap
 import threading
 import time
 
 import pytest
-from helpers import mlp_class
+from helpers import mlp_class, poll
 from IPython.utils.capture import capture_output
 
 import msnb.session
 from msnb.errors import MsnbError
+from msnb.torchserve.logs import LogCursor
 
 pytestmark = pytest.mark.server
 
@@ -19,6 +21,7 @@ CLIENTS = 8
 REDEPLOYS = 3
 BODY = textwrap.dedent(
     """
+    import time
     import torch
 
     def init_function(hidden=8):
@@ -26,6 +29,7 @@ BODY = textwrap.dedent(
         return LoadNet(hidden)
 
     def preprocess(sample):
+        time.sleep(sample.get("sleep", 0))
         return torch.tensor(sample["x"], dtype=torch.float32)
 
     def postprocess(output):
@@ -52,15 +56,32 @@ def session(monkeypatch):
     fresh.stop()
 
 
-def serve_version(shell, version: int):
+def serve_version(shell, version: int, shown: list | None = None):
     """Edit the handler cell (its answer names the version), run it, then `%ms_serve` it."""
     with capture_output():
         cell = shell.run_cell(
             f"%%ms_handler loadnet --batch-size 8 --max-batch-delay 20\n{BODY.format(version=version)}",
             store_history=True,
         )
-        assert cell.success
-        return shell.run_line_magic("ms_serve", "loadnet")
+    assert cell.success
+    with capture_output() as cap:
+        server = shell.run_line_magic("ms_serve", "loadnet")
+    if shown is not None:
+        shown.append("\n".join([cap.stdout, cap.stderr, *(str(o.data) for o in cap.outputs)]))
+    return server
+
+
+def press_stop_when(condition) -> threading.Thread:
+    """Jupyter's stop button: SIGINT to the main thread once ``condition()`` holds (bounded)."""
+    main = threading.main_thread().ident
+
+    def watch() -> None:
+        if poll(condition, 60):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 class Clients:
@@ -113,3 +134,31 @@ def test_redeploys_under_load_lose_no_request_and_serve_no_stale_answer(ip, sess
         assert not stale, f"{len(stale)} answers by an old version after redeploy {version} returned"
     assert {answer["served_by"] for _, answer in clients.log} == set(range(REDEPLOYS + 1))
     assert len([m for m in server.models() if m.name == "loadnet"]) == 1, "the old versions are unregistered"
+
+
+# ------------------------------------------------------------------ Ctrl-C
+@pytest.mark.timeout(240)
+def test_the_stop_button_during_a_redeploy_says_what_was_interrupted_and_what_is_still_served(ip, session):
+    server = serve_version(ip, 0)
+    shown: list[str] = []
+    press_stop_when(lambda: (server.model_store / "loadnet-v1.0-r2").exists())
+    assert serve_version(ip, 1, shown) is None
+    text = shown[0]
+    assert "Interrupted while deploying loadnet: the server still runs; it serves loadnet 1.0 (default)" in text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text and len(text.splitlines()) < 10
+    assert server.predict("loadnet", {"x": [1, 2, 3, 4]})["served_by"] == 0
+    assert serve_version(ip, 1) is server  # running it again deploys the edit
+    assert server.predict("loadnet", {"x": [1, 2, 3, 4]})["served_by"] == 1
+
+
+@pytest.mark.timeout(240)
+def test_the_stop_button_while_waiting_for_an_answer_is_one_message_and_the_server_stays(ip, session):
+    server = serve_version(ip, 0)
+    cursor = LogCursor(server.log_dir)
+    press_stop_when(lambda: "Backend received inference" in cursor.new_text(0))
+    with capture_output() as cap:
+        value = ip.run_line_magic("ms_predict", """loadnet --data '{"x": [1, 2, 3, 4], "sleep": 3}'""")
+    text = "\n".join([cap.stdout, cap.stderr, *(str(o.data) for o in cap.outputs)])
+    assert value is None and "Interrupted while waiting for loadnet's answer: the server keeps running" in text
+    assert "Traceback" not in text
+    assert server.running and server.predict("loadnet", {"x": [1, 2, 3, 4]})["served_by"] == 0
