@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
-from msnb.torchserve.config import DEFAULT_MAX_BYTES, Limits
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
 from msnb.torchserve.logs import LogCursor, tail
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
 
@@ -261,10 +261,10 @@ class TorchServeClient:
         """413: which body was over which limit, and the option that raises it."""
         request_limit = self.limits.max_request_size or DEFAULT_MAX_BYTES
         key, what = ("max_request_size", "request") if len(body) > request_limit else ("max_response_size", "answer")
+        size = f" ({len(body)} bytes)" if what == "request" else ""
         return PredictionError(
-            f"{name} answered HTTP 413: the {what} is over the server's {key}"
-            + (f" (the request is {len(body)} bytes)." if what == "request" else "."),
-            f"send less per request, or raise the limit: {self.limits.describe(key)}.",
+            f"{name} answered HTTP 413: the {what}{size} is over the server's {self.limits.describe(key)}.",
+            f"send less per request, or raise the limit with {LIMIT_OPTIONS[key]}.",
             status=413,
             body=payload,
         )

@@ -47,10 +47,13 @@ class Limits:
         return {key: getattr(self, key) for key in LIMIT_OPTIONS if getattr(self, key) is not None}
 
     def describe(self, key: str) -> str:
-        """'max_request_size (6553500 bytes, TorchServe's default)', naming how to raise it."""
+        """'max_request_size (6553500 bytes, TorchServe's default)'."""
         value = getattr(self, key)
-        size = f"{value} bytes" if value is not None else f"{DEFAULT_MAX_BYTES} bytes, TorchServe's default"
-        return f"{key} ({size}); raise it with {LIMIT_OPTIONS[key]}"
+        return (
+            f"{key} ({value} bytes)"
+            if value is not None
+            else f"{key} ({DEFAULT_MAX_BYTES} bytes, TorchServe's default)"
+        )
 
 
 # Quiet logging: worker output (tracebacks, handler logging) stays in model_log.log, the frontend

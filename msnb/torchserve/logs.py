@@ -86,7 +86,7 @@ def frontend_errors(text: str) -> list[str]:
 
 def _is_noise(line: str) -> bool:
     return not line.strip() or line.startswith(
-        ("Backend worker process died", "Backend response time", "Backend received inference at")
+        ("Backend worker process died", "Backend response time", "Backend received inference at", "Extension modules:")
     )
 
 
