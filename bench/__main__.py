@@ -15,7 +15,7 @@ from pathlib import Path
 from bench import report
 from bench.harness import Settings
 
-BENCHMARKS = ("inner_loop", "cold_start", "checkpoint", "throughput", "overhead", "redeploy_load")
+BENCHMARKS = ("inner_loop", "cold_start", "checkpoint", "throughput", "overhead", "hermetic", "redeploy_load")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -109,6 +109,6 @@ def report(stats: dict) -> dict:
         ],
         "notes": "msnb: LocalServer(...).start() (Java check, config, launch, /ping), register(spec) (no-archive "
         "build + synchronous register), predict. Manual: archiver CLI, torchserve --start, poll /ping, "
-        "register, predict. Stop: until Java and every worker process has exited (issue 3's figure). "
+        "register, predict. Stop: until Java and every worker process has exited. "
         "msnb's start -> healthy and register are the two parts of its first prediction.",
     }

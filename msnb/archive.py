@@ -17,8 +17,9 @@ from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb.errors import BuildError, SpecError
 from msnb.files import link_or_copy
+from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
-from msnb.spec import HandlerSpec
+from msnb.spec import BundledFile, HandlerSpec
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,11 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     if spec.requirements:
         (model_dir / REQUIREMENTS).write_text("\n".join(spec.requirements) + "\n")
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
-    _check_extra_names(spec.extra_files)
+    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
+    for item in spec.bundle:
+        _stage_bundled(item, model_dir)
     return model_dir
 
 
@@ -142,6 +145,9 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
     ckpt = spec.checkpoint
     if ckpt is None:
         return
+    if isinstance(ckpt, torch.jit.ScriptModule) and spec.form != ROLES_FORM:
+        torch.jit.save(ckpt, str(dst))  # what BaseHandler.initialize loads (torch.jit.load)
+        return
     if isinstance(ckpt, torch.nn.Module):
         ckpt = ckpt.state_dict()
     if isinstance(ckpt, dict):
@@ -157,8 +163,8 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
     link_or_copy(path, dst, symlink_ok=symlink_ok)
 
 
-def _check_extra_names(extra_files: tuple[str, ...]) -> None:
-    """Extra files keep their names in the model dir: none may replace a generated file or another extra file."""
+def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
+    """Extra files keep their names in the model dir: none may replace a generated, bundled or other extra file."""
     generated = {
         f"{HANDLER_MODULE}.py",
         CONFIG,
@@ -167,11 +173,18 @@ def _check_extra_names(extra_files: tuple[str, ...]) -> None:
         "MAR-INF",
         *(p.name for p in shared_handler_files()),
     }
+    clash = bundled & generated
+    if clash:
+        raise SpecError(
+            f"The local module(s) {', '.join(sorted(clash))} would replace a file msnb writes in the model dir.",
+            "rename the local module (the shared handler's own files keep their names).",
+        )
+    generated |= bundled
     seen: set[str] = set()
     for extra in extra_files:
         name = Path(extra).expanduser().name
         if name in generated or name in seen:
-            what = "a file msnb writes" if name in generated else "another extra file"
+            what = "a bundled local module or a file msnb writes" if name in generated else "another extra file"
             raise SpecError(
                 f"Extra file {extra!r} would replace {what} of the same name ({name!r}) in the model dir.",
                 "rename it (extra files keep their names; the checkpoint goes with --checkpoint).",
@@ -188,6 +201,19 @@ def _stage_extra(src: Path, model_dir: Path, symlink_ok: bool) -> None:
         shutil.copytree(src, dst, dirs_exist_ok=True)
     else:
         link_or_copy(src, dst, symlink_ok=symlink_ok)
+
+
+def _stage_bundled(item: BundledFile, model_dir: Path) -> None:
+    """Copied, never linked: a source file edited in place must not change an archive already served."""
+    src = Path(item.source)
+    if not src.is_file():
+        raise SpecError(
+            f"The local file {item.source!r} (bundled as {item.arcname}) is gone.",
+            "run the %%ms_handler cell again so msnb finds the handler's imports anew.",
+        )
+    dst = model_dir / item.arcname
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
 
 
 def ensure_writable(path: Path) -> bool:

@@ -13,36 +13,62 @@ from collections.abc import Sequence
 from typing import Any
 
 from msnb.errors import CaptureError, SpecError
+from msnb.forms import ROLES_FORM, Form, handler_class_names
 from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
-from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, check_roles, find_roles
+from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, form_and_roles
 
 RUNTIME_HINT = (
-    "pass it as a checkpoint (--checkpoint), an extra file (--extra-files) or an init_function argument (--init-kwargs)"
+    "compute it inside a function: a data file shipped with --extra-files is read by its bare name inside "
+    "init_function, preprocess or a cached helper (`@functools.cache def labels(): return json.load(open("
+    "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
+    "Weights go in --checkpoint, values in --init-kwargs"
 )
 
 
 def capture(
-    name: str, cell: str, pool: Sequence[tuple[str, str]], *, cell_origin: str = "handler cell", **config: Any
+    name: str,
+    cell: str,
+    pool: Sequence[tuple[str, str]],
+    *,
+    cell_origin: str = "handler cell",
+    search_path: Sequence[str] | None = None,
+    **config: Any,
 ) -> HandlerSpec:
     """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
 
     For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
-    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...).
+    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
+    ``search_path`` (see ``bundle.search_path``) the local modules the code imports are bundled and
+    its third-party imports pinned as requirements.
     """
     text, tree = _parse_handler(cell, cell_origin)
-    roles = _roles(tree, cell_origin)
+    others = Pool(pool)
+    form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     kept = [s for s in stmts if s.kind not in ("runtime", "future")]
     bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
     wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
     _refuse_dropped_bindings(wanted, [s for s in stmts if s.kind == "runtime"])
     star = any(s.kind == "star" for s in kept)
-    pulled, warnings = Pool(pool).closure(wanted, bound, star)
+    pulled, warnings = others.closure(wanted, bound, star)
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
     warnings = _dropped_warnings(stmts, cell) + warnings + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
-    return HandlerSpec(name=name, blocks=(*pulled, handler), roles=roles, warnings=warnings, **config)
+    spec = HandlerSpec(
+        name=name,
+        blocks=(*pulled, handler),
+        roles=roles,
+        form=form.kind,
+        entry=form.entry,
+        warnings=warnings,
+        **config,
+    )
+    if search_path is None:
+        return spec
+    from msnb.bundle import make_hermetic
+
+    return make_hermetic(spec, search_path)
 
 
 def transform(source: str) -> str | None:
@@ -71,6 +97,7 @@ class Pool:
         self.bindings: dict[str, list[Stmt]] = {}  # name -> statements binding it, in order
         self.stars: list[Stmt] = []
         self.skipped: list[str] = []
+        self.trees: list[ast.Module] = []  # the parsed cells, in order
         for i, (origin, source) in enumerate(cells):
             text = transform(source)
             if text is None:
@@ -80,6 +107,7 @@ class Pool:
             except SyntaxError:
                 self.skipped.append(origin)
                 continue
+            self.trees.append(tree)
             for j, node in enumerate(tree.body):
                 stmt = Stmt(origin, (i, j), node, text)
                 for name in stmt.defines:
@@ -199,17 +227,18 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
         ) from None
 
 
-def _roles(tree: ast.Module, origin: str) -> dict[str, str]:
-    roles = find_roles(tree)
-    if "init_function" not in roles:
-        raise CaptureError(
-            f"{_cap(the(origin))} defines no init_function.",
-            f"define `{SIGNATURES['init_function']}` in {the(origin)}; it returns the model.",
-        )
+def _form(tree: ast.Module, origin: str, known: set[str]) -> tuple[Form, dict[str, str]]:
     try:
-        return check_roles(tree)
+        form, roles = form_and_roles(tree, known)
     except SpecError as err:
-        raise CaptureError(err.message, err.hint) from None
+        raise CaptureError(err.message.replace("The cell", _cap(the(origin)), 1), err.hint) from None
+    if form.kind == ROLES_FORM and "init_function" not in roles:
+        raise CaptureError(
+            f"{_cap(the(origin))} defines no handler: no init_function, handler class or module-level handle.",
+            f"define `{SIGNATURES['init_function']}` in {the(origin)} (it returns the model), or your own "
+            "TorchServe handler: a BaseHandler subclass, a class with initialize and handle, or handle(data, context).",
+        )
+    return form, roles
 
 
 def _refuse_dropped_bindings(wanted: list[tuple[str, Stmt]], dropped: list[Stmt]) -> None:
@@ -247,5 +276,6 @@ def _head(stmt: Stmt, raw: str) -> str:
     return line + (" ..." if (stmt.node.end_lineno or 0) > stmt.node.lineno else "")
 
 
-def _cap(text: str) -> str:
+def _cap(text: Any) -> str:
+    text = str(text)  # an Origin reads as its label
     return text[:1].upper() + text[1:]

@@ -11,7 +11,7 @@ from pathlib import Path
 from IPython.core.error import UsageError
 
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
-from msnb.errors import MsnbError, ServerError
+from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.files import write_atomic
 from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
 
@@ -26,7 +26,8 @@ one archive per handler into OUTDIR. Relative paths in the options (--checkpoint
 --extra-files, --example @file) resolve against the notebook's folder, not the current directory."""
 SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive
 found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
-`msnb export --kserve` folder) and serve in the foreground until Ctrl-C. While it runs, its URL and
+`msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
+reported (with its worker log lines) and the others are served; the exit code is 1 only when none loads. While it runs, its URL and
 key file are written to STATE (default $MSNB_STATE_DIR/serve.json, else ~/.cache/msnb/serve.json),
 which is where `msnb predict` finds them."""
 PREDICT_HELP = """POST one input to /predictions/NAME and print the answer. Without --url it uses the
@@ -177,9 +178,7 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
     try:
-        for path in archives:
-            status = server.register(path)
-            print(f"serving {status.name} {status.version}: POST {server.inference_url}/predictions/{status.name}")
+        _register_each(server, archives)
         _write_state(state, server)
         print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
@@ -195,6 +194,27 @@ def _serve(args: argparse.Namespace) -> int:
         server.stop()
         print("server stopped", flush=True)
     return OK
+
+
+def _register_each(server, archives: list[Path]) -> None:
+    """Register every archive that loads and report each that does not (with its worker log lines); only when
+    none loads is it an error."""
+    served = 0
+    for path in archives:
+        try:
+            status = server.register(path)
+        except MsnbError as err:
+            print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
+            continue
+        served += 1
+        print(f"serving {status.name} {status.version}: POST {server.inference_url}/predictions/{status.name}")
+    if not served:
+        raise ServerError(
+            f"None of the {len(archives)} archive(s) could be served (each error is above).",
+            "fix the handler named in the worker log lines, export it again and rerun `msnb serve`.",
+        )
+    if served < len(archives):
+        print(f"warning: serving {served} of {len(archives)} archives", file=sys.stderr, flush=True)
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -226,9 +246,9 @@ def find_archives(paths: list[str]) -> list[Path]:
         elif store.is_dir() and sorted(store.glob("*.mar")):
             found += sorted(store.glob("*.mar"))
         else:
-            raise UsageError(
-                f"{raw}: no .mar file, model folder or model store there.\n"
-                "Hint: give a .mar, a folder of .mar files, or a `msnb export --kserve` folder."
+            raise OptionError(
+                f"{raw}: no .mar file, model folder or model store there.",
+                "give a .mar, a folder of .mar files, or a `msnb export --kserve` folder.",
             )
     return found
 

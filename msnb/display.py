@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from msnb.errors import MsnbError
+from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
 
 _MAX = 200  # characters of an example / prediction shown inline
@@ -61,15 +62,16 @@ class ErrorView(View):
 
 
 class SpecSummary(View):
-    """A captured handler: roles, init kwargs, pulled-in definitions, checkpoint, config, warnings, next steps."""
+    """A captured handler: who handles requests, init kwargs, pulled-in definitions, checkpoint, config, warnings, next steps."""
 
     def __init__(self, spec: HandlerSpec):
-        rows = [("roles", ", ".join(f"{role}={fn}" if role != fn else role for role, fn in spec.roles.items()))]
+        rows = [("handler", spec.handled_by)]
         if spec.init_kwargs:
             rows.append(("init kwargs", _short(json.dumps(spec.init_kwargs))))
         pulled = "; ".join(f"{', '.join(b.names) or '(code)'} from {b.origin}" for b in spec.pulled_in)
-        rows.append(("pulled in", pulled or "nothing (the cell is self-contained)"))
-        rows.append(("checkpoint", describe_checkpoint(spec.checkpoint)))
+        rows.append(("pulled in", pulled or "nothing from other cells"))
+        rows.append(("bundled", ", ".join(spec.bundled) or "no local modules"))
+        rows.append(("checkpoint", describe_checkpoint(spec.checkpoint, spec.form)))
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
         if spec.requirements:
             rows.append(("requirements", ", ".join(spec.requirements)))
@@ -100,26 +102,86 @@ class ProgressView(View):
         )
 
 
+class WarningView(View):
+    """A warning (e.g. the served model is older than its cell): one line, amber, not an error."""
+
+    css_class = "msnb-warning"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+
+    def text(self) -> str:
+        return f"Warning: {self.title}"
+
+    def _repr_html_(self) -> str:
+        return (
+            f"<div class='msnb-warning' style='border-left:4px solid #e6a700;padding-left:8px'>{_e(self.text())}</div>"
+        )
+
+
+class LogView(View):
+    """The newest worker log lines of one model."""
+
+    def __init__(self, name: str, text: str):
+        super().__init__(f"Worker log of {name!r} (newest last)", pre=text)
+
+
+STATUS_COLUMNS = ("handler", "cell", "built archives", "served", "URL")
+
+
 class Status(View, dict):
-    """``Session.status()`` as a dict (so it can be used) that shows itself as a short table."""
+    """``Session.status()`` as a dict (so it can be used) that shows itself as a table per handler."""
 
     def __init__(self, status: dict[str, Any]):
         dict.__init__(self, status)
         server = status.get("server", {})
-        rows = [(f"spec {n}", f"v{s['version']} ({s['digest']})") for n, s in status.get("specs", {}).items()]
-        rows += [(f"archive {n}", p) for n, p in status.get("archives", {}).items()]
-        rows.append(("server", f"running at {server['url']}" if server.get("running") else "not running"))
-        rows += [("model", _as_text(m)) for m in status.get("models", [])]
+        rows = [("server", f"running at {server['url']}" if server.get("running") else "not running")]
+        rows += [
+            (label, server[key]) for label, key in (("logs", "log_dir"), ("key file", "key_file")) if server.get(key)
+        ]
         View.__init__(self, "msnb status", rows)
+        self.table = [_handler_cells(n, h) for n, h in status.get("handlers", {}).items()]
+
+    def text(self) -> str:
+        lines = [View.text(self)]
+        for cells in self.table:
+            lines.append("  " + " | ".join(f"{c}: {v}" for c, v in zip(STATUS_COLUMNS, cells) if v))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th style='text-align:left'>{c}</th>" for c in STATUS_COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{_e(v)}</td>" for v in cells) + "</tr>"
+            for cells in self.table
+        )
+        table = (
+            f"<table class='msnb-status-table'><tr>{head}</tr>{body}</table>"
+            if self.table
+            else "no handler defined yet"
+        )
+        return View._repr_html_(self).removesuffix("</div>") + table + "</div>"
 
     __eq__ = dict.__eq__
     __hash__ = None
 
 
-def describe_checkpoint(checkpoint: Any) -> str:
+def _handler_cells(name: str, h: dict[str, Any]) -> tuple[str, ...]:
+    built = "; ".join(
+        f"{a['path']} v{a['version']}" + (" (stale: older than the cell)" if a["stale"] else "") for a in h["archives"]
+    )
+    served = "; ".join(
+        f"v{m['version']}" + (" (default)" if m["default"] else "") + (" (stale)" if h["stale"] else "")
+        for m in h["served"]
+    )
+    return name, f"v{h['version']} digest {h['digest']}", built or "none", served or "not served", h["url"] or ""
+
+
+def describe_checkpoint(checkpoint: Any, form: str = ROLES_FORM) -> str:
     """A one-line description of a spec's checkpoint (path, module or state_dict)."""
     if checkpoint is None:
-        return "none (init_function's own weights)"
+        return "none (init_function's own weights)" if form == ROLES_FORM else "none (no serializedFile)"
+    if type(checkpoint).__module__.startswith("torch.jit") and form != ROLES_FORM:
+        return f"{type(checkpoint).__name__} variable (saved as TorchScript)"
     if isinstance(checkpoint, dict):
         return f"state_dict variable ({len(checkpoint)} entries)"
     if hasattr(checkpoint, "state_dict") and not isinstance(checkpoint, str):

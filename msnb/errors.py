@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from IPython.core.error import UsageError
+
 
 class MsnbError(Exception):
     """A failure a person can act on.
@@ -16,13 +18,18 @@ class MsnbError(Exception):
         self.details = details
         super().__init__(self.render())
 
-    def render(self) -> str:
+    def render(self, details: bool = True) -> str:
+        """The one rendering of an error: message, ``Hint: ...`` and (unless ``details`` is False) the details."""
         parts = [self.message]
         if self.hint:
             parts.append(f"Hint: {self.hint}")
-        if self.details:
+        if self.details and details:
             parts.append(self.details.rstrip())
         return "\n".join(parts)
+
+
+class OptionError(MsnbError, UsageError):
+    """A bad option or input on a magic or command line: IPython shows it as a usage error, the CLI exits 2."""
 
 
 class SpecError(MsnbError):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
 from msnb.files import link_or_copy, move_into
+from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
 from msnb.torchserve.config import Limits, kserve_properties, render_properties
@@ -58,8 +63,8 @@ def export_notebook(
 ) -> Report:
     """Capture the notebook's handlers (never running the notebook) and write one archive each.
 
-    ``check`` runs each handler in-process on its ``--example`` before anything is written
-    (without it no user code runs). A failing handler is reported and skipped; the others are
+    ``check`` runs each handler in-process on its ``--example`` before anything is written; without it no
+    user code runs and a static check refuses imports the archive would not satisfy (``check_imports``). A failing handler is reported and skipped; the others are
     still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded,
     with ``limits`` (body sizes) in its config.properties.
     """
@@ -94,6 +99,7 @@ def _write_kserve_into(
         report.failed["--kserve"] = err
         return
     report.warnings += [f"{s.name}: {KSERVE_BATCH_NOTE.format(n=s.batch_size)}" for s in specs if s.batch_size > 1]
+    report.warnings += [f"{s.name}: {v2_note(s.example)}" for s in specs if not is_tensor(s.example)]
     if also_listed:
         report.exported += [Exported(s, root / "model-store" / f"{s.name}.mar") for s in specs]
 
@@ -107,6 +113,8 @@ def _capture_and_check(notebook, handlers, overrides, check: bool, report: Repor
         try:
             if check:
                 report.checked[item.name] = run_check(item.spec)
+            else:
+                check_imports(item.spec)
             specs.append(item.spec)
         except MsnbError as err:
             report.failed[item.name] = err
@@ -189,6 +197,32 @@ KSERVE_BATCH_NOTE = (
 )
 
 
+def is_tensor(example: Any) -> bool:
+    """True when ``example`` can be sent as one KServe v2 tensor: a number or a regular nested list of them
+    (None, no example, counts as fine: there is nothing to warn about)."""
+    if example is None:
+        return True
+    if isinstance(example, str) or not isinstance(example, (bool, int, float, list)):
+        return False
+    try:
+        torch.tensor(example)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return False
+    return True
+
+
+def v2_note(example: Any) -> str:
+    """What to send over KServe v2 for an --example that is not a tensor (the shared handler decodes it)."""
+    kind = {dict: "object", list: "array", str: "string"}.get(type(example), type(example).__name__)
+    text = json.dumps(example if isinstance(example, str) else json.dumps(example))
+    shown = text if len(text) <= 60 else text[:56] + '..."'
+    return (
+        f"its --example (a JSON {kind}) is not a tensor, which KServe v2 (protocolVersion: v2) sends. Send it "
+        f'as a BYTES input holding its JSON text: {{"inputs": [{{"name": "input-0", "shape": [1], "datatype": '
+        f'"BYTES", "data": [{shown}]}}]}}; the shared handler decodes it. v1 takes it as it is.'
+    )
+
+
 def _reuse(path: Path, staging: Path) -> Path:
     link_or_copy(path, staging / path.name)
     return staging / path.name
@@ -221,8 +255,9 @@ def _snapshot(spec: HandlerSpec) -> dict:
 
 
 def format_table(report: Report) -> str:
-    """The result table: name, version, file, size, roles, pulled-in definitions; then failures."""
-    rows = [("name", "version", "file", "size", "roles", "pulled in")]
+    """The result table: name, version, file, size, handler (roles or own entry), pulled-in definitions, bundled
+    local modules."""
+    rows = [("name", "version", "file", "size", "handler", "pulled in", "bundled")]
     for item in report.exported:
         pulled = ", ".join(f"{', '.join(b.names) or 'code'} ({b.origin.short})" for b in item.spec.pulled_in)
         rows.append(
@@ -231,8 +266,9 @@ def format_table(report: Report) -> str:
                 item.spec.version,
                 str(item.path),
                 _human(item.size),
-                ", ".join(item.spec.roles),
+                item.spec.handled_by,
                 pulled or "-",
+                ", ".join(item.spec.bundled) or "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

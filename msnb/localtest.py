@@ -6,21 +6,28 @@ import contextlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 import tempfile
+import traceback
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ts
 import yaml
 from ts.context import Context, RequestProcessor
+from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from msnb.archive import CHECKPOINT, CONFIG, stage
+from msnb.bundle import environment_dirs
 from msnb.errors import HandlerRunError
+from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
+from msnb.torchserve.logs import user_frames
 from msnb.torchserve.models import encode
 
 
@@ -59,9 +66,12 @@ class LoadedHandler:
         self.spec = spec
         self.model_dir = Path(model_dir)
         self.log = _LogCapture()
-        self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py", self.model_dir)
+        self.imports = WorkerImports(self.model_dir)
+        with self.imports:
+            self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py")
         try:
-            self._load(spec)
+            with self.imports:
+                self._load(spec)
         except BaseException:
             self.close()
             raise
@@ -75,7 +85,14 @@ class LoadedHandler:
             manifest["model"]["serializedFile"] = CHECKPOINT
         config = yaml.safe_load((self.model_dir / CONFIG).read_text()) or {}
         self.context = Context(
-            spec.name, str(self.model_dir), manifest, spec.batch_size, None, "msnb-local", model_yaml_config=config
+            spec.name,
+            str(self.model_dir),
+            manifest,
+            spec.batch_size,
+            None,
+            "msnb-local",
+            metrics=_metrics_cache(),
+            model_yaml_config=config,
         )
         try:
             with self._capturing():
@@ -83,16 +100,19 @@ class LoadedHandler:
         except Exception as err:  # the user's init_function / checkpoint: show their message
             # The shared handler's HandlerLoadError carries .message/.hint (it cannot import msnb).
             message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+            what = "init_function or the checkpoint" if spec.form == ROLES_FORM else f"{spec.entry}'s loading"
             hint = (
-                getattr(err, "hint", None)
-                or "fix init_function or the checkpoint; TorchServe's worker would fail the same way."
+                _missing_module_hint(err)
+                or _missing_module_hint(err.__cause__)
+                or getattr(err, "hint", None)
+                or f"fix {what}; TorchServe's worker would fail the same way."
             )
             trace = None if hasattr(err, "hint") else "\n".join(_last_traceback(self.log.lines)) or None
             raise HandlerRunError(f"Handler {spec.name!r} failed to load: {message}", hint, details=trace) from err
 
     @contextlib.contextmanager
     def _capturing(self):
-        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate")]
+        loggers = [logging.getLogger(n) for n in ("msnb_handler", "msnb_load", "msnb_collate", "msnb_own", "ts")]
         saved = [lg.propagate for lg in loggers]
         for lg in loggers:
             lg.addHandler(self.log)
@@ -109,14 +129,54 @@ class LoadedHandler:
         batch = [{"body": _as_request_body(s)} for s in samples]
         self.context.request_processor = [RequestProcessor({}) for _ in batch]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
-        with self._capturing():
-            out = self.module.handle(batch, self.context)
+        self.context.metrics.request_ids = self.context.request_ids
+        with self._capturing(), self.imports:
+            out = self._handle(batch)
         if not isinstance(out, list) or len(out) != len(batch):
-            raise HandlerRunError(
-                f"Handler returned {type(out).__name__} for a batch of {len(batch)}.",
-                "the shared handler must return one answer per request; please report this.",
-            )
+            raise HandlerRunError(*_batch_mismatch(self.spec, out, len(batch)))
         return [Answer(self.context.get_response_status(i)[0], _as_response(o)) for i, o in enumerate(out)]
+
+    def _handle(self, batch: list[dict]) -> Any:
+        if self.spec.form == ROLES_FORM:  # the shared handler answers every sample, failed ones included
+            return self.module.handle(batch, self.context)
+        try:
+            return self.module.handle(batch, self.context)
+        except Exception as err:
+            raise HandlerRunError(
+                f"{self.spec.entry} raised {type(err).__name__}: {err}",
+                "on TorchServe every request of this batch would fail (503); fix the handler or the input.",
+                details=_user_frames(err),
+            ) from err
+
+
+def _metrics_cache() -> MetricsCacheYamlImpl:
+    """TorchServe's own metrics cache with its default metrics.yaml, as a worker has (BaseHandler.handle uses it)."""
+    cache = MetricsCacheYamlImpl(config_file_path=str(Path(ts.__file__).parent / "configs" / "metrics.yaml"))
+    cache.initialize_cache()
+    return cache
+
+
+def _batch_mismatch(spec: HandlerSpec, out: Any, size: int) -> tuple[str, str]:
+    """What TorchServe would answer to a handle() result that is not one answer per request, and the fix."""
+    if spec.form == ROLES_FORM:
+        return (
+            f"Handler returned {type(out).__name__} for a batch of {size}.",
+            "the shared handler must return one answer per request; please report this.",
+        )
+    got = f"a list of {len(out)}" if isinstance(out, list) else f"a {type(out).__name__}"
+    served = "number of batch response mismatched" if isinstance(out, list) else "Invalid model predict output"
+    return (
+        f'{spec.entry} returned {got} for a batch of {size} request(s); TorchServe would answer 503 "{served}".',
+        "return a list with exactly one answer per request in `data`, in the same order.",
+    )
+
+
+def _user_frames(err: BaseException) -> str:
+    """The traceback of a user's handler from the rendered module down (not localtest's own frames)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    start = next((i for i, f in enumerate(frames) if f.filename.endswith(f"{HANDLER_MODULE}.py")), 0)
+    lines = traceback.format_list(frames[start:]) + traceback.format_exception_only(err)
+    return "".join(lines).rstrip()
 
 
 def run_handler(spec: HandlerSpec, samples: Iterable[Any]) -> list[Answer]:
@@ -176,15 +236,71 @@ def _raise_first_failure(
 
 def _last_traceback(lines: list[str]) -> list[str]:
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    return lines[starts[-1] :] if starts else []
+    return user_frames(lines[starts[-1] :]) if starts else []
 
 
-def _import_isolated(path: Path, model_dir: Path):
+class WorkerImports:
+    """Import and run as a TorchServe worker does, each time it is entered: the model dir first on ``sys.path``
+    and as the working directory, no notebook folder, cwd or other local path on it, and the local modules the
+    kernel imported hidden (a worker is a fresh process). On exit the kernel's modules come back and the
+    handler's own (imported from the model dir) are kept aside for the next entry. msnb itself stays."""
+
+    def __init__(self, model_dir: Path):
+        self.root = str(Path(model_dir).resolve())
+        self.own: dict[str, Any] = {}
+
+    def __enter__(self) -> "WorkerImports":
+        env = environment_dirs()
+        self.saved_path, self.saved_cwd = sys.path[:], os.getcwd()
+        self.hidden = {m: sys.modules.pop(m) for m in [m for m, mod in sys.modules.items() if _is_local(mod, env)]}
+        sys.modules.update(self.own)
+        sys.path[:] = [self.root] + [p for p in self.saved_path if p and _inside(os.path.realpath(p), env)]
+        os.chdir(self.root)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        os.chdir(self.saved_cwd)
+        sys.path[:] = self.saved_path
+        mine = [m for m, mod in sys.modules.items() if _is_local(mod, ()) and _inside(_file(mod), (self.root,))]
+        self.own = {m: sys.modules.pop(m) for m in mine}
+        sys.modules.update(self.hidden)
+
+
+def _file(module: Any) -> str:
+    return os.path.realpath(getattr(module, "__file__", None) or "")
+
+
+def _is_local(module: Any, env: tuple[str, ...]) -> bool:
+    """A module loaded from a file outside the interpreter's folders (msnb and the shared handler excepted)."""
+    name = getattr(module, "__name__", None) or ""
+    if not isinstance(name, str) or not getattr(module, "__file__", None) or name == "__main__":
+        return False
+    if name.split(".")[0] == "msnb" or name.startswith("msnb_"):
+        return False
+    return not _inside(_file(module), env)
+
+
+def _inside(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f + os.sep) for f in folders)
+
+
+def _missing_module_hint(err: BaseException) -> str | None:
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return None
+    return (
+        f"a TorchServe worker imports the handler from the archive alone, where `{err.name.split('.')[0]}` is "
+        "missing. msnb bundles local modules it finds by name on the notebook's path and pins installed "
+        "third-party ones: import it by name (not by a computed name or from a path added at run time), ship its "
+        "file with --extra-files, or install it in the kernel / add it to --requirements."
+    )
+
+
+def _import_isolated(path: Path):
+    """Import handler_model.py from its model dir under a unique name (inside ``WorkerImports``)."""
     name = f"msnb_local_{path.stem}_{uuid.uuid4().hex[:8]}"
     # The shared handler modules are imported fresh from this model dir, as a worker would.
     for mod in [m for m in sys.modules if m.startswith("msnb_") and not m.startswith("msnb_local_")]:
         del sys.modules[mod]
-    sys.path.insert(0, str(model_dir))
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
@@ -194,10 +310,9 @@ def _import_isolated(path: Path, model_dir: Path):
         sys.modules.pop(name, None)
         raise HandlerRunError(
             f"Importing the rendered handler failed: {type(err).__name__}: {err}",
-            "an import or top-level definition in the handler cell fails outside the notebook.",
+            _missing_module_hint(err)
+            or "an import or top-level definition in the handler cell fails outside the notebook.",
         ) from err
-    finally:
-        sys.path.remove(str(model_dir))
     return module
 
 
@@ -210,11 +325,9 @@ def _as_request_body(sample: Any) -> Any:
 
 
 def _as_response(obj: Any) -> Any:
+    """The body as the server's client decodes it: bytes stay bytes, str stays str (sent as text/plain)."""
     if isinstance(obj, (bytes, bytearray)):
         return bytes(obj)
     if isinstance(obj, str):
-        try:
-            return json.loads(obj)
-        except ValueError:
-            return obj
+        return obj
     return json.loads(json.dumps(obj))

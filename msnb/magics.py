@@ -1,8 +1,7 @@
-"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/stop/status/widget): thin layers over msnb.session."""
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/stop/status/logs/widget): thin layers over msnb.session."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,42 +12,46 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from msnb import display as views
+from msnb import help as magic_help
 from msnb import options
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
-from msnb.errors import MsnbError
+from msnb.errors import MsnbError, OptionError
 from msnb.session import current
 from msnb.spec import HandlerSpec, Origin
 
 
-def _shows_errors(method: Callable) -> Callable:
-    """A user mistake (MsnbError) becomes a message + ``Hint:`` output and a None result, not a traceback."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except MsnbError as err:
-            display(views.ErrorView(err))
-            return None
-
-    return wrapper
+def show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
+    """IPython's handler for an MsnbError raised in a cell (a magic, or the Python API): the cell fails (Run All
+    stops, nbclient raises CellExecutionError) and shows only the message, its ``Hint:`` and the details
+    (worker log lines), never a traceback through msnb."""
+    lines = views.ErrorView(value).text().splitlines()
+    shell._showtraceback(etype, value, lines)  # ipykernel sends these lines as the cell's error output
+    return lines
 
 
 def _handler_options(func: Callable) -> Callable:
     """Give the cell magic msnb.options' parser and help text (so ``%%ms_handler?`` shows every option)."""
     func.parser = options.ms_handler.parser
     func.has_arguments = True
-    func.__doc__ = options.ms_handler.__doc__
+    func.__doc__ = magic_help.handler_help()
     return func
 
 
 def _progress(label: str) -> Callable[[str, float], None]:
-    """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal)."""
-    handle = display(views.ProgressView(label, "starting", 0.0), display_id=True)
+    """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal).
+
+    The bar appears with the first step, so a mistake found before any work (an unknown name) shows no bar.
+    """
+    handle = None
 
     def report(step: str, fraction: float) -> None:
+        nonlocal handle
         view = views.ProgressView(label, step, fraction)
-        if handle is None:  # no display system (plain Python): fall back to a line
+        if handle is None:
+            handle = display(view, display_id=True) or False
+            if handle is False:  # no display system (plain Python): a line per step
+                print(view.text())
+        elif handle is False:
             print(view.text())
         else:
             handle.update(view)
@@ -61,21 +64,23 @@ class MsnbMagics(Magics):
     """``%load_ext msnb`` registers these; each calls one ``msnb.session.Session`` method."""
 
     @cell_magic
-    @_shows_errors
     @_handler_options
-    def ms_handler(self, line: str, cell: str) -> HandlerSpec | None:
+    def ms_handler(self, line: str, cell: str) -> HandlerSpec:
         args = _parse_handler_line(line)
-        if not self._run_cell(cell):  # the cell's own traceback is already shown
-            return None
+        if not self._run_cell(cell, line):  # the cell's own traceback is already shown
+            raise MsnbError(
+                f"Handler {args.name!r} was not captured: its cell failed (see the error above).",
+                "fix the cell and run it again.",
+            )
+        from msnb.bundle import search_path
         from msnb.capture import capture
 
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
         pool, origin = self._executed_cells()
-        spec = capture(args.name, cell, pool, cell_origin=origin, **config)
+        spec = capture(args.name, cell, pool, cell_origin=origin, search_path=search_path(Path.cwd()), **config)
         return current().add(spec)  # shown as a summary by the HandlerSpec formatter
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -86,7 +91,6 @@ class MsnbMagics(Magics):
         return current().test(args.name, samples)[0]
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     @argument(
@@ -113,7 +117,6 @@ class MsnbMagics(Magics):
         return path
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_serve(self, line: str) -> Any:
@@ -121,11 +124,11 @@ class MsnbMagics(Magics):
         args = parse_argstring(self.ms_serve, line)
         report = _progress(f"Serving {args.name}")
         server = current().serve(args.name, progress=report)
-        report(f"ready at {server.inference_url}/predictions/{args.name}", 1.0)
+        served = current().served[args.name]
+        report(f"ready: {served.line()} at {server.inference_url}/predictions/{args.name}", 1.0)
         return server
 
     @line_magic
-    @_shows_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -134,23 +137,33 @@ class MsnbMagics(Magics):
         """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
         args = parse_argstring(self.ms_predict, line)
         data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
-        return current().predict(args.name, data, version=args.version)
+        answer = current().predict(args.name, data, version=args.version, warn=False)
+        stale = current().stale(args.name)
+        if stale and args.version is None:
+            display(views.WarningView(stale))
+        return answer
 
     @line_magic
-    @_shows_errors
     def ms_stop(self, line: str = "") -> views.Status:
         """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
         current().stop()
         return views.Status(current().status())
 
     @line_magic
-    @_shows_errors
     def ms_status(self, line: str = "") -> views.Status:
         """%ms_status: handlers defined, archives built, the server and its models (a dict)."""
         return views.Status(current().status())
 
     @line_magic
-    @_shows_errors
+    @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("-n", "--lines", type=int, default=40, help="how many of the newest lines (default 40)")
+    def ms_logs(self, line: str) -> views.LogView:
+        """%ms_logs NAME [-n LINES]: the newest lines NAME's TorchServe workers wrote (model_log.log)."""
+        args = parse_argstring(self.ms_logs, line)
+        return views.LogView(args.name, current().logs(args.name, args.lines))
+
+    @line_magic
     @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_widget(self, line: str) -> Any:
@@ -161,11 +174,12 @@ class MsnbMagics(Magics):
         return BuildWidget(args.name)
 
     # ------------------------------------------------------------ helpers
-    def _run_cell(self, cell: str) -> bool:
+    def _run_cell(self, cell: str, line: str = "") -> bool:
         """Run the cell for real (namespace, tracebacks as usual); True when it succeeded."""
         outer = self.shell.displayhook.exec_result
         try:
-            return self.shell.run_cell(cell).success
+            # the magic line as a comment keeps line numbers as the user sees the cell (line 1 is %%ms_handler)
+            return self.shell.run_cell(f"# %%ms_handler {line}\n{cell}").success
         finally:  # a nested run_cell clears the displayhook's result: this cell's Out would be lost
             self.shell.displayhook.exec_result = outer
 
@@ -184,13 +198,20 @@ def _parse_handler_line(line: str):
     try:
         return options.parse_handler_line(line)
     except UsageError as err:
-        usage = options.ms_handler.parser.format_usage()
-        raise UsageError(f"%%ms_handler: {err}\n{usage}Hint: `%%ms_handler?` lists every option.") from None
+        usage = magic_help.handler_usage()
+        raise OptionError(f"%%ms_handler: {err}", "`%%ms_handler?` lists every option.", details=usage) from None
 
 
 def load_ipython_extension(ip: Any) -> None:
-    """``%load_ext msnb``: register the magics and show a HandlerSpec as its summary."""
+    """``%load_ext msnb``: register the magics, make an MsnbError fail its cell (see ``show_error``) and show a
+    HandlerSpec as its summary."""
     ip.register_magics(MsnbMagics)
+    ip.set_custom_exc((MsnbError,), show_error)
+    names = lambda: current().specs  # noqa: E731 - read at completion time
+    for magic in ("ms_handler", "ms_test", "ms_build", "ms_serve", "ms_predict", "ms_logs", "ms_widget"):
+        method = getattr(MsnbMagics, magic)
+        prefix = "%%" if magic == "ms_handler" else "%"
+        ip.set_hook("complete_command", magic_help.completer(names, magic_help.flags(method)), str_key=prefix + magic)
     formatters = ip.display_formatter.formatters
     formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
     formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

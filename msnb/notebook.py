@@ -21,6 +21,7 @@ from typing import Any
 import nbformat
 from IPython.core.error import UsageError
 
+from msnb.bundle import search_path
 from msnb.capture import capture
 from msnb.errors import CaptureError, MsnbError, SpecError
 from msnb.options import handler_config, parse_handler_line
@@ -169,7 +170,12 @@ def capture_cell(
     config["warnings"] = tuple(notes)
     try:
         return capture(
-            args.name, cell.body, dependency_pool(nb, path.name, cell.number), cell_origin=cell.origin, **config
+            args.name,
+            cell.body,
+            dependency_pool(nb, path.name, cell.number),
+            cell_origin=cell.origin,
+            search_path=search_path(path.resolve().parent),
+            **config,
         )
     except CaptureError as err:
         raise _below_hint(err, nb, path, cell, args.name, config) from None
@@ -206,7 +212,7 @@ def load_handlers(
     if not cells:
         raise NoHandlerError(
             f"{path} has no %%ms_handler cell.",
-            "start a code cell with `%%ms_handler NAME` over its init_function (see the README).",
+            "start a code cell with `%%ms_handler NAME` over its init_function or your own handler (see the README).",
         )
     names = list(names) if names is not None else None
     by_name: dict[str, list[HandlerCell]] = {}
@@ -229,7 +235,7 @@ def load_handlers(
         except MsnbError as err:
             results.append(Captured(cell, error=err))
             continue
-        replaced = [c.origin for c in by_name[cell.name][:-1]]
+        replaced = [str(c.origin) for c in by_name[cell.name][:-1]]
         if replaced:
             spec = spec.replace(
                 warnings=spec.warnings

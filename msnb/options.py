@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from msnb.errors import SpecError
+from msnb.errors import OptionError, SpecError
 
 _NS = Mapping[str, Any]
 
@@ -107,7 +106,7 @@ def ms_handler(line: str) -> None:
 
 
 def parse_handler_line(line: str):
-    """Parse the option line of a `%%ms_handler` cell; bad options raise IPython's UsageError."""
+    """Parse the option line of a `%%ms_handler` cell; bad options raise IPython's UsageError (argparse) or OptionError."""
     return parse_argstring(ms_handler, line)
 
 
@@ -136,8 +135,8 @@ def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = 
     if text.startswith("@"):
         path = _path(text[1:], Path(base_dir or "."))
         if not path.is_file():
-            raise UsageError(
-                f"{option}: file {str(path)!r} does not exist.\nHint: give @path/to/input.json or inline JSON."
+            raise OptionError(
+                f"{option}: file {str(path)!r} does not exist.", "give @path/to/input.json or inline JSON."
             )
         raw = path.read_bytes()
         try:
@@ -149,10 +148,9 @@ def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = 
     try:
         return json.loads(text)
     except ValueError as err:
-        raise UsageError(
-            f"{option}: not valid JSON ({err}).\n"
-            f"Hint: quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', "
-            "or give @file.json or a variable name."
+        raise OptionError(
+            f"{option}: not valid JSON ({err}).",
+            f"quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', or give @file.json or a variable name.",
         ) from None
 
 
@@ -183,9 +181,9 @@ def _init_kwargs(value: str | None, namespace: _NS | None) -> dict[str, Any]:
         return {}
     parsed = parse_data(value, namespace, option="--init-kwargs")
     if not isinstance(parsed, dict):
-        raise UsageError(
-            f"--init-kwargs must be a JSON object, got {type(parsed).__name__}.\n"
-            "Hint: e.g. --init-kwargs '{\"hidden\": 128}'."
+        raise OptionError(
+            f"--init-kwargs must be a JSON object, got {type(parsed).__name__}.",
+            "e.g. --init-kwargs '{\"hidden\": 128}'.",
         )
     return parsed
 

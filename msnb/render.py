@@ -6,17 +6,20 @@ import json
 from importlib import resources
 
 from msnb.errors import BuildError
+from msnb.forms import CLASS_FORM, ROLES_FORM
 from msnb.spec import ROLES, HandlerSpec
 
 HANDLER_MODULE = "handler_model"
-TEMPLATE = "handler_model.py.tmpl"
+TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler
+OWN_TEMPLATE = "handler_model_own.py.tmpl"  # the user's own handler class or handle function
 
 
 def render_handler(spec: HandlerSpec) -> str:
     """The handler_model.py source for ``spec``; it always compiles (or raises BuildError)."""
     from msnb import __version__
 
-    template = resources.files("msnb.templates").joinpath(TEMPLATE).read_text()
+    own = spec.form != ROLES_FORM
+    template = resources.files("msnb.templates").joinpath(OWN_TEMPLATE if own else TEMPLATE).read_text()
     text = template.format(
         msnb_version=__version__,
         origin=spec.origin,
@@ -24,7 +27,7 @@ def render_handler(spec: HandlerSpec) -> str:
         version=spec.version,
         digest=spec.digest(),
         body=_body(spec),
-        factory_args=_factory_args(spec),
+        **(_own_entry(spec) if own else {"factory_args": _factory_args(spec)}),
     )
     try:
         compile(text, f"{HANDLER_MODULE}.py", "exec")
@@ -44,6 +47,12 @@ def _body(spec: HandlerSpec) -> str:
             label += f" (pulled in: {', '.join(block.names)})"
         parts.append(f"# --- msnb: {label} ---\n{block.source.rstrip()}\n")
     return "\n".join(parts)
+
+
+def _own_entry(spec: HandlerSpec) -> dict[str, str]:
+    if spec.form == CLASS_FORM:
+        return {"form": f"class {spec.entry}", "factory": "ClassEntry", "entry": spec.entry}
+    return {"form": f"function {spec.entry}", "factory": "FunctionEntry", "entry": spec.entry}
 
 
 def _factory_args(spec: HandlerSpec) -> str:

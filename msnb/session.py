@@ -8,6 +8,7 @@ server can take (``deploy``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,10 +17,15 @@ from typing import Any
 from msnb import archive, localtest
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
+from msnb.progress import Phase, Progress, silent
 from msnb.spec import HandlerSpec
+from msnb.state import Built, Observers, Served, builds_in, keep_aside, read_built
 
-Progress = Callable[[str, float], None]
 DEFAULT_EXPORT = archive.DEFAULT_EXPORT
+
+
+class StaleModelWarning(UserWarning):
+    """The served model was built from an older version of its cell."""
 
 
 class Session:
@@ -27,8 +33,9 @@ class Session:
 
     def __init__(self, server_factory: Callable[[], Any] | None = None):
         self.specs: dict[str, HandlerSpec] = {}
-        self.archives: dict[str, Path] = {}
-        self.served: dict[str, str] = {}  # name -> digest of the spec the server runs
+        self.archives: dict[str, Path] = {}  # name -> the archive built last
+        self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
+        self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
         self._server_factory = server_factory
         self._server = None
@@ -37,7 +44,12 @@ class Session:
     def add(self, spec: HandlerSpec) -> HandlerSpec:
         """Store (or replace) a spec under its name."""
         self.specs[spec.name] = spec
+        self.observers.notify("defined", spec.name)
         return spec
+
+    def subscribe(self, callback: Callable[[str, str | None], None]) -> Callable[[], None]:
+        """Call ``callback(event, name)`` after every served / stopped / built / defined; returns unsubscribe."""
+        return self.observers.subscribe(callback)
 
     def get(self, name_or_spec: str | HandlerSpec) -> HandlerSpec:
         if isinstance(name_or_spec, HandlerSpec):
@@ -75,12 +87,16 @@ class Session:
     ) -> Path:
         """Run the handler on its example in-process, then pack it (``fmt``; ``dev`` is the fast format)."""
         spec = self.get(name_or_spec)
-        report = progress or (lambda step, frac: None)
+        report = progress or silent
         report("validating handler in-process", 0.1)
         localtest.validate(spec)
         fmt = fmt or (archive.DEV_FORMAT if dev else archive.EXPORT_FORMAT)
+        kept = keep_aside(Path(export_path).expanduser() / f"{spec.name}.mar", spec.version)
+        if kept is not None:
+            report(f"kept the archive of another version as {kept}", 0.3)
         path = archive.build(spec, export_path, fmt=fmt, progress=report)
         self.archives[spec.name] = path
+        self.observers.notify("built", spec.name)
         return path
 
     def server(self, create: bool = True):
@@ -95,29 +111,65 @@ class Session:
         if self._server is not None and create and not self._server.running:
             self._server.start()
         if self._server is not None and self._server.pid != self._served_by:
+            lost = bool(self.served)
             self.served.clear()
             self._served_by = self._server.pid
+            if lost:  # the server stopped or died: what it served is gone
+                self.observers.notify("stopped")
         return self._server
 
     def serve(self, name_or_spec: str | HandlerSpec, progress: Progress | None = None):
         """Register the spec on the local server, or redeploy it if it changed; returns the server."""
         spec = self.get(name_or_spec)
-        report = progress or (lambda step, frac: None)
-        report("starting the local TorchServe", 0.1)
+        report = progress or silent
         with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
-            server = self.server()
-        if self.served.get(spec.name) == spec.digest():
-            report("already serving this version", 1.0)
+            server = self._started(report)
+        served = self.served.get(spec.name)
+        if served is not None and served.digest == spec.digest():
+            report(f"already serving {served.line()}", 1.0)
             return server
-        report(f"registering {spec.name}", 0.5)
+        detail = _worker_detail(server, spec.name)
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
-            deploy(server, spec)  # registers it, or replaces the version(s) already there
-        self.served[spec.name] = spec.digest()
-        report("ready", 1.0)
+            with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
+                status = deploy(server, spec)  # registers it, or replaces the version(s) already there
+        self.served[spec.name] = Served(spec.name, status.version, spec.digest())
+        report(f"ready: {self.served[spec.name].line()}", 1.0)
+        self.observers.notify("served", spec.name)
         return server
 
-    def predict(self, name: str, data: Any = None, version: str | None = None) -> Any:
-        """Ask the local server; ``data`` None sends the handler's example."""
+    def _started(self, report: Progress):
+        server = self.server(create=False)
+        if server is not None and server.running:
+            return server
+        with Phase(report, "starting TorchServe (Java)", 0.05, 0.35):
+            return self.server()
+
+    def stale(self, name: str) -> str | None:
+        """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served)."""
+        served, spec = self.served.get(name), self.specs.get(name)
+        if served is None or spec is None or served.digest == spec.digest():
+            return None
+        return (
+            f"{name!r} was served from an older version of its cell ({served.line()}; the cell is now digest "
+            f"{spec.digest()}): this answer comes from the old code. Run %ms_serve {name} to redeploy."
+        )
+
+    def logs(self, name: str, lines: int = 40) -> str:
+        """The last ``lines`` lines the workers of ``name`` wrote to model_log.log."""
+        from msnb.torchserve.logs import model_lines
+
+        server = self.server(create=False)
+        if server is None:
+            raise MsnbError("No local TorchServe has run in this session.", f"run %ms_serve {name} first.")
+        log = server.log_dir / "model_log.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found = model_lines(text, name, lines)
+        if not found:
+            raise MsnbError(f"No worker log lines for {name!r} in {log}.", f"serve it first: %ms_serve {name}.")
+        return "\n".join(found)
+
+    def predict(self, name: str, data: Any = None, version: str | None = None, *, warn: bool = True) -> Any:
+        """Ask the local server; ``data`` None sends the handler's example; warns when the cell changed since."""
         if data is None:
             data = self.get(name).example
             if data is None:
@@ -135,6 +187,8 @@ class Session:
                 f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
                 f"run %ms_serve {name} first.",
             )
+        if warn and self.stale(name):
+            warnings.warn(self.stale(name), StaleModelWarning, stacklevel=2)
         with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
             return server.predict(name, data, version=version)
 
@@ -142,15 +196,38 @@ class Session:
         if self._server is not None:
             self._server.stop()
         self.served.clear()
+        self.observers.notify("stopped")
 
     def status(self) -> dict[str, Any]:
+        """What is defined, built and served, per handler, and where the server's URL, logs and key file are."""
         server = self.server(create=False)
         running = bool(server is not None and server.running)
+        models = server.models() if running else []
+        info = _server_info(server, running)
         return {
             "specs": {n: {"version": s.version, "digest": s.digest()} for n, s in self.specs.items()},
             "archives": {n: str(p) for n, p in self.archives.items()},
-            "server": {"running": running, "url": server.inference_url if running else None},
-            "models": server.models() if running else [],
+            "server": info,
+            "models": models,
+            "handlers": {n: self._handler_status(s, models, info) for n, s in self.specs.items()},
+        }
+
+    def _handler_status(self, spec: HandlerSpec, models: list, info: dict[str, Any]) -> dict[str, Any]:
+        builds = {b.path: b for b in builds_in(DEFAULT_EXPORT, spec.name)}
+        if spec.name in self.archives and (b := read_built(self.archives[spec.name])) is not None:
+            builds[b.path] = b
+        served = self.served.get(spec.name)
+        return {
+            "version": spec.version,
+            "digest": spec.digest(),
+            "archives": [_archive_row(b, spec) for b in builds.values()],
+            "served": [
+                {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
+                for m in models
+                if m.name == spec.name
+            ],
+            "stale": self.stale(spec.name) is not None,
+            "url": f"{info['url']}/predictions/{spec.name}" if served and info["url"] else None,
         }
 
 
@@ -194,6 +271,41 @@ def _serving(server: Any, name: str) -> str:
     if not versions:
         return f"the server still runs; {name} is not registered"
     return f"the server still runs; it serves {name} {', '.join(versions)}"
+
+
+def _archive_row(built: Built, spec: HandlerSpec) -> dict[str, Any]:
+    return {
+        "path": str(built.path),
+        "version": built.version,
+        "digest": built.digest,
+        "stale": built.digest != spec.digest(),
+    }
+
+
+def _server_info(server: Any, running: bool) -> dict[str, Any]:
+    known = server is not None
+    return {
+        "running": running,
+        "url": server.inference_url if running else None,
+        "log_dir": str(server.log_dir) if known else None,
+        "key_file": str(server.layout.key_file) if known and getattr(server, "auth", False) else None,
+    }
+
+
+def _worker_detail(server: Any, name: str) -> Callable[[], str]:
+    """What the model's worker is doing, from the newest line of its log (for the registration's progress)."""
+    log = server.log_dir / "model_log.log"
+    start = log.stat().st_size if log.exists() else 0
+
+    def detail() -> str:
+        from msnb.torchserve.logs import model_lines
+
+        with log.open("rb") as f:
+            f.seek(start)
+            lines = model_lines(f.read().decode("utf-8", "replace"), name, 1)
+        return f"worker: {lines[-1][:70]}" if lines else "waiting for a worker"
+
+    return detail
 
 
 _default: Session | None = None

@@ -6,12 +6,13 @@ import ast
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
+from msnb.forms import FORMS, ROLES_FORM, Form, detect
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.torchserve.store import SEGMENT_RULE, valid_segment
 
@@ -81,23 +82,40 @@ class SourceBlock:
 
 
 @dataclass(frozen=True)
+class BundledFile:
+    """A local file that travels in the archive: its path inside the model dir, where it is read from, its module."""
+
+    arcname: str  # e.g. "mypkg/sub/mod.py" (imports work from the model dir as they did from the notebook's)
+    source: str
+    module: str = ""  # "mypkg.sub.mod"; "" for package data
+
+    @property
+    def top(self) -> str:
+        return self.arcname.split("/")[0].removesuffix(".py")
+
+
+@dataclass(frozen=True)
 class HandlerSpec:
     """Everything needed to render, test, archive and serve one handler.
 
     ``blocks`` hold the user's code verbatim in module order: pulled-in definitions from other
     cells first, the handler cell last. ``roles`` maps a role (see ``ROLES``) to the function
     name that implements it in that code. ``checkpoint`` is a path, a ``state_dict`` or an
-    ``nn.Module`` (saved as a state_dict when archived), or None.
+    ``nn.Module`` (saved as a state_dict when archived), or None. ``bundle`` holds the local modules
+    (and package data) the code imports; ``requirements`` the given ones plus the pinned third-party imports.
     """
 
     name: str
     blocks: tuple[SourceBlock, ...]
     roles: Mapping[str, str]
+    form: str = ROLES_FORM
+    entry: str = ""
     version: str = DEFAULTS["version"]
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     checkpoint: Any = None
     requirements: tuple[str, ...] = ()
     extra_files: tuple[str, ...] = ()
+    bundle: tuple[BundledFile, ...] = ()
     batch_size: int = DEFAULTS["batch_size"]
     max_batch_delay: int = DEFAULTS["max_batch_delay"]
     workers: int = DEFAULTS["workers"]
@@ -112,6 +130,7 @@ class HandlerSpec:
         object.__setattr__(self, "blocks", tuple(self.blocks))
         object.__setattr__(self, "requirements", tuple(self.requirements))
         object.__setattr__(self, "extra_files", tuple(str(p) for p in self.extra_files))
+        object.__setattr__(self, "bundle", tuple(self.bundle))
         object.__setattr__(self, "roles", dict(self.roles))
         object.__setattr__(self, "init_kwargs", dict(self.init_kwargs or {}))
         object.__setattr__(self, "version", str(self.version))
@@ -126,11 +145,7 @@ class HandlerSpec:
                     f"Model {what} {value!r} is not valid: it is part of the model's URLs.",
                     f"use {SEGMENT_RULE} (e.g. {example}).",
                 )
-        if "init_function" not in self.roles:
-            raise SpecError(
-                f"Handler {self.name!r} has no init_function.",
-                f"define `{SIGNATURES['init_function']}` in the handler cell; it returns the model.",
-            )
+        self._validate_form()
         unknown = set(self.roles) - set(ROLES)
         if unknown:
             raise SpecError(f"Unknown role(s) {sorted(unknown)}.", f"roles are {sorted(ROLES)}.")
@@ -150,9 +165,28 @@ class HandlerSpec:
                 "pass plain (finite) numbers, strings, lists and dicts; ship tensors as a checkpoint.",
             ) from None
         try:
-            compile(self.source, f"<handler {self.name}>", "exec")
+            tree = ast.parse(self.source)
+            compile(tree, f"<handler {self.name}>", "exec")
         except SyntaxError as err:
             raise SpecError(f"Handler {self.name!r} does not compile: {err}.", "fix the cell's syntax.") from None
+        if "init_function" in self.roles:
+            check_init_kwargs(tree, self.roles["init_function"], self.init_kwargs)
+
+    def _validate_form(self) -> None:
+        if self.form not in FORMS:
+            raise SpecError(f"form={self.form!r} is not one of {sorted(FORMS)}.", "leave form out; capture finds it.")
+        if self.form == ROLES_FORM and "init_function" not in self.roles:
+            raise SpecError(
+                f"Handler {self.name!r} has no init_function.",
+                f"define `{SIGNATURES['init_function']}` in the handler cell; it returns the model.",
+            )
+        if self.form != ROLES_FORM and (self.roles or not self.entry.isidentifier()):
+            raise SpecError(f"A {self.form} handler needs its entry name and no roles.", "capture the cell again.")
+        if self.form != ROLES_FORM and self.init_kwargs:
+            raise SpecError(
+                f"--init-kwargs go to init_function, but {self.name!r} uses its own handler {self.form}.",
+                "drop --init-kwargs; your handler reads settings from the context (model-config) or extra files.",
+            )
 
     # ---------------------------------------------------------------- derived views
     @property
@@ -161,9 +195,24 @@ class HandlerSpec:
         return "\n\n".join(b.source.rstrip() for b in self.blocks) + "\n"
 
     @property
+    def handled_by(self) -> str:
+        """Who answers requests, in a few words: the roles, or the user's own class / function."""
+        if self.form == ROLES_FORM:
+            return ", ".join(f"{role}={fn}" if role != fn else role for role, fn in self.roles.items())
+        return f"your {Form(self.form, self.entry).label}"
+
+    @property
     def pulled_in(self) -> tuple[SourceBlock, ...]:
         """Definitions brought in from other cells (all blocks but the handler cell)."""
         return self.blocks[:-1]
+
+    @property
+    def bundled(self) -> tuple[str, ...]:
+        """The local modules that travel, one entry per top-level name: ``model.py``, ``mypkg/ (4 files)``."""
+        groups: dict[str, list[str]] = {}
+        for f in self.bundle:
+            groups.setdefault(f.arcname.split("/")[0], []).append(f.arcname)
+        return tuple(n if len(g) == 1 and "/" not in g[0] else f"{n}/ ({len(g)} files)" for n, g in groups.items())
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -185,10 +234,13 @@ class HandlerSpec:
                     self.name,
                     self.version,
                     self.roles,
+                    self.form,
+                    self.entry,
                     self.init_kwargs,
                     self.model_config(),
                     self.requirements,
                     self.extra_files,
+                    [(f.arcname, _file_stamp(f.source)) for f in self.bundle],
                 ],
                 sort_keys=True,
                 default=str,
@@ -245,9 +297,9 @@ def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     positional = args.posonlyargs + args.args
     required = len(positional) - len(args.defaults)
     required_kwonly = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    ok = not required_kwonly
-    if arity is None:
-        ok = ok and (required == 0)
+    ok = not required_kwonly or arity is None
+    if arity is None:  # init_function(**init_kwargs): parameters without defaults are checked against them
+        ok = ok and not any(a in args.posonlyargs for a in positional[:required])
     else:
         ok = ok and required <= arity and (len(positional) >= arity or args.vararg is not None)
     if isinstance(fn, ast.AsyncFunctionDef):
@@ -256,7 +308,26 @@ def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         raise SpecError(
             f"`{fn.name}` (role {role}) has the wrong signature (line {fn.lineno}).",
             f"the shared handler calls it as `{SIGNATURES[role]}`"
-            + (" (every parameter needs a default; values come from --init-kwargs)" if arity is None else ""),
+            + (" (values come from --init-kwargs by keyword: no positional-only parameters)" if arity is None else ""),
+        )
+
+
+def check_init_kwargs(tree: ast.Module, name: str, init_kwargs: Mapping[str, Any]) -> None:
+    """Every init_function parameter without a default must be supplied by init_kwargs (its last definition)."""
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not defs:
+        return
+    args = defs[-1].args
+    positional = args.posonlyargs + args.args
+    required = [a.arg for a in positional[: len(positional) - len(args.defaults)]]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    missing = [p for p in required if p not in init_kwargs]
+    if missing:
+        listed = ", ".join(f"`{p}`" for p in missing)
+        example = json.dumps({p: "..." for p in missing})
+        raise SpecError(
+            f"`{name}` needs {listed} but --init-kwargs does not supply {'it' if len(missing) == 1 else 'them'}.",
+            f"pass --init-kwargs '{example}' (or the widget's init kwargs), or give the parameter a default.",
         )
 
 
@@ -277,13 +348,35 @@ def spec_from_source(name: str, source: str, origin: Origin | str = "<python>", 
         tree = ast.parse(source)
     except SyntaxError as err:
         raise SpecError(f"Handler {name!r} does not parse: {err}.", "fix the syntax.") from None
-    roles = check_roles(tree)
-    return HandlerSpec(name=name, blocks=(SourceBlock(source, origin),), roles=roles, origin=origin, **config)
+    form, roles = form_and_roles(tree)
+    return HandlerSpec(
+        name=name,
+        blocks=(SourceBlock(source, origin),),
+        roles=roles,
+        form=form.kind,
+        entry=form.entry,
+        origin=origin,
+        **config,
+    )
+
+
+def form_and_roles(tree: ast.Module, known: Collection[str] = ()) -> tuple[Form, dict[str, str]]:
+    """The cell's form (see msnb.forms; ``known``: handler classes of other cells) and its checked roles."""
+    form = detect(tree, find_roles(tree), known)
+    return form, check_roles(tree) if form.kind == ROLES_FORM else {}
 
 
 def _check_int(key: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpecError(f"{key}={value!r} is not valid.", f"{OPTION[key].flag} takes a whole number >= {minimum}.")
+
+
+def _file_stamp(path: str) -> str:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return "missing"
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _is_archive(path: str) -> bool:

@@ -2,8 +2,8 @@
 
 ``handler_factory(init_function, ...)`` returns a ``BatchHandler``; ``handler_model.py`` binds it to the
 module-level name ``handle`` that TorchServe calls. Depends only on torch, the standard library and
-(optionally) TorchServe, never on msnb. Ships with ``msnb_load.py`` (loading) and ``msnb_collate.py``
-(collate/split/JSON rules) beside it.
+(optionally) TorchServe, never on msnb. Ships with ``msnb_load.py`` (loading), ``msnb_collate.py``
+(collate/split/JSON rules) and ``msnb_envelope.py`` (KServe's request envelopes) beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import torch
 
 try:
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -32,6 +33,7 @@ try:
     )
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -44,6 +46,8 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
 
 logger = logging.getLogger(__name__)
 METRICS = {"preprocess": "MsnbPreprocessTime", "inference": "MsnbInferenceTime", "postprocess": "MsnbPostprocessTime"}
+BATCH_SIZE_METRIC = "MsnbBatchSize"
+ALL_METRICS = (*METRICS.values(), BATCH_SIZE_METRIC)
 HINTS = {
     "preprocess": "the request body does not fit preprocess(sample); compare the payload with what preprocess expects.",
     "inference": "the model's forward failed on this sample; check the preprocessed input's shape and dtype.",
@@ -64,7 +68,7 @@ def record_metrics(context: Any, timings: dict[str, float], batch_size: float) -
         for stage, ms in timings.items():
             # Pass a fresh dimensions list: TorchServe appends to its mutable default argument.
             metrics.add_time(METRICS[stage], round(ms, 3), None, "ms", [])
-        metrics.add_metric("MsnbBatchSize", batch_size, "count", None, [], *_gauge())
+        metrics.add_metric(BATCH_SIZE_METRIC, batch_size, "count", None, [], *_gauge())
     except Exception:  # metrics are best effort
         logger.warning("could not record metrics", exc_info=True)
 
@@ -126,17 +130,41 @@ class _ErrorAnswer(dict):
     status = 500
 
 
-def _set_statuses(context: Any, answers: list) -> None:
-    """Give each failed request its own status when the batch holds one sample per request.
+# Leading bytes of the binary answers a postprocess returns most often; any other bytes are octet-stream.
+SNIFF = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"OggS", "audio/ogg"),
+    (b"fLaC", "audio/flac"),
+    (b"ID3", "audio/mpeg"),
+    (b"%PDF", "application/pdf"),
+)
+TEXT_TYPE = "text/plain; charset=utf-8"
 
-    Behind a request envelope (KServe's), the batch is the instances of ONE request, answered as one
-    response: there a failed instance stays an error object inside it and the status is left alone.
-    """
+
+def content_type(answer: Any) -> str | None:
+    """The Content-Type of a str or bytes answer (None: a JSON answer, which TorchServe encodes itself)."""
+    if isinstance(answer, str):
+        return TEXT_TYPE
+    if not isinstance(answer, (bytes, bytearray)):
+        return None
+    head = bytes(answer[:12])
+    if head.startswith(b"RIFF"):
+        return {b"WAVE": "audio/wav", b"WEBP": "image/webp"}.get(head[8:12], "application/octet-stream")
+    return next((ctype for magic, ctype in SNIFF if head.startswith(magic)), "application/octet-stream")
+
+
+def _set_statuses(context: Any, answers: list) -> None:
+    """Give each failed request its own status and str/bytes answers their Content-Type, per request (when
+    the batch holds one sample per request, as it must)."""
     processors = getattr(context, "request_processor", None) or []
     if len(processors) != len(answers):
         return
     for idx, answer in enumerate(answers):
         if not isinstance(answer, _ErrorAnswer):
+            if content_type(answer):
+                context.set_response_content_type(idx, content_type(answer))
             continue
         try:
             context.set_response_status(answer.status, f"{answer['stage']} failed", idx)
@@ -177,12 +205,15 @@ class BatchHandler:
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
-        if data is None:
+        envelope = envelope_of(context)
+        if data is None and (self.model is None or envelope is None):
             self.load(context)
             return None
         if self.model is None:
             self.load(context)
         with torch.inference_mode():
+            if envelope is not None:
+                return self.infer_enveloped(envelope, data, context)
             return self.infer(list(data), context)
 
     # ------------------------------------------------------------------ load
@@ -257,26 +288,46 @@ class BatchHandler:
     # ------------------------------------------------------------------ batches
     def infer(self, data: list, context: Any) -> list:
         """Answer a batch: one item per request, errors as per-request answers with their own status."""
-        answers: list = [None] * len(data)
+        # A customized describe is a job in the worker's queue too (a redeploy's drain barrier): answer it apart.
+        describe = {idx for idx in range(len(data)) if _is_describe(context, idx)}
+        samples = [request_body(request) for idx, request in enumerate(data) if idx not in describe]
+        answered = iter(self.answer_samples(samples, context) if samples else [])
+        answers = [self._describe() if idx in describe else next(answered) for idx in range(len(data))]
+        _set_statuses(context, answers)
+        return answers
+
+    def _describe(self) -> dict:
+        return {"model": type(self.model).__name__, "device": str(self.device)}
+
+    def infer_enveloped(self, envelope: str, data: Any, context: Any) -> list:
+        """Answer ONE KServe request, its instances (v1) or input tensors (v2): always a 200 (msnb_envelope)."""
+        problem = request_problem(envelope, data)
+        if problem:
+            return request_error_answer(problem, envelope, context)
+        if envelope == V1:
+            return self.answer_samples(data, context)
+        types = [tensor.get("datatype") if isinstance(tensor, dict) else None for tensor in data]
+        answers = self.answer_samples([v2_sample(t) for t in data], context, lambda i, r: v2_output(r, types[i]))
+        return [json.dumps(a) if isinstance(a, _ErrorAnswer) else a for a in answers]
+
+    def answer_samples(self, samples: list, context: Any, encode: Callable[[int, Any], Any] | None = None) -> list:
+        """preprocess each sample, one forward, postprocess and ``encode`` each (default: JSON-safe)."""
+        answers: list = [None] * len(samples)
         inputs: dict[int, Any] = {}
         marks = [time.perf_counter()]
-        for idx, request in enumerate(data):
-            if _is_describe(context, idx):  # a customized describe is a job in the worker's queue too
-                answers[idx] = {"model": type(self.model).__name__, "device": str(self.device)}
-                continue
+        for idx, sample in enumerate(samples):
             try:
-                inputs[idx] = self.preprocess(request_body(request))
+                inputs[idx] = self.preprocess(sample)
             except Exception as err:
                 answers[idx] = self._error(idx, "preprocess", err)
         marks.append(time.perf_counter())
         outputs = self._forward(inputs)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
-            answers[idx] = self._answer(idx, output)
+            answers[idx] = self._answer(idx, output, encode or _json_answer)
         marks.append(time.perf_counter())
-        _set_statuses(context, answers)
         stages = ("preprocess", "inference", "postprocess")
-        self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(data))
+        self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(samples))
         return answers
 
     def _forward(self, inputs: dict[int, Any]) -> dict[int, Any]:
@@ -306,26 +357,19 @@ class BatchHandler:
         # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
         return to_device(self.model(to_device(batch, self.device)), torch.device("cpu"))
 
-    def _answer(self, idx: int, output: Any) -> Any:
+    def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any]) -> Any:
         if isinstance(output, _Failed):
             return self._error(idx, output.stage, output.error)
         try:
             result = self.postprocess(output)
         except Exception as err:
             return self._error(idx, "postprocess", err)
-        if isinstance(result, (bytes, bytearray, str)):
-            return result
-        result = json_safe(result)
         try:
-            json.dumps(result)
+            return encode(idx, result)
+        except NonFiniteError as err:
+            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
         except (TypeError, ValueError) as err:
             return self._error(idx, "serialise", err)
-        try:  # json.dumps writes NaN/Infinity, which strict JSON parsers reject: the sample fails instead
-            json.dumps(result, allow_nan=False)
-        except ValueError:
-            err = ValueError("the answer holds NaN or Infinity, which strict JSON cannot carry")
-            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
-        return result
 
     def _error(self, idx: int, stage: str, err: BaseException, hint: str | None = None) -> dict:
         logger.error("msnb handler: request %d failed in %s", idx, stage, exc_info=err)
@@ -360,3 +404,20 @@ def handler_factory(
 
 def _identity(value: Any) -> Any:
     return value
+
+
+class NonFiniteError(ValueError):
+    """An answer holds NaN or Infinity: ``json.dumps`` would write them, strict JSON parsers reject them."""
+
+
+def _json_answer(idx: int, result: Any) -> Any:
+    """A whole str/bytes answer as it is; anything else JSON-safe (TypeError/ValueError when it cannot be)."""
+    if isinstance(result, (bytes, bytearray, str)):
+        return result
+    result = json_safe(result)
+    json.dumps(result)
+    try:  # json.dumps writes NaN/Infinity by default, which strict JSON parsers reject
+        json.dumps(result, allow_nan=False)
+    except ValueError:
+        raise NonFiniteError("the answer holds NaN or Infinity, which strict JSON cannot carry") from None
+    return result

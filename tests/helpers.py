@@ -20,6 +20,7 @@ import psutil
 import torch
 
 from msnb.errors import MsnbError
+from msnb.state import Observers
 from msnb.widget.controller import Actions
 from msnb.widget.devices import Device, Inventory
 
@@ -237,6 +238,8 @@ class FakeSession:
         self.specs, self.calls, self.alive = {spec.name: spec}, [], False
         self.gate: threading.Event | None = None
         self.fail: Exception | None = None
+        self.serving: set[str] = set()
+        self.observers = Observers()
 
     def actions(self) -> Actions:
         return Actions(
@@ -248,7 +251,21 @@ class FakeSession:
             stop=self.record("stop"),
             server_state=lambda: (self.alive, "pid 4242, workdir /tmp/msnb-server-x" if self.alive else "none"),
             log_tail=lambda: "2024 WORKER died: java.lang.OutOfMemoryError",
+            served=lambda name: f"{name} v1.0 (digest abc)" if self.alive and name in self.serving else None,
+            logs=lambda name: f"{name} worker: ready",
+            subscribe=self.observers.subscribe,
         )
+
+    def serve_by_magic(self, name):
+        """What %ms_serve does to the session the widget watches."""
+        self.alive = True
+        self.serving.add(name)
+        self.observers.notify("served", name)
+
+    def stop_by_magic(self):
+        self.alive = False
+        self.serving.clear()
+        self.observers.notify("stopped")
 
     def get(self, name):
         if name not in self.specs:
@@ -265,13 +282,16 @@ class FakeSession:
             if action == "serve":
                 args[1]("registering", 0.5)
                 self.alive = True
+                self.serving.add(args[0].name)
             if action == "stop":
                 self.alive = False
+                self.serving.clear()
             return {
                 "test": [{"label": 1}],
                 "build": "model_store/mlp.mar",
                 "serve": SimpleNamespace(),
                 "predict": {"label": 2, "scores": [0.1, 0.9]},
+                "logs": "mlp worker: ready",
                 "stop": None,
             }[action]
 
@@ -279,3 +299,64 @@ class FakeSession:
 
     def names(self):
         return [c[0] for c in self.calls]
+
+
+# ---------------------------------------------------------------- a user's own TorchServe handlers (no roles)
+# A BaseHandler subclass: BaseHandler.initialize loads the TorchScript checkpoint; an nn.Module sits beside it.
+OWN_BASE_HANDLER = textwrap.dedent("""
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Classifier(BaseHandler):
+        def preprocess(self, data):
+            return Scale()(torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32))
+
+        def postprocess(self, output):
+            return [{"label": int(o.argmax()), "top": round(float(o.max()), 4)} for o in output]
+""")
+# Any class with initialize and handle, answering image bytes (a PGM mask) with its own content type.
+OWN_IMAGE_CLASS = textwrap.dedent("""
+    import torch
+
+    class BackgroundRemover:
+        def initialize(self, context):
+            self.threshold = torch.tensor(0.5)
+
+        def handle(self, data, context):
+            answers = []
+            for idx, row in enumerate(data):
+                pixels = torch.tensor(row["body"]["pixels"], dtype=torch.float32)
+                mask = (torch.sigmoid(pixels) > self.threshold).to(torch.uint8) * 255
+                height, width = mask.shape
+                answers.append(f"P5 {width} {height} 255\\n".encode() + bytes(mask.flatten().tolist()))
+                context.set_response_content_type(idx, "image/x-portable-graymap")
+            return answers
+""")
+# MMS's custom-service style: a module-level handle that loads the model when data is None.
+OWN_FUNCTION = textwrap.dedent("""
+    import torch
+
+    _model = None
+
+    def handle(data, context):
+        global _model
+        if data is None:
+            torch.manual_seed(0)
+            _model = Net()
+            return None
+        batch = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+        return [{"label": int(o.argmax())} for o in _model(batch)]
+""")
+
+
+def scripted_mlp(path: Path) -> Path:
+    """A TorchScript 4 -> 3 MLP saved at ``path`` (what BaseHandler.initialize loads)."""
+    torch.manual_seed(1)
+    namespace: dict = {"torch": torch}
+    exec(MLP_CLASS, namespace)
+    torch.jit.save(torch.jit.trace(namespace["MLP"](), torch.zeros(1, 4)), str(path))  # exec'd: no source to script
+    return path

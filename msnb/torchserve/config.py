@@ -191,6 +191,12 @@ def choose_ports(requested: dict[str, int] | None = None) -> dict[str, int]:
     return ports
 
 
+# In prometheus mode TorchServe 0.12 publishes on /metrics only the metrics its metrics config declares;
+# a handler's own (the shared handler's MsnbPreprocessTime, ...) stay [METRICS] lines in model_log.log
+# unless auto-detection registers them on first use (measured). Auto-detection keeps TorchServe's default
+# metrics config, which a metrics_config file would replace whole, and needs no second file to ship.
+METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
+
 ADDRESS_KEYS = (
     "inference_address",
     "management_address",
@@ -229,7 +235,7 @@ def write_config(
         "disable_token_authorization": str(not auth).lower(),
         # Always on: harmless for archives without requirements, and a server restart is never needed.
         "install_py_dep_per_model": "true",
-        "metrics_mode": "prometheus",
+        **METRICS_PROPERTIES,
         "default_workers_per_model": 1,
     }
     if token_expiration_min is not None:
@@ -270,7 +276,7 @@ def kserve_properties(
         "enable_envvars_config": "true",
         "install_py_dep_per_model": "true",
         "enable_metrics_api": "true",
-        "metrics_mode": "prometheus",
+        **METRICS_PROPERTIES,
         "number_of_netty_threads": 4,
         "job_queue_size": 10,
         "disable_token_authorization": "true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sysconfig
 from collections import deque
 from pathlib import Path
 
@@ -12,6 +13,10 @@ _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
 _FALLBACK = "No module named 'ts.torch_handler."
 MAX_LINES = 60
 CRASH_LINES = 20
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+# the thread name of a worker's lines: W-<port>-<model>_<version>[-stdout|-stderr]
+_WORKER = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] W-\d+-(.+?)_[^_ ]+?(?:-std\w+)? ")
+LIBRARY_FILES = ("msnb_handler.py", "msnb_load.py", "msnb_collate.py")  # the shared handler in every archive
 
 
 class LogCursor:
@@ -66,7 +71,43 @@ def worker_error(text: str) -> list[str]:
         if _FALLBACK in line:
             continue
         kept.append(line)
-    return [line for line in kept if not _is_noise(line)]
+    return user_frames([line for line in kept if not _is_noise(line)])
+
+
+def is_library_frame(path: str) -> bool:
+    """A frame of Python, an installed package or the shared handler, not of the user's own code."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return (
+        "site-packages" in path
+        or "dist-packages" in path
+        or path.startswith((stdlib, "<frozen"))
+        or Path(path).name in LIBRARY_FILES
+    )
+
+
+def user_frames(lines: list[str]) -> list[str]:
+    """A traceback's lines with only the user's frames (their code lines too); says how many were hidden."""
+    out: list[str] = []
+    hidden, skipping = 0, False
+    for line in lines:
+        frame = _FRAME.match(line)
+        if frame:
+            skipping = is_library_frame(frame.group(1))
+            hidden += skipping
+        elif not line.startswith("    ") or line.startswith("Traceback"):
+            skipping = False
+            if hidden and not line.startswith("  File"):
+                out.append(f"  ({hidden} frame{'s' * (hidden > 1)} of torch, TorchServe and msnb hidden)")
+                hidden = 0
+        if not skipping:
+            out.append(line)
+    return out
+
+
+def model_lines(text: str, name: str, lines: int) -> list[str]:
+    """The last ``lines`` lines a model's workers wrote (any version), prefixes stripped."""
+    mine = [strip_prefix(line) for line in text.splitlines() if (m := _WORKER.match(line)) and m.group(1) == name]
+    return mine[-lines:]
 
 
 def frontend_errors(text: str) -> list[str]:

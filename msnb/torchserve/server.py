@@ -43,7 +43,8 @@ class LocalServer:
     ``ports`` may request fixed ports by name (see ``msnb.torchserve.config.PORT_NAMES``); the others are free
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
     ``properties`` adds config.properties entries (addresses excepted: they stay on loopback), ``env``
-    environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere.
+    environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere, ``python``
+    runs TorchServe and its workers on another interpreter (e.g. a clean environment with only torch and TorchServe).
     ``max_request_size`` / ``max_response_size`` (bytes) raise TorchServe's 6.5 MB body limits.
     """
 
@@ -61,6 +62,7 @@ class LocalServer:
         model_store: str | Path | None = None,
         max_request_size: int | None = None,
         max_response_size: int | None = None,
+        python: str | Path | None = None,
     ):
         # A temporary workdir's own model store is deleted by stop(); a store given here never is.
         self._owns_workdir = workdir is None and model_store is None
@@ -78,6 +80,7 @@ class LocalServer:
         self._watchdog: subprocess.Popen | None = None
         self._client: TorchServeClient | None = None
         self.store = ModelStore(self.layout.model_store)
+        self.python = str(python or sys.executable)  # the interpreter TorchServe and its workers run on
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -252,7 +255,7 @@ class LocalServer:
             JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent),
         )
         cmd = [
-            sys.executable,
+            self.python,
             "-m",
             "ts.model_server",
             "--start",

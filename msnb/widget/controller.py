@@ -8,16 +8,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from msnb.errors import MsnbError
+from msnb.torchserve.logs import user_frames
 from msnb.widget import form
 from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
 from msnb.widget.form import FieldError
 
-BUTTONS = ("test", "build", "serve", "predict", "stop")
+BUTTONS = ("test", "build", "serve", "predict", "logs", "stop")
 BUSY = {
     "test": "testing in-process",
     "build": "building the archive",
     "serve": "starting/registering on TorchServe",
     "predict": "sending the prediction",
+    "logs": "reading the worker log",
     "stop": "stopping the server",
 }
 
@@ -34,6 +36,10 @@ class Actions:
     stop: Callable[[], None]
     server_state: Callable[[], tuple[bool, str]]  # (running, one line: pid, url, workdir)
     log_tail: Callable[[], str]  # the server's recent log lines
+    served: Callable[[str], str | None] = lambda name: None  # name -> "NAME vV (digest D)" while served
+    stale: Callable[[str], str | None] = lambda name: None  # name -> why the served model is older than its cell
+    logs: Callable[[str], str] = lambda name: ""  # name -> the newest lines of its worker log
+    subscribe: Callable[[Callable], Callable[[], None]] = lambda callback: lambda: None  # session events
 
     @classmethod
     def from_session(cls, session: Any = None) -> "Actions":
@@ -51,6 +57,10 @@ class Actions:
             stop=session.stop,
             server_state=lambda: _server_state(session.server(create=False)),
             log_tail=lambda: _log_tail(session.server(create=False)),
+            served=lambda name: session.served[name].line() if name in session.served else None,
+            stale=session.stale,
+            logs=session.logs,
+            subscribe=session.subscribe,
         )
 
 
@@ -68,15 +78,28 @@ class Controller:
         self.on_change = on_change or (lambda: None)
         self.base, self.values, self.errors = None, form.empty_values(), {}
         self.running: str | None = None
-        self.served: str | None = None
         self.progress: tuple[str, float] = ("", 0.0)
         self.log: list[str] = []
         self.result, self.result_ok = "", True
+        self.outcome = ""  # "", "running", "ok", "failed" or "invalid" (fields to fix): the bar's colour
         self._lock = threading.Lock()
         if name:
             self.values["name"] = name
             self._load(name)
         self.status = self._server_line()
+        self.unsubscribe = actions.subscribe(self._session_changed)
+
+    @property
+    def served(self) -> str | None:
+        """The model name this form serves, when the session serves it (whoever clicked or typed Serve)."""
+        name = str(self.values.get("name", "")).strip() or getattr(self.base, "name", "")
+        return name if name and self.actions.served(name) else None
+
+    def _session_changed(self, event: str, name: str | None) -> None:
+        """The session changed (a magic, another widget, this one): show it unless an action of ours runs."""
+        if self.running is None:
+            self.status = self._server_line()
+        self.on_change()
 
     def _load(self, name: str) -> None:
         try:
@@ -101,6 +124,7 @@ class Controller:
             "build": idle,
             "serve": idle,
             "predict": idle and served,
+            "logs": idle and served,
             "stop": idle and (served or self.actions.server_state()[0]),
         }
 
@@ -130,14 +154,16 @@ class Controller:
                 return None
             parsed = self.validate(action)
             if self.errors:
+                labels = ", ".join(form.LABELS[f] for f in self.errors)
                 self._set_result(
-                    f"{len(self.errors)} field(s) need fixing before {action}: "
-                    f"{', '.join(sorted(self.errors))}.\nHint: each field says what is wrong.",
+                    f"{len(self.errors)} field(s) need fixing before {action}: {labels}.\n"
+                    "Hint: each field says what is wrong (also listed under the buttons).",
                     ok=False,
                 )
+                self.progress, self.outcome = (f"{action} not started: fix the fields", 0.0), "invalid"
                 self.on_change()
                 return None
-            self.running, self.progress = action, (BUSY[action], 0.0)
+            self.running, self.progress, self.outcome = action, (BUSY[action], 0.0), "running"
             self.status = f"{BUSY[action].capitalize()}…"
         self.on_change()
         return lambda: self._run(action, parsed)
@@ -163,7 +189,7 @@ class Controller:
             )
         else:
             self._set_result(text, ok=True)
-            self.progress = ("done", 1.0)
+            self.progress, self.outcome = (f"{action} done", 1.0), "ok"
         finally:
             self.running = None
             self.status = self._server_line()
@@ -186,28 +212,34 @@ class Controller:
     def _do_serve(self, parsed: dict[str, Any]) -> str:
         spec = self._spec(parsed)
         self.actions.serve(spec, self._progress)
-        self.served = spec.name
         line = self._server_line()
         self._log(line)
-        return f"Serving {spec.name!r}. {line}"
+        return f"Serving {self.actions.served(spec.name) or spec.name}. {line}"
 
     def _do_predict(self, parsed: dict[str, Any]) -> str:
-        if self.actions.server_state()[0]:
+        name = self.served
+        if self.actions.server_state()[0] and name:
             try:
-                return form.pretty(self.actions.predict(self.served, parsed["payload"]))
+                answer = form.pretty(self.actions.predict(name, parsed["payload"]))
             except MsnbError:
                 if self.actions.server_state()[0]:
                     raise  # the server is up: its own error (bad input, handler failure) says more
-        self.served = None
+            else:
+                stale = self.actions.stale(name)
+                return f"{answer}\nWarning: {stale}" if stale else answer
         raise MsnbError(
             "The local TorchServe is no longer running: it stopped or died after Serve.",
             "click Serve to start it again (the log below has its last lines).",
             self._tail(),
         )
 
+    def _do_logs(self, parsed: dict[str, Any]) -> str:
+        text = self.actions.logs(self.served)
+        self._log(text)
+        return f"Worker log of {self.served!r}: the newest lines are in the log below."
+
     def _do_stop(self, parsed: dict[str, Any]) -> str:
         self.actions.stop()
-        self.served = None
         return "Server stopped."
 
     # ------------------------------------------------------------ reporting
@@ -223,15 +255,13 @@ class Controller:
         self.result, self.result_ok = text, ok
 
     def _finish_error(self, err: MsnbError) -> None:
-        text = err.message + (f"\nHint: {err.hint}" if err.hint else "")
+        text = err.render(details=False)
         self._set_result(text, ok=False)
         self._log(f"error: {err.message}")
         details = err.details or (self._tail() if self.running in ("serve", "predict") else "")
         if details:
             self._log(details)
-        if self.running == "predict" and not self.actions.server_state()[0]:
-            self.served = None
-        self.progress = ("failed", self.progress[1])
+        self.progress, self.outcome = (f"{self.running or 'loading'} failed", self.progress[1]), "failed"
 
     def _tail(self) -> str:
         try:
@@ -241,8 +271,10 @@ class Controller:
 
     def _server_line(self) -> str:
         running, line = self.actions.server_state()
-        served = f" serving {self.served!r};" if running and self.served else ""
-        return f"Server:{served} {line}"
+        name = self.served
+        served = f" serving {self.actions.served(name)};" if running and name else ""
+        stale = self.actions.stale(name) if running and name else None
+        return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
 
 
 def _server_state(server: Any) -> tuple[bool, str]:
@@ -255,4 +287,4 @@ def _server_state(server: Any) -> tuple[bool, str]:
 
 
 def _log_tail(server: Any) -> str:
-    return server.log_tail(40) if server is not None else ""
+    return "\n".join(user_frames(server.log_tail(40).splitlines())) if server is not None else ""

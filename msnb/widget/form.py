@@ -25,6 +25,7 @@ FIELDS_FOR = {
     "build": SPEC_FIELDS + ("export_path", "format"),
     "serve": SPEC_FIELDS,
     "predict": ("payload",),
+    "logs": (),
     "stop": (),
 }
 REQUIRED = {"predict": ("payload",)}

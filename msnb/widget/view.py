@@ -22,6 +22,7 @@ from msnb.widget.form import FORMATS, LABELS
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
+_BAR_STYLE = {"ok": "success", "failed": "danger"}  # "invalid" (fields to fix) leaves the bar empty and plain
 LOG_LINES = 40  # the log area shows the newest lines; the controller keeps 200
 
 
@@ -42,6 +43,7 @@ class BuildWidget(widgets.VBox):
             value=0.0, min=0.0, max=1.0, description="Progress", style=_STYLE
         ).add_class("msnb-progress")
         self.step, self.status = _html("msnb-step"), _html("msnb-status")
+        self.button_errors = _html("msnb-button-errors")  # field errors again, where the click happened
         self.result, self.log_view = _html("msnb-result"), _html("msnb-log")
         note = _html("msnb-device-note", html.escape(inventory.note or ""))
         rows = [widgets.VBox([self.fields[f], self.field_errors[f]]) for f in LABELS]
@@ -52,6 +54,7 @@ class BuildWidget(widgets.VBox):
                 title,
                 *rows,
                 widgets.HBox(list(self.buttons.values())),
+                self.button_errors,
                 widgets.HBox([self.progress, self.step]),
                 self.status,
                 widgets.HTML("<b>Result</b>"),
@@ -90,6 +93,11 @@ class BuildWidget(widgets.VBox):
             self._thread = threading.Thread(target=job, name=f"msnb-widget-{action}", daemon=True)
             self._thread.start()
 
+    def close(self) -> None:
+        """Stop following the session, then close the widgets."""
+        self.controller.unsubscribe()
+        super().close()
+
     def wait(self, timeout: float = 300.0) -> bool:
         """Wait for the running action to finish; True when none is running any more."""
         thread = self._thread
@@ -105,9 +113,10 @@ class BuildWidget(widgets.VBox):
                 self.buttons[action].disabled = not enabled
             for field, label in self.field_errors.items():
                 label.value = _error_html(c.errors.get(field, ""))
+            self.button_errors.value = "<br>".join(_error_html(f"{LABELS[f]}: {e}") for f, e in c.errors.items())
             step, fraction = c.progress
             self.progress.value = max(0.0, min(1.0, fraction))
-            self.progress.bar_style = "danger" if not c.result_ok and c.running is None else ""
+            self.progress.bar_style = _BAR_STYLE.get(c.outcome, "")
             self.step.value = html.escape(step)
             self.status.value = html.escape(c.status)
             self.result.value = _pre(c.result, "#1b5e20" if c.result_ok else "#b71c1c")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = {"inner_loop", "cold_start", "checkpoint", "throughput", "overhead", "redeploy_load"}
+BENCHMARKS = {"inner_loop", "cold_start", "checkpoint", "throughput", "overhead", "hermetic", "redeploy_load"}
 
 
 @pytest.mark.server

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import EXAMPLE, handler, poll, run, standard
+from helpers import BROKEN_INIT, EXAMPLE, build_mar, handler, poll, run, standard
 
 from msnb.cli import main
 from msnb.localtest import predict_in_process
@@ -161,6 +161,43 @@ def test_serve_exits_1_with_the_log_when_torchserve_dies(tmp_path, capsys, short
     out = (tmp_path / "serve.out").read_text()
     assert code == 1, out
     assert "error: TorchServe exited by itself." in out and "Hint:" in out and "server stopped" in out
+
+
+@pytest.mark.server
+@pytest.mark.timeout(420)
+def test_serve_a_folder_with_one_broken_archive_serves_the_others(tmp_path, capsys, short_tmp):
+    nb = standard(tmp_path / "nb", handler("alpha"))
+    assert main(["export", str(nb), "-o", str(tmp_path / "store")]) == 0
+    build_mar(tmp_path / "b", "broken", BROKEN_INIT)
+    shutil.copy(tmp_path / "b" / "broken.mar", tmp_path / "store")
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
+    with (tmp_path / "serve.out").open("w") as log:
+        proc = subprocess.Popen(
+            [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
+        try:
+            _wait_for(tmp_path / "state" / "serve.json", proc)
+            done = subprocess.run(
+                [MSNB, "predict", "alpha", "--data", EXAMPLE], env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0 and "label" in done.stdout, done.stderr
+        finally:
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+    out = (tmp_path / "serve.out").read_text()
+    assert code == 0, out
+    assert "serving alpha 1.0" in out and "broken.mar" in out and "user error 42" in out, out
+    assert "serving 1 of 2 archives" in out
+
+
+@pytest.mark.server
+@pytest.mark.timeout(300)
+def test_serve_exits_1_when_no_archive_loads(tmp_path, capsys, short_tmp, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(short_tmp))
+    mar = build_mar(tmp_path / "b", "broken", BROKEN_INIT)
+    code, out, err = run(capsys, "serve", mar, "--state", tmp_path / "serve.json")
+    assert code == 1 and "user error 42" in err and "None of the 1 archive(s) could be served" in err
+    assert "Hint:" in err and "server stopped" in out
 
 
 # ---------------------------------------------------------------- the example notebooks: executed vs exported

@@ -1,4 +1,4 @@
-"""`msnb export`: a notebook file becomes archives without running it; every bad input of issue 6 has a row here."""
+"""`msnb export`: a notebook file becomes archives without running it."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_variable_example_is_dropped_with_a_warning(tmp_path, capsys):
     assert "--example sample names a kernel variable" in err
 
 
-# ---------------------------------------------------------------- bad inputs (issue 6's table)
+# ---------------------------------------------------------------- bad inputs: each gets a message with a Hint
 @pytest.mark.parametrize(
     "content, says",
     [

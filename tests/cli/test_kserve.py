@@ -15,6 +15,7 @@ from helpers import EXAMPLE, handler, poll, processes_naming, standard
 from msnb.cli import main
 from msnb.localtest import predict_in_process
 from msnb.notebook import load_handlers
+from msnb.templates.msnb_handler import ALL_METRICS
 from msnb.torchserve import LocalServer
 from msnb.torchserve.config import parse_properties
 
@@ -77,13 +78,13 @@ def test_torchserve_started_like_kserve_serves_every_exported_handler_without_re
     kserve_dir, expected = exported
     with KServeLikeTorchServe(kserve_dir, tmp_path, envelope=None) as ts:
         ts.wait_ready(sorted(expected))
-        models = requests.get(f"{ts.url}/models", timeout=10).json()["models"]
+        models = requests.get(f"{ts.server.management_url}/models", timeout=10).json()["models"]
         assert sorted(m["modelName"] for m in models) == sorted(expected)  # load_models=all + model_snapshot
         for name, (example, answer) in expected.items():
             resp = requests.post(f"{ts.url}/predictions/{name}", json=example, timeout=60)  # no token: auth is off
             assert resp.status_code == 200, resp.text
             assert resp.json() == answer
-        beta = requests.get(f"{ts.url}/models/beta", timeout=10).json()[0]
+        beta = requests.get(f"{ts.server.management_url}/models/beta", timeout=10).json()[0]
         assert (beta["modelVersion"], beta["batchSize"], beta["maxBatchDelay"]) == ("2.0", 1, 5)
 
 
@@ -139,22 +140,73 @@ def postprocess(output):
 
 @pytest.mark.server
 @pytest.mark.timeout(420)
-def test_kserve_v2_envelope_answers_each_input_tensor(tmp_path):
+def test_kserve_v2_envelope_answers_each_input_tensor_in_its_datatype(tmp_path, capsys):
     """protocolVersion v2: TS_SERVICE_ENVELOPE=kservev2; each input tensor of a request is one sample."""
-    nb = standard(tmp_path / "nb", handler("gamma", body=V2_BODY).replace(EXAMPLE, "[1, 2, 3, 4]"))
+    cells = [handler("gamma", body=V2_BODY).replace(EXAMPLE, "[1, 2, 3, 4]"), handler("delta")]
+    nb = standard(tmp_path / "nb", *cells)
     assert main(["export", str(nb), "--kserve", str(tmp_path / "ks")]) == 0
-    (spec,) = [c.spec for c in load_handlers(nb)]
+    warned = capsys.readouterr().err
+    assert "delta: its --example (a JSON object) is not a tensor" in warned and "gamma: its" not in warned
+    gamma, delta = [c.spec for c in load_handlers(nb)]
     inputs = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]]
-    expected = predict_in_process(spec, inputs)
+    expected = predict_in_process(gamma, inputs)
     body = {
         "id": "req-1",
         "inputs": [{"name": f"in{i}", "shape": [4], "datatype": "FP32", "data": x} for i, x in enumerate(inputs)],
     }
+    bad = {"inputs": [{"name": "short", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+    as_json = {"inputs": [{"name": "input-0", "shape": [1], "datatype": "BYTES", "data": [EXAMPLE]}]}
     with KServeLikeTorchServe(tmp_path / "ks", tmp_path, envelope="kservev2") as ts:
-        ts.wait_ready(["gamma"])
-        resp = requests.post(f"{ts.url}/v2/models/gamma/infer", json=body, timeout=60)
-    assert resp.status_code == 200, resp.text
-    answer = resp.json()
+        ts.wait_ready(["gamma", "delta"])
+        post = lambda name, payload: requests.post(f"{ts.url}/v2/models/{name}/infer", json=payload, timeout=60)  # noqa: E731
+        good, failed, empty, decoded = (
+            post("gamma", body),
+            post("gamma", bad),
+            post("gamma", {"inputs": []}),
+            post("delta", as_json),
+        )
+    assert [r.status_code for r in (good, failed, empty, decoded)] == [200] * 4, [good.text, failed.text, empty.text]
+    answer = good.json()
     assert (answer["id"], answer["model_name"]) == ("req-1", "gamma")
-    assert [o["name"] for o in answer["outputs"]] == ["in0", "in1"]
-    assert [o["data"] for o in answer["outputs"]] == expected
+    assert [(o["name"], o["datatype"]) for o in answer["outputs"]] == [("in0", "FP32"), ("in1", "FP32")]
+    for out, want in zip(answer["outputs"], expected):
+        assert out["data"] == pytest.approx(want, abs=1e-6)  # FP32 in, FP32 out
+    (out,) = failed.json()["outputs"]
+    assert (out["name"], out["datatype"], out["shape"]) == ("short", "BYTES", [1])
+    assert json.loads(out["data"][0])["stage"] in ("preprocess", "inference")
+    (out,) = empty.json()["outputs"]
+    assert out["name"] == "error" and '"inputs" is empty' in json.loads(out["data"][0])["error"]
+    (out,) = decoded.json()["outputs"]
+    assert json.loads(out["data"][0]) == predict_in_process(delta, [json.loads(EXAMPLE)])[0]
+
+
+@pytest.mark.server
+@pytest.mark.timeout(420)
+def test_kserve_v1_bad_empty_and_malformed_requests_are_200s_and_metrics_reach_prometheus(exported, tmp_path):
+    """KServe's wrapper turns any non-2xx into a 500 with a Python repr: only a 200 reaches a client intact.
+    And the exported config publishes msnb's metrics on the metrics port KServe scrapes."""
+    kserve_dir, expected = exported
+    example, answer = expected["alpha"]
+    with KServeLikeTorchServe(kserve_dir, tmp_path, envelope="kserve") as ts:
+        ts.wait_ready(["alpha"])
+        post = lambda payload: requests.post(f"{ts.url}/v1/models/alpha:predict", json=payload, timeout=60)  # noqa: E731
+        answers = {
+            "one bad": post({"instances": [{"y": 1}]}),
+            "bad and good": post({"instances": [{"y": 1}, example]}),
+            "empty": post({"instances": []}),
+            "no instances": post({"inputs": [example]}),
+        }
+        assert {k: r.status_code for k, r in answers.items()} == dict.fromkeys(answers, 200), ts.log()
+        predictions = {k: r.json()["predictions"] for k, r in answers.items()}
+        assert predictions["one bad"][0]["stage"] == "preprocess" and predictions["one bad"][0]["hint"]
+        assert predictions["bad and good"][1] == answer
+        assert '"instances" is empty' in predictions["empty"][0]["error"]
+        assert 'no "instances"' in predictions["no instances"][0]["error"]
+        found = poll(lambda: _msnb_metrics(ts.server, "alpha"), 30, "msnb metrics on /metrics", log=ts.log)
+    assert set(found) == set(ALL_METRICS)
+
+
+def _msnb_metrics(server: LocalServer, model: str) -> dict | None:
+    metrics = server.metrics()
+    found = {n: [v for labels, v in metrics.get(n, []) if labels.get("ModelName") == model] for n in ALL_METRICS}
+    return found if all(found.values()) else None

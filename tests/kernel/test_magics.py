@@ -1,4 +1,4 @@
-"""The magics in a real IPython shell: a user's cells, then what they see (every bad-input row of issue 4)."""
+"""The magics in a real IPython shell: a user's cells, then what they see."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from helpers import mlp_class
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+import msnb
+import msnb.errors
 import msnb.session
 from msnb.display import Status
 from msnb.spec import HandlerSpec
@@ -79,9 +81,10 @@ def shown(cap) -> str:
 
 
 def line_magic(shell, name: str, line: str):
+    """Run ``%name line`` as a cell; returns (its value, None when the cell failed, and everything shown)."""
     with capture_output() as cap:
-        value = shell.run_line_magic(name, line)
-    return value, shown(cap)
+        result = shell.run_cell(f"%{name} {line}")
+    return (result.result if result.success else None), shown(cap)
 
 
 # ------------------------------------------------------------------ the happy path
@@ -92,7 +95,7 @@ def test_handler_cell_runs_captures_and_shows_a_summary(ip, session):
     assert isinstance(spec, HandlerSpec) and session.specs["knet"] is spec
     assert callable(ip.user_ns["init_function"]), "the cell ran in the user namespace"
     pulled = {n: b.origin for b in spec.pulled_in for n in b.names}
-    assert {"KNet", "KSCALE"} <= set(pulled) and pulled["KNet"].startswith("cell In[")
+    assert {"KNet", "KSCALE"} <= set(pulled) and pulled["KNet"].label.startswith("cell In[")
     text = ip.display_formatter.format(spec)[0]["text/plain"]  # what a terminal shows as Out[n]
     html = ip.display_formatter.formatters["text/html"].lookup(spec)(spec)  # what a notebook shows (off in a terminal)
     assert "KNet" in text and "pulled in" in text and "from cell In[" in text
@@ -155,7 +158,7 @@ def test_checkpoint_variable_and_build_with_progress(ip, session, tmp_path):
     assert "kbuild" in repr(status) and not status["server"]["running"]
 
 
-# ------------------------------------------------------------------ bad inputs (issue 4's table)
+# ------------------------------------------------------------------ bad inputs: each gets a message with a Hint
 @pytest.mark.parametrize(
     "body, says",
     [
@@ -185,10 +188,21 @@ def test_a_failing_cell_shows_its_own_error_and_stores_nothing(ip, session, body
 )
 def test_a_bad_handler_is_refused_with_a_hint(ip, session, body, says):
     result, out = handler_cell(ip, "krefused", body)
-    assert result.success and result.result is None and "krefused" not in session.specs
+    assert not result.success and result.result is None and "krefused" not in session.specs
     for text in says:
         assert text in out
     assert "Traceback" not in out
+
+
+def test_a_failing_magic_fails_its_cell_and_shows_only_the_message_and_hint(ip, session):
+    with capture_output() as cap:
+        result = ip.run_cell("%ms_test kmissing_q9 --data '[1]'")
+    out = shown(cap)
+    assert not result.success and result.error_in_exec is not None, "Run All must stop here"
+    assert "No handler named 'kmissing_q9'" in out and "Hint: run its %%ms_handler cell first" in out
+    assert "Traceback" not in out and "msnb/session.py" not in out
+    with pytest.raises(msnb.errors.SpecError):  # the Python API raises as before
+        msnb.test_handler("kmissing_q9", [1])
 
 
 def test_a_name_bound_only_at_runtime_is_refused(ip, session):
@@ -248,7 +262,7 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     expected, _ = line_magic(ip, "ms_test", "kserved")
     server, out = line_magic(ip, "ms_serve", "kserved")
     assert server is not None and server.running, out
-    assert "ready at http://127.0.0.1" in out
+    assert "ready: kserved v1.0 (digest " in out and "at http://127.0.0.1" in out
     answer, out = line_magic(ip, "ms_predict", "kserved")
     assert answer == expected, out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")

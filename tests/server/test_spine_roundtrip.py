@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from helpers import MLP_SOURCE
+from helpers import MLP_SOURCE, poll
 
 from msnb import archive
 from msnb.localtest import predict_in_process, run_handler
 from msnb.session import deploy
 from msnb.spec import spec_from_source
+from msnb.templates.msnb_handler import ALL_METRICS
 from msnb.torchserve import LocalServer, PredictionError
 
 UNSERIALISABLE = (
@@ -88,3 +89,18 @@ def test_non_serialisable_output_fails_that_request_with_a_hint(tmp_path):
         assert isinstance(bad, PredictionError) and bad.status == 500
         assert "Hint:" in str(bad)
     assert [a.status for a in run_handler(spec, inputs)] == [200, 500, 200, 500]
+
+
+def test_msnb_metrics_reach_the_prometheus_endpoint_after_traffic(served):
+    """Stage times and batch sizes are on GET /metrics (what a cluster scrapes), not only in model_log.log."""
+    spec, server = served
+    server.predict_many("mlp", SAMPLES)
+
+    def msnb_metrics():
+        found = {name: server.metrics().get(name, []) for name in ALL_METRICS}
+        return found if all(any(labels.get("ModelName") == "mlp" for labels, _ in s) for s in found.values()) else None
+
+    found = poll(msnb_metrics, 30, "every msnb metric for mlp on /metrics", log=lambda: server.log_tail(40))
+    batch_sizes = [value for labels, value in found["MsnbBatchSize"] if labels["ModelName"] == "mlp"]
+    assert all(1 <= size <= 4 for size in batch_sizes)
+    assert all(value >= 0 for samples in found.values() for _, value in samples)

@@ -1,4 +1,4 @@
-"""Capture: a handler cell and the notebook's other cells become a HandlerSpec (issue 4, "Capture")."""
+"""Capture: a handler cell and the notebook's other cells become a HandlerSpec."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from msnb.capture import capture
+from msnb.capture import RUNTIME_HINT, capture
 from msnb.errors import CaptureError, SpecError
 
 INIT = "def init_function():\n    return Net()\n"
@@ -47,7 +47,7 @@ def test_missing_init_function_names_the_signature():
 @pytest.mark.parametrize(
     "cell, role, signature",
     [
-        ("def init_function(path):\n    return 1\n", "init_function", "def init_function(**kwargs)"),
+        ("def init_function(path, /):\n    return 1\n", "init_function", "def init_function(**kwargs)"),
         (
             "def init_function():\n    return 1\ndef preprocess(a, b):\n    return a\n",
             "preprocess",
@@ -188,10 +188,26 @@ def test_runtime_bound_name_is_refused_with_the_hint(binding, name):
     pool = cells("import torch\n", binding + "\n")
     with pytest.raises(CaptureError, match=f"`{name}`.*cell 2") as err:
         run(f"def init_function():\n    return {name}\n", pool)
-    assert err.value.hint == (
-        "pass it as a checkpoint (--checkpoint), an extra file (--extra-files) "
-        "or an init_function argument (--init-kwargs)"
-    )
+    assert err.value.hint == RUNTIME_HINT
+
+
+def test_reading_a_data_file_at_module_level_is_refused_with_the_way_to_read_it():
+    cell = "import json\nLABELS = json.load(open('labels.json'))\ndef init_function():\n    return LABELS\n"
+    with pytest.raises(CaptureError, match="`LABELS`") as err:
+        run(cell, extra_files=("labels.json",))
+    assert "inside init_function" in err.value.hint and "functools.cache" in err.value.hint
+    assert "working directory is the model dir" in err.value.hint
+
+
+def test_init_function_parameters_without_defaults_are_accepted_when_init_kwargs_supply_them():
+    cell = "def init_function(in_dim, layer_dims, *, scale):\n    return in_dim\n"
+    spec = run(cell, init_kwargs={"in_dim": 5, "layer_dims": [16, 8], "scale": 2})
+    assert spec.init_kwargs["layer_dims"] == [16, 8]
+    with pytest.raises(SpecError, match="needs `layer_dims`, `scale` but --init-kwargs") as err:
+        run(cell, init_kwargs={"in_dim": 5})
+    assert '"layer_dims"' in err.value.hint
+    with pytest.raises(SpecError, match="needs `layer_dims`"):  # the widget edits init_kwargs with replace()
+        spec.replace(init_kwargs={"in_dim": 5, "scale": 1})
 
 
 def test_runtime_rebinding_after_a_definition_is_refused():

@@ -54,7 +54,7 @@ def test_spec_without_init_function_is_refused():
 @pytest.mark.parametrize(
     "source, role",
     [
-        ("def init_function(n):\n    pass", "init_function"),
+        ("def init_function(n, /):\n    pass", "init_function"),
         ("def init_function():\n    pass\ndef preprocess(a, b):\n    pass", "preprocess"),
         ("def init_function():\n    pass\ndef postprocess():\n    pass", "postprocess"),
     ],

@@ -46,7 +46,7 @@ def test_fields_have_stable_labels_classes_and_spec_values(fake):
     assert "msnb-field-batch_size" in w.fields["batch_size"]._dom_classes
     assert w.fields["device"]._options_labels == ("auto", "GPU 0: T4", "CPU") and w.fields["device"].value == "auto"
     assert "msnb-predict" in w.buttons["predict"]._dom_classes and "msnb-result" in w.result._dom_classes
-    assert disabled(w) == {"test": False, "build": False, "serve": False, "predict": True, "stop": True}
+    assert disabled(w) == {"test": False, "build": False, "serve": False, "predict": True, "logs": True, "stop": True}
 
 
 def test_no_gpu_note_is_shown_under_the_device(fake):

@@ -123,7 +123,7 @@ def test_build_format_and_folder(fake):
 
 def test_predict_needs_a_served_model_and_stop_clears_it(fake):
     c = make(fake)
-    assert c.enabled() == {"test": True, "build": True, "serve": True, "predict": False, "stop": False}
+    assert c.enabled() == {"test": True, "build": True, "serve": True, "predict": False, "logs": False, "stop": False}
     assert c.run("serve") and c.enabled()["predict"] and c.enabled()["stop"]
     assert "pid 4242" in c.status and "registering" in "\n".join(c.log)
     c.set("payload", '{"x": [0, 0, 0, 1]}')
@@ -155,7 +155,7 @@ def test_every_button_is_disabled_while_an_action_runs(fake):
     job = c.prepare("serve")
     worker = threading.Thread(target=job)
     worker.start()
-    assert c.enabled() == dict.fromkeys(["test", "build", "serve", "predict", "stop"], False)
+    assert c.enabled() == dict.fromkeys(["test", "build", "serve", "predict", "logs", "stop"], False)
     assert c.prepare("predict") is None and "Busy starting/registering" in c.status
     fake.gate.set()
     worker.join(10)
@@ -178,7 +178,12 @@ def test_errors_show_message_and_hint_never_a_traceback(fake):
     fake.fail = ServerError("Registering 'mlp' failed: worker died.", "see the worker log below.", "model_log: boom")
     assert not c.run("serve")
     assert c.result == "Registering 'mlp' failed: worker died.\nHint: see the worker log below."
-    assert "model_log: boom" in c.log and c.progress[0] == "failed" and not c.enabled()["predict"]
+    assert (
+        "model_log: boom" in c.log
+        and c.progress[0] == "serve failed"
+        and c.outcome == "failed"
+        and not c.enabled()["predict"]
+    )
     fake.fail = RuntimeError("disk full")
     assert not c.run("build")
     assert c.result.startswith("Build failed: RuntimeError: disk full\nHint:") and "Traceback" not in c.result

@@ -1,0 +1,136 @@
+"""Which form a handler cell uses: msnb's roles, the user's own handler class, or a module-level ``handle``.
+
+Detection reads the cell's definitions (ast), never runs it. A handler class is a class whose base is
+TorchServe's ``BaseHandler`` (or another class imported from ``ts.torch_handler``), or any class that
+defines ``handle``; a function form is a top-level ``def handle(data, context)``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from msnb.errors import SpecError
+
+ROLES_FORM, CLASS_FORM, FUNCTION_FORM = "roles", "class", "function"
+FORMS = {
+    ROLES_FORM: "init_function / preprocess / postprocess, run by msnb's shared handler",
+    CLASS_FORM: "your handler class (a BaseHandler subclass, or a class with initialize and handle)",
+    FUNCTION_FORM: "your module-level handle(data, context)",
+}
+ENTRY_FUNCTION = "handle"
+TS_HANDLER_MODULE = "ts.torch_handler"
+CHOOSE = (
+    "use one form per handler cell: either init_function (+ preprocess/postprocess), "
+    "or one handler class, or a module-level handle(data, context)"
+)
+
+
+@dataclass(frozen=True)
+class Form:
+    """A cell's form and its entry: the class or function name TorchServe will call (empty for roles)."""
+
+    kind: str
+    entry: str = ""
+
+    @property
+    def label(self) -> str:
+        return {CLASS_FORM: f"class {self.entry}", FUNCTION_FORM: f"{self.entry}(data, context)"}.get(self.kind, "")
+
+
+def detect(tree: ast.Module, roles: Mapping[str, str], known: Collection[str] = ()) -> Form:
+    """The form of a parsed cell, given the roles it defines and the handler classes other cells define
+    (``known``, see ``handler_class_names``); a mixed or ambiguous cell is a SpecError."""
+    ts_names = _imported_from_ts(tree) | set(known)
+    classes = handler_classes(tree, ts_names)
+    function = next((n for n in _functions(tree) if n.name == ENTRY_FUNCTION), None)
+    own = [f"handler class `{c.name}`" for c in classes] + (["a module-level `handle`"] if function else [])
+    if "init_function" in roles and own:
+        raise SpecError(f"The cell defines both init_function (roles) and {own[0]}.", CHOOSE + ".")
+    if classes and function:
+        raise SpecError(f"The cell defines both {own[0]} and a module-level `handle`.", CHOOSE + ".")
+    if len(classes) > 1:
+        names = ", ".join(f"`{c.name}`" for c in classes)
+        raise SpecError(
+            f"The cell defines {len(classes)} handler classes ({names}); TorchServe can call only one.",
+            "keep the class TorchServe should call in this cell and move the other one (e.g. a base class) "
+            "to a cell above: msnb pulls it in when the handler uses it.",
+        )
+    if classes:
+        check_class(classes[0], ts_names)
+        return Form(CLASS_FORM, classes[0].name)
+    if function:
+        check_function(function)
+        return Form(FUNCTION_FORM, function.name)
+    return Form(ROLES_FORM)
+
+
+def handler_classes(tree: ast.Module, ts_names: set[str]) -> list[ast.ClassDef]:
+    """Top-level classes that are TorchServe handlers: a ``handle`` method, or a base that is a handler
+    (from ``ts.torch_handler``, named in ``ts_names``, or a handler class defined above it)."""
+    found: list[ast.ClassDef] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if ENTRY_FUNCTION in _methods(node) or _has_ts_base(node, ts_names | {c.name for c in found}):
+            found.append(node)
+    return found
+
+
+def handler_class_names(trees: Iterable[ast.Module]) -> set[str]:
+    """The handler classes a sequence of cells defines (in order: a subclass of an earlier one counts)."""
+    names: set[str] = set()
+    for tree in trees:
+        names |= {c.name for c in handler_classes(tree, _imported_from_ts(tree) | names)}
+    return names
+
+
+def check_class(node: ast.ClassDef, ts_names: set[str]) -> None:
+    """A handler class needs ``initialize`` and ``handle`` (a ts.torch_handler base provides both)."""
+    if _has_ts_base(node, ts_names):
+        return
+    missing = [m for m in ("initialize", ENTRY_FUNCTION) if m not in _methods(node)]
+    if missing:
+        raise SpecError(
+            f"Handler class `{node.name}` (line {node.lineno}) has no `{missing[0]}` method.",
+            "TorchServe creates the class with no arguments, calls `initialize(self, context)` once to load the "
+            "model, then `handle(self, data, context)` per batch; define both, or subclass "
+            "ts.torch_handler.base_handler.BaseHandler.",
+        )
+
+
+def check_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """A module-level ``handle`` is called as ``handle(data, context)``: two positional parameters, not async."""
+    args = node.args
+    positional = args.posonlyargs + args.args
+    required = len(positional) - len(args.defaults)
+    if isinstance(node, ast.AsyncFunctionDef) or required > 2 or (len(positional) < 2 and not args.vararg):
+        raise SpecError(
+            f"`{node.name}` (line {node.lineno}) has the wrong signature.",
+            "TorchServe calls `def handle(data, context)`: `data` is None once at load, then a list of requests.",
+        )
+
+
+def _has_ts_base(node: ast.ClassDef, ts_names: set[str]) -> bool:
+    """A base named BaseHandler, imported from ts.torch_handler, or spelled ``ts.torch_handler....``."""
+    for base in map(ast.unparse, node.bases):
+        if base in ts_names or base.startswith(TS_HANDLER_MODULE + ".") or base.split(".")[-1] == "BaseHandler":
+            return True
+    return False
+
+
+def _imported_from_ts(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(TS_HANDLER_MODULE):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def _methods(node: ast.ClassDef) -> set[str]:
+    return {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]

@@ -1,0 +1,135 @@
+"""A notebook whose model lives in a .py file beside it: tested in a real kernel, exported from elsewhere, served by
+a TorchServe from a clean environment (only torch and TorchServe), answering exactly like the notebook."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import venv
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+from nbrun import _scratch_env, execute_notebook, printed_prediction
+
+from msnb.torchserve import LocalServer
+
+pytestmark = pytest.mark.kernel
+MSNB = str(Path(sys.executable).with_name("msnb"))
+# What the serving image has: torch (the CPU wheel on these machines), TorchServe and what it needs to run.
+CLEAN_PACKAGES = ["torch==2.13.0", "torchserve==0.12.0", "pyyaml", "numpy", "psutil", "requests"]
+
+MODEL_PY = """
+    import torch
+    from mypkg.layers import Block
+
+    class MyNetwork(torch.nn.Module):
+        def __init__(self, in_dim, layer_dims):
+            super().__init__()
+            self.blocks = torch.nn.Sequential(*[Block(a, b) for a, b in zip([in_dim, *layer_dims], layer_dims)])
+
+        def forward(self, x):
+            return self.blocks(x)
+    """
+FILES = {
+    "model.py": MODEL_PY,
+    "mypkg/__init__.py": "",
+    "mypkg/layers.py": "import torch\nfrom .scale import SCALE\n\nclass Block(torch.nn.Linear):\n    scale = SCALE\n",
+    "mypkg/scale.py": "SCALE = 1.0\n",
+    "labels.json": '["cat", "dog", "bird"]',
+}
+HANDLER = """%%ms_handler hermetic --init-kwargs '{"in_dim": 4, "layer_dims": [8, 3]}' --extra-files labels.json --example '[1, 2, 3, 4]'
+import functools
+import json
+
+import six
+import torch
+from model import MyNetwork
+
+@functools.cache
+def labels():
+    with open("labels.json") as f:
+        return json.load(f)
+
+def init_function(in_dim, layer_dims):
+    torch.manual_seed(0)
+    return MyNetwork(in_dim, layer_dims)
+
+def preprocess(sample):
+    return torch.tensor(sample, dtype=torch.float32)
+
+def postprocess(output):
+    return {"label": labels()[int(output.argmax())], "text": six.ensure_str(b"ok")}
+"""
+
+
+def notebook(path: Path, *cells: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def clean_python(tmp_path_factory) -> Path:
+    """A virtual environment with only torch, TorchServe and their needs: no msnb, no notebook folder."""
+    root = tmp_path_factory.mktemp("clean-venv")
+    venv.EnvBuilder(with_pip=True).create(root)
+    python = root / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", *CLEAN_PACKAGES], check=True, timeout=600)
+    return python
+
+
+def test_a_failing_msnb_cell_stops_nbclient_and_shows_only_the_message(tmp_path):
+    nb = nbformat.read(
+        notebook(tmp_path / "stop.ipynb", "%load_ext msnb", "%ms_test nosuch_handler --data '[1]'", "print('after')"),
+        as_version=4,
+    )
+    client = NotebookClient(nb, kernel_name="python3", timeout=60, resources={"metadata": {"path": str(tmp_path)}})
+    with _scratch_env(tmp_path), pytest.raises(CellExecutionError) as err:
+        client.execute()
+    assert "No handler named 'nosuch_handler'" in str(err.value)
+    (error,) = nb.cells[1].outputs
+    shown = "\n".join(error.traceback)
+    assert error.output_type == "error" and "Hint: run its %%ms_handler cell first" in shown
+    assert "Traceback" not in shown and "site-packages" not in shown and "msnb/" not in shown
+    assert nb.cells[2].outputs == [], "Run All stopped at the failing cell"
+
+
+@pytest.mark.server
+@pytest.mark.timeout(900)
+def test_local_code_travels_and_a_clean_torchserve_answers_like_the_notebook(tmp_path, clean_python):
+    project = tmp_path / "proj"
+    for name, text in FILES.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(textwrap.dedent(text))
+    source = notebook(
+        tmp_path / "src" / "hermetic.ipynb",
+        "%load_ext msnb",
+        HANDLER,
+        "answer = %ms_test hermetic\nprint('prediction: ' + json.dumps(answer))",
+    )
+    executed = execute_notebook(source, project)
+    printed = printed_prediction(executed)
+    assert printed["label"] in ("cat", "dog", "bird") and printed["text"] == "ok"
+    summary = "\n".join(str(o.get("data", {}).get("text/plain", "")) for o in executed.cells[1].outputs)
+    assert "model.py" in summary and "mypkg/ (3 files)" in summary
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        [MSNB, "export", str(project / "hermetic.ipynb"), "-o", "store"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "model.py, mypkg/ (3 files)" in done.stdout
+    with LocalServer(tmp_path / "server", python=clean_python) as server:
+        status = server.register(elsewhere / "store" / "hermetic.mar")
+        assert server.predict(status.name, [1, 2, 3, 4]) == printed

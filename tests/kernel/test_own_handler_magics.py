@@ -1,0 +1,55 @@
+"""`%%ms_handler` over a user's own TorchServe handler in a real IPython shell: what a user sees."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import OWN_IMAGE_CLASS
+from IPython.utils.capture import capture_output
+
+import msnb.session
+
+pytestmark = pytest.mark.kernel
+PIXELS = """--example '{"pixels": [[-3.0, 3.0], [3.0, -3.0]]}'"""
+
+
+@pytest.fixture(scope="module")
+def ip():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "msnb")
+    return shell
+
+
+@pytest.fixture(autouse=True)
+def session(monkeypatch):
+    fresh = msnb.session.Session()
+    monkeypatch.setattr(msnb.session, "_default", fresh)
+    yield fresh
+    fresh.stop()
+
+
+def run(shell, source: str):
+    """Run a cell as a notebook does; returns (result, everything shown)."""
+    with capture_output() as cap:
+        result = shell.run_cell(source, store_history=True)
+    shown = [cap.stdout, cap.stderr] + [str(v) for out in cap.outputs for v in out.data.values()]
+    return result, "\n".join(shown)
+
+
+def test_a_handler_class_cell_is_captured_and_ms_test_answers_its_bytes(ip, session):
+    result, _ = run(ip, f"%%ms_handler bg {PIXELS}\n{OWN_IMAGE_CLASS}")
+    assert result.success and session.specs["bg"].form == "class"
+    text = ip.display_formatter.format(result.result)[0]["text/plain"]
+    assert "your class BackgroundRemover" in text
+    assert isinstance(ip.user_ns["BackgroundRemover"], type), "the cell ran in the user namespace"
+    answer, _ = run(ip, "%ms_test bg")
+    assert answer.result == b"P5 2 2 255\n" + bytes([0, 255, 255, 0])
+
+
+def test_roles_and_a_handler_class_in_one_cell_are_refused_with_a_hint(ip, session):
+    cell = OWN_IMAGE_CLASS + "\ndef init_function():\n    return torch.nn.Identity()\n"
+    _, shown = run(ip, f"%%ms_handler mixed\n{cell}")
+    assert "defines both init_function (roles) and handler class `BackgroundRemover`" in shown
+    assert "Hint: use one form per handler cell" in shown and "Traceback" not in shown
+    assert "mixed" not in session.specs

@@ -1,0 +1,57 @@
+"""A user's own TorchServe handler (a BaseHandler subclass, a class answering image bytes, an MMS-style
+module-level handle): exported from a notebook without running it, served on a real TorchServe, and
+answering exactly what the in-process test answered."""
+
+from __future__ import annotations
+
+from helpers import IMPORTS, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_CLASS, make_notebook, run, scripted_mlp
+
+from msnb import localtest
+from msnb.notebook import load_handlers
+from msnb.session import deploy
+from msnb.spec import SourceBlock
+
+INPUTS = {
+    "clf": [{"x": [1, 2, 3, 4]}, {"x": [4, -3, 2, 1]}],
+    "bg": [{"pixels": [[-3.0, 3.0, 0.5], [3.0, -3.0, -0.5]]}],
+    "fn": [{"x": [0.5, -1.0, 2.0, 0.1]}],
+}
+
+
+def own_handler_notebook(folder):
+    nb = make_notebook(
+        folder,
+        IMPORTS,
+        NET,
+        "%%ms_handler clf --checkpoint scripted.pt\n" + OWN_BASE_HANDLER,
+        "%%ms_handler bg\n" + OWN_IMAGE_CLASS,
+        "%%ms_handler fn\n" + OWN_FUNCTION,
+        weights=False,
+    )
+    scripted_mlp(folder / "scripted.pt")
+    return nb
+
+
+def test_each_form_exported_without_running_is_served_with_the_in_process_answers(tmp_path, capsys, own_server):
+    nb = own_handler_notebook(tmp_path / "nb")
+    code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0, err
+    assert "your class Classifier" in out and "your class BackgroundRemover" in out and "your handle(data" in out
+    specs = {c.spec.name: c.spec for c in load_handlers(nb)}
+    for name, samples in INPUTS.items():
+        local = localtest.predict_in_process(specs[name], samples)
+        own_server.register(tmp_path / "out" / f"{name}.mar")
+        served = [own_server.predict(name, sample) for sample in samples]
+        assert served == local, name
+    assert served[0] == {"label": local[0]["label"]}
+    assert own_server.predict("bg", INPUTS["bg"][0]).startswith(b"P5 3 2 255\n")
+
+
+def test_a_redeploy_of_an_own_handler_replaces_the_served_version(tmp_path, own_server):
+    specs = {c.spec.name: c.spec for c in load_handlers(own_handler_notebook(tmp_path / "nb"))}
+    deploy(own_server, specs["bg"])
+    before = own_server.predict("bg", INPUTS["bg"][0])
+    changed = specs["bg"].replace(blocks=(SourceBlock(OWN_IMAGE_CLASS.replace("0.5", "0.9"), "edited cell"),))
+    deploy(own_server, changed)
+    after = own_server.predict("bg", INPUTS["bg"][0])
+    assert before != after and after == localtest.predict_in_process(changed, INPUTS["bg"])[0]

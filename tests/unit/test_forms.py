@@ -1,0 +1,188 @@
+"""Bring your own handler: a cell with a handler class or a module-level handle is captured, rendered and
+run in-process with TorchServe's own Context; mixed or broken cells are refused with a hint."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+from helpers import MLP_SOURCE, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_CLASS, scripted_mlp
+
+from msnb import localtest
+from msnb.capture import capture
+from msnb.display import SpecSummary
+from msnb.errors import CaptureError, HandlerRunError, SpecError
+from msnb.render import render_handler
+from msnb.spec import spec_from_source
+
+POOL = [("cell In[1]", "import torch\n" + NET)]
+SAMPLES = [{"x": [1, 2, 3, 4]}, {"x": [4, 3, 2, 1]}]
+
+
+def test_a_base_handler_subclass_is_the_class_form_and_its_module_binds_handle(tmp_path):
+    spec = capture("clf", OWN_BASE_HANDLER, POOL, checkpoint=scripted_mlp(tmp_path / "mlp.pt"))
+    assert (spec.form, spec.entry, spec.roles) == ("class", "Classifier", {})
+    source = render_handler(spec)
+    assert "class Scale(" in source and "class Classifier(" in source  # two classes in one module
+    assert source.rstrip().endswith("handle = _msnb_entry(Classifier)")
+    answers = localtest.predict_in_process(spec, SAMPLES)
+    assert [set(a) for a in answers] == [{"label", "top"}] * 2
+    assert "your class Classifier" in SpecSummary(spec).text()
+
+
+def test_a_class_with_initialize_and_handle_answers_bytes_with_its_content_type():
+    spec = spec_from_source("bg", OWN_IMAGE_CLASS)
+    assert (spec.form, spec.entry) == ("class", "BackgroundRemover")
+    (answer,) = localtest.run_handler(spec, [{"pixels": [[-3.0, 3.0], [3.0, -3.0]]}])
+    assert answer.ok and answer.body == b"P5 2 2 255\n" + bytes([0, 255, 255, 0])
+
+
+def test_a_module_level_handle_pulls_in_the_model_class_from_another_cell():
+    spec = capture("fn", OWN_FUNCTION, POOL)
+    assert (spec.form, spec.entry) == ("function", "handle")
+    assert [b.names for b in spec.pulled_in] == [("torch", "Net")]
+    answers = localtest.predict_in_process(spec, SAMPLES)
+    assert all(set(a) == {"label"} for a in answers)
+
+
+@pytest.mark.parametrize(
+    "cell, message, hint",
+    [
+        (
+            "class H:\n    def handle(self, data, context):\n        return data\n",
+            "Handler class `H` (line 1) has no `initialize` method",
+            "initialize(self, context)",
+        ),
+        (
+            OWN_IMAGE_CLASS + "\ndef init_function():\n    return torch.nn.Identity()\n",
+            "defines both init_function (roles) and handler class `BackgroundRemover`",
+            "one form per handler cell",
+        ),
+        (
+            OWN_IMAGE_CLASS + "\ndef handle(data, context):\n    return data\n",
+            "both handler class `BackgroundRemover` and a module-level `handle`",
+            "one form per handler cell",
+        ),
+        (
+            OWN_BASE_HANDLER + "\nclass Other(Classifier):\n    pass\n",
+            "2 handler classes (`Classifier`, `Other`)",
+            "move the other one (e.g. a base class) to a cell above",
+        ),
+        ("def handle(data):\n    return data\n", "wrong signature", "def handle(data, context)"),
+        ("import torch\nx = 1\n", "defines no handler", "a BaseHandler subclass"),
+    ],
+    ids=["no-initialize", "roles-and-class", "class-and-handle", "two-classes", "handle-arity", "nothing"],
+)
+def test_a_cell_that_is_not_one_clear_form_is_refused_at_capture(cell, message, hint):
+    with pytest.raises(CaptureError) as err:
+        capture("bad", cell, POOL)
+    assert message in err.value.message and hint in err.value.hint
+
+
+def test_a_handle_answering_the_wrong_number_of_requests_is_caught_before_serving():
+    short = OWN_FUNCTION.replace("for o in _model(batch)]", "for o in _model(batch)][:1]")
+    spec = capture("short", short, POOL)
+    with pytest.raises(HandlerRunError) as err:
+        localtest.predict_in_process(spec, SAMPLES)
+    assert "returned a list of 1 for a batch of 2" in err.value.message
+    assert "number of batch response mismatched" in err.value.message and "one answer per request" in err.value.hint
+
+
+def test_a_handle_that_raises_shows_the_users_frames_not_msnbs():
+    spec = capture("boom", OWN_FUNCTION.replace("batch = torch", "raise KeyError('pixels')\n    batch = torch"), POOL)
+    with pytest.raises(HandlerRunError) as err:
+        localtest.predict_in_process(spec, SAMPLES)
+    assert err.value.message == "handle raised KeyError: 'pixels'"
+    assert "handler_model.py" in err.value.details and "localtest" not in err.value.details
+
+
+def test_a_base_handler_without_a_model_file_names_the_file_and_the_option():
+    with pytest.raises(HandlerRunError) as err:
+        localtest.validate(spec_from_source("clf", OWN_BASE_HANDLER))
+    assert "serializedFile" in err.value.message and "no model file" in err.value.message
+    assert "--checkpoint" in err.value.hint
+
+
+def test_a_state_dict_given_to_base_handler_says_it_needs_torchscript(tmp_path):
+    torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
+    with pytest.raises(HandlerRunError) as err:
+        localtest.validate(spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=tmp_path / "weights.pt"))
+    assert "torch.jit.load" in err.value.message and "not TorchScript" in err.value.message
+    assert "torch.jit.script" in err.value.hint
+
+
+def test_an_initialize_reading_a_missing_file_names_it_and_the_options():
+    cell = textwrap.dedent("""
+        import os
+
+        class Labels:
+            def initialize(self, context):
+                with open(os.path.join(context.system_properties["model_dir"], "labels.txt")) as f:
+                    self.labels = f.read().split()
+
+            def handle(self, data, context):
+                return [self.labels[0] for _ in data]
+    """)
+    with pytest.raises(HandlerRunError) as err:
+        localtest.validate(spec_from_source("labels", cell))
+    assert "'labels.txt' is not in the archive" in err.value.message
+    assert "--extra-files" in err.value.hint and "--checkpoint" in err.value.hint
+
+
+def test_a_live_scripted_module_is_archived_as_torchscript_for_base_handler(tmp_path):
+    scripted = torch.jit.load(str(scripted_mlp(tmp_path / "mlp.pt")))
+    spec = spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=scripted)
+    assert len(localtest.predict_in_process(spec, SAMPLES)) == 2
+    assert "saved as TorchScript" in SpecSummary(spec).text()
+
+
+def test_init_kwargs_are_refused_for_an_own_handler():
+    with pytest.raises(SpecError) as err:
+        spec_from_source("bg", OWN_IMAGE_CLASS, init_kwargs={"hidden": 8})
+    assert "--init-kwargs" in err.value.message and "drop --init-kwargs" in err.value.hint
+
+
+def test_the_roles_form_is_unchanged():
+    spec = spec_from_source("mlp", MLP_SOURCE)
+    assert spec.form == "roles" and spec.handled_by == "init_function, preprocess, postprocess"
+    assert "handler_factory" in render_handler(spec)
+
+
+def test_a_handler_subclassing_a_handler_class_from_a_cell_above_is_the_class_form(tmp_path):
+    pool = [*POOL, ("cell In[2]", OWN_BASE_HANDLER)]
+    spec = capture("sub", "class Tuned(Classifier):\n    pass\n", pool, checkpoint=scripted_mlp(tmp_path / "m.pt"))
+    assert (spec.form, spec.entry) == ("class", "Tuned")
+    assert "Classifier" in spec.pulled_in[-1].names
+    assert len(localtest.predict_in_process(spec, SAMPLES)) == 2
+
+
+def test_the_widget_tests_and_builds_an_own_handler_with_its_edits(tmp_path):
+    from helpers import CPU_ONLY
+
+    from msnb.session import Session
+    from msnb.widget.controller import Actions, Controller
+
+    session = Session()
+    session.add(spec_from_source("bg", OWN_IMAGE_CLASS, example={"pixels": [[3.0]]}))
+    c = Controller("bg", Actions.from_session(session), CPU_ONLY)
+    c.set("batch_size", "2")
+    assert c.run("test"), c.result
+    assert "P5 1 1 255" in c.result
+    c.set("export_path", str(tmp_path / "out"))
+    c.set("format", "zip-store")
+    assert c.run("build"), c.result
+    assert (tmp_path / "out" / "bg.mar").is_file()
+
+
+def test_a_refusal_in_a_notebook_cell_names_the_cell():
+    from msnb.spec import Origin
+
+    with pytest.raises(CaptureError) as err:
+        capture(
+            "bad",
+            "class H:\n    def handle(self, data, context):\n        return data\n",
+            POOL,
+            cell_origin=Origin("nb.ipynb, cell 4", "nb.ipynb", 4),
+        )
+    assert err.value.message.startswith("Handler class `H`") and "initialize" in err.value.message
