@@ -65,10 +65,10 @@ def serve_version(shell, version: int, shown: list | None = None):
         )
     assert cell.success
     with capture_output() as cap:
-        server = shell.run_line_magic("ms_serve", "loadnet")
+        result = shell.run_cell("%ms_serve loadnet")  # as a user's cell: a failure fails it
     if shown is not None:
         shown.append("\n".join([cap.stdout, cap.stderr, *(str(o.data) for o in cap.outputs)]))
-    return server
+    return result.result if result.success else None
 
 
 def press_stop_when(condition) -> threading.Thread:
@@ -157,8 +157,8 @@ def test_the_stop_button_while_waiting_for_an_answer_is_one_message_and_the_serv
     cursor = LogCursor(server.log_dir)
     press_stop_when(lambda: "Backend received inference" in cursor.new_text(0))
     with capture_output() as cap:
-        value = ip.run_line_magic("ms_predict", """loadnet --data '{"x": [1, 2, 3, 4], "sleep": 3}'""")
+        result = ip.run_cell("""%ms_predict loadnet --data '{"x": [1, 2, 3, 4], "sleep": 3}'""")
     text = "\n".join([cap.stdout, cap.stderr, *(str(o.data) for o in cap.outputs)])
-    assert value is None and "Interrupted while waiting for loadnet's answer: the server keeps running" in text
+    assert not result.success and "Interrupted while waiting for loadnet's answer: the server keeps running" in text
     assert "Traceback" not in text
     assert server.running and server.predict("loadnet", {"x": [1, 2, 3, 4]})["served_by"] == 0
