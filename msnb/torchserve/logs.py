@@ -43,12 +43,15 @@ class LogCursor:
         return "\n".join(lines[-MAX_LINES:])
 
     def crash(self) -> str:
-        """What the workers wrote since the cursor (a faulthandler stack, or their last output) and how they ended."""
-        lines = [line for line in map(strip_prefix, self.new_text(0).splitlines()) if not _is_noise(line)]
-        ended = [strip_prefix(line) for line in self.new_text(1).splitlines() if "Worker disconnected" in line]
+        """What the workers wrote since the cursor (a faulthandler stack, or their last output), the frontend's
+        errors (e.g. a response timeout) and how the worker ended; empty until TorchServe logs the disconnect."""
+        frontend = self.new_text(1)
+        ended = [strip_prefix(line) for line in frontend.splitlines() if "Worker disconnected" in line]
         if not ended:
             return ""
+        lines = [line for line in map(strip_prefix, self.new_text(0).splitlines()) if not _is_noise(line)]
         out = lines[-CRASH_LINES:] or ["(the worker wrote nothing before it ended)"]
+        out += frontend_errors(frontend)
         return "\n".join([*out, f"TorchServe: {ended[0].strip()} (the worker process ended; it is restarted)"])
 
 
