@@ -15,7 +15,16 @@ from pathlib import Path
 from bench import report
 from bench.harness import Settings
 
-BENCHMARKS = ("inner_loop", "cold_start", "checkpoint", "throughput", "overhead", "hermetic", "explain")
+BENCHMARKS = (
+    "inner_loop",
+    "cold_start",
+    "checkpoint",
+    "throughput",
+    "overhead",
+    "hermetic",
+    "explain",
+    "redeploy_load",
+)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -53,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     meta.update(seconds=time.perf_counter() - start, load_end=[round(x, 1) for x in os.getloadavg()])
+    if args.only:  # a partial run updates its sections and keeps the others of the last run
+        results, meta = report.merge(args.out, results, meta)
     report.write(results, meta, args.out)
-    print(f"wrote {args.out / 'RESULTS.md'} in {meta['seconds']:.0f} s", flush=True)
+    print(f"wrote {args.out / 'RESULTS.md'} in {time.perf_counter() - start:.0f} s", flush=True)
     return 1 if any("error" in r for r in results.values()) else 0
 
 

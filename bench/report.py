@@ -57,6 +57,17 @@ def leaves(node: dict, path: tuple = ()) -> list[tuple[tuple, dict]]:
     return out
 
 
+def merge(out: Path, results: dict, meta: dict) -> tuple[dict, dict]:
+    """The last run's results (``out/results.json``) with ``results`` replacing their sections."""
+    try:
+        last = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError):
+        return results, meta
+    merged = {**last["results"], **results}
+    reran = f"{', '.join(results)} re-run {meta['machine']['date']} ({meta['seconds']:.0f} s)"
+    return merged, {**last["meta"], "partial_runs": [*last["meta"].get("partial_runs", []), reran]}
+
+
 def write(results: dict, meta: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
@@ -72,6 +83,9 @@ def markdown(results: dict, meta: dict) -> str:
         "",
     ]
     lines += [f"- {k}: {v}" for k, v in meta["machine"].items()] + [f"- load average at end: {meta['load_end']}", ""]
+    lines += [f"Partial run since: {run}" for run in meta.get("partial_runs", [])] + [""] * bool(
+        meta.get("partial_runs")
+    )
     lines += [
         "Medians of interleaved repetitions (A B A B ...), min–max in brackets; the machine is shared "
         "and noisy, so read the ratios, not single times.",

@@ -13,6 +13,7 @@ from IPython.core.error import UsageError
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.files import write_atomic
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write KServe's TorchServe layout: "
         "DIR/model-store/<name>.mar and DIR/config/config.properties (storageUri points at DIR)",
     )
+    _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
     srv = sub.add_parser(
         "serve",
@@ -102,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file")
+    _limit_arguments(srv, "of the server")
     srv.set_defaults(run=_serve)
     pre = sub.add_parser(
         "predict", help="send one input to a served model", description=PREDICT_HELP, epilog=EPILOG, formatter_class=raw
@@ -118,13 +121,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
+    for key in LIMIT_OPTIONS:
+        what = key.split("_")[1]
+        parser.add_argument(
+            "--" + key.replace("_", "-"),
+            type=int,
+            metavar="BYTES",
+            help=f"largest {what} body {where} (TorchServe's default: {DEFAULT_MAX_BYTES}, 6.5 MB)",
+        )
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(args.max_request_size, args.max_response_size)
+
+
 def _export(args: argparse.Namespace) -> int:
     from msnb.export import export_notebook, format_table
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
     outdir = args.outdir if args.outdir or args.kserve else DEFAULT_EXPORT
     report = export_notebook(
-        args.notebook, outdir, handlers=args.handler, fmt=args.format, check=args.check, kserve=args.kserve
+        args.notebook,
+        outdir,
+        handlers=args.handler,
+        fmt=args.format,
+        check=args.check,
+        kserve=args.kserve,
+        limits=_limits(args),
     )
     for item in report.exported:
         for warning in item.spec.warnings:
@@ -150,7 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     archives = find_archives(args.paths)
     state = args.state or state_file()
-    server = LocalServer()
+    server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
     try:

@@ -50,3 +50,7 @@ class HandlerRunError(MsnbError):
 
 class ServerError(MsnbError):
     """The local TorchServe could not start, register, answer or stop."""
+
+
+class Interrupted(MsnbError):
+    """Ctrl-C (or Jupyter's stop button) ended a step: the message says which, and what state remains."""

@@ -18,7 +18,7 @@ from msnb.files import link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
-from msnb.torchserve.config import kserve_properties, render_properties
+from msnb.torchserve.config import Limits, kserve_properties, render_properties
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,14 @@ def export_notebook(
     check: bool = False,
     kserve: str | Path | None = None,
     overrides: dict | None = None,
+    limits: Limits | None = None,
 ) -> Report:
     """Capture the notebook's handlers (never running the notebook) and write one archive each.
 
     ``check`` runs each handler in-process on its ``--example`` before anything is written; without it no
     user code runs and a static check refuses imports the archive would not satisfy (``check_imports``). A failing handler is reported and skipped; the others are
-    still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded.
+    still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded,
+    with ``limits`` (body sizes) in its config.properties.
     """
     if fmt not in archive.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
@@ -79,7 +81,7 @@ def export_notebook(
         if outdir is not None:
             _write_all(specs, Path(outdir), fmt, report)
         if kserve is not None and specs and not report.failed:
-            _write_kserve_into(specs, Path(kserve), fmt, report, also_listed=outdir is None)
+            _write_kserve_into(specs, Path(kserve), fmt, report, also_listed=outdir is None, limits=limits)
     finally:
         for folder in created:  # nothing written there: leave no empty folder behind
             if folder.is_dir() and not any(folder.iterdir()):
@@ -87,9 +89,12 @@ def export_notebook(
     return report
 
 
-def _write_kserve_into(specs: list[HandlerSpec], root: Path, fmt: str, report: Report, also_listed: bool) -> None:
+def _write_kserve_into(
+    specs: list[HandlerSpec], root: Path, fmt: str, report: Report, also_listed: bool, limits: Limits | None
+) -> None:
     try:
-        report.kserve = write_kserve(specs, root, fmt, built={e.spec.name: e.path for e in report.exported})
+        built = {e.spec.name: e.path for e in report.exported}
+        report.kserve = write_kserve(specs, root, fmt, built=built, limits=limits)
     except MsnbError as err:
         report.failed["--kserve"] = err
         return
@@ -147,7 +152,11 @@ def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
 
 
 def write_kserve(
-    specs: list[HandlerSpec], root: Path, fmt: str = archive.EXPORT_FORMAT, built: dict[str, Path] | None = None
+    specs: list[HandlerSpec],
+    root: Path,
+    fmt: str = archive.EXPORT_FORMAT,
+    built: dict[str, Path] | None = None,
+    limits: Limits | None = None,
 ) -> Path:
     """KServe's TorchServe layout: ROOT/model-store/<name>.mar and ROOT/config/config.properties.
 
@@ -165,7 +174,7 @@ def write_kserve(
             _reuse(built[spec.name], staging) if spec.name in (built or {}) else archive.build(spec, staging, fmt=fmt)
             for spec in specs
         ]
-        (staging / "config.properties").write_text(kserve_config(specs))
+        (staging / "config.properties").write_text(kserve_config(specs, limits=limits))
         (root / "model-store").mkdir(exist_ok=True)
         (root / "config").mkdir(exist_ok=True)
         for path in archives:
@@ -226,7 +235,9 @@ def _write_error(folder: Path, err: OSError) -> BuildError:
     )
 
 
-def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store") -> str:
+def kserve_config(
+    specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store", limits: Limits | None = None
+) -> str:
     """config.properties for KServe's TorchServe runtime (see ``kserve_properties``); every batchSize is 1
     (see KSERVE_BATCH_NOTE)."""
     models = {
@@ -234,7 +245,7 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = "/mnt/models/mode
         for spec in specs
     }
     header = "# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from /mnt/models/config/.\n"
-    return render_properties(kserve_properties(models, model_store), header)
+    return render_properties(kserve_properties(models, model_store, limits), header)
 
 
 def _snapshot(spec: HandlerSpec) -> dict:

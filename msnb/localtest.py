@@ -28,6 +28,7 @@ from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
 from msnb.torchserve.logs import user_frames
+from msnb.torchserve.models import encode
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ def _as_request_body(sample: Any) -> Any:
         return bytearray(sample)
     if isinstance(sample, str):
         return sample
-    return json.loads(json.dumps(sample))  # what the server's JSON decoding would hand over
+    return json.loads(encode(sample)[0])  # what the client sends and the server's JSON decoding hands over
 
 
 def _as_response(obj: Any) -> Any:

@@ -38,7 +38,7 @@ class Option:
 # The one table of handler options: the %%ms_handler parser, HandlerSpec's defaults and checks, the widget's
 # fields and the model-config all read it.
 OPTIONS: tuple[Option, ...] = (
-    Option("version", "model version (default 1.0)", "1.0", label="Version"),
+    Option("version", "model version (letters, digits, '_', '-', '.'; default 1.0)", "1.0", label="Version"),
     Option("checkpoint", "state_dict file, or a variable holding an nn.Module or state_dict", label="Checkpoint"),
     Option("init_kwargs", "JSON object (or a dict variable) passed to init_function(**kwargs)"),
     Option(

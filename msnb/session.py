@@ -9,12 +9,13 @@ server can take (``deploy``).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from msnb import archive, localtest
-from msnb.errors import MsnbError, SpecError
+from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
 from msnb.spec import HandlerSpec
@@ -124,14 +125,16 @@ class Session:
         """Register the spec on the local server, or redeploy it if it changed; returns the server."""
         spec = self.get(name_or_spec)
         report = progress or silent
-        server = self._started(report)
+        with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
+            server = self._started(report)
         served = self.served.get(spec.name)
         if served is not None and served.digest == spec.digest():
             report(f"already serving {served.line()}", 1.0)
             return server
         detail = _worker_detail(server, spec.name)
-        with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
-            status = deploy(server, spec)  # registers it, or replaces the version(s) already there
+        with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
+            with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
+                status = deploy(server, spec)  # registers it, or replaces the version(s) already there
         self.served[spec.name] = Served(spec.name, status.version, spec.digest())
         report(f"ready: {self.served[spec.name].line()}", 1.0)
         self.observers.notify("served", spec.name)
@@ -192,9 +195,10 @@ class Session:
             )
         if warn and self.stale(name):
             warnings.warn(self.stale(name), StaleModelWarning, stacklevel=2)
-        if explain:
-            return server.explain(name, data, version=version)
-        return server.predict(name, data, version=version)
+        with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
+            if explain:
+                return server.explain(name, data, version=version)
+            return server.predict(name, data, version=version)
 
     def explain(self, name: str, data: Any = None, version: str | None = None) -> Any:
         """Ask the local server's ``/explanations`` for the attributions of ``data`` (default: the example)."""
@@ -256,6 +260,29 @@ def deploy(server: Any, spec: HandlerSpec, **params: Any):
     except BaseException:
         remove(path)
         raise
+
+
+@contextmanager
+def interrupted(doing: str, state: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C (Jupyter's stop button) during a step becomes one Interrupted error: what stopped, what remains."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            remains = state()
+        except Exception:  # noqa: BLE001 - the state report must not hide the interruption
+            remains = "its state is unknown (see %ms_status)"
+        raise Interrupted(f"Interrupted while {doing}: {remains}.", "run the step again when you are ready.") from None
+
+
+def _serving(server: Any, name: str) -> str:
+    """What the server serves of ``name`` now, e.g. 'the server still runs; it serves mnist 1.0 (default)'."""
+    if not server.running:
+        return "the server was stopped"
+    versions = [m.version + (" (default)" if m.is_default else "") for m in server.client.versions(name)]
+    if not versions:
+        return f"the server still runs; {name} is not registered"
+    return f"the server still runs; it serves {name} {', '.join(versions)}"
 
 
 def _archive_row(built: Built, spec: HandlerSpec) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import ast
 import dataclasses
 import hashlib
 import json
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from msnb.errors import SpecError
 from msnb.forms import FORMS, ROLES_FORM, Form, detect
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
+from msnb.torchserve.store import SEGMENT_RULE, valid_segment
 
 # Role name -> (keyword the shared handler's factory takes, positional arity it calls with).
 # Arity None means "callable with **kwargs" (init_function(**init_kwargs)).
@@ -40,7 +40,6 @@ SIGNATURES = {
     "unpack_dependencies": "def unpack_dependencies()",
     "explain": "def explain(model, model_input) (or explain(model, model_input, target=None))",
 }
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,11 +145,12 @@ class HandlerSpec:
 
     # ---------------------------------------------------------------- validation
     def _validate(self) -> None:
-        if not _NAME_RE.match(self.name or ""):
-            raise SpecError(
-                f"Model name {self.name!r} is not valid.",
-                "use letters, digits, '_', '-' or '.', starting with a letter or digit (e.g. 'mnist').",
-            )
+        for what, value, example in (("name", self.name, "'mnist'"), ("version", self.version, "'1.0', '2-beta'")):
+            if not valid_segment(value):
+                raise SpecError(
+                    f"Model {what} {value!r} is not valid: it is part of the model's URLs.",
+                    f"use {SEGMENT_RULE} (e.g. {example}).",
+                )
         self._validate_form()
         unknown = set(self.roles) - set(ROLES)
         if unknown:

@@ -16,6 +16,8 @@ Rules (the contract users rely on):
   item per sample. With ``n == 1`` an output that cannot be split is that one sample's output.
 * ``json_safe(obj)`` — tensors, numpy arrays and numpy scalars become lists/numbers, recursively
   inside dicts, lists and tuples; everything else is returned unchanged (checked by the caller).
+  Answers are strict JSON: the caller refuses NaN and Infinity (``json.dumps(..., allow_nan=False)``),
+  so a sample whose answer holds one fails on its own with a hint, in-process and on the server alike.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ module-level name ``handle`` that TorchServe calls. Depends only on torch, the s
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +57,8 @@ HINTS = {
     "explain": "explain(model, model_input) raised; call it in the notebook on this sample's preprocessed input.",
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
     "values are converted for you) or a whole str/bytes answer.",
+    "non-finite": "strict JSON has no NaN or Infinity: check the input for values that overflow float32, or map "
+    "non-finite numbers in postprocess (e.g. torch.nan_to_num, or None for a missing value).",
 }
 
 
@@ -235,6 +239,9 @@ class BatchHandler:
             ) from err
 
     def _load(self, context: Any) -> None:
+        if sys.argv[0].endswith("model_service_worker.py"):  # a TorchServe worker, not an in-process test
+            # A segfault or abort then leaves the Python stack in model_log.log (the worker's stderr).
+            faulthandler.enable()
         settings = LoadSettings.from_context(context)
         self._setup_once(settings.model_dir, settings.extra_files)
         device = self.pick_device(context)
@@ -286,10 +293,18 @@ class BatchHandler:
     # ------------------------------------------------------------------ batches
     def infer(self, data: list, context: Any) -> list:
         """Answer a batch: one item per request, errors as per-request answers with their own status."""
-        asked = {idx for idx in range(len(data)) if wants_explanation(context, idx)}  # sent to /explanations
-        answers = self.answer_samples([request_body(request) for request in data], context, explain=asked)
+        # A customized describe is a job in the worker's queue too (a redeploy's drain barrier): answer it apart.
+        describe = {idx for idx in range(len(data)) if _is_describe(context, idx)}
+        kept = [idx for idx in range(len(data)) if idx not in describe]
+        asked = {pos for pos, idx in enumerate(kept) if wants_explanation(context, idx)}  # sent to /explanations
+        samples = [request_body(data[idx]) for idx in kept]
+        answered = iter(self.answer_samples(samples, context, explain=asked) if samples else [])
+        answers = [self._describe() if idx in describe else next(answered) for idx in range(len(data))]
         _set_statuses(context, answers)
         return answers
+
+    def _describe(self) -> dict:
+        return {"model": type(self.model).__name__, "device": str(self.device)}
 
     def infer_enveloped(self, envelope: str, data: Any, context: Any) -> list:
         """Answer ONE KServe request, its instances (v1) or input tensors (v2): always a 200 (msnb_envelope)."""
@@ -369,6 +384,8 @@ class BatchHandler:
             return self._error(idx, "postprocess", err)
         try:
             return encode(idx, result)
+        except NonFiniteError as err:
+            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
         except (TypeError, ValueError) as err:
             return self._error(idx, "serialise", err)
 
@@ -378,18 +395,27 @@ class BatchHandler:
             return self._error(idx, "explain", explanation)
         try:
             return encode(idx, explanation)
+        except NonFiniteError as err:
+            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
         except (TypeError, ValueError) as err:
             return self._error(idx, "serialise", err)
 
-    def _error(self, idx: int, stage: str, err: BaseException) -> dict:
+    def _error(self, idx: int, stage: str, err: BaseException, hint: str | None = None) -> dict:
         # An ExplainError is a refusal with its own hint (the input cannot be explained), not a crash: no traceback.
         trace = None if isinstance(err, ExplainError) else err
         logger.error("msnb handler: request %d failed in %s: %s", idx, stage, err, exc_info=trace)
         message = f"{type(err).__name__}: {err}"[:2000]
-        hint = err.hint if isinstance(err, ExplainError) else HINTS[stage]
+        hint = hint or (err.hint if isinstance(err, ExplainError) else HINTS[stage])
         answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=hint, stage=stage, type=type(err).__name__)
         answer.status = err.status if isinstance(err, ExplainError) else 400 if stage == "preprocess" else 500
         return answer
+
+
+def _is_describe(context: Any, idx: int) -> bool:
+    try:
+        return str(context.get_request_header(idx, "describe")) == "True"
+    except Exception:  # a context without request headers (not a TorchServe one)
+        return False
 
 
 def handler_factory(
@@ -417,10 +443,18 @@ def _identity(value: Any) -> Any:
     return value
 
 
+class NonFiniteError(ValueError):
+    """An answer holds NaN or Infinity: ``json.dumps`` would write them, strict JSON parsers reject them."""
+
+
 def _json_answer(idx: int, result: Any) -> Any:
     """A whole str/bytes answer as it is; anything else JSON-safe (TypeError/ValueError when it cannot be)."""
     if isinstance(result, (bytes, bytearray, str)):
         return result
     result = json_safe(result)
     json.dumps(result)
+    try:  # json.dumps writes NaN/Infinity by default, which strict JSON parsers reject
+        json.dumps(result, allow_nan=False)
+    except ValueError:
+        raise NonFiniteError("the answer holds NaN or Infinity, which strict JSON cannot carry") from None
     return result

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
 from msnb.torchserve.logs import LogCursor, tail
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
 
@@ -29,8 +30,8 @@ HINTS = {
     "did not respond in given time": "the handler took longer than the model's response_timeout, so TorchServe "
     "restarted its worker; register with a larger response_timeout= or make "
     "the handler faster.",
-    "Worker died": "the handler's process exited (os._exit, a crash or out of memory); TorchServe restarts it, "
-    "see the worker log below.",
+    "Worker died": "the worker process ended while answering this request's batch (os._exit, a segfault or the "
+    "OOM killer), so every request of that batch failed; TorchServe restarts it in ~2 s. Its last lines are below.",
 }
 
 
@@ -50,6 +51,7 @@ class TorchServeClient:
         keys: Keys | None = None,
         log_dir: Path | None = None,
         alive: Callable[[], bool] | None = None,
+        limits: Limits | None = None,
     ):
         self.inference_url = inference_url.rstrip("/")
         self.management_url = (management_url or "").rstrip("/") or None
@@ -57,6 +59,7 @@ class TorchServeClient:
         self.keys = keys or Keys(None, None, enabled=False)
         self.log_dir = Path(log_dir) if log_dir else None
         self._alive = alive
+        self.limits = limits or Limits()  # what the server was started with (TorchServe's defaults if unknown)
         self._http = AuthorisedSession(self.keys)
 
     @classmethod
@@ -128,6 +131,24 @@ class TorchServeClient:
         )
         if resp.status_code == 404 and not missing_ok:
             raise self.not_found(name, version)
+
+    def barrier(self, name: str, version: str, timeout: float) -> bool:
+        """Wait until a worker of the version has answered every job queued before this call.
+
+        TorchServe's customized describe is itself a job in the version's queue (measured: it returns
+        only after the batches ahead of it), so its answer is the drain's barrier. False on a timeout.
+        """
+        try:
+            resp = self.call(
+                "GET",
+                f"{self.management_url}/models/{name}/{version}",
+                "management",
+                params={"customized": "true"},
+                timeout=timeout,
+            )
+        except ServerError:
+            return False
+        return resp.ok
 
     def free_version(self, name: str, version: str) -> str:
         """``version``, or ``version-rN`` when that is already registered (a redeploy's new version)."""
@@ -219,15 +240,32 @@ class TorchServeClient:
         message, hint, payload = error_body(resp)
         if resp.status_code == 404 and isinstance(payload, dict) and "NotFound" in str(payload.get("type")):
             raise self.not_found(name, version)
+        if resp.status_code == 413:
+            raise self._too_large(name, body, payload)
         if resp.status_code == 400 and "Token Authorization failed" in message:
             hint = "the server has token authorisation on: pass its key_file.json (--token-file)."
         where = f"{name}" + (f" {version}" if version else "")
-        details = _details(cursor, wait=resp.status_code >= 500)
+        if "Worker died" in message:
+            details = _crash_details(cursor)
+        else:
+            details = _details(cursor, wait=resp.status_code >= 500)
         raise PredictionError(
             f"{where} answered HTTP {resp.status_code}: {message}",
             hint or _hint(details + message, "check the input against what the handler expects."),
             details=details,
             status=resp.status_code,
+            body=payload,
+        )
+
+    def _too_large(self, name: str, body: bytes, payload: Any) -> PredictionError:
+        """413: which body was over which limit, and the option that raises it."""
+        request_limit = self.limits.max_request_size or DEFAULT_MAX_BYTES
+        key, what = ("max_request_size", "request") if len(body) > request_limit else ("max_response_size", "answer")
+        size = f" ({len(body)} bytes)" if what == "request" else ""
+        return PredictionError(
+            f"{name} answered HTTP 413: the {what}{size} is over the server's {self.limits.describe(key)}.",
+            f"send less per request, or raise the limit with {LIMIT_OPTIONS[key]}.",
+            status=413,
             body=payload,
         )
 
@@ -280,6 +318,18 @@ class TorchServeClient:
 
 def _hint(message: str, default: str) -> str:
     return next((hint for key, hint in HINTS.items() if key.lower() in message.lower()), default)
+
+
+def _crash_details(cursor: LogCursor | None) -> str:
+    """The dead worker's last lines; Java logs the disconnect a moment after failing the batch."""
+    if cursor is None:
+        return ""
+    deadline = time.monotonic() + 2.0
+    details = cursor.crash()
+    while not details and time.monotonic() < deadline:
+        time.sleep(0.05)
+        details = cursor.crash()
+    return details or cursor.details()
 
 
 def _details(cursor: LogCursor | None, wait: bool = True) -> str:

@@ -21,6 +21,40 @@ JAVA_HINT = (
 )
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
+DEFAULT_MAX_BYTES = 6553500  # TorchServe's default max_request_size and max_response_size (6.5 MB)
+LIMIT_OPTIONS = {
+    "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
+    "or `msnb export --kserve ... --max-request-size BYTES`",
+    "max_response_size": "LocalServer(max_response_size=BYTES), `msnb serve --max-response-size BYTES` "
+    "or `msnb export --kserve ... --max-response-size BYTES`",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """TorchServe's body size limits in bytes (None: its default, 6.5 MB); a larger body is answered 413."""
+
+    max_request_size: int | None = None
+    max_response_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in LIMIT_OPTIONS:
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ServerError(f"{key}={value!r} is not valid.", f"{key} takes a whole number of bytes > 0.")
+
+    def properties(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in LIMIT_OPTIONS if getattr(self, key) is not None}
+
+    def describe(self, key: str) -> str:
+        """'max_request_size (6553500 bytes, TorchServe's default)'."""
+        value = getattr(self, key)
+        return (
+            f"{key} ({value} bytes)"
+            if value is not None
+            else f"{key} ({DEFAULT_MAX_BYTES} bytes, TorchServe's default)"
+        )
+
 
 # Quiet logging: worker output (tracebacks, handler logging) stays in model_log.log, the frontend
 # logs INFO and above to ts_log.log, access and metric logs are dropped, and only warnings reach stdout.
@@ -182,6 +216,7 @@ def write_config(
     quiet_logs: bool,
     token_expiration_min: float | None = None,
     extra: dict | None = None,
+    limits: Limits | None = None,
 ) -> None:
     """Write config.properties (every address on 127.0.0.1) and, when quiet, the log4j2 config.
 
@@ -205,6 +240,7 @@ def write_config(
     }
     if token_expiration_min is not None:
         props["token_expiration_min"] = token_expiration_min
+    props.update((limits or Limits()).properties())
     props.update({k: v for k, v in (extra or {}).items() if k not in ADDRESS_KEYS})
     layout.config.write_text(render_properties(props))
     if quiet_logs:
@@ -216,7 +252,9 @@ def render_properties(props: dict, header: str = "") -> str:
     return header + "".join(f"{key}={value}\n" for key, value in props.items())
 
 
-def kserve_properties(snapshot_models: dict, model_store: str = "/mnt/models/model-store") -> dict:
+def kserve_properties(
+    snapshot_models: dict, model_store: str = "/mnt/models/model-store", limits: Limits | None = None
+) -> dict:
     """config.properties of KServe's TorchServe runtime, which starts
     ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``.
 
@@ -245,6 +283,7 @@ def kserve_properties(snapshot_models: dict, model_store: str = "/mnt/models/mod
         "load_models": "all",
         "model_store": model_store,
         "model_snapshot": json.dumps(snapshot, separators=(",", ":")),
+        **(limits or Limits()).properties(),
     }
 
 

@@ -5,12 +5,13 @@ Functions over a ``TorchServeClient`` (HTTP) and a ``ModelStore`` (files); ``Loc
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from msnb.errors import ServerError
 from msnb.torchserve.client import TorchServeClient
 from msnb.torchserve.models import ModelStatus
-from msnb.torchserve.store import ModelStore, read_manifest
+from msnb.torchserve.store import ModelStore, check_identity, read_manifest
 
 
 def register(
@@ -28,6 +29,7 @@ def register(
     if not path.exists():
         raise ServerError(f"No model archive at {path}.", "build one first (msnb.build / %ms_build).")
     name, version = read_manifest(path)
+    check_identity(name, version)
     if any(m.version == version for m in client.versions(name)):
         raise ServerError(
             f"{name} {version} is already registered on this server.",
@@ -44,25 +46,60 @@ def register(
             max_batch_delay=max_batch_delay,
             response_timeout=response_timeout,
         )
+    except KeyboardInterrupt:
+        # TorchServe goes on registering after the client gave up: take the half-registered version back.
+        _abandon(client, name, version)
+        store.remove(url)
+        raise
     except BaseException:
         store.remove(url)
         raise
 
 
+DRAIN_TIMEOUT_S = 120.0  # TorchServe's default responseTimeout: a batch older than that has failed anyway
+DRAIN_POLL_S = 0.02
+
+
 def redeploy(client: TorchServeClient, store: ModelStore, path: str | Path, **params) -> ModelStatus:
-    """Register the archive as its model's new default version and unregister the old ones; no restart."""
+    """Register the archive as its model's new default version, drain the old ones, then unregister them.
+
+    The new version takes every request that arrives after set-default; each old version answers what it
+    already holds (queued and in-flight) before it is unregistered, so no request is lost and none is
+    answered by an old version after this returns.
+    """
     name, _ = read_manifest(Path(path).expanduser())
     old = client.versions(name)
     status = register(client, store, path, **params)
     if old:
         client.set_default(name, status.version)
         for model in old:
+            drain(client, model)
             _forget(client, store, model)
     return client.status(name, status.version)
 
 
+def drain(client: TorchServeClient, model: ModelStatus) -> None:
+    """Wait until a version that no longer takes new requests holds none (queued or in flight).
+
+    TorchServe drops a deleted version's queued jobs (their clients hang) and fails its in-flight batch
+    with "Worker died."; its queue length is in the describe answer, and a customized describe queued
+    behind the last job returns when that job is answered.
+    """
+    timeout = float(model.response_timeout or DRAIN_TIMEOUT_S)
+    deadline = time.monotonic() + timeout
+    if model.ready:
+        client.barrier(model.name, model.version, timeout)
+    while time.monotonic() < deadline:
+        try:
+            if client.status(model.name, model.version).pending == 0:
+                return
+        except ServerError:
+            return  # already gone
+        time.sleep(DRAIN_POLL_S)
+
+
 def unregister(client: TorchServeClient, store: ModelStore, name: str, version: str | None = None) -> None:
-    """Unregister one version (or every version) of a model and delete its files from the model store."""
+    """Unregister one version (or every version) of a model; its files are deleted once the server confirms."""
     targets = [m for m in client.versions(name) if version in (None, m.version)]
     if not targets:
         raise client.not_found(name, version)
@@ -70,6 +107,19 @@ def unregister(client: TorchServeClient, store: ModelStore, name: str, version: 
         _forget(client, store, model)
 
 
+def _abandon(client: TorchServeClient, name: str, version: str) -> None:
+    try:
+        client.unregister_version(name, version, missing_ok=True)
+    except ServerError:
+        pass  # still loading: TorchServe refuses to delete it; the state report lists it
+
+
 def _forget(client: TorchServeClient, store: ModelStore, model: ModelStatus) -> None:
+    """Unregister one version; its store files go only when the server no longer lists it."""
     client.unregister_version(model.name, model.version, missing_ok=True)
+    if any(m.version == model.version for m in client.versions(model.name)):
+        raise ServerError(
+            f"TorchServe still lists {model.name} {model.version} after unregistering it; its files are kept.",
+            "call server.models() to see what is registered, and server.log_tail() for the server's reason.",
+        )
     store.remove(model.url)

@@ -12,6 +12,7 @@ _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
 # TorchServe retries a failed handler import as ts.torch_handler.<module>: that second error misleads.
 _FALLBACK = "No module named 'ts.torch_handler."
 MAX_LINES = 60
+CRASH_LINES = 20
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 # the thread name of a worker's lines: W-<port>-<model>_<version>[-stdout|-stderr]
 _WORKER = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] W-\d+-(.+?)_[^_ ]+?(?:-std\w+)? ")
@@ -40,6 +41,18 @@ class LogCursor:
         if not lines:
             lines = frontend_errors(self.new_text(1))
         return "\n".join(lines[-MAX_LINES:])
+
+    def crash(self) -> str:
+        """What the workers wrote since the cursor (a faulthandler stack, or their last output), the frontend's
+        errors (e.g. a response timeout) and how the worker ended; empty until TorchServe logs the disconnect."""
+        frontend = self.new_text(1)
+        ended = [strip_prefix(line) for line in frontend.splitlines() if "Worker disconnected" in line]
+        if not ended:
+            return ""
+        lines = [line for line in map(strip_prefix, self.new_text(0).splitlines()) if not _is_noise(line)]
+        out = lines[-CRASH_LINES:] or ["(the worker wrote nothing before it ended)"]
+        out += frontend_errors(frontend)
+        return "\n".join([*out, f"TorchServe: {ended[0].strip()} (the worker process ended; it is restarted)"])
 
 
 def strip_prefix(line: str) -> str:
@@ -116,7 +129,9 @@ def frontend_errors(text: str) -> list[str]:
 
 
 def _is_noise(line: str) -> bool:
-    return not line.strip() or line.startswith(("Backend worker process died", "Backend response time"))
+    return not line.strip() or line.startswith(
+        ("Backend worker process died", "Backend response time", "Backend received inference at", "Extension modules:")
+    )
 
 
 def tail(path: Path, lines: int) -> list[str]:

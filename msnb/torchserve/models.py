@@ -41,6 +41,7 @@ class ModelStatus:
     batch_size: int | None = None
     max_batch_delay: int | None = None
     response_timeout: int | None = None
+    pending: int = 0  # requests waiting in this version's job queue
 
     @property
     def ready(self) -> bool:
@@ -61,6 +62,7 @@ class ModelStatus:
             batch_size=entry.get("batchSize"),
             max_batch_delay=entry.get("maxBatchDelay"),
             response_timeout=entry.get("responseTimeout"),
+            pending=int((entry.get("jobQueueStatus") or {}).get("pendingRequests") or 0),
         )
 
 
@@ -72,13 +74,24 @@ def encode(data: Any) -> tuple[bytes, str]:
         content = data.read()
         return (content.encode() if isinstance(content, str) else content), "application/octet-stream"
     try:
-        return json.dumps(data).encode(), "application/json"
-    except (TypeError, ValueError) as err:
+        return json.dumps(data, allow_nan=False).encode(), "application/json"
+    except ValueError as err:
+        if "Out of range float" not in str(err):
+            raise _unsendable(data, err) from None
         raise ServerError(
-            f"Cannot send a {type(data).__name__} to the model: {err}.",
-            "pass JSON-able data (dicts, lists, numbers, strings; `.tolist()` for arrays and "
-            "tensors), bytes, or a file opened in binary mode.",
+            "Cannot send NaN or Infinity to the model: strict JSON has no such numbers.",
+            "replace them before sending (e.g. None for a missing value), or send the data as bytes.",
         ) from None
+    except TypeError as err:
+        raise _unsendable(data, err) from None
+
+
+def _unsendable(data: Any, err: Exception) -> ServerError:
+    return ServerError(
+        f"Cannot send a {type(data).__name__} to the model: {err}.",
+        "pass JSON-able data (dicts, lists, numbers, strings; `.tolist()` for arrays and "
+        "tensors), bytes, or a file opened in binary mode.",
+    )
 
 
 def decode(resp: requests.Response) -> Any:

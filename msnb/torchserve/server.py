@@ -30,20 +30,22 @@ from msnb.torchserve.models import ModelStatus
 from msnb.torchserve.store import ModelStore
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
+TEMP_PREFIX = "msnb-server-"
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
 
 
 class LocalServer:
     """A TorchServe owned by this process: its own workdir, free ports, token auth, stopped with it.
 
-    Without ``workdir`` it makes a temporary one; ``stop()`` then deletes the model store in it (the
-    registered archives) and keeps the logs.
+    Without ``workdir`` it makes a temporary one; ``stop()`` (or the watchdog, when this process dies) then
+    deletes the model store in it (the registered archives) and keeps the logs.
 
     ``ports`` may request fixed ports by name (see ``msnb.torchserve.config.PORT_NAMES``); the others are free
     ones picked at start. ``token_expiration_min`` shortens TorchServe's key life (keys are renewed).
     ``properties`` adds config.properties entries (addresses excepted: they stay on loopback), ``env``
     environment variables (e.g. ``TS_SERVICE_ENVELOPE``), ``model_store`` serves a store elsewhere, ``python``
     runs TorchServe and its workers on another interpreter (e.g. a clean environment with only torch and TorchServe).
+    ``max_request_size`` / ``max_response_size`` (bytes) raise TorchServe's 6.5 MB body limits.
     """
 
     def __init__(
@@ -58,15 +60,20 @@ class LocalServer:
         properties: dict | None = None,
         env: dict[str, str] | None = None,
         model_store: str | Path | None = None,
+        max_request_size: int | None = None,
+        max_response_size: int | None = None,
         python: str | Path | None = None,
     ):
         # A temporary workdir's own model store is deleted by stop(); a store given here never is.
         self._owns_workdir = workdir is None and model_store is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="msnb-server-")).resolve()
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=TEMP_PREFIX)).resolve()
+        if self._owns_workdir:
+            watchdog.mark_owner(self.workdir)
         self.layout = tsconfig.Layout(self.workdir, Path(model_store).resolve() if model_store else None)
         self.properties, self.env = dict(properties or {}), dict(env or {})
         self.auth, self.quiet_logs, self.startup_timeout = auth, quiet_logs, startup_timeout
         self.token_expiration_min = token_expiration_min
+        self.limits = tsconfig.Limits(max_request_size, max_response_size)
         self._requested_ports = dict(ports or {})
         self.ports: dict[str, int] = {}
         self._java: psutil.Process | None = None
@@ -85,6 +92,7 @@ class LocalServer:
             java = tsconfig.java_executable()  # refuse before launching: the launcher would return 0 anyway
             self._refuse_shared_workdir()
             self.stop()  # a server that died by itself: clean up its watchdog and workers first
+            watchdog.sweep_stale(Path(tempfile.gettempdir()), TEMP_PREFIX)  # what killed owners left behind
             try:
                 self._start(java)
             except OSError as err:
@@ -110,6 +118,7 @@ class LocalServer:
                 quiet_logs=self.quiet_logs,
                 token_expiration_min=self.token_expiration_min,
                 extra=self.properties,
+                limits=self.limits,
             )
             try:
                 self._launch(java)
@@ -288,7 +297,7 @@ class LocalServer:
                 "see TorchServe's output below.",
                 details="\n".join(tail(lay.java_out, 20)),
             ) from None
-        self._watchdog = watchdog.spawn(pid)
+        self._watchdog = watchdog.spawn(pid, self.layout.model_store if self._owns_workdir else None)
         self._client = TorchServeClient(
             self.inference_url,
             self.management_url,
@@ -296,6 +305,7 @@ class LocalServer:
             keys=Keys(lay.key_file, self.management_url, enabled=self.auth),
             log_dir=self.log_dir,
             alive=lambda: self.running,
+            limits=self.limits,
         )
 
     def _refuse_shared_workdir(self) -> None:

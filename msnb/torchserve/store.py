@@ -11,6 +11,25 @@ from msnb.errors import ServerError
 from msnb.files import link_or_copy, link_tree, remove
 
 MANIFEST = "MAR-INF/MANIFEST.json"
+# Names and versions are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
+# version register but cannot be predicted on or removed (TorchServe registers an empty one as 1.0).
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
+SEGMENT_RULE = "letters, digits, '_', '-' or '.', starting with a letter or digit"
+
+
+def valid_segment(text: str) -> bool:
+    """True when ``text`` can be a model name or version in TorchServe's URLs."""
+    return bool(_SEGMENT.match(text or ""))
+
+
+def check_identity(name: str, version: str) -> None:
+    """Refuse a model name or version that TorchServe would register but could not serve or remove."""
+    for what, value in (("name", name), ("version", version)):
+        if not valid_segment(value):
+            raise ServerError(
+                f"Model {what} {value!r} is not valid.",
+                f"a model {what} uses {SEGMENT_RULE} (e.g. 'mnist' 1.0): rebuild the archive with one.",
+            )
 
 
 def read_manifest(path: Path) -> tuple[str, str]:

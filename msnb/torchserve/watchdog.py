@@ -1,19 +1,26 @@
-"""Stop a TorchServe process tree; run as `python -m msnb.torchserve.watchdog PID` to stop it when the owner dies.
+"""Stop a TorchServe process tree; run as `python -m msnb.torchserve.watchdog PID [MODEL_STORE]` to stop it when
+the owner dies.
 
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
-normal exit, SIGKILL of a Jupyter kernel), the pipe closes, the watchdog reads EOF and stops
-the Java process and its workers. It also exits on its own once Java is gone.
+normal exit, SIGKILL of a Jupyter kernel), the pipe closes, the watchdog reads EOF, stops
+the Java process and its workers, and deletes MODEL_STORE (a temporary workdir's registered
+archives and checkpoint links) when given. ``sweep_stale`` removes what an owner left behind when
+even the watchdog could not run (the machine rebooted, the watchdog was killed too).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 
+OWNER_FILE = "msnb-owner.json"
 TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
 POLL_S = 0.5
 
@@ -51,27 +58,61 @@ def _signal(procs: list[psutil.Process], how: str) -> None:
             pass
 
 
-def spawn(pid: int) -> subprocess.Popen:
-    """Start a watchdog for ``pid``; keep the returned Popen (its stdin) alive as long as the server."""
+def spawn(pid: int, model_store: Path | None = None) -> subprocess.Popen:
+    """Start a watchdog for ``pid``; keep the returned Popen (its stdin) alive as long as the server.
+
+    ``model_store`` (a temporary workdir's own) is deleted once the owner is gone.
+    """
     return subprocess.Popen(
-        [sys.executable, "-m", "msnb.torchserve.watchdog", str(pid)],
+        [sys.executable, "-m", "msnb.torchserve.watchdog", str(pid), *([str(model_store)] if model_store else [])],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # survives a signal sent to the owner's process group
     )
 
 
-def watch(pid: int, owner_fd: int = 0) -> None:
-    """Block until the owner's pipe closes (then stop ``pid``'s tree) or ``pid`` exits by itself."""
+def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None) -> None:
+    """Block until the owner's pipe closes, then stop ``pid``'s tree (if it still runs) and delete ``model_store``."""
     try:
-        java = psutil.Process(pid)
+        java: psutil.Process | None = psutil.Process(pid)
     except psutil.NoSuchProcess:
-        return
-    while alive(java):
-        ready, _, _ = select.select([owner_fd], [], [], POLL_S)
+        java = None
+    while True:
+        ready, _, _ = select.select([owner_fd], [], [], POLL_S if java is not None else None)
         if ready and not os.read(owner_fd, 4096):
-            stop_tree(java)
-            return
+            break
+        if java is not None and not alive(java):
+            java = None  # died by itself: the owner restarts or stops it; keep watching the owner
+    if java is not None:
+        stop_tree(java)
+    if model_store is not None:
+        shutil.rmtree(model_store, ignore_errors=True)
+
+
+def mark_owner(workdir: Path) -> None:
+    """Record this process as the owner of a temporary workdir (``sweep_stale`` reads it)."""
+    me = psutil.Process()
+    (workdir / OWNER_FILE).write_text(json.dumps({"pid": me.pid, "started": me.create_time()}))
+
+
+def sweep_stale(root: Path, prefix: str = "msnb-server-") -> list[Path]:
+    """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
+    swept = []
+    for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):
+        workdir = owner_file.parent
+        if _owner_alive(owner_file) or not (workdir / "model_store").exists():
+            continue
+        shutil.rmtree(workdir / "model_store", ignore_errors=True)
+        swept.append(workdir)
+    return swept
+
+
+def _owner_alive(owner_file: Path) -> bool:
+    try:
+        owner = json.loads(owner_file.read_text())
+        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1.0
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return False
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -83,4 +124,4 @@ def alive(proc: psutil.Process) -> bool:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]))
+    watch(int(sys.argv[1]), model_store=Path(sys.argv[2]) if len(sys.argv) > 2 else None)

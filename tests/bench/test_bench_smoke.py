@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = {"inner_loop", "cold_start", "checkpoint", "throughput", "overhead", "explain"}
+BENCHMARKS = {
+    "inner_loop",
+    "cold_start",
+    "checkpoint",
+    "throughput",
+    "overhead",
+    "hermetic",
+    "explain",
+    "redeploy_load",
+}
 
 
 @pytest.mark.server

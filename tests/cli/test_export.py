@@ -12,6 +12,7 @@ from helpers import BODY, EXAMPLE, IMPORTS, NET, handler, make_notebook, run, st
 
 from msnb.export import kserve_config
 from msnb.notebook import load_handlers
+from msnb.torchserve.config import parse_properties
 
 
 def listing(folder: Path) -> list[str]:
@@ -291,3 +292,13 @@ def test_kserve_config_is_one_line_per_property():
     text = kserve_config([])
     assert all("=" in ln for ln in text.splitlines() if not ln.startswith("#"))
     assert json.loads(text.split("model_snapshot=", 1)[1]) == {"name": "startup.cfg", "modelCount": 0, "models": {}}
+
+
+def test_kserve_config_carries_raised_body_limits_and_a_bad_limit_is_a_usage_error(tmp_path, capsys):
+    nb = standard(tmp_path / "nb", handler("a"))
+    code, _, err = run(capsys, "export", nb, "--kserve", tmp_path / "ks", "--max-request-size", "20000000")
+    assert code == 0, err
+    props = parse_properties((tmp_path / "ks" / "config" / "config.properties").read_text())
+    assert props["max_request_size"] == "20000000" and "max_response_size" not in props
+    code, _, err = run(capsys, "export", nb, "--kserve", tmp_path / "ks2", "--max-response-size", "0")
+    assert code == 2 and "max_response_size=0 is not valid" in err and "Hint:" in err

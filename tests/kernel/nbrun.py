@@ -18,11 +18,16 @@ CELL_TIMEOUT_S = 60  # nbclient stalls intermittently for a whole cell timeout (
 
 
 def execute_notebook(
-    path: str | Path, workdir: str | Path, timeout: int = CELL_TIMEOUT_S, shutdown: str = "graceful"
+    path: str | Path,
+    workdir: str | Path,
+    timeout: int = CELL_TIMEOUT_S,
+    shutdown: str = "graceful",
+    tmpdir: Path | None = None,
 ) -> nbformat.NotebookNode:
     """Copy ``path`` into ``workdir`` and run it there (the kernel's cwd); returns the executed notebook.
 
-    ``shutdown="immediate"`` kills the kernel at the end instead of asking it to exit.
+    ``shutdown="immediate"`` kills the kernel at the end instead of asking it to exit. ``tmpdir`` is the
+    kernel's TMPDIR, kept for the caller to inspect (default: a fresh one, deleted afterwards).
     HOME, TMPDIR and IPYTHONDIR point into ``workdir`` so Jupyter and TorchServe write nothing elsewhere.
     A cell error raises AssertionError with the cell's traceback and the msnb errors shown before it.
     """
@@ -39,7 +44,7 @@ def execute_notebook(
         resources={"metadata": {"path": str(workdir)}},
     )
     try:
-        with _scratch_env(workdir):
+        with _scratch_env(workdir, tmpdir):
             client.execute()
     except CellExecutionError as err:  # msnb shows user mistakes without raising: put them in the report
         raise AssertionError(f"msnb errors shown before the failing cell: {error_outputs(nb)}\n{err}") from None
@@ -84,11 +89,12 @@ class _scratch_env:
     it and a Unix socket path longer than ~107 bytes fails ("AF_UNIX path too long").
     """
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, tmpdir: Path | None = None):
         self.values = {k: str(workdir / d) for k, d in (("HOME", "home"), ("IPYTHONDIR", "ipython"))}
+        self.given = tmpdir
 
     def __enter__(self):
-        self.tmp = tempfile.mkdtemp(prefix="msnb-nb-")
+        self.tmp = str(self.given) if self.given else tempfile.mkdtemp(prefix="msnb-nb-")
         self.values["TMPDIR"] = self.tmp
         self.saved = {k: os.environ.get(k) for k in self.values}
         for key, value in self.values.items():
@@ -96,7 +102,8 @@ class _scratch_env:
             os.environ[key] = value
 
     def __exit__(self, *exc):
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if not self.given:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         for key, value in self.saved.items():
             if value is None:
                 os.environ.pop(key, None)

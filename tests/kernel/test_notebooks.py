@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -49,14 +51,19 @@ def test_notebook_runs_in_a_real_kernel_and_prints_a_torchserve_prediction(path:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["shutdown", "kill"])
 def test_the_kernels_server_stops_with_the_kernel(how: str, tmp_path: Path):
-    """No `%ms_stop`: a kernel shut down (or killed, as a forced restart does) leaves no TorchServe behind."""
+    """No `%ms_stop`: a kernel shut down (or killed, as a forced restart does) leaves no TorchServe and no
+    model store behind (the logs of its temporary workdir stay)."""
     source = (NOTEBOOKS / "quickstart.ipynb").read_text()
     nb = nbformat.reads(source, as_version=4)
     nb.cells = [c for c in nb.cells if "%ms_stop" not in c.source and "%ms_build" not in c.source]
     nb.cells.append(nbformat.v4.new_code_cell("print('server pid:', server.pid)"))
     (tmp_path / "served.ipynb").write_text(nbformat.writes(nb))
+    kernel_tmp = Path(tempfile.mkdtemp(prefix="msnb-nb-"))  # short: worker sockets live under it
     nb = execute_notebook(
-        tmp_path / "served.ipynb", tmp_path / "run", shutdown="immediate" if how == "kill" else "graceful"
+        tmp_path / "served.ipynb",
+        tmp_path / "run",
+        shutdown="immediate" if how == "kill" else "graceful",
+        tmpdir=kernel_tmp,
     )
     pid = int(
         next(
@@ -69,6 +76,11 @@ def test_the_kernels_server_stops_with_the_kernel(how: str, tmp_path: Path):
     # Java exits a few seconds after SIGTERM (FACTS.md): poll, bounded
     assert poll(lambda: not _alive(pid), 60, interval=0.5)
     assert not _alive(pid), f"TorchServe (pid {pid}) outlived its kernel ({how})"
+    workdirs = list(kernel_tmp.glob("msnb-server-*"))
+    assert workdirs, "the kernel's server had a temporary workdir"
+    assert poll(lambda: not any((w / "model_store").exists() for w in workdirs), 30, interval=0.2)
+    assert all((w / "logs").is_dir() for w in workdirs)
+    shutil.rmtree(kernel_tmp, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
