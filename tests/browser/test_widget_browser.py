@@ -198,7 +198,7 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         assert '"score"' in local
         built = _click_and_wait(page, "build", "Built ")
         assert "widget_mlp.mar" in built
-        _click_and_wait(page, "serve", "Serving 'widget_mlp'", while_running="starting the local TorchServe")
+        _click_and_wait(page, "serve", "Serving widget_mlp v2.0 (digest", while_running="starting TorchServe (Java)")
         status = page.locator(".msnb-status").inner_text()
         workdir = Path(re.search(r"workdir (\S+?)\)", status).group(1))
         assert kernel_tmp in workdir.parents and _ours(workdir)  # the Java server runs under the kernel's TMPDIR
