@@ -18,7 +18,7 @@ import requests
 
 from msnb.demo import checkpoint_overrides
 from msnb.export import export_notebook
-from msnb.templates.msnb_handler import ALL_METRICS
+from msnb.templates.msnb_metrics import ALL_METRICS
 from msnb.torchserve import LocalServer
 from msnb.torchserve.config import parse_properties
 

@@ -15,7 +15,7 @@ from helpers import EXAMPLE, handler, poll, processes_naming, standard
 from msnb.cli import main
 from msnb.localtest import predict_in_process
 from msnb.notebook import load_handlers
-from msnb.templates.msnb_handler import ALL_METRICS
+from msnb.templates.msnb_metrics import ALL_METRICS
 from msnb.torchserve import LocalServer
 from msnb.torchserve.config import parse_properties
 

@@ -9,7 +9,7 @@ from msnb import archive
 from msnb.localtest import predict_in_process, run_handler
 from msnb.session import deploy
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_handler import ALL_METRICS
+from msnb.templates.msnb_metrics import ALL_METRICS
 from msnb.torchserve import LocalServer, PredictionError
 
 UNSERIALISABLE = (

@@ -26,6 +26,7 @@ sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the shared modules sit 
 import msnb_collate  # noqa: E402
 import msnb_handler  # noqa: E402
 import msnb_load  # noqa: E402
+import msnb_metrics  # noqa: E402
 from msnb_load import HandlerLoadError  # noqa: E402
 
 TS_METRICS_YAML = Path(sys.modules["ts"].__file__).parent / "configs" / "metrics.yaml"
@@ -272,7 +273,7 @@ def test_stage_timings_and_batch_size_are_recorded_as_torchserve_metrics(tmp_pat
 def test_under_load_metrics_are_the_means_of_a_window_reported_once_per_interval(tmp_path, caplog):
     handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x)
     now = [100.0]
-    handle.metrics = msnb_handler.MetricsWindow(interval_s=1.0, clock=lambda: now[0])
+    handle.metrics = msnb_metrics.MetricsWindow(interval_s=1.0, clock=lambda: now[0])
 
     def batch_size_lines(sizes):
         caplog.clear()
