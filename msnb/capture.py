@@ -14,8 +14,9 @@ from typing import Any
 
 from msnb.errors import CaptureError, SpecError
 from msnb.forms import ROLES_FORM, Form, handler_class_names
+from msnb.roles import SIGNATURES, form_and_roles
 from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
-from msnb.spec import SIGNATURES, HandlerSpec, SourceBlock, form_and_roles
+from msnb.spec import HandlerSpec, SourceBlock
 
 RUNTIME_HINT = (
     "compute it inside a function: a data file shipped with --extra-files is read by its bare name inside "

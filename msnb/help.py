@@ -7,7 +7,7 @@ import copy
 from collections.abc import Callable, Iterable
 
 from msnb import options
-from msnb.spec import SIGNATURES
+from msnb.roles import SIGNATURES
 
 ROLE_HELP = {
     "init_function": "required: build and return the torch.nn.Module (the handler loads --checkpoint into it)",

@@ -7,7 +7,8 @@ from importlib import resources
 
 from msnb.errors import BuildError
 from msnb.forms import CLASS_FORM, ROLES_FORM
-from msnb.spec import ROLES, HandlerSpec
+from msnb.roles import ROLES
+from msnb.spec import HandlerSpec
 
 HANDLER_MODULE = "handler_model"
 TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler

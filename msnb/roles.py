@@ -1,0 +1,108 @@
+"""The roles a handler cell may define (init_function, preprocess, ...): their table, and the checks capture runs.
+
+A role is found by name in the cell's top-level functions and checked against how the shared handler calls it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from msnb.errors import SpecError
+from msnb.forms import ROLES_FORM, Form, detect
+
+# Role name -> (keyword the shared handler's factory takes, positional arity it calls with).
+# Arity None means "callable with **kwargs" (init_function(**init_kwargs)).
+ROLES: dict[str, tuple[str, int | None]] = {
+    "init_function": ("init_function", None),
+    "preprocess": ("preprocess_function", 1),
+    "postprocess": ("postprocess_function", 1),
+    "install_packages": ("install_packages", 0),
+    "unpack_dependencies": ("unpack_dependencies", 0),
+    "explain": ("explain_function", 2),
+}
+# Aliases a user may write instead of the role name (the model-servers helper spelling).
+ROLE_ALIASES = {
+    "preprocess_function": "preprocess",
+    "postprocess_function": "postprocess",
+    "explain_function": "explain",
+}
+SIGNATURES = {
+    "init_function": "def init_function(**kwargs) -> torch.nn.Module",
+    "preprocess": "def preprocess(sample)",
+    "postprocess": "def postprocess(output)",
+    "install_packages": "def install_packages()",
+    "unpack_dependencies": "def unpack_dependencies()",
+    "explain": "def explain(model, model_input) (or explain(model, model_input, target=None))",
+}
+
+
+def find_roles(tree: ast.Module) -> dict[str, str]:
+    """Map each role to the top-level function implementing it (aliases accepted)."""
+    roles: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            role = ROLE_ALIASES.get(node.name, node.name)
+            if role in ROLES:
+                roles[role] = node.name
+    return roles
+
+
+def check_arity(role: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """Refuse a role whose signature the shared handler cannot call."""
+    _, arity = ROLES[role]
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    required = len(positional) - len(args.defaults)
+    required_kwonly = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    ok = not required_kwonly or arity is None
+    if arity is None:  # init_function(**init_kwargs): parameters without defaults are checked against them
+        ok = ok and not any(a in args.posonlyargs for a in positional[:required])
+    else:
+        ok = ok and required <= arity and (len(positional) >= arity or args.vararg is not None)
+    if isinstance(fn, ast.AsyncFunctionDef):
+        ok = False
+    if not ok:
+        raise SpecError(
+            f"`{fn.name}` (role {role}) has the wrong signature (line {fn.lineno}).",
+            f"the shared handler calls it as `{SIGNATURES[role]}`"
+            + (" (values come from --init-kwargs by keyword: no positional-only parameters)" if arity is None else ""),
+        )
+
+
+def check_init_kwargs(tree: ast.Module, name: str, init_kwargs: Mapping[str, Any]) -> None:
+    """Every init_function parameter without a default must be supplied by init_kwargs (its last definition)."""
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not defs:
+        return
+    args = defs[-1].args
+    positional = args.posonlyargs + args.args
+    required = [a.arg for a in positional[: len(positional) - len(args.defaults)]]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    missing = [p for p in required if p not in init_kwargs]
+    if missing:
+        listed = ", ".join(f"`{p}`" for p in missing)
+        example = json.dumps({p: "..." for p in missing})
+        raise SpecError(
+            f"`{name}` needs {listed} but --init-kwargs does not supply {'it' if len(missing) == 1 else 'them'}.",
+            f"pass --init-kwargs '{example}' (or the widget's init kwargs), or give the parameter a default.",
+        )
+
+
+def check_roles(tree: ast.Module) -> dict[str, str]:
+    """The roles a module implements (see find_roles), each checked against how the shared handler calls it."""
+    roles = find_roles(tree)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            role = ROLE_ALIASES.get(node.name, node.name)
+            if roles.get(role) == node.name:
+                check_arity(role, node)
+    return roles
+
+
+def form_and_roles(tree: ast.Module, known: Collection[str] = ()) -> tuple[Form, dict[str, str]]:
+    """The cell's form (see msnb.forms; ``known``: handler classes of other cells) and its checked roles."""
+    form = detect(tree, find_roles(tree), known)
+    return form, check_roles(tree) if form.kind == ROLES_FORM else {}
