@@ -135,7 +135,8 @@ class Session:
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
                 status = deploy(server, spec)  # registers it, or replaces the version(s) already there
-        self.served[spec.name] = Served(spec.name, status.version, spec.digest())
+        cell = self.specs.get(spec.name)
+        self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell.digest() if cell else None)
         report(f"ready: {self.served[spec.name].line()}", 1.0)
         self.observers.notify("served", spec.name)
         return server
@@ -148,10 +149,11 @@ class Session:
             return self.server()
 
     def stale(self, name: str) -> str | None:
-        """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served)."""
+        """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served):
+        the cell changed since it was served."""
         served, spec = self.served.get(name), self.specs.get(name)
-        if served is None or spec is None or served.digest == spec.digest():
-            return None
+        if served is None or spec is None or (served.cell_digest or served.digest) == spec.digest():
+            return None  # (a widget serving its own edits of an unchanged cell is not stale)
         return (
             f"{name!r} was served from an older version of its cell ({served.line()}; the cell is now digest "
             f"{spec.digest()}): this answer comes from the old code. Run %ms_serve {name} to redeploy."

@@ -24,6 +24,7 @@ class Served:
     name: str
     version: str
     digest: str
+    cell_digest: str | None = None  # the cell's spec when it was served (the widget may serve its own edits)
 
     def line(self) -> str:
         return f"{self.name} v{self.version} (digest {self.digest})"

@@ -120,3 +120,16 @@ def test_a_phase_reports_elapsed_seconds_and_moves_within_its_span():
     with Phase(lambda step, f: seen.append((step, f)), "starting Java", 0.1, 0.3, detail=lambda: "worker up"):
         pass
     assert seen[0][0] == "starting Java: worker up (0 s)" and all(0.1 <= f < 0.3 for _, f in seen)
+
+
+def test_a_widget_serving_its_own_edits_is_not_stale_until_the_cell_changes(mlp_spec):
+    from msnb.session import Session
+    from msnb.state import Served
+
+    session = Session()
+    session.add(mlp_spec)
+    edited = mlp_spec.replace(version="2.0", batch_size=2)  # the widget's form, not the cell
+    session.served["mlp"] = Served("mlp", "2.0", edited.digest(), cell_digest=mlp_spec.digest())
+    assert session.stale("mlp") is None
+    session.add(mlp_spec.replace(init_kwargs={"hidden": 16}))  # the cell is run again, changed
+    assert "older version of its cell" in session.stale("mlp")
