@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from msnb.widget import form
 from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
 from msnb.widget.form import FieldError
 
+_ELAPSED = re.compile(r" \(\d+ s\)$")
 BUTTONS = ("test", "build", "serve", "predict", "explain", "logs", "stop")
 BUSY = {
     "test": "testing in-process",
@@ -259,8 +261,13 @@ class Controller:
     # ------------------------------------------------------------ reporting
     def _progress(self, step: str, fraction: float) -> None:
         self.progress = (step, float(fraction))
-        self._log(f"[{self.running}] {step}")
+        phase = _ELAPSED.sub("", step)  # a phase ticks every second: the log gets its line once
+        if phase != self._last_phase:
+            self._log(f"[{self.running}] {step}")
+            self._last_phase = phase
         self.on_change()
+
+    _last_phase = ""
 
     def _log(self, line: str) -> None:
         self.log = (self.log + str(line).splitlines())[-200:]

@@ -231,3 +231,13 @@ def test_server_dying_during_predict_is_reported_as_such(fake):
             assert "no longer running" in c.result and not c.enabled()["predict"]
         else:
             assert c.result.startswith("Cannot reach TorchServe") and c.enabled()["predict"]
+
+
+def test_a_phase_ticking_its_seconds_logs_one_line(fake):
+    c = make(fake)
+    c.running = "serve"
+    for second in range(5):
+        c._progress(f"starting TorchServe (Java) ({second} s)", 0.1 + second / 100)
+    c._progress("registering mlp (0 s)", 0.5)
+    assert c.log == ["[serve] starting TorchServe (Java) (0 s)", "[serve] registering mlp (0 s)"]
+    assert c.progress == ("registering mlp (0 s)", 0.5)  # the bar and step still follow every tick
