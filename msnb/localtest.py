@@ -21,7 +21,7 @@ import yaml
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
-from msnb.archive import CHECKPOINT, CONFIG, stage
+from msnb.archive import CHECKPOINT, CONFIG, shared_handler_files, stage
 from msnb.bundle import environment_dirs
 from msnb.errors import HandlerRunError
 from msnb.forms import ROLES_FORM
@@ -112,10 +112,8 @@ class LoadedHandler:
 
     @contextlib.contextmanager
     def _capturing(self):
-        loggers = [
-            logging.getLogger(n)
-            for n in ("msnb_handler", "msnb_load", "msnb_collate", "msnb_explain", "msnb_own", "ts")
-        ]
+        # every shared module the archive carries logs under its module name, as TorchServe's own code does
+        loggers = [logging.getLogger(n) for n in (*(p.stem for p in shared_handler_files()), "ts")]
         saved = [lg.propagate for lg in loggers]
         for lg in loggers:
             lg.addHandler(self.log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 
 from msnb.errors import BuildError
@@ -13,6 +14,8 @@ from msnb.spec import HandlerSpec
 HANDLER_MODULE = "handler_model"
 TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler
 OWN_TEMPLATE = "handler_model_own.py.tmpl"  # the user's own handler class or handle function
+# Line 2 of both templates: "# model: {name}  version: {version}  spec digest: {digest}".
+_PROVENANCE = re.compile(r"^# model: (?P<name>\S+)\s+version: (?P<version>\S+)\s+spec digest: (?P<digest>\w+)", re.M)
 
 
 def render_handler(spec: HandlerSpec) -> str:
@@ -38,6 +41,12 @@ def render_handler(spec: HandlerSpec) -> str:
             "this is a bug in msnb; please report it with the handler cell.",
         ) from None
     return text
+
+
+def read_provenance(text: str) -> dict[str, str] | None:
+    """The name, version and spec digest a rendered handler_model.py says it was built from (None: not msnb's)."""
+    found = _PROVENANCE.search(text[:1000])
+    return found.groupdict() if found else None
 
 
 def _body(spec: HandlerSpec) -> str:

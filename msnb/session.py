@@ -152,11 +152,14 @@ class Session:
         """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served):
         the cell changed since it was served."""
         served, spec = self.served.get(name), self.specs.get(name)
-        if served is None or spec is None or (served.cell_digest or served.digest) == spec.digest():
+        if served is None or spec is None:
+            return None
+        now = spec.digest()  # hashes the source and config (and a live checkpoint's tensors): once
+        if (served.cell_digest or served.digest) == now:
             return None  # (a widget serving its own edits of an unchanged cell is not stale)
         return (
             f"{name!r} was served from an older version of its cell ({served.line()}; the cell is now digest "
-            f"{spec.digest()}): this answer comes from the old code. Run %ms_serve {name} to redeploy."
+            f"{now}): this answer comes from the old code. Run %ms_serve {name} to redeploy."
         )
 
     def logs(self, name: str, lines: int = 40) -> str:
@@ -195,8 +198,9 @@ class Session:
                 f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
                 f"run %ms_serve {name} first.",
             )
-        if warn and self.stale(name):
-            warnings.warn(self.stale(name), StaleModelWarning, stacklevel=2)
+        stale = self.stale(name) if warn else None
+        if stale:
+            warnings.warn(stale, StaleModelWarning, stacklevel=2)
         with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
             if explain:
                 return server.explain(name, data, version=version)
@@ -230,11 +234,11 @@ class Session:
         builds = {b.path: b for b in builds_in(DEFAULT_EXPORT, spec.name)}
         if spec.name in self.archives and (b := read_built(self.archives[spec.name])) is not None:
             builds[b.path] = b
-        served = self.served.get(spec.name)
+        served, digest = self.served.get(spec.name), spec.digest()
         return {
             "version": spec.version,
-            "digest": spec.digest(),
-            "archives": [_archive_row(b, spec) for b in builds.values()],
+            "digest": digest,
+            "archives": [_archive_row(b, digest) for b in builds.values()],
             "served": [
                 {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
                 for m in models
@@ -287,13 +291,9 @@ def _serving(server: Any, name: str) -> str:
     return f"the server still runs; it serves {name} {', '.join(versions)}"
 
 
-def _archive_row(built: Built, spec: HandlerSpec) -> dict[str, Any]:
-    return {
-        "path": str(built.path),
-        "version": built.version,
-        "digest": built.digest,
-        "stale": built.digest != spec.digest(),
-    }
+def _archive_row(built: Built, digest: str) -> dict[str, Any]:
+    """One archive on disk, stale when built from another digest than the cell's ``digest``."""
+    return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": built.digest != digest}
 
 
 def _server_info(server: Any, running: bool) -> dict[str, Any]:

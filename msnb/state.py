@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from msnb.render import HANDLER_MODULE
+from msnb.render import HANDLER_MODULE, read_provenance
 
 logger = logging.getLogger(__name__)
-# the provenance header render writes into handler_model.py (templates/handler_model.py.tmpl)
-_HEADER = re.compile(r"^# model: (?P<name>\S+)\s+version: (?P<version>\S+)\s+spec digest: (?P<digest>\w+)", re.M)
 EVENTS = ("served", "stopped", "built", "defined")
 
 
@@ -70,8 +67,8 @@ def read_built(path: Path) -> Built | None:
                 header = zf.read(f"{HANDLER_MODULE}.py")[:1000].decode("utf-8", "replace")
     except (OSError, KeyError, zipfile.BadZipFile):
         return None
-    found = _HEADER.search(header)
-    return Built(path, found["name"], found["version"], found["digest"]) if found else None
+    found = read_provenance(header)
+    return Built(path, **found) if found else None
 
 
 def builds_in(folder: Path, name: str) -> list[Built]:
