@@ -1,4 +1,4 @@
-"""Shared benchmark helpers: A/B interleaving, summaries, child peak memory, process waits, a loopback load generator."""
+"""Shared benchmark helpers: A/B interleaving, summaries, child peak memory, process waits, load generators."""
 
 from __future__ import annotations
 
@@ -154,3 +154,34 @@ def _post(conn: http.client.HTTPConnection, path: str, body: bytes, headers: dic
     except (OSError, http.client.HTTPException):
         conn.close()  # reconnects on the next request
         return False
+
+
+class ClientLoad:
+    """``clients`` threads calling ``ask()`` in a loop until the block ends; each call logged as
+    (sent, seconds, the answer or the MsnbError it raised). The redeploy benchmark and test share it."""
+
+    def __init__(self, ask: Callable[[], Any], clients: int):
+        self.ask, self.stopping = ask, threading.Event()
+        self.log: list[tuple[float, float, Any]] = []
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(clients)]
+
+    def _loop(self) -> None:
+        from msnb.errors import MsnbError
+
+        while not self.stopping.is_set():
+            sent = time.monotonic()
+            try:
+                answer = self.ask()
+            except MsnbError as err:
+                answer = err
+            self.log.append((sent, time.monotonic() - sent, answer))  # list.append is atomic
+
+    def __enter__(self) -> "ClientLoad":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=60)

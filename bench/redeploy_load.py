@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 from bench import models
-from bench.harness import Settings, percentile, summary, timed
-from msnb.errors import MsnbError
+from bench.harness import ClientLoad, Settings, percentile, summary, timed
 from msnb.session import deploy
 from msnb.torchserve import LocalServer
 from msnb.torchserve.deploy import drain
@@ -16,34 +14,6 @@ from msnb.torchserve.deploy import drain
 NAME = "underload"
 CLIENTS = 8
 CONFIG = {"batch_size": 8, "max_batch_delay": 20}  # the attack run's setting
-
-
-class Traffic:
-    """``CLIENTS`` threads predicting in a loop; each request logged as (sent, latency s, revision or None)."""
-
-    def __init__(self, server: LocalServer):
-        self.server, self.stopping = server, threading.Event()
-        self.log: list[tuple[float, float, int | None]] = []
-        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(CLIENTS)]
-
-    def _loop(self) -> None:
-        while not self.stopping.is_set():
-            sent = time.monotonic()
-            try:
-                revision = self.server.predict(NAME, models.SAMPLE, timeout=30).get("revision")
-            except MsnbError:
-                revision = None
-            self.log.append((sent, time.monotonic() - sent, revision))  # list.append is atomic
-
-    def __enter__(self) -> "Traffic":
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
 
 def run(settings: Settings) -> dict:
@@ -55,15 +25,21 @@ def run(settings: Settings) -> dict:
     try:
         server.start()
         deploy(server, _spec(checkpoint, 0))
-        with Traffic(server) as traffic:
+        with ClientLoad(lambda: server.predict(NAME, models.SAMPLE, timeout=30), CLIENTS) as traffic:
             time.sleep(steady_s)  # steady-state traffic to compare with (a measurement window, not a wait)
             swaps = [_swap(server, checkpoint, revision) for revision in range(1, redeploys + 1)]
             time.sleep(1.0)  # traffic after the last swap: stale answers would show here
         # what draining adds to the inner loop when no traffic runs: the same drain on an idle version
         idle = [timed(lambda: drain(server.client, server.status(NAME))) for _ in range(settings.reps)]
-        return report(traffic.log, swaps, steady_until=swaps[0][0], idle_drain=idle)
+        log = [(sent, seconds, _revision(answer)) for sent, seconds, answer in traffic.log]
+        return report(log, swaps, steady_until=swaps[0][0], idle_drain=idle)
     finally:
         server.stop()
+
+
+def _revision(answer) -> int | None:
+    """Which revision answered (None: the request failed)."""
+    return answer.get("revision") if isinstance(answer, dict) else None
 
 
 def _spec(checkpoint: Path, revision: int):

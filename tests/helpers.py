@@ -4,6 +4,7 @@ the processes a server leaves, notebooks for the export tier, and the widget's f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def mlp_class(name: str = "MLP") -> str:
     return MLP_CLASS.replace("class MLP(", f"class {name}(")
 
 
-MLP_SOURCE = (
+# torch, the MLP class and a seeded init_function: a handler cell without preprocess/postprocess yet.
+MLP_MODEL = (
     "\nimport torch\n"
     + MLP_CLASS
     + textwrap.dedent(
@@ -51,7 +53,12 @@ MLP_SOURCE = (
     def init_function(hidden=8):
         torch.manual_seed(0)
         return MLP(hidden)
+    """
+    )
+)
 
+MLP_SOURCE = MLP_MODEL + textwrap.dedent(
+    """
     def preprocess(sample):
         if not isinstance(sample, dict) or "x" not in sample:
             raise ValueError("expected a JSON object with key 'x' (4 numbers)")
@@ -63,8 +70,16 @@ MLP_SOURCE = (
     def postprocess(output):
         return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
     """
-    )
 )
+
+
+def strict_loads(text: str):
+    """A strict JSON parser: NaN, Infinity and -Infinity are refused, as browsers and most clients do."""
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
 
 
 # MLP_SOURCE with an explain role (gradient x input), and a token-id model Integrated Gradients cannot explain.

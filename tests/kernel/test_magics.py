@@ -40,23 +40,16 @@ EXAMPLE = """--example '{"x": [1, 2, 3, 4]}'"""
 
 
 @pytest.fixture(scope="module")
-def ip(tmp_path_factory):
-    """IPython's test shell with msnb loaded, and the KNet cell executed (it is in the history)."""
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "msnb")
-    user_cell(shell, NET_CELL)
-    return shell
+def ip(ip):
+    """The kernel tier's shell, with the KNet cell executed (it is in the history)."""
+    user_cell(ip, NET_CELL)
+    return ip
 
 
 @pytest.fixture(autouse=True)
-def session(monkeypatch):
-    """A fresh msnb session per test (specs, archives, server)."""
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
-    yield fresh
-    fresh.stop()
+def session(session):
+    """Every test here gets a fresh msnb session (the tier's fixture), used or not."""
+    return session
 
 
 def user_cell(shell, source: str):

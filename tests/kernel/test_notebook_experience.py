@@ -8,8 +8,6 @@ import textwrap
 import pytest
 from IPython.utils.capture import capture_output
 
-import msnb.session
-
 pytestmark = pytest.mark.kernel
 
 CELL = textwrap.dedent(
@@ -30,22 +28,11 @@ CELL = textwrap.dedent(
 EXAMPLE = """--example '{"x": [1, 2, 3, 4]}'"""
 
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "msnb")
-    return shell
-
-
 @pytest.fixture
-def session(monkeypatch, tmp_path):
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
+def session(session, monkeypatch, tmp_path):
+    """The tier's fresh session, run from a scratch folder (builds write model_store/ there)."""
     monkeypatch.chdir(tmp_path)
-    yield fresh
-    fresh.stop()
+    return session
 
 
 def cell(shell, line: str, body: str = CELL.format(answer="len")) -> str:

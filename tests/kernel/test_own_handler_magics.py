@@ -6,27 +6,14 @@ import pytest
 from helpers import OWN_IMAGE_CLASS
 from IPython.utils.capture import capture_output
 
-import msnb.session
-
 pytestmark = pytest.mark.kernel
 PIXELS = """--example '{"pixels": [[-3.0, 3.0], [3.0, -3.0]]}'"""
 
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "msnb")
-    return shell
-
-
 @pytest.fixture(autouse=True)
-def session(monkeypatch):
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
-    yield fresh
-    fresh.stop()
+def session(session):
+    """Every test here gets a fresh msnb session (the tier's fixture), used or not."""
+    return session
 
 
 def run(shell, source: str):

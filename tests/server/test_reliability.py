@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ECHO, MLP_CLASS, build_mar, poll, processes_naming
+from helpers import ECHO, MLP_MODEL, build_mar, poll, processes_naming, strict_loads
 
 from msnb.errors import ServerError
 from msnb.session import deploy
@@ -22,14 +22,10 @@ from msnb.torchserve.models import PredictionError
 pytestmark = pytest.mark.server
 
 HANDLER = (
-    "\nimport os, signal\nimport torch\n"
-    + MLP_CLASS
+    "import os, signal\n"
+    + MLP_MODEL
     + textwrap.dedent(
         """
-    def init_function(hidden=8):
-        torch.manual_seed(0)
-        return MLP(hidden)
-
     def preprocess(sample):
         if sample.get("crash") == "exit":
             print("preprocess: leaving with os._exit(3)", flush=True)
@@ -44,13 +40,6 @@ HANDLER = (
     )
 )
 GOOD = {"x": [1, 2, 3, 4]}
-
-
-def strict_loads(text: str):
-    def refuse(constant):
-        raise ValueError(f"not strict JSON: {constant}")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 @pytest.fixture(scope="module")

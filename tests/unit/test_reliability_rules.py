@@ -6,7 +6,7 @@ import json
 import textwrap
 
 import pytest
-from helpers import MLP_CLASS
+from helpers import MLP_MODEL, strict_loads
 
 from msnb import localtest, options
 from msnb.errors import MsnbError, SpecError
@@ -15,32 +15,15 @@ from msnb.torchserve import config as tsconfig
 from msnb.torchserve.models import encode
 from msnb.torchserve.store import check_identity
 
-RAW = (
-    "\nimport torch\n"
-    + MLP_CLASS
-    + textwrap.dedent(
-        """
-    def init_function(hidden=8):
-        torch.manual_seed(0)
-        return MLP(hidden)
-
+RAW = MLP_MODEL + textwrap.dedent(
+    """
     def preprocess(sample):
         return torch.tensor(sample["x"], dtype=torch.float32)
 
     def postprocess(output):
         return output.tolist()
     """
-    )
 )
-
-
-def strict_loads(text: str):
-    """A strict JSON parser: NaN, Infinity and -Infinity are refused, as browsers and most clients do."""
-
-    def refuse(constant):
-        raise ValueError(f"not JSON: {constant}")
-
-    return json.loads(text, parse_constant=refuse)
 
 
 # ------------------------------------------------------------------ strict JSON
