@@ -7,7 +7,6 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import torch
@@ -20,6 +19,7 @@ from msnb.files import link_or_copy
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
+from msnb.templates import shared_handler_files
 
 
 @dataclass(frozen=True)
@@ -31,27 +31,22 @@ class Format:
     help: str
 
 
-# The one vocabulary of archive formats (the magics, the widget, the CLI and the server use these names).
+EXPORT_FORMAT, DEV_FORMAT, SERVE_FORMAT = "mar", "zip-store", "no-archive"
+# The one vocabulary of archive formats (the magics, the widget, the CLI and the server use these names);
+# the second field is torch-model-archiver's --archive-format.
 FORMATS = {
     f.name: f
     for f in (
-        Format("mar", "default", "the archiver's standard compressed .mar (export, sharing)"),
-        Format("zip-store", "zip-store", "an uncompressed .mar, fast to build (the dev loop)"),
-        Format("no-archive", "no-archive", "a model folder; what the local server registers"),
+        Format(EXPORT_FORMAT, "default", "the archiver's standard compressed .mar (export, sharing)"),
+        Format(DEV_FORMAT, "zip-store", "an uncompressed .mar, fast to build (the dev loop)"),
+        Format(SERVE_FORMAT, "no-archive", "a model folder; what the local server registers"),
     )
 }
-EXPORT_FORMAT, DEV_FORMAT, SERVE_FORMAT = "mar", "zip-store", "no-archive"
 DEFAULT_EXPORT = "model_store"  # the folder %ms_build, msnb.build and `msnb export` write to
 CHECKPOINT = "model.pt"
 CONFIG = "model-config.yaml"
 REQUIREMENTS = "requirements.txt"
 Progress = Callable[[str, float], None]
-
-
-def shared_handler_files() -> list[Path]:
-    """The shared handler modules every archive carries (templates/msnb_*.py)."""
-    root = resources.files("msnb.templates")
-    return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith("msnb_") and p.name.endswith(".py"))
 
 
 def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Path:
@@ -95,7 +90,7 @@ def build(
     archive_name = archive_name or spec.name
     export_path = Path(export_path).expanduser()
     ensure_writable(export_path)
-    if fmt == "no-archive":
+    if fmt == SERVE_FORMAT:
         target = export_path / archive_name
         shutil.rmtree(target, ignore_errors=True)
         report("staging model directory", 0.5)
@@ -124,7 +119,7 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
         force=True,
     )
     manifest = ModelExportUtils.generate_manifest_json(config)
-    if fmt == "no-archive":  # staged in place: the archiver only writes MAR-INF/MANIFEST.json
+    if fmt == SERVE_FORMAT:  # staged in place: the archiver only writes MAR-INF/MANIFEST.json
         ModelExportUtils.archive(str(export_path), archive_name, str(staged), manifest, FORMATS[fmt].archiver)
         return
     # The archiver names its output after the name it is given: pack under a hidden partial name in

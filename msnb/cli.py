@@ -13,7 +13,14 @@ from IPython.core.error import UsageError
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.files import write_atomic
-from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
+from msnb.torchserve.config import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_RESPONSE_TIMEOUT_S,
+    KSERVE_CONFIG_DIR,
+    KSERVE_STORE_DIR,
+    LIMIT_OPTIONS,
+    Limits,
+)
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -75,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.add_argument("notebook", help="the .ipynb file")
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
-    exp.add_argument("-o", "--outdir", help="folder for the archives (default: model_store, or none with --kserve)")
+    exp.add_argument(
+        "-o", "--outdir", help=f"folder for the archives (default: {DEFAULT_EXPORT}, or none with --kserve)"
+    )
     exp.add_argument(
         "--format",
         default=EXPORT_FORMAT,
@@ -91,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kserve",
         metavar="DIR",
         help="also write KServe's TorchServe layout: "
-        "DIR/model-store/<name>.mar and DIR/config/config.properties (storageUri points at DIR)",
+        f"DIR/{KSERVE_STORE_DIR}/<name>.mar and DIR/{KSERVE_CONFIG_DIR}/config.properties (storageUri points at DIR)",
     )
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
@@ -240,7 +249,7 @@ def find_archives(paths: list[str]) -> list[Path]:
     found = []
     for raw in paths:
         path = Path(raw)
-        store = path / "model-store" if (path / "model-store").is_dir() else path
+        store = path / KSERVE_STORE_DIR if (path / KSERVE_STORE_DIR).is_dir() else path
         if path.is_file() or (path / "MAR-INF").is_dir():
             found.append(path)
         elif store.is_dir() and sorted(store.glob("*.mar")):
@@ -264,7 +273,7 @@ def send(name: str, data, *, version=None, url=None, token_file=None, state=None
     else:  # a server given by --url: its key is used as given, never renewed
         client = TorchServeClient.connect(url, token_file)
     try:
-        return client.predict(name, data, version=version, timeout=120)
+        return client.predict(name, data, version=version, timeout=DEFAULT_RESPONSE_TIMEOUT_S)
     finally:
         client.close()
 
@@ -286,7 +295,7 @@ def _read_state(path: Path) -> tuple[str, str, Path]:
     except (OSError, ValueError, KeyError):
         raise MsnbError(
             f"No `msnb serve` is running (no live server in {path}).",
-            "start one with `msnb serve model_store/`, or give --url (and --token-file).",
+            f"start one with `msnb serve {DEFAULT_EXPORT}/`, or give --url (and --token-file).",
         ) from None
     return info["inference_url"], info["management_url"], Path(info["key_file"])
 

@@ -18,7 +18,15 @@ from msnb.files import link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
-from msnb.torchserve.config import Limits, kserve_properties, render_properties
+from msnb.torchserve.config import (
+    KSERVE_CONFIG_DIR,
+    KSERVE_MODEL_STORE,
+    KSERVE_MOUNT,
+    KSERVE_STORE_DIR,
+    Limits,
+    kserve_properties,
+    render_properties,
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ def export_notebook(
     """
     if fmt not in archive.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
-    if kserve is not None and fmt == "no-archive":
+    if kserve is not None and fmt == archive.SERVE_FORMAT:
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
     targets = [Path(t) for t in (outdir, kserve) if t is not None]
     created: list[Path] = []
@@ -101,7 +109,7 @@ def _write_kserve_into(
     report.warnings += [f"{s.name}: {KSERVE_BATCH_NOTE.format(n=s.batch_size)}" for s in specs if s.batch_size > 1]
     report.warnings += [f"{s.name}: {v2_note(s.example)}" for s in specs if not is_tensor(s.example)]
     if also_listed:
-        report.exported += [Exported(s, root / "model-store" / f"{s.name}.mar") for s in specs]
+        report.exported += [Exported(s, root / KSERVE_STORE_DIR / f"{s.name}.mar") for s in specs]
 
 
 def _capture_and_check(notebook, handlers, overrides, check: bool, report: Report) -> list[HandlerSpec]:
@@ -165,7 +173,7 @@ def write_kserve(
     the -o copy) is linked (or copied), not built again.
     """
     root.mkdir(parents=True, exist_ok=True)
-    for sub in ("model-store", "config"):
+    for sub in (KSERVE_STORE_DIR, KSERVE_CONFIG_DIR):
         if (root / sub).exists() and not (root / sub).is_dir():
             raise _write_error(root, NotADirectoryError(f"{sub} is a file, not a folder"))
     staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-", dir=root))
@@ -175,11 +183,11 @@ def write_kserve(
             for spec in specs
         ]
         (staging / "config.properties").write_text(kserve_config(specs, limits=limits))
-        (root / "model-store").mkdir(exist_ok=True)
-        (root / "config").mkdir(exist_ok=True)
+        (root / KSERVE_STORE_DIR).mkdir(exist_ok=True)
+        (root / KSERVE_CONFIG_DIR).mkdir(exist_ok=True)
         for path in archives:
-            move_into(path, root / "model-store")
-        move_into(staging / "config.properties", root / "config")
+            move_into(path, root / KSERVE_STORE_DIR)
+        move_into(staging / "config.properties", root / KSERVE_CONFIG_DIR)
         return root
     except OSError as err:
         raise _write_error(root, err) from None
@@ -235,16 +243,14 @@ def _write_error(folder: Path, err: OSError) -> BuildError:
     )
 
 
-def kserve_config(
-    specs: list[HandlerSpec], model_store: str = "/mnt/models/model-store", limits: Limits | None = None
-) -> str:
+def kserve_config(specs: list[HandlerSpec], model_store: str = KSERVE_MODEL_STORE, limits: Limits | None = None) -> str:
     """config.properties for KServe's TorchServe runtime (see ``kserve_properties``); every batchSize is 1
     (see KSERVE_BATCH_NOTE)."""
     models = {
         spec.name: {spec.version: {"defaultVersion": True, "marName": f"{spec.name}.mar", **_snapshot(spec)}}
         for spec in specs
     }
-    header = "# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from /mnt/models/config/.\n"
+    header = f"# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from {KSERVE_MOUNT}/{KSERVE_CONFIG_DIR}/.\n"
     return render_properties(kserve_properties(models, model_store, limits), header)
 
 

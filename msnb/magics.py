@@ -100,7 +100,7 @@ class MsnbMagics(Magics):
         "--export-path",
         dest="export_path",
         default=DEFAULT_EXPORT,
-        help=f"folder for the .mar (default {DEFAULT_EXPORT})",
+        help="folder for the .mar (default: %(default)s)",
     )
     @argument(
         "--format",
@@ -172,7 +172,7 @@ class MsnbMagics(Magics):
     @line_magic
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @argument("-n", "--lines", type=int, default=40, help="how many of the newest lines (default 40)")
+    @argument("-n", "--lines", type=int, default=40, help="how many of the newest lines (default: %(default)s)")
     def ms_logs(self, line: str) -> views.LogView:
         """%ms_logs NAME [-n LINES]: the newest lines NAME's TorchServe workers wrote (model_log.log)."""
         args = parse_argstring(self.ms_logs, line)

@@ -13,8 +13,9 @@ from typing import Any
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from msnb.errors import OptionError, SpecError
+from msnb.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 
-_NS = Mapping[str, Any]
+UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,16 @@ class Option:
     def flag(self) -> str:
         return "--" + self.dest.replace("_", "-")
 
+    @property
+    def help_text(self) -> str:
+        """The help line with the default (said here once, not in each help string)."""
+        return self.help if self.default in (None, ()) else f"{self.help} (default: {self.default})"
+
 
 # The one table of handler options: the %%ms_handler parser, HandlerSpec's defaults and checks, the widget's
 # fields and the model-config all read it.
 OPTIONS: tuple[Option, ...] = (
-    Option("version", "model version (letters, digits, '_', '-', '.'; default 1.0)", "1.0", label="Version"),
+    Option("version", "model version (letters, digits, '_', '-', '.')", "1.0", label="Version"),
     Option("checkpoint", "state_dict file, or a variable holding an nn.Module or state_dict", label="Checkpoint"),
     Option("init_kwargs", "JSON object (or a dict variable) passed to init_function(**kwargs)"),
     Option(
@@ -53,17 +59,24 @@ OPTIONS: tuple[Option, ...] = (
         label="Extra files",
         nargs="+",
     ),
-    Option("batch_size", "TorchServe batch size (default 1)", 1, int, 1, label="Batch size"),
+    Option("batch_size", "TorchServe batch size", 1, int, 1, label="Batch size"),
     Option(
         "max_batch_delay",
-        "ms TorchServe waits to fill a batch (default 100)",
+        "ms TorchServe waits to fill a batch",
         100,
         int,
         0,
         label="Max batch delay (ms)",
     ),
-    Option("workers", "worker processes (default 1)", 1, int, 1, label="Workers"),
-    Option("response_timeout", "seconds per batch (default 120)", 120, int, 1, label="Response timeout (s)"),
+    Option("workers", "worker processes", 1, int, 1, label="Workers"),
+    Option(
+        "response_timeout",
+        "seconds per batch",
+        DEFAULT_RESPONSE_TIMEOUT_S,
+        int,
+        1,
+        label="Response timeout (s)",
+    ),
     Option(
         "device", "auto (GPU when there is one), cpu or gpu", "auto", choices=("auto", "cpu", "gpu"), label="Device"
     ),
@@ -89,7 +102,7 @@ def check_gpu_memory(max_gpu_memory: int | None, device_kind: str, shown_as: str
 def _with_options(func: Callable) -> Callable:
     """Decorate ``func`` with IPython magic arguments: the name, then one per row of OPTIONS."""
     for option in reversed(OPTIONS):
-        kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help}
+        kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help_text}
         for key in ("type", "choices", "nargs"):
             if getattr(option, key) is not None:
                 kwargs[key] = getattr(option, key)
@@ -110,7 +123,7 @@ def parse_handler_line(line: str):
     return parse_argstring(ms_handler, line)
 
 
-def handler_config(args: Any, namespace: _NS | None = None, base_dir: Path | None = None) -> dict[str, Any]:
+def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: Path | None = None) -> dict[str, Any]:
     """HandlerSpec keyword arguments from parsed options.
 
     ``namespace`` (the kernel's user namespace) lets options name variables; without it (export)
@@ -129,7 +142,9 @@ def handler_config(args: Any, namespace: _NS | None = None, base_dir: Path | Non
     return config
 
 
-def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = None, option: str = "--data") -> Any:
+def parse_data(
+    text: str, namespace: UserNamespace | None = None, base_dir: Path | None = None, option: str = "--data"
+) -> Any:
     """An input given on a magic line: JSON text, ``@file`` (JSON, else raw bytes), or a variable name."""
     text = _unquote(text.strip())
     if text.startswith("@"):
@@ -154,7 +169,7 @@ def parse_data(text: str, namespace: _NS | None = None, base_dir: Path | None = 
         ) from None
 
 
-def _checkpoint(value: str | None, namespace: _NS | None, base: Path) -> Any:
+def _checkpoint(value: str | None, namespace: UserNamespace | None, base: Path) -> Any:
     if value is None:
         return None
     if namespace is not None and value.isidentifier() and value in namespace:
@@ -176,7 +191,7 @@ def _checkpoint(value: str | None, namespace: _NS | None, base: Path) -> Any:
     return str(path)
 
 
-def _init_kwargs(value: str | None, namespace: _NS | None) -> dict[str, Any]:
+def _init_kwargs(value: str | None, namespace: UserNamespace | None) -> dict[str, Any]:
     if value is None:
         return {}
     parsed = parse_data(value, namespace, option="--init-kwargs")
@@ -188,7 +203,7 @@ def _init_kwargs(value: str | None, namespace: _NS | None) -> dict[str, Any]:
     return parsed
 
 
-def _requirements(value: str | None, namespace: _NS | None, base: Path) -> tuple[str, ...]:
+def _requirements(value: str | None, namespace: UserNamespace | None, base: Path) -> tuple[str, ...]:
     """A requirements file, pip names separated by commas, or a variable holding a list (or text) of them.
 
     A name bound to anything else (``--requirements numpy`` after ``import numpy``) is a pip name.

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msnb.render import HANDLER_MODULE, read_provenance
+from msnb.torchserve.store import safe_name
 
 logger = logging.getLogger(__name__)
 EVENTS = ("served", "stopped", "built", "defined")
@@ -81,13 +82,13 @@ def builds_in(folder: Path, name: str) -> list[Built]:
 
 
 def keep_aside(target: Path, version: str) -> Path | None:
-    """Before a build replaces ``target``: rename an archive of another version to ``NAME-VERSION.mar``.
+    """Before a build replaces ``target``: rename an archive of another version to ``NAME-VERSION.mar`` (``safe_name``).
 
     Returns where the older archive went (None when there was nothing of another version to keep).
     """
     old = read_built(target) if target.is_file() else None
     if old is None or old.version == version:
         return None
-    kept = target.with_name(f"{target.stem}-{old.version}{target.suffix}")
+    kept = target.with_name(safe_name(target.stem, old.version) + target.suffix)
     target.replace(kept)
     return kept

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
 from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
-from msnb.torchserve.logs import LogCursor, tail
+from msnb.torchserve.logs import LogCursor
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
 
 REGISTER_TIMEOUT_S = 600.0
@@ -307,13 +307,6 @@ class TorchServeClient:
 
     def log_cursor(self) -> LogCursor | None:
         return LogCursor(self.log_dir) if self.log_dir else None
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the worker log (model_log.log), else of TorchServe's own output."""
-        if self.log_dir is None:
-            return ""
-        text = tail(self.log_dir / "model_log.log", lines) or tail(self.log_dir / "java_stdout.log", lines)
-        return "\n".join(text)
 
 
 def _hint(message: str, default: str) -> str:

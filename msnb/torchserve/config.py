@@ -22,6 +22,12 @@ JAVA_HINT = (
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
 DEFAULT_MAX_BYTES = 6553500  # TorchServe's default max_request_size and max_response_size (6.5 MB)
+DEFAULT_RESPONSE_TIMEOUT_S = 120  # TorchServe's default responseTimeout: seconds a worker may take per batch
+# KServe's TorchServe runtime mounts the InferenceService's storageUri at /mnt/models and reads two folders of it.
+KSERVE_MOUNT = "/mnt/models"
+KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
+KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
+STORE_DIR = "model_store"  # a local server's model store, inside its workdir
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
     "or `msnb export --kserve ... --max-request-size BYTES`",
@@ -86,11 +92,11 @@ class Layout:
     """Where one server keeps its files (all under its workdir)."""
 
     workdir: Path
-    store: Path | None = None  # a model store elsewhere (e.g. a KServe layout's); default: workdir/model_store
+    store: Path | None = None  # a model store elsewhere (e.g. a KServe layout's); default: workdir/STORE_DIR
 
     @property
     def model_store(self) -> Path:
-        return self.store or self.workdir / "model_store"
+        return self.store or self.workdir / STORE_DIR
 
     @property
     def log_dir(self) -> Path:
@@ -253,10 +259,11 @@ def render_properties(props: dict, header: str = "") -> str:
 
 
 def kserve_properties(
-    snapshot_models: dict, model_store: str = "/mnt/models/model-store", limits: Limits | None = None
+    snapshot_models: dict, model_store: str = KSERVE_MODEL_STORE, limits: Limits | None = None
 ) -> dict:
     """config.properties of KServe's TorchServe runtime, which starts
-    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``.
+    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``
+    (KSERVE_MOUNT, KSERVE_STORE_DIR and KSERVE_CONFIG_DIR).
 
     Followed: pytorch/serve kubernetes/kserve/config.properties and the KServe TorchServe docs
     (inference and management on 8085 because KServe's wrapper takes 8080, metrics on 8082,

@@ -7,6 +7,8 @@ import sysconfig
 from collections import deque
 from pathlib import Path
 
+from msnb.templates import shared_handler_files
+
 # "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
 # TorchServe retries a failed handler import as ts.torch_handler.<module>: that second error misleads.
@@ -16,7 +18,7 @@ CRASH_LINES = 20
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 # the thread name of a worker's lines: W-<port>-<model>_<version>[-stdout|-stderr]
 _WORKER = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] W-\d+-(.+?)_[^_ ]+?(?:-std\w+)? ")
-LIBRARY_FILES = ("msnb_handler.py", "msnb_load.py", "msnb_collate.py")  # the shared handler in every archive
+SHARED_FILES = frozenset(p.name for p in shared_handler_files())  # the shared handler in every archive
 
 
 class LogCursor:
@@ -84,7 +86,7 @@ def is_library_frame(path: str) -> bool:
         "site-packages" in path
         or "dist-packages" in path
         or path.startswith((stdlib, "<frozen"))
-        or Path(path).name in LIBRARY_FILES
+        or Path(path).name in SHARED_FILES
     )
 
 

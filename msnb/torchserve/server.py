@@ -28,9 +28,9 @@ from msnb.torchserve.client import TorchServeClient
 from msnb.torchserve.logs import tail
 from msnb.torchserve.models import ModelStatus
 from msnb.torchserve.store import ModelStore
+from msnb.torchserve.watchdog import TEMP_PREFIX
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
-TEMP_PREFIX = "msnb-server-"
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
 
 

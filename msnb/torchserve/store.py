@@ -51,8 +51,9 @@ def read_manifest(path: Path) -> tuple[str, str]:
 
 
 def safe_name(name: str, version: str) -> str:
-    """The store entry of one model version (a file or folder name TorchServe can take as a url)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}-v{version}")
+    """The file name of one model version, ``NAME-VERSION`` (a store entry, an archive kept aside) that
+    TorchServe can take as a url."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}-{version}")
 
 
 class ModelStore:
@@ -60,10 +61,6 @@ class ModelStore:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    def entry(self, name: str, version: str) -> Path:
-        """Where a no-archive model folder of ``name`` ``version`` goes (build straight into it)."""
-        return self.root / safe_name(name, version)
 
     def place(self, src: Path, name: str, version: str) -> str:
         """Link (or copy) the archive of ``name`` ``version`` into the store; returns the url to register it by."""

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import psutil
 
+from msnb.torchserve.config import STORE_DIR
+
+TEMP_PREFIX = "msnb-server-"  # a LocalServer's temporary workdir: tempfile.mkdtemp(prefix=TEMP_PREFIX)
 OWNER_FILE = "msnb-owner.json"
 TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
 POLL_S = 0.5
@@ -95,14 +98,14 @@ def mark_owner(workdir: Path) -> None:
     (workdir / OWNER_FILE).write_text(json.dumps({"pid": me.pid, "started": me.create_time()}))
 
 
-def sweep_stale(root: Path, prefix: str = "msnb-server-") -> list[Path]:
+def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
     """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
     swept = []
     for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):
         workdir = owner_file.parent
-        if _owner_alive(owner_file) or not (workdir / "model_store").exists():
+        if _owner_alive(owner_file) or not (workdir / STORE_DIR).exists():
             continue
-        shutil.rmtree(workdir / "model_store", ignore_errors=True)
+        shutil.rmtree(workdir / STORE_DIR, ignore_errors=True)
         swept.append(workdir)
     return swept
 

@@ -13,6 +13,7 @@ from IPython.utils.capture import capture_output
 
 from bench.harness import ClientLoad
 from msnb.torchserve.logs import LogCursor
+from msnb.torchserve.store import safe_name
 
 pytestmark = pytest.mark.server
 
@@ -100,7 +101,7 @@ def test_redeploys_under_load_lose_no_request_and_serve_no_stale_answer(ip, sess
 def test_the_stop_button_during_a_redeploy_says_what_was_interrupted_and_what_is_still_served(ip, session):
     server = serve_version(ip, 0)
     shown: list[str] = []
-    press_stop_when(lambda: (server.model_store / "loadnet-v1.0-r2").exists())
+    press_stop_when(lambda: (server.model_store / safe_name("loadnet", "1.0-r2")).exists())
     assert serve_version(ip, 1, shown) is None
     text = shown[0]
     assert "Interrupted while deploying loadnet: the server still runs; it serves loadnet 1.0 (default)" in text

@@ -12,6 +12,7 @@ from msnb.errors import ServerError
 from msnb.session import deploy
 from msnb.spec import spec_from_source
 from msnb.torchserve import LocalServer, PredictionError
+from msnb.torchserve.store import safe_name
 
 SPEC_SOURCE = """
 import torch
@@ -173,7 +174,7 @@ def test_redeploy_serves_the_changed_handler_without_a_restart(own_server):
     assert server.predict("calc", {"x": [1, 2]}) == {"answer": "second", "sum": 3.0}
     assert [m.version for m in server.models() if m.name == "calc"] == [status.version]
     assert server.pid == pid
-    assert not (server.model_store / "calc-v1.0").exists()
+    assert not (server.model_store / safe_name("calc", "1.0")).exists()
     server.unregister("calc")
 
 

@@ -1,0 +1,84 @@
+"""Each fact in one place: the shared handler's module list, the folder and prefix names, TorchServe's defaults."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import msnb
+import msnb.templates
+from msnb import archive
+from msnb.torchserve.logs import is_library_frame
+
+PACKAGE = Path(msnb.__file__).parent
+TEMPLATES = Path(msnb.templates.__file__).parent
+SHARED = {p.name for p in msnb.templates.shared_handler_files()}
+# A fact spelled as a literal -> the modules allowed to spell it (each defines it once and the others import it).
+FACTS = {
+    "/mnt/models": {"msnb.torchserve.config"},  # KSERVE_MOUNT
+    "model-store": {"msnb.torchserve.config"},  # KSERVE_STORE_DIR
+    "model_store": {"msnb.archive", "msnb.torchserve.config"},  # DEFAULT_EXPORT; STORE_DIR and the property key
+    "msnb-server-": {"msnb.torchserve.watchdog"},  # TEMP_PREFIX
+    "no-archive": {"msnb.archive"},  # SERVE_FORMAT (and the archiver's name of that format)
+    120: {"msnb.torchserve.config"},  # DEFAULT_RESPONSE_TIMEOUT_S
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def literals(path: Path) -> list[tuple[int, object]]:
+    """(line, value) of every str or int constant of a module, docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and id(node) not in docstrings and type(node.value) in (str, int)
+    ]
+
+
+def spells(value: object, fact: object) -> bool:
+    """The literal is the fact (a path is found inside a longer string too; prose may name a format)."""
+    if isinstance(fact, str) and fact.startswith("/"):
+        return isinstance(value, str) and fact in value
+    return type(value) is type(fact) and value == fact
+
+
+def test_the_shared_handler_list_is_every_msnb_module_of_the_templates_package():
+    on_disk = {p.name for p in TEMPLATES.iterdir() if re.fullmatch(r"msnb_\w+\.py", p.name)}
+    assert SHARED == on_disk
+    assert archive.shared_handler_files is msnb.templates.shared_handler_files
+
+
+def test_no_module_spells_a_shared_module_name_it_imports_the_list():
+    names = SHARED | {Path(n).stem for n in SHARED}
+    for path in PACKAGE.rglob("*.py"):
+        spelled = [(line, value) for line, value in literals(path) if value in names]
+        assert not spelled, f"{module_name(path)} spells {spelled}: import msnb.templates.shared_handler_files"
+
+
+def test_tracebacks_fold_the_frames_of_every_shared_module():
+    for name in SHARED:
+        assert is_library_frame(f"/srv/model-dir/{name}"), name
+    assert not is_library_frame("/srv/model-dir/handler_model.py")
+
+
+def test_each_fact_is_spelled_only_where_it_is_defined():
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        for line, value in literals(path):
+            for fact, owners in FACTS.items():
+                assert name in owners or not spells(value, fact), (
+                    f"{name}:{line} spells {fact!r}; import it from {' or '.join(sorted(owners))}"
+                )
