@@ -72,14 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict}")
+    _add_export(sub)
+    _add_serve(sub)
+    _add_predict(sub)
+    return parser
+
+
+def _add_command(sub, name: str, summary: str, description: str) -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
-    exp = sub.add_parser(
-        "export",
-        help="notebook -> .mar files (never runs the notebook)",
-        description=EXPORT_HELP,
-        epilog=EPILOG,
-        formatter_class=raw,
-    )
+    return sub.add_parser(name, help=summary, description=description, epilog=EPILOG, formatter_class=raw)
+
+
+def _add_export(sub) -> None:
+    exp = _add_command(sub, "export", "notebook -> .mar files (never runs the notebook)", EXPORT_HELP)
     exp.add_argument("notebook", help="the .ipynb file")
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
     exp.add_argument(
@@ -104,20 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
-    srv = sub.add_parser(
-        "serve",
-        help="serve archives on a local TorchServe until Ctrl-C",
-        description=SERVE_HELP,
-        epilog=EPILOG,
-        formatter_class=raw,
-    )
+
+
+def _add_serve(sub) -> None:
+    srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file")
     _limit_arguments(srv, "of the server")
     srv.set_defaults(run=_serve)
-    pre = sub.add_parser(
-        "predict", help="send one input to a served model", description=PREDICT_HELP, epilog=EPILOG, formatter_class=raw
-    )
+
+
+def _add_predict(sub) -> None:
+    pre = _add_command(sub, "predict", "send one input to a served model", PREDICT_HELP)
     pre.add_argument("name", help="model name (/predictions/NAME)")
     pre.add_argument("--data", required=True, metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
     pre.add_argument("--version", help="model version (default: the default version)")
@@ -127,7 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--token-file", type=Path, help="TorchServe's key_file.json, used with --url")
     pre.add_argument("--state", type=Path, help="the state file `msnb serve` wrote")
     pre.set_defaults(run=_predict)
-    return parser
 
 
 def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:

@@ -32,11 +32,11 @@ class View:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><th style='text-align:left'>{_e(k)}</th><td style='text-align:left'>{_e(v)}</td></tr>"
+            f"<tr><th style='text-align:left'>{_escaped(k)}</th><td style='text-align:left'>{_escaped(v)}</td></tr>"
             for k, v in self.rows
         )
-        pre = f"<pre>{_e(self.pre)}</pre>" if self.pre else ""
-        return f"<div class='{self.css_class}'><b>{_e(self.title)}</b><table>{rows}</table>{pre}</div>"
+        pre = f"<pre>{_escaped(self.pre)}</pre>" if self.pre else ""
+        return f"<div class='{self.css_class}'><b>{_escaped(self.title)}</b><table>{rows}</table>{pre}</div>"
 
 
 class ErrorView(View):
@@ -53,11 +53,11 @@ class ErrorView(View):
         return "\n".join(lines + ([self.pre.rstrip()] if self.pre else []))
 
     def _repr_html_(self) -> str:
-        hint = f"<div><b>Hint:</b> {_e(self.rows[0][1])}</div>" if self.rows else ""
-        pre = f"<pre>{_e(self.pre)}</pre>" if self.pre else ""
+        hint = f"<div><b>Hint:</b> {_escaped(self.rows[0][1])}</div>" if self.rows else ""
+        pre = f"<pre>{_escaped(self.pre)}</pre>" if self.pre else ""
         return (
             f"<div class='msnb-error' style='border-left:4px solid #c33;padding-left:8px'>"
-            f"<div style='color:#c33'>{_e(self.title)}</div>{hint}{pre}</div>"
+            f"<div style='color:#c33'>{_escaped(self.title)}</div>{hint}{pre}</div>"
         )
 
 
@@ -97,8 +97,8 @@ class ProgressView(View):
 
     def _repr_html_(self) -> str:
         return (
-            f"<div class='msnb-progress'>{_e(self.title)} <progress value='{self.fraction:.2f}' max='1'></progress> "
-            f"{self.fraction:.0%} {_e(self.rows[0][1])}</div>"
+            f"<div class='msnb-progress'>{_escaped(self.title)} <progress value='{self.fraction:.2f}' max='1'></progress> "
+            f"{self.fraction:.0%} {_escaped(self.rows[0][1])}</div>"
         )
 
 
@@ -114,9 +114,7 @@ class WarningView(View):
         return f"Warning: {self.title}"
 
     def _repr_html_(self) -> str:
-        return (
-            f"<div class='msnb-warning' style='border-left:4px solid #e6a700;padding-left:8px'>{_e(self.text())}</div>"
-        )
+        return f"<div class='msnb-warning' style='border-left:4px solid #e6a700;padding-left:8px'>{_escaped(self.text())}</div>"
 
 
 class LogView(View):
@@ -151,7 +149,7 @@ class Status(View, dict):
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left'>{c}</th>" for c in STATUS_COLUMNS)
         body = "".join(
-            "<tr>" + "".join(f"<td style='text-align:left'>{_e(v)}</td>" for v in cells) + "</tr>"
+            "<tr>" + "".join(f"<td style='text-align:left'>{_escaped(v)}</td>" for v in cells) + "</tr>"
             for cells in self.table
         )
         table = (
@@ -202,5 +200,6 @@ def _short(text: str, limit: int = _MAX) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _e(text: Any) -> str:
+def _escaped(text: Any) -> str:
+    """``text`` as HTML text (its str(), with <, >, & and quotes escaped)."""
     return html.escape(str(text))

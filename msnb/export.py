@@ -250,7 +250,8 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = KSERVE_MODEL_STOR
         spec.name: {spec.version: {"defaultVersion": True, "marName": f"{spec.name}.mar", **_snapshot(spec)}}
         for spec in specs
     }
-    header = f"# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from {KSERVE_MOUNT}/{KSERVE_CONFIG_DIR}/.\n"
+    where = f"{KSERVE_MOUNT}/{KSERVE_CONFIG_DIR}/"
+    header = f"# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from {where}.\n"
     return render_properties(kserve_properties(models, model_store, limits), header)
 
 

@@ -131,6 +131,10 @@ class HandlerSpec:
         unknown = set(self.roles) - set(ROLES)
         if unknown:
             raise SpecError(f"Unknown role(s) {sorted(unknown)}.", f"roles are {sorted(ROLES)}.")
+        self._validate_options()
+        self._validate_source()
+
+    def _validate_options(self) -> None:
         for key, minimum in INT_OPTIONS.items():
             if getattr(self, key) is not None or DEFAULTS[key] is not None:
                 _check_int(key, getattr(self, key), minimum)
@@ -146,6 +150,8 @@ class HandlerSpec:
                 f"init_kwargs are not JSON-serialisable: {err}.",
                 "pass plain (finite) numbers, strings, lists and dicts; ship tensors as a checkpoint.",
             ) from None
+
+    def _validate_source(self) -> None:
         try:
             tree = ast.parse(self.source)
             compile(tree, f"<handler {self.name}>", "exec")

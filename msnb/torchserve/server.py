@@ -241,9 +241,34 @@ class LocalServer:
 
     # ------------------------------------------------------------------ internals
     def _launch(self, java: str) -> None:
+        """Run TorchServe's launcher, which starts Java and returns; then watch Java and connect to it."""
         lay = self.layout
         for stale in (lay.tmp_dir / ".model_server.pid", lay.key_file):
             stale.unlink(missing_ok=True)
+        self._run_launcher(self._launch_command(), self._launch_env(java))
+        try:
+            pid = int((lay.tmp_dir / ".model_server.pid").read_text().strip())
+            self._java = psutil.Process(pid)
+        except (OSError, ValueError, psutil.NoSuchProcess):
+            raise ServerError(
+                "TorchServe's launcher did not start Java.",
+                "see TorchServe's output below.",
+                details="\n".join(tail(lay.java_out, 20)),
+            ) from None
+        self._watchdog = watchdog.spawn(pid, lay.model_store if self._owns_workdir else None)
+        self._client = TorchServeClient(
+            self.inference_url,
+            self.management_url,
+            self.metrics_url,
+            keys=Keys(lay.key_file, self.management_url, enabled=self.auth),
+            log_dir=self.log_dir,
+            alive=lambda: self.running,
+            limits=self.limits,
+        )
+
+    def _launch_env(self, java: str) -> dict[str, str]:
+        """The launcher's environment: no TS_* of ours leaks in, and every path of this server is its own."""
+        lay = self.layout
         env = {k: v for k, v in os.environ.items() if not k.startswith("TS_")} | self.env
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
@@ -254,21 +279,18 @@ class LocalServer:
             METRICS_LOCATION=str(lay.log_dir),
             JAVA_HOME=env.get("JAVA_HOME") or str(Path(java).resolve().parent.parent),
         )
-        cmd = [
-            self.python,
-            "-m",
-            "ts.model_server",
-            "--start",
-            "--ncs",
-            "--ts-config",
-            str(lay.config),
-            "--model-store",
-            str(lay.model_store),
-        ]
-        if self.quiet_logs:
-            cmd += ["--log-config", str(lay.log_config)]
+        return env
+
+    def _launch_command(self) -> list[str]:
+        lay = self.layout
+        cmd = [self.python, "-m", "ts.model_server", "--start", "--ncs", "--ts-config", str(lay.config)]
+        cmd += ["--model-store", str(lay.model_store)]
+        return cmd + (["--log-config", str(lay.log_config)] if self.quiet_logs else [])
+
+    def _run_launcher(self, cmd: list[str], env: dict[str, str]) -> None:
         # Never a pipe: Java inherits the launcher's stdout and would hold it open forever.
-        with lay.java_out.open("ab") as out:
+        java_out = self.layout.java_out
+        with java_out.open("ab") as out:
             launcher = subprocess.Popen(
                 cmd,
                 cwd=self.workdir,
@@ -286,27 +308,8 @@ class LocalServer:
                 raise ServerError(
                     f"TorchServe's launcher did not return within {LAUNCHER_TIMEOUT_S} s.",
                     "see TorchServe's output below; check Java 17 and the installed torchserve.",
-                    details="\n".join(tail(lay.java_out, 20)),
+                    details="\n".join(tail(java_out, 20)),
                 ) from None
-        try:
-            pid = int((lay.tmp_dir / ".model_server.pid").read_text().strip())
-            self._java = psutil.Process(pid)
-        except (OSError, ValueError, psutil.NoSuchProcess):
-            raise ServerError(
-                "TorchServe's launcher did not start Java.",
-                "see TorchServe's output below.",
-                details="\n".join(tail(lay.java_out, 20)),
-            ) from None
-        self._watchdog = watchdog.spawn(pid, self.layout.model_store if self._owns_workdir else None)
-        self._client = TorchServeClient(
-            self.inference_url,
-            self.management_url,
-            self.metrics_url,
-            keys=Keys(lay.key_file, self.management_url, enabled=self.auth),
-            log_dir=self.log_dir,
-            alive=lambda: self.running,
-            limits=self.limits,
-        )
 
     def _refuse_shared_workdir(self) -> None:
         try:

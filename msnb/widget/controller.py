@@ -11,9 +11,9 @@ from typing import Any
 from msnb.attributions import bars_html
 from msnb.errors import MsnbError
 from msnb.torchserve.logs import user_frames
-from msnb.widget import form
+from msnb.widget import fields
 from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
-from msnb.widget.form import FieldError
+from msnb.widget.fields import FieldError
 
 _ELAPSED = re.compile(r" \(\d+ s\)$")
 BUTTONS = ("test", "build", "serve", "predict", "explain", "logs", "stop")
@@ -82,7 +82,7 @@ class Controller:
     ):
         self.actions, self.inventory = actions, inventory or list_devices()
         self.on_change = on_change or (lambda: None)
-        self.base, self.values, self.errors = None, form.empty_values(), {}
+        self.base, self.values, self.errors = None, fields.empty_values(), {}
         self.running: str | None = None
         self.progress: tuple[str, float] = ("", 0.0)
         self.log: list[str] = []
@@ -114,7 +114,7 @@ class Controller:
         except MsnbError as err:
             self._finish_error(err)
             return
-        self.values.update(form.values_from_spec(self.base, self.inventory))
+        self.values.update(fields.values_from_spec(self.base, self.inventory))
 
     # ------------------------------------------------------------ form
     def set(self, field: str, value: Any) -> None:
@@ -139,10 +139,10 @@ class Controller:
     def validate(self, action: str) -> dict[str, Any]:
         """Parse the fields ``action`` needs; fills ``self.errors`` (field -> text) and returns the parsed values."""
         parsed, self.errors = {}, {}
-        for field in form.FIELDS_FOR[action]:
+        for field in fields.FIELDS_FOR[action]:
             try:
-                parsed[field] = form.parse(
-                    field, self.values.get(field, ""), self.base, required=field in form.REQUIRED.get(action, ())
+                parsed[field] = fields.parse(
+                    field, self.values.get(field, ""), self.base, required=field in fields.REQUIRED.get(action, ())
                 )
             except FieldError as err:
                 self.errors[field] = str(err)
@@ -162,7 +162,7 @@ class Controller:
                 return None
             parsed = self.validate(action)
             if self.errors:
-                labels = ", ".join(form.LABELS[f] for f in self.errors)
+                labels = ", ".join(fields.LABELS[f] for f in self.errors)
                 self._set_result(
                     f"{len(self.errors)} field(s) need fixing before {action}: {labels}.\n"
                     "Hint: each field says what is wrong (also listed under the buttons).",
@@ -205,12 +205,12 @@ class Controller:
 
     def _spec(self, parsed: dict[str, Any]) -> Any:
         base = self.base or self.actions.get(parsed["name"])
-        return base.replace(**form.spec_changes(parsed, self.inventory))
+        return base.replace(**fields.spec_changes(parsed, self.inventory))
 
     def _do_test(self, parsed: dict[str, Any]) -> str:
-        payload = parsed.get("payload", form.NO_PAYLOAD)
-        answers = self.actions.test(self._spec(parsed), None if payload is form.NO_PAYLOAD else [payload])
-        return "\n".join(form.pretty(a) for a in answers)
+        payload = parsed.get("payload", fields.NO_PAYLOAD)
+        answers = self.actions.test(self._spec(parsed), None if payload is fields.NO_PAYLOAD else [payload])
+        return "\n".join(fields.pretty(a) for a in answers)
 
     def _do_build(self, parsed: dict[str, Any]) -> str:
         path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
@@ -225,7 +225,7 @@ class Controller:
         return f"Serving {self.actions.served(spec.name) or spec.name}. {line}"
 
     def _do_predict(self, parsed: dict[str, Any]) -> str:
-        answer = form.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
+        answer = fields.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
         stale = self.actions.stale(self.served)
         return f"{answer}\nWarning: {stale}" if stale else answer
 
@@ -233,7 +233,7 @@ class Controller:
         answer = self._ask_server(self.actions.explain, parsed["payload"])
         self.chart = bars_html(answer)
         stale = self.actions.stale(self.served)
-        return form.pretty(answer) + (f"\nWarning: {stale}" if stale else "")
+        return fields.pretty(answer) + (f"\nWarning: {stale}" if stale else "")
 
     def _ask_server(self, ask: Callable[[str, Any], Any], payload: Any) -> Any:
         """The served model's answer to ``payload``; a server that died after Serve says so."""

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 
 from msnb.widget.controller import BUTTONS, Actions, Controller
 from msnb.widget.devices import Inventory, list_devices
-from msnb.widget.form import FORMATS, LABELS
+from msnb.widget.fields import FORMAT_CHOICES, LABELS
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
@@ -75,7 +75,7 @@ class BuildWidget(widgets.VBox):
         if field == "device":
             w = widgets.Dropdown(options=inventory.options(), value=value, **common)
         elif field == "format":
-            w = widgets.Dropdown(options=FORMATS, value=value, **common)
+            w = widgets.Dropdown(options=FORMAT_CHOICES, value=value, **common)
         elif field in _TEXTAREAS:
             w = widgets.Textarea(value=value, rows=3 if field == "payload" else 2, **common)
         else:

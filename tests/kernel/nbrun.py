@@ -46,7 +46,7 @@ def execute_notebook(
     try:
         with _scratch_env(workdir, tmpdir):
             client.execute()
-    except CellExecutionError as err:  # msnb shows user mistakes without raising: put them in the report
+    except CellExecutionError as err:  # a failing magic fails its cell: report it with the msnb errors shown above
         raise AssertionError(f"msnb errors shown before the failing cell: {error_outputs(nb)}\n{err}") from None
     finally:  # kept for a failing run too: the outputs above the failing cell explain it
         nbformat.write(nb, workdir / f"executed-{copy.name}")
@@ -71,7 +71,7 @@ def stream_texts(nb: nbformat.NotebookNode) -> list[str]:
 
 
 def error_outputs(nb: nbformat.NotebookNode) -> list[str]:
-    """Tracebacks and msnb error displays (a user mistake is shown, not raised) in the executed notebook."""
+    """Tracebacks and msnb error displays (a failing magic shows its message, then fails its cell) in the notebook."""
     found = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):

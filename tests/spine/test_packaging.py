@@ -43,7 +43,7 @@ def test_wheel_ships_templates_and_builds_a_mar_outside_the_source_tree(tmp_path
         import msnb, zipfile
         from msnb.spec import spec_from_source
         from msnb.archive import build
-        import msnb.torchserve, msnb.widget.form
+        import msnb.torchserve, msnb.widget.fields
         from msnb.demo import quickstart_notebook
         assert msnb.__file__.startswith(SITE), msnb.__file__
         assert str(quickstart_notebook()).startswith(SITE) and quickstart_notebook().is_file()

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, SERVE_FORMAT
-from msnb.archive import FORMATS as ARCHIVE_FORMATS
+from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.options import DEFAULTS, INT_OPTIONS, OPTIONS
 from msnb.widget.devices import Inventory
 
@@ -32,7 +31,7 @@ FIELDS_FOR = {
 REQUIRED = {"predict": ("payload",), "explain": ("payload",)}
 INT_MINIMUM = {k: v for k, v in INT_OPTIONS.items() if k != "max_gpu_memory"}
 # The build dropdown: (label, archive format) for the formats a person builds by hand.
-FORMATS = tuple((f"{f.name} ({f.help})", f.name) for f in ARCHIVE_FORMATS.values() if f.name != SERVE_FORMAT)
+FORMAT_CHOICES = tuple((f"{f.name} ({f.help})", f.name) for f in FORMATS.values() if f.name != SERVE_FORMAT)
 NO_PAYLOAD = object()
 
 
