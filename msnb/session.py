@@ -169,7 +169,7 @@ class Session:
         server = self.server(create=False)
         if server is None:
             raise MsnbError("No local TorchServe has run in this session.", f"run %ms_serve {name} first.")
-        log = server.log_dir / "model_log.log"
+        log = server.layout.model_log
         text = log.read_text(errors="replace") if log.exists() else ""
         found = model_lines(text, name, lines)
         if not found:
@@ -308,7 +308,7 @@ def _server_info(server: Any, running: bool) -> dict[str, Any]:
 
 def _worker_detail(server: Any, name: str) -> Callable[[], str]:
     """What the model's worker is doing, from the newest line of its log (for the registration's progress)."""
-    log = server.log_dir / "model_log.log"
+    log = server.layout.model_log
     start = log.stat().st_size if log.exists() else 0
 
     def detail() -> str:

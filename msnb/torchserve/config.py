@@ -28,6 +28,7 @@ KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
 STORE_DIR = "model_store"  # a local server's model store, inside its workdir
+MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
     "or `msnb export --kserve ... --max-request-size BYTES`",
@@ -121,6 +122,10 @@ class Layout:
     @property
     def log_config(self) -> Path:
         return self.workdir / "log4j2.xml"
+
+    @property
+    def model_log(self) -> Path:
+        return self.log_dir / MODEL_LOG
 
     @property
     def java_out(self) -> Path:

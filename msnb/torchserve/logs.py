@@ -8,6 +8,7 @@ from collections import deque
 from pathlib import Path
 
 from msnb.templates import shared_handler_files
+from msnb.torchserve.config import FRONTEND_LOG, MODEL_LOG
 
 # "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
@@ -24,7 +25,7 @@ SHARED_FILES = frozenset(p.name for p in shared_handler_files())  # the shared h
 class LogCursor:
     """Offsets into a server's log files; ``since()`` returns what was appended after them."""
 
-    def __init__(self, log_dir: Path, names: tuple[str, ...] = ("model_log.log", "ts_log.log")):
+    def __init__(self, log_dir: Path, names: tuple[str, ...] = (MODEL_LOG, FRONTEND_LOG)):
         self.paths = [Path(log_dir) / name for name in names]
         self.offsets = [_size(p) for p in self.paths]
 

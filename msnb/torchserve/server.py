@@ -186,7 +186,7 @@ class LocalServer:
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the worker log (model_log.log), else of TorchServe's own output."""
-        text = tail(self.log_dir / "model_log.log", lines) or tail(self.layout.java_out, lines)
+        text = tail(self.layout.model_log, lines) or tail(self.layout.java_out, lines)
         return "\n".join(text)
 
     @property
