@@ -9,6 +9,7 @@ from pathlib import Path
 import msnb
 import msnb.templates
 from msnb import archive
+from msnb.options import OPTIONS, ms_handler
 from msnb.torchserve.logs import is_library_frame
 
 PACKAGE = Path(msnb.__file__).parent
@@ -82,3 +83,12 @@ def test_each_fact_is_spelled_only_where_it_is_defined():
                 assert name in owners or not spells(value, fact), (
                     f"{name}:{line} spells {fact!r}; import it from {' or '.join(sorted(owners))}"
                 )
+
+
+def test_each_option_default_is_said_once_and_comes_from_the_options_table():
+    help_text = " ".join(ms_handler.__doc__.split())
+    for option in OPTIONS:
+        if option.default not in (None, ()):
+            repeated = re.search(rf"default:? {re.escape(str(option.default))}\b", option.help)
+            assert not repeated, f"{option.flag}: the help repeats its default; the OPTIONS row says it"
+            assert f"(default: {option.default})" in help_text, option.flag
