@@ -20,7 +20,7 @@ from msnb.demo import checkpoint_overrides
 from msnb.export import export_notebook
 from msnb.templates.msnb_metrics import ALL_METRICS
 from msnb.torchserve import LocalServer
-from msnb.torchserve.config import parse_properties
+from msnb.torchserve.config import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR, parse_properties
 
 WINDOW = (
     "Msnb* values are the handler's latest report: the means of the batches of a 1 s window, reported by the "
@@ -48,10 +48,10 @@ V2 = {
 
 
 def serve(kserve: Path, workdir: Path, envelope: str) -> LocalServer:
-    props = parse_properties((kserve / "config" / "config.properties").read_text())
+    props = parse_properties((kserve / KSERVE_CONFIG_DIR / "config.properties").read_text())
     props.pop("model_store")
     env = {"TS_SERVICE_ENVELOPE": envelope}
-    return LocalServer(workdir, auth=False, properties=props, env=env, model_store=kserve / "model-store")
+    return LocalServer(workdir, auth=False, properties=props, env=env, model_store=kserve / KSERVE_STORE_DIR)
 
 
 def wait_ready(server: LocalServer, name: str, timeout: float = 180) -> None:

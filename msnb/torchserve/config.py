@@ -116,6 +116,11 @@ class Layout:
         return Path("/tmp") / f"msnb-ts-{hashlib.sha1(str(self.workdir).encode()).hexdigest()[:12]}"
 
     @property
+    def pid_file(self) -> Path:
+        """Where TorchServe's launcher records the Java pid ($TMPDIR/.model_server.pid)."""
+        return self.tmp_dir / ".model_server.pid"
+
+    @property
     def config(self) -> Path:
         return self.workdir / "config.properties"
 

@@ -243,11 +243,11 @@ class LocalServer:
     def _launch(self, java: str) -> None:
         """Run TorchServe's launcher, which starts Java and returns; then watch Java and connect to it."""
         lay = self.layout
-        for stale in (lay.tmp_dir / ".model_server.pid", lay.key_file):
+        for stale in (lay.pid_file, lay.key_file):
             stale.unlink(missing_ok=True)
         self._run_launcher(self._launch_command(), self._launch_env(java))
         try:
-            pid = int((lay.tmp_dir / ".model_server.pid").read_text().strip())
+            pid = int(lay.pid_file.read_text().strip())
             self._java = psutil.Process(pid)
         except (OSError, ValueError, psutil.NoSuchProcess):
             raise ServerError(
@@ -313,7 +313,7 @@ class LocalServer:
 
     def _refuse_shared_workdir(self) -> None:
         try:
-            other = psutil.Process(int((self.layout.tmp_dir / ".model_server.pid").read_text().strip()))
+            other = psutil.Process(int(self.layout.pid_file.read_text().strip()))
             in_use = str(self.layout.config) in other.cmdline()
         except (OSError, ValueError, psutil.Error):
             return

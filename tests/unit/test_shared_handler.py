@@ -20,6 +20,8 @@ from torch import nn
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
+from msnb.templates import shared_handler_files
+
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the shared modules sit beside handler_model.py
 
@@ -492,9 +494,9 @@ def test_split_undoes_collate_for_any_batch_of_same_shape_samples(n, shape, as_d
 
 
 def test_the_shipped_modules_import_only_torch_the_standard_library_and_each_other():
-    shipped = {path.stem for path in TEMPLATES.glob("msnb_*.py")}
+    shipped = {path.stem for path in shared_handler_files()}
     allowed = set(sys.stdlib_module_names) | {"torch", "ts", "__future__"} | shipped
-    for path in TEMPLATES.glob("msnb_*.py"):
+    for path in shared_handler_files():
         # Captum (the optional extra) only where explanations are computed, imported when one is asked for
         allowed_here = allowed | ({"captum"} if path.name == "msnb_explain.py" else set())
         for node in ast.walk(ast.parse(path.read_text())):
