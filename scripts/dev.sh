@@ -83,7 +83,7 @@ case "$cmd" in
         "$VENV/bin/ruff" format --check msnb tests bench templates
         if [[ $# -gt 0 ]]; then run_pytest "$VENV" "$@"; exit; fi
         # The docs: a broken link, a page missing from the nav or an API name that does not resolve fails.
-        NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$(mktemp -d)/site"
+        NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/site"
         rc=0
         run_pytest "$VENV" || rc=$?
         for v in $TEST_PYTHONS; do
