@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
-# One entry point for a fresh machine (only Python 3.11 and Java 17 needed):
+# One entry point for a fresh machine (Python 3.11 and Java 17 needed; 3.13 too for its test tiers):
 #   bash scripts/dev.sh demo   set up .venv, build the quickstart notebook's handler, serve it, predict, stop
-#   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test), ruff (lint + format check), every test tier
+#   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test), ruff (lint + format check), the
+#                              docs' strict build, every test tier; then the install, unit and kernel tiers on
+#                              the other tested Python versions (TEST_PYTHONS). Arguments run only those tests.
 #   bash scripts/dev.sh bench  set up .venv and run the benchmarks (pass --quick for the short run)
-# Re-running is fast: the venv is reinstalled only when pyproject.toml changes.
+# pyproject.toml declares ranges; constraints.txt pins this environment. A venv is reinstalled only when
+# pyproject.toml, constraints.txt or TORCH_INDEX_URL change.
+#   PYTHON           the interpreter of .venv (default python3.11)
+#   TORCH_INDEX_URL  the index torch comes from, e.g. https://download.pytorch.org/whl/cpu for the CPU build
+#                    (unset: pip's configured index; PyPI's default on Linux is the CUDA build)
+#   TEST_PYTHONS     the other Python versions the full test run covers (default "3.13"; "" for none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=$ROOT/.venv
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
+TEST_PYTHONS=${TEST_PYTHONS-3.13}
 
-setup_venv() {
-    local stamp=$VENV/.msnb-installed want
-    want=$(cat pyproject.toml | sha256sum | cut -c1-16)
+setup_venv() {  # setup_venv VENV PYTHON EXTRAS
+    local venv=$1 py=$2 extras=$3 stamp=$1/.msnb-installed want
+    want=$(cat pyproject.toml constraints.txt <(echo "$extras ${TORCH_INDEX_URL:-}") | sha256sum | cut -c1-16)
     if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return; fi
-    echo "== setting up $VENV"
-    [[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
-    # torch is pinned to 2.13.0 (CPU wheel); nothing here may pull an unpinned torch.
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    echo "== setting up $venv"
+    [[ -x $venv/bin/python ]] || "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    if [[ -n ${TORCH_INDEX_URL:-} ]]; then
+        "$venv/bin/python" -m pip install -q -c constraints.txt --index-url "$TORCH_INDEX_URL" torch
+    fi
+    "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
     echo "$want" > "$stamp"
+}
+
+find_python() {  # find_python 3.13: python3.13 on PATH, else pyenv's copy; nothing when neither runs
+    local p
+    for p in "$(command -v "python$1" || true)" "$HOME"/.pyenv/versions/"$1".*/bin/"python$1"; do
+        if [[ -x $p ]] && "$p" -V >/dev/null 2>&1; then echo "$p"; return; fi
+    done
 }
 
 check_java() {
@@ -41,27 +58,44 @@ setup_browser() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
 }
 
+run_pytest() {  # run_pytest VENV [pytest args]: Jupyter and TorchServe write to $HOME and $TMPDIR, kept in a scratch dir
+    local venv=$1 scratch rc=0 pip_cache=${PIP_CACHE_DIR:-$HOME/.cache/pip}
+    shift
+    scratch=$(mktemp -d "${TMPDIR:-/tmp}/msnb-test.XXXXXX")
+    mkdir -p "$scratch/home" "$scratch/tmp" artifacts
+    # pip keeps its usual cache: the install tier's fresh venv reuses the wheels setup_venv downloaded.
+    HOME=$scratch/home TMPDIR=$scratch/tmp MSNB_ARTIFACTS=$ROOT/artifacts PIP_CACHE_DIR=$pip_cache \
+        "$venv/bin/python" -m pytest -n 2 --dist loadgroup -p no:cacheprovider "$@" || rc=$?
+    rm -rf "$scratch"
+    return $rc
+}
+
 cmd=${1:-}
 shift || true
 case "$cmd" in
     demo)
-        check_java; setup_venv
+        check_java; setup_venv "$VENV" "$PY" test,docs
         exec "$VENV/bin/python" -m msnb.demo "${@:-notebooks/quickstart.ipynb}" ;;
     test)
-        check_java; setup_venv; setup_browser
+        check_java; setup_venv "$VENV" "$PY" test,docs; setup_browser
         # Lint and format are part of the tests: CI fails on either.
         "$VENV/bin/ruff" check msnb tests bench templates
         "$VENV/bin/ruff" format --check msnb tests bench templates
-        # Jupyter and TorchServe write to $HOME and $TMPDIR: keep them in a scratch dir of this run.
-        scratch=$(mktemp -d "${TMPDIR:-/tmp}/msnb-test.XXXXXX")
-        mkdir -p "$scratch/home" "$scratch/tmp" artifacts
+        if [[ $# -gt 0 ]]; then run_pytest "$VENV" "$@"; exit; fi
+        # The docs: a broken link, a page missing from the nav or an API name that does not resolve fails.
+        NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/site"
         rc=0
-        HOME=$scratch/home TMPDIR=$scratch/tmp MSNB_ARTIFACTS=$ROOT/artifacts \
-            "$VENV/bin/python" -m pytest -n 2 --dist loadgroup -p no:cacheprovider "$@" || rc=$?
-        rm -rf "$scratch"
+        run_pytest "$VENV" || rc=$?
+        for v in $TEST_PYTHONS; do
+            py=$(find_python "$v")
+            if [[ -z $py ]]; then echo "== python$v not found: its tiers did not run" >&2; rc=1; continue; fi
+            setup_venv "$ROOT/.venv-$v" "$py" test
+            echo "== Python $v: install, unit and kernel tiers"
+            run_pytest "$ROOT/.venv-$v" tests/unit tests/spine tests/kernel tests/install || rc=$?
+        done
         exit $rc ;;
     bench)
-        check_java; setup_venv
+        check_java; setup_venv "$VENV" "$PY" test,docs
         exec "$VENV/bin/python" -m bench "$@" ;;
     *)
         echo "usage: bash scripts/dev.sh demo|test|bench [args]" >&2

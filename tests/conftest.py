@@ -1,6 +1,6 @@
 """Fixtures shared by every tier (tiny handlers built from source, no model downloads), and the rule that a
-test's folder is its tier: tests/kernel, tests/server and tests/browser get that marker; tests/unit and
-tests/spine may carry none of them (they start no kernel, server or browser)."""
+test's folder is its tier: tests/kernel, tests/server, tests/browser and tests/install get that marker;
+tests/unit and tests/spine may carry none of them (they start no kernel, server or browser)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helpers import MLP_SOURCE
 
 from msnb.spec import spec_from_source
 
-TIERS = ("kernel", "server", "browser")
+TIERS = ("kernel", "server", "browser", "install")
 MARKER_FREE = ("unit", "spine")
 
 
