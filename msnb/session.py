@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from msnb import archive, localtest
+from msnb import archive, localtest, testworker
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
@@ -211,6 +211,7 @@ class Session:
         return self.predict(name, data, version, explain=True)
 
     def stop(self) -> None:
+        testworker.close()  # the test processes too: nothing of the session keeps running
         if self._server is not None:
             self._server.stop()
         self.served.clear()

@@ -24,6 +24,7 @@ try:
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
+    from msnb_fallback import FallbackRecorder
     from msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -38,6 +39,7 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
+    from .msnb_fallback import FallbackRecorder
     from .msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -149,6 +151,7 @@ class BatchHandler:
         self.memory_fraction: float | None = None
         self.metrics = MetricsWindow()
         self.explainer = Explainer(explain_function)
+        self.fallbacks = FallbackRecorder()  # batched forwards retried one by one (msnb_fallback)
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
@@ -277,7 +280,7 @@ class BatchHandler:
             except Exception as err:
                 answers[idx] = self._error(idx, "preprocess", err)
         marks.append(time.perf_counter())
-        outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in explain})
+        outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
         asked = {idx: x for idx, x in inputs.items() if idx in explain}
         explained = self.explainer.explain(self.model, self.device, asked, {idx: samples[idx] for idx in asked})
         marks.append(time.perf_counter())
@@ -290,8 +293,9 @@ class BatchHandler:
         self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(samples))
         return answers
 
-    def _forward(self, inputs: dict[int, Any]) -> dict[int, Any]:
-        """One forward for the whole batch; one per sample when it cannot be collated, run or split."""
+    def _forward(self, inputs: dict[int, Any], context: Any = None) -> dict[int, Any]:
+        """One forward for the whole batch; one per sample when it cannot be collated, run or split (the
+        last two counted and logged as a batch fallback: msnb_fallback)."""
         if not inputs:
             return {}
         samples = list(inputs.values())
@@ -302,9 +306,7 @@ class BatchHandler:
         except Exception as err:
             if len(samples) == 1:
                 return {idx: _Failed("inference", err) for idx in inputs}
-            logger.warning(
-                "msnb handler: batched forward of %d samples failed; retrying one by one", len(samples), exc_info=True
-            )
+            self.fallbacks.record(context, err, len(samples))
         return {idx: self._forward_one(sample) for idx, sample in inputs.items()}
 
     def _forward_one(self, sample: Any) -> Any:
