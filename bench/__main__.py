@@ -25,6 +25,7 @@ BENCHMARKS = (
     "explain",
     "redeploy_load",
     "local_test",
+    "explain_load",
 )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 try:
+    from msnb_budget import ExplainBudget
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
@@ -36,6 +37,7 @@ try:
     )
     from msnb_metrics import MetricsWindow
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
+    from .msnb_budget import ExplainBudget
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
@@ -116,6 +118,8 @@ def _set_statuses(context: Any, answers: list) -> None:
         try:
             context.set_response_status(answer.status, f"{answer['stage']} failed", idx)
             context.set_response_content_type(idx, "application/json")
+            for key, value in getattr(answer, "headers", {}).items():
+                context.set_response_header(idx, key, value)
         except Exception:
             logger.warning("could not set the status of request %d", idx, exc_info=True)
 
@@ -152,6 +156,7 @@ class BatchHandler:
         self.metrics = MetricsWindow()
         self.explainer = Explainer(explain_function)
         self.fallbacks = FallbackRecorder()  # batched forwards retried one by one (msnb_fallback)
+        self.explain_budget = ExplainBudget()  # explanations' share of the worker's time (msnb_budget)
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
@@ -282,7 +287,7 @@ class BatchHandler:
         marks.append(time.perf_counter())
         outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
         asked = {idx: x for idx, x in inputs.items() if idx in explain}
-        explained = self.explainer.explain(self.model, self.device, asked, {idx: samples[idx] for idx in asked})
+        explained = self._explain_within_budget(asked, samples)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
             answers[idx] = self._answer(idx, output, encode or _json_answer)
@@ -292,6 +297,18 @@ class BatchHandler:
         stages = ("preprocess", "inference", "postprocess")
         self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(samples))
         return answers
+
+    def _explain_within_budget(self, asked: dict[int, Any], samples: list) -> dict[int, Any]:
+        """Explain ``asked`` when the explanation budget has room; otherwise refuse them at once (msnb_budget)."""
+        if not asked:
+            return {}
+        if not self.explain_budget.admit():
+            return {idx: self.explain_budget.refusal() for idx in asked}
+        start = time.perf_counter()
+        try:
+            return self.explainer.explain(self.model, self.device, asked, {idx: samples[idx] for idx in asked})
+        finally:
+            self.explain_budget.spend(time.perf_counter() - start)
 
     def _forward(self, inputs: dict[int, Any], context: Any = None) -> dict[int, Any]:
         """One forward for the whole batch; one per sample when it cannot be collated, run or split (the
@@ -336,7 +353,9 @@ class BatchHandler:
     def _explanation(self, idx: int, explanation: Any, encode: Callable[[int, Any], Any]) -> Any:
         """An explanation goes out as it is (encoded like an answer); postprocess is for predictions only."""
         if isinstance(explanation, Exception):
-            return self._error(idx, "explain", explanation)
+            answer = self._error(idx, "explain", explanation)
+            answer.headers = getattr(explanation, "headers", {})  # a refusal's Retry-After (msnb_budget)
+            return answer
         try:
             return encode(idx, explanation)
         except NonFiniteError as err:
