@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -99,6 +100,9 @@ def _wait_ready() -> None:
     marker, deadline = _STATE["ready"], time.monotonic() + READY_WAIT_S
     while marker is not None and not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)  # polling a file another process writes, with a bound
+    if marker is not None and marker.exists():
+        shutil.rmtree(marker.parent, ignore_errors=True)
+        _STATE["ready"] = None
 
 
 @contextlib.contextmanager
