@@ -24,6 +24,8 @@ BENCHMARKS = (
     "hermetic",
     "explain",
     "redeploy_load",
+    "local_test",
+    "explain_load",
 )
 
 

@@ -171,6 +171,8 @@ def _handler_cells(name: str, h: dict[str, Any]) -> tuple[str, ...]:
         f"v{m['version']}" + (" (default)" if m["default"] else "") + (" (stale)" if h["stale"] else "")
         for m in h["served"]
     )
+    if h.get("batch_fallbacks"):  # batching lost: the server retried batches one sample at a time
+        served += f" ({h['batch_fallbacks']} batch fallbacks: see %ms_logs)"
     return name, f"v{h['version']} digest {h['digest']}", built or "none", served or "not served", h["url"] or ""
 
 

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import traceback
 import uuid
 from collections.abc import Iterable
@@ -21,7 +20,7 @@ import yaml
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
-from msnb.archive import CHECKPOINT, CONFIG, shared_handler_files, stage
+from msnb.archive import CHECKPOINT, CONFIG, shared_handler_files
 from msnb.bundle import environment_dirs
 from msnb.errors import HandlerRunError
 from msnb.forms import ROLES_FORM
@@ -46,27 +45,33 @@ class Answer:
 class _LogCapture(logging.Handler):
     """Keeps the shared handler's log lines (as TorchServe's model_log.log would) instead of printing them."""
 
-    def __init__(self) -> None:
+    def __init__(self, echo: Any = None) -> None:
         super().__init__()
         self.lines: list[str] = []
+        self.echo = echo  # a file that gets every line too (a test process's log, read after a crash)
         self.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.extend(self.format(record).splitlines())
+        text = self.format(record)
+        self.lines.extend(text.splitlines())
+        if self.echo is not None:
+            self.echo.write(text + "\n")
 
 
 class LoadedHandler:
     """A handler_model.py imported under a unique name from a staged model dir, loaded once.
 
     Like a worker's import, the module is in ``sys.modules`` while it is used (dataclasses, pickle and
-    typing look their module up there); ``close()`` takes it out again.
+    typing look their module up there); ``close()`` takes it out again. ``isolated`` hides the process's
+    own local modules, path and cwd around every call (not needed in a test process, which is a worker's
+    fresh process already); ``echo`` is a file that gets the handler's log lines too.
     """
 
-    def __init__(self, spec: HandlerSpec, model_dir: Path):
+    def __init__(self, spec: HandlerSpec, model_dir: Path, *, isolated: bool = True, echo: Any = None):
         self.spec = spec
         self.model_dir = Path(model_dir)
-        self.log = _LogCapture()
-        self.imports = WorkerImports(self.model_dir)
+        self.log = _LogCapture(echo)
+        self.imports = WorkerImports(self.model_dir) if isolated else _NoImports()
         with self.imports:
             self.module = _import_isolated(self.model_dir / f"{HANDLER_MODULE}.py")
         try:
@@ -186,16 +191,18 @@ def _user_frames(err: BaseException) -> str:
 
 
 def run_handler(spec: HandlerSpec, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
-    """Stage ``spec`` in a temp dir, load it, and answer ``samples`` as one batch (``explain``: see ``run``)."""
-    answers, _ = _run_staged(spec, list(samples), explain)
-    return answers
+    """Answer ``samples`` as ONE batch in ``spec``'s test process (``explain``: see ``LoadedHandler.run``)."""
+    from msnb import testworker
+
+    samples = list(samples)
+    return testworker.worker_for(spec).run(samples, explain)[0] if samples else []
 
 
 def predict_in_process(
     spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True, explain: bool = False
 ) -> list[Any]:
-    """The answers (bodies) the server would give for ``samples`` (explanations with ``explain``);
-    a failed sample raises by default."""
+    """The answers (bodies) the server would give for ``samples`` (explanations with ``explain``), sent in
+    batches of the handler's batch size (``batchtest``); a failed sample raises by default."""
     answers, log = _run_staged(spec, list(samples), explain)
     if raise_on_error:
         _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
@@ -214,16 +221,14 @@ def validate(spec: HandlerSpec) -> None:
     )
 
 
-def _run_staged(
-    spec: HandlerSpec, samples: list[Any], explain: bool | Iterable[bool] = False
-) -> tuple[list[Answer], list[str]]:
-    with tempfile.TemporaryDirectory(prefix="msnb-test-") as tmp:
-        handler = LoadedHandler(spec, stage(spec, Path(tmp) / "model", temporary=True))
-        try:
-            answers = handler.run(samples, explain) if samples else []
-        finally:
-            handler.close()
-        return answers, handler.log.lines
+def _run_staged(spec: HandlerSpec, samples: list[Any], explain: bool = False) -> tuple[list[Answer], list[str]]:
+    """Load ``spec`` in its test process (a child: the kernel is left alone) and answer ``samples`` there."""
+    from msnb import batchtest, testworker
+
+    if not samples:
+        testworker.worker_for(spec)  # loading is the check
+        return [], []
+    return batchtest.run_like_server(spec, samples, explain)
 
 
 def _raise_first_failure(
@@ -275,6 +280,10 @@ class WorkerImports:
         mine = [m for m, mod in sys.modules.items() if _is_local(mod, ()) and _inside(_file(mod), (self.root,))]
         self.own = {m: sys.modules.pop(m) for m in mine}
         sys.modules.update(self.hidden)
+
+
+class _NoImports(contextlib.nullcontext):
+    """``WorkerImports`` for a process that is already a worker's: nothing to hide or restore."""
 
 
 def _file(module: Any) -> str:

@@ -14,12 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from msnb import archive, localtest
+from msnb import archive, localtest, testworker
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
 from msnb.spec import HandlerSpec
 from msnb.state import Built, Observers, Served, builds_in, keep_aside, read_built
+from msnb.torchserve.fallbacks import batch_fallbacks
 
 DEFAULT_EXPORT = archive.DEFAULT_EXPORT
 
@@ -211,6 +212,7 @@ class Session:
         return self.predict(name, data, version, explain=True)
 
     def stop(self) -> None:
+        testworker.close()  # the test processes too: nothing of the session keeps running
         if self._server is not None:
             self._server.stop()
         self.served.clear()
@@ -222,12 +224,16 @@ class Session:
         running = bool(server is not None and server.running)
         models = server.models() if running else []
         info = _server_info(server, running)
+        handlers = {n: self._handler_status(s, models, info) for n, s in self.specs.items()}
+        fell_back = batch_fallbacks(server) if running else {}
+        for name, handler in handlers.items():  # batched forwards the server retried one sample at a time
+            handler["batch_fallbacks"] = fell_back.get(name, 0)
         return {
             "specs": {n: {"version": s.version, "digest": s.digest()} for n, s in self.specs.items()},
             "archives": {n: str(p) for n, p in self.archives.items()},
             "server": info,
             "models": models,
-            "handlers": {n: self._handler_status(s, models, info) for n, s in self.specs.items()},
+            "handlers": handlers,
         }
 
     def _handler_status(self, spec: HandlerSpec, models: list, info: dict[str, Any]) -> dict[str, Any]:

@@ -21,9 +21,11 @@ from typing import Any
 import torch
 
 try:
+    from msnb_budget import ExplainBudget
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
+    from msnb_fallback import FallbackRecorder
     from msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -35,9 +37,11 @@ try:
     )
     from msnb_metrics import MetricsWindow
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
+    from .msnb_budget import ExplainBudget
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
+    from .msnb_fallback import FallbackRecorder
     from .msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -114,6 +118,8 @@ def _set_statuses(context: Any, answers: list) -> None:
         try:
             context.set_response_status(answer.status, f"{answer['stage']} failed", idx)
             context.set_response_content_type(idx, "application/json")
+            for key, value in getattr(answer, "headers", {}).items():
+                context.set_response_header(idx, key, value)
         except Exception:
             logger.warning("could not set the status of request %d", idx, exc_info=True)
 
@@ -149,6 +155,8 @@ class BatchHandler:
         self.memory_fraction: float | None = None
         self.metrics = MetricsWindow()
         self.explainer = Explainer(explain_function)
+        self.fallbacks = FallbackRecorder()  # batched forwards retried one by one (msnb_fallback)
+        self.explain_budget = ExplainBudget()  # explanations' share of the worker's time (msnb_budget)
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
@@ -277,9 +285,9 @@ class BatchHandler:
             except Exception as err:
                 answers[idx] = self._error(idx, "preprocess", err)
         marks.append(time.perf_counter())
-        outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in explain})
+        outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
         asked = {idx: x for idx, x in inputs.items() if idx in explain}
-        explained = self.explainer.explain(self.model, self.device, asked, {idx: samples[idx] for idx in asked})
+        explained = self._explain_within_budget(asked, samples)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
             answers[idx] = self._answer(idx, output, encode or _json_answer)
@@ -290,8 +298,21 @@ class BatchHandler:
         self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(samples))
         return answers
 
-    def _forward(self, inputs: dict[int, Any]) -> dict[int, Any]:
-        """One forward for the whole batch; one per sample when it cannot be collated, run or split."""
+    def _explain_within_budget(self, asked: dict[int, Any], samples: list) -> dict[int, Any]:
+        """Explain ``asked`` when the explanation budget has room; otherwise refuse them at once (msnb_budget)."""
+        if not asked:
+            return {}
+        if not self.explain_budget.admit():
+            return {idx: self.explain_budget.refusal() for idx in asked}
+        start = time.perf_counter()
+        try:
+            return self.explainer.explain(self.model, self.device, asked, {idx: samples[idx] for idx in asked})
+        finally:
+            self.explain_budget.spend(time.perf_counter() - start)
+
+    def _forward(self, inputs: dict[int, Any], context: Any = None) -> dict[int, Any]:
+        """One forward for the whole batch; one per sample when it cannot be collated, run or split (the
+        last two counted and logged as a batch fallback: msnb_fallback)."""
         if not inputs:
             return {}
         samples = list(inputs.values())
@@ -302,9 +323,7 @@ class BatchHandler:
         except Exception as err:
             if len(samples) == 1:
                 return {idx: _Failed("inference", err) for idx in inputs}
-            logger.warning(
-                "msnb handler: batched forward of %d samples failed; retrying one by one", len(samples), exc_info=True
-            )
+            self.fallbacks.record(context, err, len(samples))
         return {idx: self._forward_one(sample) for idx, sample in inputs.items()}
 
     def _forward_one(self, sample: Any) -> Any:
@@ -334,7 +353,9 @@ class BatchHandler:
     def _explanation(self, idx: int, explanation: Any, encode: Callable[[int, Any], Any]) -> Any:
         """An explanation goes out as it is (encoded like an answer); postprocess is for predictions only."""
         if isinstance(explanation, Exception):
-            return self._error(idx, "explain", explanation)
+            answer = self._error(idx, "explain", explanation)
+            answer.headers = getattr(explanation, "headers", {})  # a refusal's Retry-After (msnb_budget)
+            return answer
         try:
             return encode(idx, explanation)
         except NonFiniteError as err:

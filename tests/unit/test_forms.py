@@ -82,7 +82,7 @@ def test_a_cell_that_is_not_one_clear_form_is_refused_at_capture(cell, message, 
 
 def test_a_handle_answering_the_wrong_number_of_requests_is_caught_before_serving():
     short = OWN_FUNCTION.replace("for o in _model(batch)]", "for o in _model(batch)][:1]")
-    spec = capture("short", short, POOL)
+    spec = capture("short", short, POOL, batch_size=2)  # the server sends both samples in one batch
     with pytest.raises(HandlerRunError) as err:
         localtest.predict_in_process(spec, SAMPLES)
     assert "returned a list of 1 for a batch of 2" in err.value.message

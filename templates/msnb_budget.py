@@ -1,0 +1,62 @@
+"""The explanation budget of the shared handler: explanations may take at most a share of a worker's time.
+
+Explanations (Integrated Gradients: ~50 forward and backward passes) share the worker's queue with
+predictions; many explanation clients would keep it full of them, and every prediction would wait behind
+all of them. So explanations are paced: after an explanation that took ``d`` seconds, the worker explains
+again only after ``d * (1 / SHARE - 1)`` seconds of other work (SHARE 0.25: three times as long). An
+explanation request that arrives sooner is refused at once, 503 with a ``Retry-After`` header (whole
+seconds until the next explanation is admitted), which costs the worker about nothing; predictions are never
+refused. A prediction then waits behind at most one explanation. The first explanation is always admitted.
+
+Depends only on the standard library, never on msnb.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+try:
+    from msnb_explain import ExplainError
+except ImportError:  # imported as msnb.templates.msnb_budget instead of from a model dir
+    from .msnb_explain import ExplainError
+
+SHARE = 0.25  # the most of a worker's time explanations may take
+REFUSED_STATUS = 503
+HINT = (
+    "explanations are limited to {share:.0%} of the worker's time, so that predictions keep their latency; "
+    "retry after the Retry-After header's seconds (or serve a second copy of the model for explanations)."
+)
+
+
+class ExplainBudget:
+    """Admit an explanation batch once the worker has done enough other work since the last one."""
+
+    def __init__(self, share: float = SHARE, clock: Callable[[], float] = time.monotonic):
+        self.share, self.clock = share, clock
+        self.next_at = -math.inf  # when the next explanation is admitted
+        self.refused = 0
+
+    def admit(self) -> bool:
+        return self.clock() >= self.next_at
+
+    def spend(self, seconds: float) -> None:
+        """An explanation batch took ``seconds``: the next one waits for the rest of the worker's time."""
+        self.next_at = self.clock() + seconds * (1 / self.share - 1)
+
+    def retry_after(self) -> int:
+        """Whole seconds until the next explanation is admitted (at least 1: Retry-After has no fractions)."""
+        return max(1, math.ceil(self.next_at - self.clock()))
+
+    def refusal(self) -> ExplainError:
+        """The error a refused explanation is answered with (its ``headers`` go on the answer)."""
+        self.refused += 1
+        retry = self.retry_after()
+        err = ExplainError(
+            f"too many explanations: this worker spent its explanation budget (retry in {retry} s)",
+            HINT.format(share=self.share),
+            status=REFUSED_STATUS,
+        )
+        err.headers = {"Retry-After": str(retry)}
+        return err

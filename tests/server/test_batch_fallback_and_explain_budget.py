@@ -1,0 +1,85 @@
+"""On a real TorchServe: a batch fallback is counted, shown in status and logged; explanations over their share of
+the worker are refused at once (503 + Retry-After) while predictions are answered."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import requests
+import torch
+from helpers import MLP_SOURCE, mlp_model, poll
+
+from msnb.batchtest import BatchFallbackWarning
+from msnb.display import Status
+from msnb.session import Session, deploy
+from msnb.spec import spec_from_source
+from msnb.torchserve import LocalServer
+
+pytestmark = pytest.mark.server
+
+BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
+INPUTS = [{"x": [float(i), 1.0, -2.0, 0.5]} for i in range(4)]
+
+
+def expected(sample: dict) -> dict:
+    """The answer of the handler's model, computed here with plain torch."""
+    with torch.no_grad():
+        output = mlp_model()(torch.tensor([sample["x"]]))[0]
+    return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
+
+
+@pytest.mark.timeout(300)
+def test_a_forward_that_breaks_on_a_batch_is_counted_in_status_and_its_traceback_logged(tmp_path):
+    spec = spec_from_source(
+        "batchbug", BATCH_ONLY_BUG, init_kwargs={"hidden": 8}, batch_size=4, max_batch_delay=300, example=INPUTS[0]
+    )
+    session = Session(server_factory=lambda: LocalServer(tmp_path / "ts"))
+    session.add(spec)
+    try:
+        with pytest.warns(BatchFallbackWarning, match="mat1 and mat2 shapes cannot be multiplied"):
+            session.test("batchbug")  # the example is tested as a batch of two as well
+        server = session.serve("batchbug")
+
+        def fell_back():  # concurrent requests, until the server has batched some of them
+            assert server.predict_many("batchbug", INPUTS) == [expected(x) for x in INPUTS]
+            return session.status()["handlers"]["batchbug"]["batch_fallbacks"] and session.status()
+
+        status = poll(fell_back, 60, "a batch fallback counted on /metrics", log=lambda: session.logs("batchbug"))
+        assert "batch fallbacks: see %ms_logs" in Status(status).text()
+        logs = session.logs("batchbug", 400)
+        assert "the batched forward of" in logs and "retrying one sample at a time, batching is lost" in logs
+        assert "Traceback (most recent call last)" in logs and "mat1 and mat2 shapes cannot be multiplied" in logs
+    finally:
+        session.stop()
+
+
+@pytest.mark.timeout(300)
+def test_explanations_over_their_share_get_503_with_retry_after_while_predictions_are_answered(tmp_path):
+    spec = spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8})
+    with LocalServer(tmp_path / "ts") as server:
+        deploy(server, spec)
+        key = json.loads(server.layout.key_file.read_text())["inference"]["key"]
+        headers = {"Authorization": f"Bearer {key}"}
+        explained: list[requests.Response] = []
+
+        def explain_client() -> None:  # a client that does not wait as asked: every request counts
+            with requests.Session() as http:
+                for _ in range(15):
+                    explained.append(
+                        http.post(f"{server.inference_url}/explanations/mlp", json=INPUTS[0], headers=headers)
+                    )
+
+        clients = [threading.Thread(target=explain_client) for _ in range(6)]
+        for client in clients:
+            client.start()
+        predictions = [server.predict("mlp", sample) for sample in INPUTS * 5]
+        for client in clients:
+            client.join(120)
+    assert predictions == [expected(x) for x in INPUTS * 5]
+    refused = [r for r in explained if r.status_code == 503]
+    assert refused and any(r.status_code == 200 for r in explained)
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
+    body = refused[0].json()
+    assert body["stage"] == "explain" and "explanation budget" in body["error"] and "Retry-After" in body["hint"]

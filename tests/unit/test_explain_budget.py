@@ -1,0 +1,43 @@
+"""The explanation budget: after an explanation, the next one waits for three times as long of other work."""
+
+from __future__ import annotations
+
+from msnb.templates.msnb_budget import ExplainBudget
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_first_explanation_is_admitted_and_the_next_waits_for_its_share():
+    clock = Clock()
+    budget = ExplainBudget(share=0.25, clock=clock)
+    assert budget.admit()
+    budget.spend(0.5)  # took half a second: the worker does 1.5 s of other work before the next one
+    clock.now += 1.4
+    assert not budget.admit()
+    refusal = budget.refusal()
+    assert refusal.status == 503 and refusal.headers == {"Retry-After": "1"} and budget.refused == 1
+    assert "25% of the worker's time" in refusal.hint
+    clock.now += 0.1
+    assert budget.admit()
+
+
+def test_retry_after_is_whole_seconds_until_the_next_admission():
+    clock = Clock()
+    budget = ExplainBudget(share=0.25, clock=clock)
+    budget.spend(2.0)  # 6 s of other work before the next explanation
+    clock.now += 0.5
+    assert budget.retry_after() == 6
+    assert budget.refusal().headers["Retry-After"] == "6"
+
+
+def test_a_share_of_one_never_refuses():
+    clock = Clock()
+    budget = ExplainBudget(share=1.0, clock=clock)
+    budget.spend(10.0)
+    assert budget.admit()

@@ -1,0 +1,135 @@
+"""msnb.test_handler runs the handler in a child process, in batches as the server forms them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+import torch
+from helpers import MLP_SOURCE, mlp_model, poll
+
+import msnb
+from msnb import testworker
+from msnb.batchtest import BatchFallbackWarning
+from msnb.errors import HandlerRunError
+from msnb.spec import spec_from_source
+
+X = [0.5, -1.0, 2.0, 0.1]
+BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
+# The model's forward tells how many samples its batch held, and which process ran it.
+BATCH_PROBE = textwrap.dedent(
+    """
+    import os
+    import torch
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            return torch.full((x.shape[0], 2), float(x.shape[0])) * torch.tensor([1.0, 0.0]) + torch.tensor(
+                [0.0, float(os.getpid())]
+            )
+
+    def init_function():
+        return Probe()
+
+    def preprocess(sample):
+        return torch.tensor(sample, dtype=torch.float32)
+
+    def postprocess(output):
+        return {"batch": int(output[0]), "pid": int(output[1])}
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def no_test_process_left():
+    yield
+    testworker.close()
+
+
+def expected(x: list[float]) -> dict:
+    """The answer of the handler's model, computed here with plain torch."""
+    with torch.no_grad():
+        output = mlp_model()(torch.tensor([x]))[0]
+    return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
+
+
+def test_samples_go_in_batches_of_the_batch_size_in_a_process_of_their_own():
+    spec = spec_from_source("probe", BATCH_PROBE, batch_size=2)
+    answers = msnb.test_handler(spec, [[1.0]] * 5)
+    assert [a["batch"] for a in answers] == [2, 2, 2, 2, 1]
+    assert len({a["pid"] for a in answers}) == 1 and answers[0]["pid"] != os.getpid()
+
+
+def test_an_unchanged_handler_is_answered_by_its_process_and_a_changed_one_by_a_fresh_one():
+    spec = spec_from_source("probe", BATCH_PROBE)
+    [first], [again] = msnb.test_handler(spec, [[1.0]]), msnb.test_handler(spec, [[1.0]])
+    [changed] = msnb.test_handler(spec_from_source("probe", BATCH_PROBE + "\n# edited\n"), [[1.0]])
+    assert first["pid"] == again["pid"] and changed["pid"] != first["pid"]
+    assert not psutil.pid_exists(first["pid"]) or psutil.Process(first["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_forward_that_breaks_on_a_batch_warns_with_the_error_and_still_answers_right():
+    spec = spec_from_source("batchbug", BATCH_ONLY_BUG, init_kwargs={"hidden": 8}, batch_size=4)
+    with pytest.warns(BatchFallbackWarning) as caught:
+        [answer] = msnb.test_handler(spec, [{"x": X}])
+    assert answer == expected(X)
+    [message] = [str(w.message) for w in caught if issubclass(w.category, BatchFallbackWarning)]
+    assert "batched forward of 2 samples failed" in message and "mat1 and mat2 shapes cannot be multiplied" in message
+    assert "batching is lost" in message and "Hint: make forward work on a batch" in message
+
+
+def test_with_batch_size_one_a_single_sample_is_not_doubled(recwarn):
+    spec = spec_from_source("batchbug1", BATCH_ONLY_BUG, init_kwargs={"hidden": 8})
+    assert msnb.test_handler(spec, [{"x": X}]) == [expected(X)]  # the server never batches it
+    assert not [w for w in recwarn if issubclass(w.category, BatchFallbackWarning)]
+
+
+def test_a_segfault_in_the_handler_is_reported_with_the_python_stack(capsys):
+    crash = MLP_SOURCE.replace(
+        "def preprocess(sample):\n", "def preprocess(sample):\n    import ctypes\n    ctypes.string_at(0)\n"
+    )
+    with pytest.raises(HandlerRunError) as err:
+        msnb.test_handler(spec_from_source("segv", crash, init_kwargs={"hidden": 8}), [{"x": X}])
+    assert "died (signal SIGSEGV) while answering" in err.value.message
+    assert "Fatal Python error: Segmentation fault" in err.value.details and "preprocess" in err.value.details
+
+
+def test_what_the_handler_prints_is_shown_and_the_process_state_is_kept(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path, modules = sys.path[:], set(sys.modules)
+    chatty = MLP_SOURCE.replace(
+        "def preprocess(sample):\n", "def preprocess(sample):\n    print('preprocessing', sample)\n"
+    )
+    assert msnb.test_handler(spec_from_source("chatty", chatty, init_kwargs={"hidden": 8}), [{"x": X}]) == [expected(X)]
+    assert f"preprocessing {{'x': {X}}}" in capsys.readouterr().out
+    assert os.getcwd() == str(tmp_path) and sys.path == path
+    assert not {m for m in set(sys.modules) - modules if "handler_model" in m or m.startswith("msnb_")}
+
+
+KILLED_KERNEL = """
+import sys
+import msnb
+from msnb.spec import spec_from_source
+from msnb import testspare
+print(msnb.test_handler(spec_from_source("k", sys.argv[1]), [[1.0]])[0]["pid"], flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_kernel_leaves_no_test_process_behind():
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", KILLED_KERNEL, BATCH_PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pid = int(kernel.stdout.readline())
+        children = psutil.Process(kernel.pid).children(recursive=True)
+        assert pid in {c.pid for c in children}
+    finally:
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+    poll(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 30, "no child left")
