@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from msnb import archive, localtest
+from msnb import archive, localtest, taken
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
@@ -132,11 +132,13 @@ class Session:
             report(f"already serving {served.line()}", 1.0)
             return server
         detail = _worker_detail(server, spec.name)
+        files = taken.taken_by(spec)  # as the build below copies them
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
                 status = deploy(server, spec)  # registers it, or replaces the version(s) already there
         cell = self.specs.get(spec.name)
-        self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell.digest() if cell else None)
+        cell_digest = cell.digest() if cell else None
+        self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell_digest, files)
         report(f"ready: {self.served[spec.name].line()}", 1.0)
         self.observers.notify("served", spec.name)
         return server
@@ -150,10 +152,16 @@ class Session:
 
     def stale(self, name: str) -> str | None:
         """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served):
-        the cell changed since it was served."""
+        a file it was built from changed, or the cell changed since it was served."""
         served, spec = self.served.get(name), self.specs.get(name)
         if served is None or spec is None:
             return None
+        files = taken.changed(served.files)
+        if files:
+            return (
+                f"{name!r} is stale: {taken.describe(files)} changed since {served.line()} was built; the server "
+                f"still answers with the file(s) as they were then. Run %ms_serve {name} to redeploy."
+            )
         now = spec.digest()  # hashes the source and config (and a live checkpoint's tensors): once
         if (served.cell_digest or served.digest) == now:
             return None  # (a widget serving its own edits of an unchanged cell is not stale)
@@ -234,7 +242,7 @@ class Session:
         builds = {b.path: b for b in builds_in(DEFAULT_EXPORT, spec.name)}
         if spec.name in self.archives and (b := read_built(self.archives[spec.name])) is not None:
             builds[b.path] = b
-        served, digest = self.served.get(spec.name), spec.digest()
+        served, digest, why = self.served.get(spec.name), spec.digest(), self.stale(spec.name)
         return {
             "version": spec.version,
             "digest": digest,
@@ -244,7 +252,8 @@ class Session:
                 for m in models
                 if m.name == spec.name
             ],
-            "stale": self.stale(spec.name) is not None,
+            "stale": why is not None,
+            "why": why,  # the stale warning %ms_predict shows (which file or cell changed), or None
             "url": f"{info['url']}/predictions/{spec.name}" if served and info["url"] else None,
         }
 

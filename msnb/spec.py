@@ -15,6 +15,7 @@ from msnb.errors import SpecError
 from msnb.forms import FORMS, ROLES_FORM, Form
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
+from msnb.taken import fingerprint
 from msnb.torchserve.store import SEGMENT_RULE, valid_segment
 
 
@@ -229,9 +230,8 @@ class HandlerSpec:
             ).encode()
         )
         ckpt = self.checkpoint_path
-        if ckpt is not None:
-            st = ckpt.stat() if ckpt.exists() else None
-            h.update(f"{ckpt.resolve()}:{st and st.st_size}:{st and st.st_mtime_ns}".encode())
+        if ckpt is not None:  # its content (hashed once per save): the same weights saved again are no change
+            h.update(f"{ckpt.resolve()}:{fingerprint(ckpt) if ckpt.is_file() else 'missing'}".encode())
         elif self.checkpoint is not None:
             h.update(_live_fingerprint(self.checkpoint).encode())
         return h.hexdigest()[:12]
