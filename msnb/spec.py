@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
-from msnb.forms import FORMS, ROLES_FORM, Form
+from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
 from msnb.taken import fingerprint
@@ -154,6 +154,8 @@ class HandlerSpec:
             raise SpecError(f"Handler {self.name!r} does not compile: {err}.", "fix the cell's syntax.") from None
         if "init_function" in self.roles:
             check_init_kwargs(tree, self.roles["init_function"], self.init_kwargs)
+        if self.form == CLASS_FORM:
+            check_checkpoint(tree, self.entry, self.checkpoint)
 
     def _validate_form(self) -> None:
         if self.form not in FORMS:

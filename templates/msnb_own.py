@@ -20,6 +20,10 @@ try:
 except ImportError:  # imported as msnb.templates.msnb_own instead of from a model dir
     from .msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
 
+TORCHSCRIPT_HINT = (
+    "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
+    "scripted module itself), or override initialize to build the model and load a state_dict."
+)
 CHECKPOINT_HINT = (
     "the checkpoint comes with --checkpoint (it is the manifest's serializedFile, model.pt in the archive: "
     "read it from context.manifest['model']['serializedFile'] as BaseHandler does); any other file with "
@@ -85,8 +89,7 @@ def explain(what: str, err: BaseException, settings: LoadSettings, base_handler:
         return HandlerLoadError(
             f"{what} failed: BaseHandler loads {settings.checkpoint} with torch.jit.load, and it is not "
             f"TorchScript ({type(err).__name__}: {str(err).split('. ')[0]}).",
-            "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
-            "scripted module itself), or override initialize to build the model and load a state_dict.",
+            TORCHSCRIPT_HINT,
         )
     return None
 
