@@ -34,6 +34,7 @@ class Session:
     def __init__(self, server_factory: Callable[[], Any] | None = None):
         self.specs: dict[str, HandlerSpec] = {}
         self.archives: dict[str, Path] = {}  # name -> the archive built last
+        self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
         self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
         self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
@@ -99,6 +100,8 @@ class Session:
             report(f"kept the archive of another version as {kept}", 0.3)
         path = archive.build(spec, export_path, fmt=fmt, progress=report)
         self.archives[spec.name] = path
+        if (cell := self.specs.get(spec.name)) is not None:
+            self.built_from[path.resolve()] = cell.digest()
         self.observers.notify("built", spec.name)
         return path
 
@@ -246,7 +249,7 @@ class Session:
         return {
             "version": spec.version,
             "digest": digest,
-            "archives": [_archive_row(b, digest) for b in builds.values()],
+            "archives": [_archive_row(b, digest, self.built_from.get(b.path.resolve())) for b in builds.values()],
             "served": [
                 {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
                 for m in models
@@ -300,9 +303,11 @@ def _serving(server: Any, name: str) -> str:
     return f"the server still runs; it serves {name} {', '.join(versions)}"
 
 
-def _archive_row(built: Built, digest: str) -> dict[str, Any]:
-    """One archive on disk, stale when built from another digest than the cell's ``digest``."""
-    return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": built.digest != digest}
+def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> dict[str, Any]:
+    """One archive on disk, stale when the cell's ``digest`` is not the one it was built from (``cell_digest``:
+    the cell's when this session built it, which may have packed the widget's edits; else the archive's own)."""
+    stale = (cell_digest or built.digest) != digest
+    return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
 
 
 def _server_info(server: Any, running: bool) -> dict[str, Any]:
