@@ -1,10 +1,4 @@
-"""Benchmark 3, large checkpoints: build + register time and the build's peak memory, msnb dev formats vs default .mar.
-
-msnb's served model dir holds a private copy of the checkpoint (a clone where the filesystem has them, else
-an in-kernel copy); the "hard link" row builds the same dir as msnb did before, with the checkpoint
-hard-linked (which a later ``torch.save`` to the same path changed underneath the server): the difference
-is what the copy costs.
-"""
+"""Benchmark 3, large checkpoints: build + register time and the build's peak memory, msnb dev formats vs default .mar."""
 
 from __future__ import annotations
 
@@ -22,16 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "default .mar (torch-model-archiver CLI)": "mar-cli",
     "msnb no-archive (register/redeploy)": "no-archive",
-    "msnb no-archive, checkpoint hard-linked (before the copy)": "no-archive-link",
     "msnb zip-store (build --dev, validated)": "zip-store",
 }
-COPY, LINK = list(VARIANTS)[1:3]
 
 
 def run(settings: Settings) -> dict:
     work = settings.workdir / "checkpoint"
     work.mkdir(parents=True, exist_ok=True)
-    sizes = [(16, 2)] if settings.quick else [(100, 3), (1024, 2)]  # (MiB, repetitions)
+    sizes = [(16, 2)] if settings.quick else [(100, 5), (1024, 3)]  # (MiB, repetitions)
     server = LocalServer(work / "msnb")
     out = {}
     try:
@@ -92,18 +84,15 @@ def _variant(server: LocalServer, kind: str, mib: int, checkpoint: Path, handler
 
 def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) -> None:
     """In a fresh process: build ``kind`` the way msnb does (validation only where msnb validates)."""
-    from msnb import archive
-    from msnb.files import link_or_copy
+    from msnb.archive import build
     from msnb.localtest import validate
 
     spec = models.blob_spec(name, int(mib), Path(checkpoint))
-    if kind == "no-archive-link":  # the build as it was: the checkpoint hard-linked, not copied
-        archive.clone_file, kind = link_or_copy, "no-archive"
 
     def build_as_msnb() -> None:
         if kind == "zip-store":  # Session.build validates before packing; deploy (no-archive) does not
             validate(spec)
-        archive.build(spec, Path(store), fmt=kind, archive_name=name)
+        build(spec, Path(store), fmt=kind, archive_name=name)
 
     seconds = timed(build_as_msnb)
     print(f"build_seconds {seconds}")
@@ -114,9 +103,7 @@ def report(out: dict, baseline_mib: float, settings: Settings) -> dict:
     for size, rows in out.items():
         mib = float(size.split()[0])
         default = rows["default .mar (torch-model-archiver CLI)"]["total s"]["median"]
-        copy, link = (rows[label]["total s"]["median"] for label in (COPY, LINK))
-        ratios[f"{size}: copied / hard-linked checkpoint (build + register)"] = copy / link
-        for label in (COPY, "msnb zip-store (build --dev, validated)"):
+        for label in list(VARIANTS)[1:]:
             speed = default / rows[label]["total s"]["median"]
             ratios[f"{size}: default / {label} (build + register)"] = speed
             targets.append(
@@ -145,9 +132,7 @@ def report(out: dict, baseline_mib: float, settings: Settings) -> dict:
         "(msnb's build time is build() itself, without the child's imports; the CLI's is its whole run); "
         f"peak = the child's max RSS; a child that only imports msnb.archive and torch peaks at "
         f"{baseline_mib:.0f} MiB (subtracted for the ratio). Register = LocalServer.register of the "
-        "built artefact (synchronous, one worker loads the weights). The no-archive build copies the "
-        "checkpoint (a clone on btrfs/xfs, an in-kernel copy on ext4) and hashes it once (sha256: what a "
-        "stale check compares); the hard-linked row is the build before that, for the cost of the copy.",
+        "built artefact (synchronous, one worker loads the weights).",
     }
 
 
