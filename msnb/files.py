@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -54,19 +55,25 @@ def clone_file(src: str | Path, dst: str | Path) -> str:
     dst = Path(dst)
     dst.unlink(missing_ok=True)
     with open(src, "rb") as fin, open(dst, "wb") as fout:
-        try:
-            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
-            return "clone"
-        except OSError as err:
-            if err.errno not in _NO_KERNEL_COPY:
-                raise
-        if _kernel_copy(fin.fileno(), fout.fileno(), os.fstat(fin.fileno()).st_size):
-            return "kernel copy"
-        fin.seek(0)
-        fout.seek(0)
-        fout.truncate()
-        shutil.copyfileobj(fin, fout, 1 << 20)
-        return "copy"
+        how = _copy_open(fin, fout)
+    shutil.copystat(src, dst)  # mode and mtime, as shutil.copy2 keeps them
+    return how
+
+
+def _copy_open(fin: BinaryIO, fout: BinaryIO) -> str:
+    try:
+        fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+        return "clone"
+    except OSError as err:
+        if err.errno not in _NO_KERNEL_COPY:
+            raise
+    if _kernel_copy(fin.fileno(), fout.fileno(), os.fstat(fin.fileno()).st_size):
+        return "kernel copy"
+    fin.seek(0)
+    fout.seek(0)
+    fout.truncate()
+    shutil.copyfileobj(fin, fout, 1 << 20)
+    return "copy"
 
 
 def _kernel_copy(fin: int, fout: int, size: int) -> bool:
