@@ -26,6 +26,7 @@ BENCHMARKS = (
     "redeploy_load",
     "local_test",
     "explain_load",
+    "file_copy",
 )
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from msnb.errors import MsnbError
-from msnb.spec import HandlerSpec, SourceBlock
+from msnb import quiet
+
+quiet.install()  # before anything imports TorchServe's base handler (see msnb.quiet)
+
+from msnb.errors import MsnbError  # noqa: E402
+from msnb.spec import HandlerSpec, SourceBlock  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb.errors import BuildError, SpecError
-from msnb.files import link_or_copy
+from msnb.files import clone_file, clone_tree, link_or_copy
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
@@ -52,8 +52,9 @@ Progress = Callable[[str, float], None]
 def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Path:
     """Write the model directory exactly as TorchServe will unpack it (without the manifest).
 
-    Checkpoint and extra files are hard-linked when they can be, so a large checkpoint is not
-    copied; a ``temporary`` staging dir (packed into a zip, or a local test) may symlink them.
+    Checkpoint and extra files are private copies (a copy-on-write clone where the filesystem has them):
+    a model dir that is served never changes when the notebook re-saves its files. A ``temporary``
+    staging dir (packed into a zip, which copies them, or a local test) links them instead.
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -155,7 +156,7 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
             "pass the path of a saved state_dict (torch.save(model.state_dict(), 'model.pt')), "
             "or the model / state_dict variable itself.",
         )
-    link_or_copy(path, dst, symlink_ok=symlink_ok)
+    _take(path, dst, symlink_ok)
 
 
 def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
@@ -193,9 +194,17 @@ def _stage_extra(src: Path, model_dir: Path, symlink_ok: bool) -> None:
         raise SpecError(f"Extra file {str(src.resolve())!r} does not exist.", "check the path given to --extra-files.")
     dst = model_dir / src.name
     if src.is_dir():
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        clone_tree(src, dst)
     else:
-        link_or_copy(src, dst, symlink_ok=symlink_ok)
+        _take(src, dst, symlink_ok)
+
+
+def _take(src: Path, dst: Path, temporary: bool) -> None:
+    """A file from the user's folder into the model dir: linked into a temporary one, else a private copy."""
+    if temporary:
+        link_or_copy(src, dst, symlink_ok=True)
+    else:
+        clone_file(src, dst)
 
 
 def _stage_bundled(item: BundledFile, model_dir: Path) -> None:

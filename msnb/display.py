@@ -139,12 +139,13 @@ class Status(View, dict):
         ]
         View.__init__(self, "msnb status", rows)
         self.table = [_handler_cells(n, h) for n, h in status.get("handlers", {}).items()]
+        self.warnings = [h["why"] for h in status.get("handlers", {}).values() if h.get("why")]
 
     def text(self) -> str:
         lines = [View.text(self)]
         for cells in self.table:
             lines.append("  " + " | ".join(f"{c}: {v}" for c, v in zip(STATUS_COLUMNS, cells) if v))
-        return "\n".join(lines)
+        return "\n".join(lines + [f"Warning: {why}" for why in self.warnings])
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left'>{c}</th>" for c in STATUS_COLUMNS)
@@ -157,7 +158,8 @@ class Status(View, dict):
             if self.table
             else "no handler defined yet"
         )
-        return View._repr_html_(self).removesuffix("</div>") + table + "</div>"
+        warned = "".join(f"<div><b>Warning:</b> {_e(why)}</div>" for why in self.warnings)
+        return View._repr_html_(self).removesuffix("</div>") + table + warned + "</div>"
 
     __eq__ = dict.__eq__
     __hash__ = None

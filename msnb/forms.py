@@ -8,8 +8,11 @@ defines ``handle``; a function form is a top-level ``def handle(data, context)``
 from __future__ import annotations
 
 import ast
+import zipfile
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from msnb.errors import SpecError
 
@@ -110,6 +113,54 @@ def check_function(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
             f"`{node.name}` (line {node.lineno}) has the wrong signature.",
             "TorchServe calls `def handle(data, context)`: `data` is None once at load, then a list of requests.",
         )
+
+
+def check_checkpoint(tree: ast.Module, entry: str, checkpoint: Any) -> None:
+    """Refuse a handler class that keeps BaseHandler's own loading (``torch.jit.load`` of the checkpoint,
+    as msnb archives no eager model file) with a checkpoint that is not TorchScript: it could never load."""
+    if checkpoint is None or not _loads_like_base_handler(tree, entry):
+        return
+    what = _not_torchscript(checkpoint)
+    if what:
+        from msnb.templates.msnb_own import TORCHSCRIPT_HINT  # the hint the worker gives when it fails there
+
+        raise SpecError(
+            f"Handler class `{entry}` keeps BaseHandler's initialize, which loads the checkpoint with "
+            f"torch.jit.load, and {what} is not TorchScript.",
+            TORCHSCRIPT_HINT,
+        )
+
+
+def _loads_like_base_handler(tree: ast.Module, entry: str) -> bool:
+    """True when ``entry`` inherits ``initialize`` from a ts.torch_handler class (through classes of ``tree``)."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    ts_names, node, seen = _imported_from_ts(tree), classes.get(entry), set()
+    while node is not None and node.name not in seen and "initialize" not in _methods(node):
+        if _has_ts_base(node, ts_names):
+            return True
+        seen.add(node.name)
+        node = next((classes[b] for b in map(ast.unparse, node.bases) if b in classes), None)
+    return False
+
+
+def _not_torchscript(checkpoint: Any) -> str | None:
+    """How a checkpoint that is not TorchScript is described ('the state_dict variable'), or None."""
+    if type(checkpoint).__module__.startswith("torch.jit"):
+        return None
+    if isinstance(checkpoint, dict):
+        return "the state_dict variable"
+    if hasattr(checkpoint, "state_dict"):
+        return f"the {type(checkpoint).__name__} module variable (archived as its state_dict)"
+    path = Path(checkpoint).expanduser()
+    if not path.is_file():
+        return None  # archiving reports a missing file
+    try:
+        with zipfile.ZipFile(path) as zf:  # TorchScript is a zip with the scripted code's constants.pkl
+            if any(name.endswith("/constants.pkl") for name in zf.namelist()):
+                return None
+    except (OSError, zipfile.BadZipFile):
+        pass
+    return f"{path.name!r}"
 
 
 def _has_ts_base(node: ast.ClassDef, ts_names: set[str]) -> bool:

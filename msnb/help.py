@@ -15,6 +15,8 @@ ROLE_HELP = {
     "postprocess": "one sample's output -> the answer (JSON-able, str or bytes)",
     "install_packages": "run once in the worker before init_function (e.g. pip installs)",
     "unpack_dependencies": "run once in the worker before init_function (e.g. unpack an --extra-files archive)",
+    "explain": "one sample's attributions for /explanations and %ms_explain (JSON-able); without it, Captum's "
+    "Integrated Gradients on the predicted class",
 }
 EXAMPLE = """\
     %%ms_handler tiny --version 1.0 --example '{"x": [1, 2, 3, 4]}'

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from msnb import archive, localtest, testworker
+from msnb import archive, localtest, taken, testworker
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
@@ -35,6 +35,7 @@ class Session:
     def __init__(self, server_factory: Callable[[], Any] | None = None):
         self.specs: dict[str, HandlerSpec] = {}
         self.archives: dict[str, Path] = {}  # name -> the archive built last
+        self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
         self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
         self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
@@ -100,6 +101,8 @@ class Session:
             report(f"kept the archive of another version as {kept}", 0.3)
         path = archive.build(spec, export_path, fmt=fmt, progress=report)
         self.archives[spec.name] = path
+        if (cell := self.specs.get(spec.name)) is not None:
+            self.built_from[path.resolve()] = cell.digest()
         self.observers.notify("built", spec.name)
         return path
 
@@ -133,11 +136,13 @@ class Session:
             report(f"already serving {served.line()}", 1.0)
             return server
         detail = _worker_detail(server, spec.name)
+        files = taken.taken_by(spec)  # as the build below copies them
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
                 status = deploy(server, spec)  # registers it, or replaces the version(s) already there
         cell = self.specs.get(spec.name)
-        self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell.digest() if cell else None)
+        cell_digest = cell.digest() if cell else None
+        self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell_digest, files)
         report(f"ready: {self.served[spec.name].line()}", 1.0)
         self.observers.notify("served", spec.name)
         return server
@@ -151,10 +156,16 @@ class Session:
 
     def stale(self, name: str) -> str | None:
         """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served):
-        the cell changed since it was served."""
+        a file it was built from changed, or the cell changed since it was served."""
         served, spec = self.served.get(name), self.specs.get(name)
         if served is None or spec is None:
             return None
+        files = taken.changed(served.files)
+        if files:
+            return (
+                f"{name!r} is stale: {taken.describe(files)} changed since {served.line()} was built; the server "
+                f"still answers with the file(s) as they were then. Run %ms_serve {name} to redeploy."
+            )
         now = spec.digest()  # hashes the source and config (and a live checkpoint's tensors): once
         if (served.cell_digest or served.digest) == now:
             return None  # (a widget serving its own edits of an unchanged cell is not stale)
@@ -240,17 +251,18 @@ class Session:
         builds = {b.path: b for b in builds_in(DEFAULT_EXPORT, spec.name)}
         if spec.name in self.archives and (b := read_built(self.archives[spec.name])) is not None:
             builds[b.path] = b
-        served, digest = self.served.get(spec.name), spec.digest()
+        served, digest, why = self.served.get(spec.name), spec.digest(), self.stale(spec.name)
         return {
             "version": spec.version,
             "digest": digest,
-            "archives": [_archive_row(b, digest) for b in builds.values()],
+            "archives": [_archive_row(b, digest, self.built_from.get(b.path.resolve())) for b in builds.values()],
             "served": [
                 {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
                 for m in models
                 if m.name == spec.name
             ],
-            "stale": self.stale(spec.name) is not None,
+            "stale": why is not None,
+            "why": why,  # the stale warning %ms_predict shows (which file or cell changed), or None
             "url": f"{info['url']}/predictions/{spec.name}" if served and info["url"] else None,
         }
 
@@ -297,9 +309,11 @@ def _serving(server: Any, name: str) -> str:
     return f"the server still runs; it serves {name} {', '.join(versions)}"
 
 
-def _archive_row(built: Built, digest: str) -> dict[str, Any]:
-    """One archive on disk, stale when built from another digest than the cell's ``digest``."""
-    return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": built.digest != digest}
+def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> dict[str, Any]:
+    """One archive on disk, stale when the cell's ``digest`` is not the one it was built from (``cell_digest``:
+    the cell's when this session built it, which may have packed the widget's edits; else the archive's own)."""
+    stale = (cell_digest or built.digest) != digest
+    return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
 
 
 def _server_info(server: Any, running: bool) -> dict[str, Any]:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
-from msnb.forms import FORMS, ROLES_FORM, Form
+from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
+from msnb.taken import fingerprint
 from msnb.torchserve.store import SEGMENT_RULE, valid_segment
 
 
@@ -159,6 +160,8 @@ class HandlerSpec:
             raise SpecError(f"Handler {self.name!r} does not compile: {err}.", "fix the cell's syntax.") from None
         if "init_function" in self.roles:
             check_init_kwargs(tree, self.roles["init_function"], self.init_kwargs)
+        if self.form == CLASS_FORM:
+            check_checkpoint(tree, self.entry, self.checkpoint)
 
     def _validate_form(self) -> None:
         if self.form not in FORMS:
@@ -235,9 +238,8 @@ class HandlerSpec:
             ).encode()
         )
         ckpt = self.checkpoint_path
-        if ckpt is not None:
-            st = ckpt.stat() if ckpt.exists() else None
-            h.update(f"{ckpt.resolve()}:{st and st.st_size}:{st and st.st_mtime_ns}".encode())
+        if ckpt is not None:  # its content (hashed once per save): the same weights saved again are no change
+            h.update(f"{ckpt.resolve()}:{fingerprint(ckpt) if ckpt.is_file() else 'missing'}".encode())
         elif self.checkpoint is not None:
             h.update(_live_fingerprint(self.checkpoint).encode())
         return h.hexdigest()[:12]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msnb.render import HANDLER_MODULE, read_provenance
+from msnb.taken import Taken
 from msnb.torchserve.store import safe_name
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ class Served:
     version: str
     digest: str
     cell_digest: str | None = None  # the cell's spec when it was served (the widget may serve its own edits)
+    files: tuple[Taken, ...] = ()  # what the build took from the user's folder (checkpoint, extra files, modules)
 
     def line(self) -> str:
         return f"{self.name} v{self.version} (digest {self.digest})"

@@ -23,6 +23,7 @@ import torch
 try:
     from msnb_budget import ExplainBudget
     from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from msnb_content import content_type
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
     from msnb_fallback import FallbackRecorder
@@ -39,6 +40,7 @@ try:
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_budget import ExplainBudget
     from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from .msnb_content import content_type
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
     from .msnb_fallback import FallbackRecorder
@@ -79,31 +81,6 @@ class _ErrorAnswer(dict):
     status = 500
 
 
-# Leading bytes of the binary answers a postprocess returns most often; any other bytes are octet-stream.
-SNIFF = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF8", "image/gif"),
-    (b"OggS", "audio/ogg"),
-    (b"fLaC", "audio/flac"),
-    (b"ID3", "audio/mpeg"),
-    (b"%PDF", "application/pdf"),
-)
-TEXT_TYPE = "text/plain; charset=utf-8"
-
-
-def content_type(answer: Any) -> str | None:
-    """The Content-Type of a str or bytes answer (None: a JSON answer, which TorchServe encodes itself)."""
-    if isinstance(answer, str):
-        return TEXT_TYPE
-    if not isinstance(answer, (bytes, bytearray)):
-        return None
-    head = bytes(answer[:12])
-    if head.startswith(b"RIFF"):
-        return {b"WAVE": "audio/wav", b"WEBP": "image/webp"}.get(head[8:12], "application/octet-stream")
-    return next((ctype for magic, ctype in SNIFF if head.startswith(magic)), "application/octet-stream")
-
-
 def _set_statuses(context: Any, answers: list) -> None:
     """Give each failed request its own status and str/bytes answers their Content-Type, per request (when
     the batch holds one sample per request, as it must)."""
@@ -112,8 +89,7 @@ def _set_statuses(context: Any, answers: list) -> None:
         return
     for idx, answer in enumerate(answers):
         if not isinstance(answer, _ErrorAnswer):
-            if content_type(answer):
-                context.set_response_content_type(idx, content_type(answer))
+            context.set_response_content_type(idx, content_type(answer))  # JSON answers too
             continue
         try:
             context.set_response_status(answer.status, f"{answer['stage']} failed", idx)

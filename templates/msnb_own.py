@@ -5,8 +5,9 @@ to its class entry point (which needs exactly one class in the module). Load sem
 (ts/model_loader.py): a class is created with no arguments and ``initialize(context)`` runs once before the
 first batch; a function gets ``handle(None, context)`` once. msnb adds only what packaging needs: extra-file
 archives unpacked before loading, and load errors that name the missing file and the option that ships it.
-Requests go to the user's code untouched (no per-sample isolation, no metrics). Depends on the standard library
-and ``msnb_load`` only.
+Requests go to the user's code untouched (no per-sample isolation, no metrics); an answer whose Content-Type the
+user's code did not set gets the shared handler's (``msnb_content``). Depends on the standard library,
+``msnb_content`` and ``msnb_load`` only.
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from msnb_content import label
     from msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
 except ImportError:  # imported as msnb.templates.msnb_own instead of from a model dir
+    from .msnb_content import label
     from .msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
 
+TORCHSCRIPT_HINT = (
+    "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
+    "scripted module itself), or override initialize to build the model and load a state_dict."
+)
 CHECKPOINT_HINT = (
     "the checkpoint comes with --checkpoint (it is the manifest's serializedFile, model.pt in the archive: "
     "read it from context.manifest['model']['serializedFile'] as BaseHandler does); any other file with "
@@ -40,7 +47,7 @@ class ClassEntry:
             self.service = service
         if data is None:  # TorchServe's load call
             return None
-        return self.service.handle(data, context)
+        return _labelled(context, self.service.handle(data, context))
 
 
 class FunctionEntry:
@@ -52,7 +59,13 @@ class FunctionEntry:
     def __call__(self, data: list | None, context: Any) -> list | None:
         if data is None:
             return _load(f"{self.function.__name__}(None, context)", lambda: self.function(None, context), context)
-        return self.function(data, context)
+        return _labelled(context, self.function(data, context))
+
+
+def _labelled(context: Any, answers: Any) -> Any:
+    """The answers, each with a Content-Type where the user's handler set none (as the shared handler's)."""
+    label(context, answers)
+    return answers
 
 
 def _load(what: str, call: Any, context: Any, cls: type | None = None) -> Any:
@@ -85,8 +98,7 @@ def explain(what: str, err: BaseException, settings: LoadSettings, base_handler:
         return HandlerLoadError(
             f"{what} failed: BaseHandler loads {settings.checkpoint} with torch.jit.load, and it is not "
             f"TorchScript ({type(err).__name__}: {str(err).split('. ')[0]}).",
-            "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
-            "scripted module itself), or override initialize to build the model and load a state_dict.",
+            TORCHSCRIPT_HINT,
         )
     return None
 

@@ -146,7 +146,7 @@ class LocalServer:
             if self._client is not None:
                 self._client.close()
                 self._client = None
-            if self._owns_workdir:  # registered archives (hard links to checkpoints, too); the logs stay
+            if self._owns_workdir:  # registered archives (private checkpoint copies, too); the logs stay
                 shutil.rmtree(self.layout.model_store, ignore_errors=True)
             _LIVE.discard(self)
 

@@ -1,4 +1,4 @@
-"""A TorchServe model store: archives linked in under a per-version name, read back by their manifest."""
+"""A TorchServe model store: archives copied in under a per-version name, read back by their manifest."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from msnb.errors import ServerError
-from msnb.files import link_or_copy, link_tree, remove
+from msnb.files import clone_file, clone_tree, remove
 
 MANIFEST = "MAR-INF/MANIFEST.json"
 # Names and versions are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
@@ -63,16 +63,19 @@ class ModelStore:
         self.root = Path(root)
 
     def place(self, src: Path, name: str, version: str) -> str:
-        """Link (or copy) the archive of ``name`` ``version`` into the store; returns the url to register it by."""
+        """Copy (clone) the archive of ``name`` ``version`` into the store; returns the url to register it by.
+
+        A private copy: rebuilding or editing the archive where it was built changes nothing that is served.
+        """
         src = Path(src).resolve()
         if src.parent == self.root.resolve():
             return src.name
         target = self.root / (f"{safe_name(name, version)}.mar" if src.is_file() else safe_name(name, version))
         remove(target)
         if src.is_dir():
-            link_tree(src, target)
+            clone_tree(src, target)
         else:
-            link_or_copy(src, target)
+            clone_file(src, target)
         return target.name
 
     def remove(self, url: str) -> None:

@@ -4,7 +4,7 @@ the owner dies.
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
 normal exit, SIGKILL of a Jupyter kernel), the pipe closes, the watchdog reads EOF, stops
 the Java process and its workers, and deletes MODEL_STORE (a temporary workdir's registered
-archives and checkpoint links) when given. ``sweep_stale`` removes what an owner left behind when
+archives and checkpoint copies) when given. ``sweep_stale`` removes what an owner left behind when
 even the watchdog could not run (the machine rebooted, the watchdog was killed too).
 """
 

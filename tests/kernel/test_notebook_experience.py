@@ -92,6 +92,22 @@ def test_builds_of_two_versions_keep_both_archives(ip, session):
     assert {(r["version"], r["stale"]) for r in rows} == {("1.0", True), ("1.1", False)}
 
 
+def test_an_archive_the_widget_built_from_its_own_fields_is_not_older_than_the_cell(ip, session):
+    from msnb.widget.controller import Actions, Controller
+
+    cell(ip, f"kwidget {EXAMPLE}")
+    form = Controller("kwidget", Actions.from_session(session))
+    form.set("batch_size", "4")  # the widget's own value: the archive's digest is not the cell's
+    assert form.run("build"), form.result
+    status, _ = magic(ip, "ms_status")
+    (row,) = status["handlers"]["kwidget"]["archives"]
+    assert row["digest"] != status["handlers"]["kwidget"]["digest"] and not row["stale"]
+    assert "older than the cell" not in repr(status)
+    cell(ip, f"kwidget {EXAMPLE}", CELL.format(answer="size"))  # the cell changes after the build: now it is
+    status, _ = magic(ip, "ms_status")
+    assert status["handlers"]["kwidget"]["archives"][0]["stale"] and "older than the cell" in repr(status)
+
+
 @pytest.mark.server
 @pytest.mark.timeout(300)
 def test_versions_staleness_status_logs_and_answer_types_on_a_real_torchserve(ip, session):

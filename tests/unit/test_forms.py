@@ -15,6 +15,7 @@ from msnb.display import SpecSummary
 from msnb.errors import CaptureError, HandlerRunError, SpecError
 from msnb.render import render_handler
 from msnb.spec import spec_from_source
+from msnb.templates.msnb_own import TORCHSCRIPT_HINT
 
 POOL = [("cell In[1]", "import torch\n" + NET)]
 SAMPLES = [{"x": [1, 2, 3, 4]}, {"x": [4, 3, 2, 1]}]
@@ -104,12 +105,32 @@ def test_a_base_handler_without_a_model_file_names_the_file_and_the_option():
     assert "--checkpoint" in err.value.hint
 
 
-def test_a_state_dict_given_to_base_handler_says_it_needs_torchscript(tmp_path):
+def test_a_state_dict_given_to_base_handler_is_refused_at_capture_saying_it_needs_torchscript(tmp_path):
     torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
-    with pytest.raises(HandlerRunError) as err:
-        localtest.validate(spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=tmp_path / "weights.pt"))
-    assert "torch.jit.load" in err.value.message and "not TorchScript" in err.value.message
-    assert "torch.jit.script" in err.value.hint
+    with pytest.raises(SpecError) as err:
+        capture("clf", OWN_BASE_HANDLER, POOL, checkpoint=tmp_path / "weights.pt")
+    assert "torch.jit.load" in err.value.message and "'weights.pt' is not TorchScript" in err.value.message
+    assert err.value.hint == TORCHSCRIPT_HINT and "torch.jit.script" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "named"),
+    [(torch.nn.Linear(4, 3), "the Linear module variable"), (torch.nn.Linear(4, 3).state_dict(), "state_dict")],
+)
+def test_a_live_eager_model_given_to_base_handler_is_refused_at_capture(checkpoint, named):
+    with pytest.raises(SpecError, match=f"{named}.* is not TorchScript[\\s\\S]*Hint: pass a TorchScript"):
+        spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=checkpoint)
+
+
+def test_a_base_handler_subclass_of_a_subclass_is_refused_but_an_own_initialize_takes_a_state_dict(tmp_path):
+    torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
+    pool = [("cell In[1]", OWN_BASE_HANDLER)]
+    with pytest.raises(SpecError, match="`Child` keeps BaseHandler's initialize"):
+        capture("clf", "class Child(Classifier):\n    pass\n", pool, checkpoint=tmp_path / "weights.pt")
+    own_loading = OWN_BASE_HANDLER.replace(
+        "    def postprocess", "    def initialize(self, context):\n        self.model = None\n\n    def postprocess"
+    )
+    assert spec_from_source("clf", own_loading, checkpoint=tmp_path / "weights.pt").entry == "Classifier"
 
 
 def test_an_initialize_reading_a_missing_file_names_it_and_the_options():

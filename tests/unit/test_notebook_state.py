@@ -10,6 +10,7 @@ from helpers import CPU_ONLY, FakeSession
 from msnb import help as magic_help
 from msnb.display import Status, WarningView
 from msnb.progress import Phase
+from msnb.roles import ROLES
 from msnb.torchserve.logs import model_lines, user_frames
 from msnb.widget.controller import Controller
 
@@ -104,6 +105,12 @@ def test_handler_help_has_cell_magic_usage_roles_and_an_example():
     assert text.startswith("Usage: %%ms_handler ") and "::" not in text
     assert "def init_function(**kwargs)" in text and "def preprocess(sample)" in text
     assert "%%ms_handler tiny --version 1.0" in text and "--batch-size" in text
+
+
+def test_every_role_has_its_description_in_the_handler_help():
+    text = magic_help.handler_help()
+    assert set(magic_help.ROLE_HELP) == set(ROLES)
+    assert "def explain(model, model_input)" in text and "Integrated Gradients on the predicted class" in text
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,83 @@
+"""What a build took from the user's folder (checkpoint, extra files, local modules), and which of it changed since.
+
+Each file is recorded with its size, mtime and a content hash. A check compares the stat first and hashes
+only a file whose stat changed (a file saved again with the same bytes is unchanged): a 1 GiB checkpoint is
+hashed once per save, not on every ``%ms_status``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HASH = "sha256"  # hashlib's fastest here with SHA-NI (~1.4 GB/s; blake2b ~0.6 GB/s)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """One file as a build took it: where it was read from, its size, mtime and content hash."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    digest: str
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+def fingerprint(path: str | Path) -> str:
+    """The content hash of the file at ``path``, cached per (inode, size, mtime): read again only after a write."""
+    st = os.stat(path)
+    return _hash(str(Path(path).resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _hash(path: str, *stat_key: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, HASH).hexdigest()
+
+
+def take(path: str | Path) -> Taken:
+    """The record of one file as it is now."""
+    path = Path(path).expanduser().resolve()
+    st = path.stat()
+    return Taken(str(path), st.st_size, st.st_mtime_ns, fingerprint(path))
+
+
+def taken_by(spec: Any) -> tuple[Taken, ...]:
+    """Every file a build of ``spec`` copies from the user's folder (the files that exist now)."""
+    paths: list[Path] = []
+    if spec.checkpoint_path is not None:
+        paths.append(spec.checkpoint_path)
+    for extra in map(Path, spec.extra_files):
+        extra = extra.expanduser()
+        paths += sorted(p for p in extra.rglob("*") if p.is_file()) if extra.is_dir() else [extra]
+    paths += [Path(item.source) for item in spec.bundle]
+    return tuple(take(p) for p in paths if p.is_file())
+
+
+def changed(files: tuple[Taken, ...]) -> list[Taken]:
+    """The files whose content is not what was taken (deleted ones too); same stat means unchanged."""
+    return [f for f in files if not _same(f)]
+
+
+def _same(taken: Taken) -> bool:
+    try:
+        st = os.stat(taken.path)
+    except OSError:
+        return False
+    if (st.st_size, st.st_mtime_ns) == (taken.size, taken.mtime_ns):
+        return True
+    return st.st_size == taken.size and fingerprint(taken.path) == taken.digest
+
+
+def describe(files: list[Taken]) -> str:
+    """'model.pth' or 'model.pth and vocab.json' (the files' names, for a message)."""
+    names = [f"{f.name!r}" for f in files]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
