@@ -15,6 +15,7 @@ import yaml
 from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
+from msnb import requirement_check
 from msnb.errors import BuildError, SpecError
 from msnb.files import link_or_copy
 from msnb.forms import ROLES_FORM
@@ -67,7 +68,7 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
         shutil.copy2(src, model_dir / src.name)
     (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
     if spec.requirements:
-        (model_dir / REQUIREMENTS).write_text("\n".join(spec.requirements) + "\n")
+        (model_dir / REQUIREMENTS).write_text("\n".join(requirement_check.check(spec.requirements)) + "\n")
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
     _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
     for extra in spec.extra_files:

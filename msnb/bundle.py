@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msnb import requirement_check
 from msnb import requirements as reqs
 from msnb.errors import CaptureError
 from msnb.imports import Imported, imports_of
@@ -56,8 +57,9 @@ def environment_dirs() -> tuple[str, ...]:
 
 def make_hermetic(spec: HandlerSpec, path: Sequence[str]) -> HandlerSpec:
     """``spec`` with the local modules its code imports bundled and its third-party imports pinned."""
+    given = requirement_check.check(spec.requirements)
     found = collect(spec.source, path)
-    requirements, warnings = reqs.pin(found.third_party, found.missing, spec.requirements)
+    requirements, warnings = reqs.pin(found.third_party, found.missing, given)
     tops = dict.fromkeys(f.top for f in found.files.values() if f.module)
     for top in tops:
         dists = reqs.distributions_of(top)
