@@ -20,6 +20,7 @@ from msnb.torchserve.auth import AuthorisedSession, Keys
 from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
 from msnb.torchserve.logs import LogCursor, tail
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
+from msnb.torchserve.store import next_version
 
 REGISTER_TIMEOUT_S = 600.0
 HINTS = {
@@ -151,13 +152,9 @@ class TorchServeClient:
         return resp.ok
 
     def free_version(self, name: str, version: str) -> str:
-        """``version``, or ``version-rN`` when that is already registered (a redeploy's new version)."""
-        taken = {m.version for m in self.versions(name)}
-        candidate, n = version, 1
-        while candidate in taken:
-            n += 1
-            candidate = f"{version}-r{n}"
-        return candidate
+        """``version``, or the next ``version-rN`` when it (or a revision of it) is registered (a redeploy's new
+        version): revisions count up, they never go back to a number an earlier redeploy used."""
+        return next_version(version, {m.version for m in self.versions(name)})
 
     def scale(self, name: str, workers: int, *, version: str | None = None) -> ModelStatus:
         """Set the number of workers of a model (its default version unless ``version``) and wait for them."""

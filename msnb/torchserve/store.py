@@ -50,6 +50,14 @@ def read_manifest(path: Path) -> tuple[str, str]:
         ) from None
 
 
+def next_version(version: str, taken: set[str]) -> str:
+    """``version`` when nothing of it is taken, else ``version-rN`` one above the highest revision taken
+    (``1.0`` -> ``1.0-r2`` -> ``1.0-r3``, even after ``1.0`` itself was unregistered)."""
+    revision = re.compile(re.escape(version) + r"-r(\d+)")
+    numbers = [1 if v == version else int(m.group(1)) for v in taken if v == version or (m := revision.fullmatch(v))]
+    return f"{version}-r{max(numbers) + 1}" if numbers else version
+
+
 def safe_name(name: str, version: str) -> str:
     """The store entry of one model version (a file or folder name TorchServe can take as a url)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}-v{version}")
