@@ -17,7 +17,7 @@ from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb import requirement_check
 from msnb.errors import BuildError, SpecError
-from msnb.files import link_or_copy
+from msnb.files import disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
@@ -96,20 +96,28 @@ def build(
     archive_name = archive_name or spec.name
     export_path = Path(export_path).expanduser()
     ensure_writable(export_path)
-    if fmt == "no-archive":
-        target = export_path / archive_name
-        shutil.rmtree(target, ignore_errors=True)
-        report("staging model directory", 0.5)
-        _pack(spec, stage(spec, target), export_path, archive_name, fmt)
-        report("done", 1.0)
-        return target
+    final = export_path / (archive_name if fmt == SERVE_FORMAT else f"{archive_name}.mar")
+    try:
+        _build_into(spec, export_path, archive_name, fmt, report)
+    except OSError as err:
+        raise disk_error(final, err) from None
+    report("done", 1.0)
+    return final
+
+
+def _build_into(spec: HandlerSpec, export_path: Path, archive_name: str, fmt: str, report: Progress) -> None:
+    """Stage and pack; the result appears under its final name only when complete (a rename)."""
+    if fmt == SERVE_FORMAT:  # staged in a hidden sibling, renamed into place: never a half-written folder
+        with partial_sibling(export_path / archive_name) as partial:
+            report("staging model directory", 0.5)
+            _pack(spec, stage(spec, partial / archive_name), partial, archive_name, fmt)
+            replace_tree(partial / archive_name, export_path / archive_name)
+        return
     with tempfile.TemporaryDirectory(prefix="msnb-stage-") as tmp:
         report("staging model directory", 0.4)
         staged = stage(spec, Path(tmp) / "model", temporary=True)
         report(f"packing {fmt} archive", 0.6)
         _pack(spec, staged, export_path, archive_name, fmt)
-    report("done", 1.0)
-    return export_path / f"{archive_name}.mar"
 
 
 def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str, fmt: str) -> None:
@@ -134,12 +142,9 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
     try:
         ModelExportUtils.archive(str(export_path), partial, str(staged), manifest, FORMATS[fmt].archiver)
         os.replace(export_path / f"{partial}.mar", export_path / f"{archive_name}.mar")
-    except OSError as err:
+    except BaseException:
         (export_path / f"{partial}.mar").unlink(missing_ok=True)
-        raise BuildError(
-            f"Could not write {export_path / archive_name}.mar: {err}.",
-            "check the folder's permissions and free disk space.",
-        ) from None
+        raise
 
 
 def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:

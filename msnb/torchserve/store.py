@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from msnb.errors import ServerError
-from msnb.files import link_or_copy, link_tree, remove
+from msnb.files import disk_error, link_or_copy, link_tree, partial_sibling, remove, replace_tree
 
 MANIFEST = "MAR-INF/MANIFEST.json"
 # Names and versions are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
@@ -79,11 +79,16 @@ class ModelStore:
         if src.parent == self.root.resolve():
             return src.name
         target = self.root / (f"{safe_name(name, version)}.mar" if src.is_file() else safe_name(name, version))
-        remove(target)
-        if src.is_dir():
-            link_tree(src, target)
-        else:
-            link_or_copy(src, target)
+        try:
+            with partial_sibling(target) as partial:
+                staged = partial / target.name
+                if src.is_dir():
+                    link_tree(src, staged)
+                else:
+                    link_or_copy(src, staged)
+                replace_tree(staged, target)
+        except OSError as err:
+            raise disk_error(target, err, ServerError) from None
         return target.name
 
     def remove(self, url: str) -> None:
