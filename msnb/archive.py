@@ -7,7 +7,6 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ from msnb.files import disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
+from msnb.templates import shared_handler_files  # noqa: F401 - the one list, re-exported for callers
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,6 @@ CHECKPOINT = "model.pt"
 CONFIG = "model-config.yaml"
 REQUIREMENTS = "requirements.txt"
 Progress = Callable[[str, float], None]
-
-
-def shared_handler_files() -> list[Path]:
-    """The shared handler modules every archive carries (templates/msnb_*.py)."""
-    root = resources.files("msnb.templates")
-    return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith("msnb_") and p.name.endswith(".py"))
 
 
 def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Path:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
-from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S, LIMIT_OPTIONS, Limits
 from msnb.torchserve.logs import LogCursor, tail
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
 from msnb.torchserve.store import next_version
@@ -265,8 +265,6 @@ class TorchServeClient:
         model version; the default responseTimeout when the model cannot be described (no management URL)."""
         key = (name, version)
         if key not in self._timeouts:
-            from msnb.options import DEFAULTS
-
             seconds = None
             if self.management_url:
                 try:
@@ -274,7 +272,7 @@ class TorchServeClient:
                 except ServerError:
                     seconds = None  # the prediction itself reports what is wrong
             batches, margin = PREDICT_TIMEOUT
-            self._timeouts[key] = batches * float(seconds or DEFAULTS["response_timeout"]) + margin
+            self._timeouts[key] = batches * float(seconds or DEFAULT_RESPONSE_TIMEOUT_S) + margin
         return self._timeouts[key]
 
     def _too_large(self, name: str, body: bytes, payload: Any) -> PredictionError:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from msnb.errors import Interrupted, ServerError
 from msnb.torchserve.client import TorchServeClient
+from msnb.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 from msnb.torchserve.models import ModelStatus
 from msnb.torchserve.store import ModelStore, check_identity, read_manifest
 
@@ -56,7 +57,7 @@ def register(
         raise
 
 
-DRAIN_TIMEOUT_S = 120.0  # TorchServe's default responseTimeout: a batch older than that has failed anyway
+DRAIN_TIMEOUT_S = float(DEFAULT_RESPONSE_TIMEOUT_S)  # a batch older than the responseTimeout has failed anyway
 DRAIN_POLL_S = 0.02
 
 

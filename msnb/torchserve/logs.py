@@ -8,6 +8,8 @@ import sysconfig
 from collections import deque
 from pathlib import Path
 
+from msnb.templates import shared_handler_files
+
 # "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
 # TorchServe retries a failed handler import as ts.torch_handler.<module>: that second error misleads.
@@ -90,9 +92,7 @@ def is_library_frame(path: str) -> bool:
 
 @functools.cache
 def library_files() -> frozenset[str]:
-    """The file names of the shared handler modules every archive carries (archive.py's one list)."""
-    from msnb.archive import shared_handler_files  # imported late: archive imports torch and the archiver
-
+    """The file names of the shared handler modules every archive carries (the templates' one list)."""
     return frozenset(p.name for p in shared_handler_files())
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from helpers import ECHO, build_mar
 
-from msnb.options import DEFAULTS
 from msnb.torchserve import LocalServer, TorchServeClient
 from msnb.torchserve.client import PREDICT_TIMEOUT
+from msnb.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 
 
 def test_stop_removes_the_socket_folder_outside_a_deep_workdir_and_the_key_file(tmp_path):
@@ -26,4 +26,4 @@ def test_stop_removes_the_socket_folder_outside_a_deep_workdir_and_the_key_file(
 def test_a_server_that_cannot_be_described_gets_the_default_response_timeout():
     client = TorchServeClient("http://127.0.0.1:9")  # --url only: no management API to ask
     batches, margin = PREDICT_TIMEOUT
-    assert client.predict_timeout("any") == batches * DEFAULTS["response_timeout"] + margin
+    assert client.predict_timeout("any") == batches * DEFAULT_RESPONSE_TIMEOUT_S + margin
