@@ -27,6 +27,7 @@ BENCHMARKS = (
     "local_test",
     "explain_load",
     "file_copy",
+    "capture_size",
 )
 
 

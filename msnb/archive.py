@@ -14,8 +14,9 @@ import yaml
 from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
+from msnb import requirement_check
 from msnb.errors import BuildError, SpecError
-from msnb.files import clone_file, clone_tree, link_or_copy
+from msnb.files import clone_file, clone_tree, disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
@@ -63,7 +64,7 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
         shutil.copy2(src, model_dir / src.name)
     (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
     if spec.requirements:
-        (model_dir / REQUIREMENTS).write_text("\n".join(spec.requirements) + "\n")
+        (model_dir / REQUIREMENTS).write_text("\n".join(requirement_check.check(spec.requirements)) + "\n")
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
     _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
     for extra in spec.extra_files:
@@ -91,20 +92,28 @@ def build(
     archive_name = archive_name or spec.name
     export_path = Path(export_path).expanduser()
     ensure_writable(export_path)
-    if fmt == SERVE_FORMAT:
-        target = export_path / archive_name
-        shutil.rmtree(target, ignore_errors=True)
-        report("staging model directory", 0.5)
-        _pack(spec, stage(spec, target), export_path, archive_name, fmt)
-        report("done", 1.0)
-        return target
+    final = export_path / (archive_name if fmt == SERVE_FORMAT else f"{archive_name}.mar")
+    try:
+        _build_into(spec, export_path, archive_name, fmt, report)
+    except OSError as err:
+        raise disk_error(final, err) from None
+    report("done", 1.0)
+    return final
+
+
+def _build_into(spec: HandlerSpec, export_path: Path, archive_name: str, fmt: str, report: Progress) -> None:
+    """Stage and pack; the result appears under its final name only when complete (a rename)."""
+    if fmt == SERVE_FORMAT:  # staged in a hidden sibling, renamed into place: never a half-written folder
+        with partial_sibling(export_path / archive_name) as partial:
+            report("staging model directory", 0.5)
+            _pack(spec, stage(spec, partial / archive_name), partial, archive_name, fmt)
+            replace_tree(partial / archive_name, export_path / archive_name)
+        return
     with tempfile.TemporaryDirectory(prefix="msnb-stage-") as tmp:
         report("staging model directory", 0.4)
         staged = stage(spec, Path(tmp) / "model", temporary=True)
         report(f"packing {fmt} archive", 0.6)
         _pack(spec, staged, export_path, archive_name, fmt)
-    report("done", 1.0)
-    return export_path / f"{archive_name}.mar"
 
 
 def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str, fmt: str) -> None:
@@ -129,12 +138,9 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
     try:
         ModelExportUtils.archive(str(export_path), partial, str(staged), manifest, FORMATS[fmt].archiver)
         os.replace(export_path / f"{partial}.mar", export_path / f"{archive_name}.mar")
-    except OSError as err:
+    except BaseException:
         (export_path / f"{partial}.mar").unlink(missing_ok=True)
-        raise BuildError(
-            f"Could not write {export_path / archive_name}.mar: {err}.",
-            "check the folder's permissions and free disk space.",
-        ) from None
+        raise
 
 
 def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:

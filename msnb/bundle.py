@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msnb import requirement_check, secret_files
 from msnb import requirements as reqs
 from msnb.errors import CaptureError
 from msnb.imports import Imported, imports_of
@@ -37,6 +38,8 @@ class Bundle:
     missing: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     data_bytes: int = 0
+    include: frozenset[str] = frozenset()  # absolute paths the user named: they travel even if they look secret
+    left_out: dict[str, str] = field(default_factory=dict)  # arcname -> why it does not travel
 
 
 def search_path(base_dir: str | Path) -> list[str]:
@@ -54,10 +57,13 @@ def environment_dirs() -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(d) for d in dirs))
 
 
-def make_hermetic(spec: HandlerSpec, path: Sequence[str]) -> HandlerSpec:
-    """``spec`` with the local modules its code imports bundled and its third-party imports pinned."""
-    found = collect(spec.source, path)
-    requirements, warnings = reqs.pin(found.third_party, found.missing, spec.requirements)
+def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str] = ()) -> HandlerSpec:
+    """``spec`` with the local modules its code imports bundled and its third-party imports pinned; ``include``
+    names package data files that travel although they look like secrets."""
+    given = requirement_check.check(spec.requirements)
+    found = collect(spec.source, path, include)
+    requirements, warnings = reqs.pin(found.third_party, found.missing, given)
+    warnings += secret_files.left_out_lines(found.left_out)
     tops = dict.fromkeys(f.top for f in found.files.values() if f.module)
     for top in tops:
         dists = reqs.distributions_of(top)
@@ -73,9 +79,9 @@ def make_hermetic(spec: HandlerSpec, path: Sequence[str]) -> HandlerSpec:
     )
 
 
-def collect(source: str, path: Sequence[str]) -> Bundle:
+def collect(source: str, path: Sequence[str], include: Sequence[str] = ()) -> Bundle:
     """Follow the imports of ``source`` through local modules (transitively) and sort every import."""
-    out, seen = Bundle(), set()
+    out, seen = Bundle(include=frozenset(os.path.abspath(p) for p in include)), set()
     queue: list[tuple[Imported, str]] = [(imp, "the handler") for imp in imports_of(source)]
     while queue:
         imp, where = queue.pop(0)
@@ -195,23 +201,32 @@ def _add_file(spec, parts: list[str], out: Bundle) -> list[tuple[Imported, str]]
 
 
 def _add_data(folder: Path, prefix: str, out: Bundle) -> None:
-    """Non-Python files inside a bundled package travel too (its package data), within a size guard."""
+    """Non-Python files inside a bundled package travel too (its package data), within a size guard; secret-looking
+    files and links leaving the package stay behind unless the user named them."""
     for root, dirs, files in os.walk(folder):
         skipped = [d for d in dirs if _skip_dir(Path(root) / d)]
         dirs[:] = [d for d in dirs if d not in skipped and not (Path(root) / d / "__init__.py").exists()]
-        for name in files:
+        for name in sorted(files):
             src = Path(root) / name
-            if name.endswith((".py", ".pyc")) or name.startswith(".") or name.endswith(_EXTENSIONS):
+            if name.endswith((".py", ".pyc")) or name.endswith(_EXTENSIONS):
                 continue
             arcname = f"{prefix}/{src.relative_to(folder).as_posix()}"
-            out.data_bytes += src.stat().st_size
-            out.files[arcname] = BundledFile(arcname, str(src.resolve()), "")
-            if out.data_bytes > DATA_LIMIT or len(out.files) > DATA_FILES_LIMIT:
-                raise CaptureError(
-                    f"The local package {prefix} holds more data than msnb bundles "
-                    f"(over {DATA_LIMIT // 2**20} MB or {DATA_FILES_LIMIT} files; reached at {arcname}).",
-                    "move large files out of the package folder and ship them with --extra-files or --checkpoint.",
-                )
+            why = None if os.path.abspath(src) in out.include else secret_files.why_left_out(src, folder)
+            if why:
+                out.left_out[arcname] = why
+            elif not name.startswith(".") and src.is_file():
+                _add_data_file(src, arcname, prefix, out)
+
+
+def _add_data_file(src: Path, arcname: str, prefix: str, out: Bundle) -> None:
+    out.data_bytes += src.stat().st_size
+    if out.data_bytes > DATA_LIMIT or len(out.files) >= DATA_FILES_LIMIT:
+        raise CaptureError(
+            f"The local package {prefix} holds more data than msnb bundles "
+            f"(over {DATA_LIMIT // 2**20} MB or {DATA_FILES_LIMIT} files; reached at {arcname}).",
+            "move large files out of the package folder and ship them with --extra-files or --checkpoint.",
+        )
+    out.files[arcname] = BundledFile(arcname, str(src.resolve()), "")
 
 
 def _skip_dir(path: Path) -> bool:

@@ -42,6 +42,7 @@ def capture(
     ``search_path`` (see ``bundle.search_path``) the local modules the code imports are bundled and
     its third-party imports pinned as requirements.
     """
+    include = config.pop("include_files", ())  # package data named to travel (see bundle.make_hermetic)
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
@@ -69,7 +70,7 @@ def capture(
         return spec
     from msnb.bundle import make_hermetic
 
-    return make_hermetic(spec, search_path)
+    return make_hermetic(spec, search_path, include)
 
 
 def transform(source: str) -> str | None:

@@ -10,12 +10,11 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
+from msnb import serve_state
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.errors import MsnbError, OptionError, ServerError
-from msnb.files import write_atomic
 from msnb.torchserve.config import (
     DEFAULT_MAX_BYTES,
-    DEFAULT_RESPONSE_TIMEOUT_S,
     KSERVE_CONFIG_DIR,
     KSERVE_STORE_DIR,
     LIMIT_OPTIONS,
@@ -34,12 +33,14 @@ one archive per handler into OUTDIR. Relative paths in the options (--checkpoint
 SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive
 found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
 `msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
-reported (with its worker log lines) and the others are served; the exit code is 1 only when none loads. While it runs, its URL and
-key file are written to STATE (default $MSNB_STATE_DIR/serve.json, else ~/.cache/msnb/serve.json),
-which is where `msnb predict` finds them."""
-PREDICT_HELP = """POST one input to /predictions/NAME and print the answer. Without --url it uses the
-server `msnb serve` is running (its state file); with --url it sends the inference key read from
---token-file (TorchServe's key_file.json), or no token when none is given."""
+reported (with its worker log lines) and the others are served; the exit code is 1 only when none loads. While it runs, its URL,
+key file, folder and models are written to its own state file (default $MSNB_STATE_DIR/servers/PID.json, else
+~/.cache/msnb/servers/PID.json; --state never overwrites another live server's file), which is where
+`msnb predict` finds them: several `msnb serve` can run side by side."""
+PREDICT_HELP = """POST one input to /predictions/NAME and print the answer. Without --url it uses a running
+`msnb serve` (its state file): the only one, the one started in the current folder (or a folder above it), or
+the one --server picks; it says on stderr which server answered. With --url it sends the inference key read
+from --token-file (TorchServe's key_file.json), or no token when none is given."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +115,7 @@ def _add_export(sub) -> None:
 def _add_serve(sub) -> None:
     srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
-    srv.add_argument("--state", type=Path, help="where to write the server's URL and key file")
+    srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
     _limit_arguments(srv, "of the server")
     srv.set_defaults(run=_serve)
 
@@ -129,6 +130,7 @@ def _add_predict(sub) -> None:
     )
     pre.add_argument("--token-file", type=Path, help="TorchServe's key_file.json, used with --url")
     pre.add_argument("--state", type=Path, help="the state file `msnb serve` wrote")
+    pre.add_argument("--server", metavar="PID|FOLDER", help="which running `msnb serve` answers (when several run)")
     pre.set_defaults(run=_predict)
 
 
@@ -184,13 +186,13 @@ def _serve(args: argparse.Namespace) -> int:
     from msnb.torchserve import LocalServer
 
     archives = find_archives(args.paths)
-    state = args.state or state_file()
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
+    state = None
     try:
-        _register_each(server, archives)
-        _write_state(state, server)
+        names = _register_each(server, archives)
+        state = serve_state.write(_record(server, names), args.state)
         print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
         print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops the server.", flush=True)
@@ -201,31 +203,44 @@ def _serve(args: argparse.Namespace) -> int:
                 details=server.log_tail(),
             )
     finally:
-        state.unlink(missing_ok=True)
+        if state is not None:
+            state.unlink(missing_ok=True)
         server.stop()
         print("server stopped", flush=True)
     return OK
 
 
-def _register_each(server, archives: list[Path]) -> None:
+def _record(server, names: list[str]) -> serve_state.ServerRecord:
+    return serve_state.ServerRecord(
+        os.getpid(),
+        str(Path.cwd().resolve()),
+        server.inference_url,
+        server.management_url,
+        str(server.layout.key_file),
+        names,
+    )
+
+
+def _register_each(server, archives: list[Path]) -> list[str]:
     """Register every archive that loads and report each that does not (with its worker log lines); only when
-    none loads is it an error."""
-    served = 0
+    none loads is it an error. Returns the names served."""
+    served: list[str] = []
     for path in archives:
         try:
             status = server.register(path)
         except MsnbError as err:
             print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
             continue
-        served += 1
+        served.append(status.name)
         print(f"serving {status.name} {status.version}: POST {server.inference_url}/predictions/{status.name}")
     if not served:
         raise ServerError(
             f"None of the {len(archives)} archive(s) could be served (each error is above).",
             "fix the handler named in the worker log lines, export it again and rerun `msnb serve`.",
         )
-    if served < len(archives):
-        print(f"warning: serving {served} of {len(archives)} archives", file=sys.stderr, flush=True)
+    if len(served) < len(archives):
+        print(f"warning: serving {len(served)} of {len(archives)} archives", file=sys.stderr, flush=True)
+    return served
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -233,17 +248,20 @@ def _predict(args: argparse.Namespace) -> int:
 
     args.usage_errors = False
     data = parse_data(args.data, None, Path.cwd(), option="--data")
-    answer = send(args.name, data, version=args.version, url=args.url, token_file=args.token_file, state=args.state)
+    answer = send(
+        args.name,
+        data,
+        version=args.version,
+        url=args.url,
+        token_file=args.token_file,
+        state=args.state,
+        server=args.server,
+    )
     if isinstance(answer, (bytes, bytearray)):
         sys.stdout.buffer.write(bytes(answer))
     else:
         print(json.dumps(answer, indent=2) if not isinstance(answer, str) else answer)
     return OK
-
-
-def state_file() -> Path:
-    """Where `msnb serve` tells `msnb predict` its URL and key file: $MSNB_STATE_DIR or ~/.cache/msnb."""
-    return Path(os.environ.get("MSNB_STATE_DIR") or Path.home() / ".cache" / "msnb") / "serve.json"
 
 
 def find_archives(paths: list[str]) -> list[Path]:
@@ -264,42 +282,33 @@ def find_archives(paths: list[str]) -> list[Path]:
     return found
 
 
-def send(name: str, data, *, version=None, url=None, token_file=None, state=None):
-    """POST ``data`` to /predictions/NAME on the `msnb serve` server (or ``url``) and return the answer."""
+def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None):
+    """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer."""
     from msnb.torchserve import TorchServeClient
     from msnb.torchserve.auth import Keys
 
-    if url is None:  # the `msnb serve` server: its keys may be renewed on its management port
-        url, management, token_file = _read_state(state or state_file())
-        client = TorchServeClient(url, management, keys=Keys(token_file, management))
+    if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
+        record = _server(state, server)
+        print(f"answered by {record.describe()}", file=sys.stderr, flush=True)
+        client = TorchServeClient(
+            record.inference_url, record.management_url, keys=Keys(Path(record.key_file), record.management_url)
+        )
     else:  # a server given by --url: its key is used as given, never renewed
         client = TorchServeClient.connect(url, token_file)
     try:
-        return client.predict(name, data, version=version, timeout=DEFAULT_RESPONSE_TIMEOUT_S)
+        return client.predict(name, data, version=version)
     finally:
         client.close()
 
 
-def _write_state(path: Path, server) -> None:
-    info = {
-        "pid": os.getpid(),
-        "inference_url": server.inference_url,
-        "management_url": server.management_url,
-        "key_file": str(server.layout.key_file),
-    }
-    write_atomic(path, json.dumps(info))
-
-
-def _read_state(path: Path) -> tuple[str, str, Path]:
-    try:
-        info = json.loads(path.read_text())
-        os.kill(info["pid"], 0)
-    except (OSError, ValueError, KeyError):
-        raise MsnbError(
-            f"No `msnb serve` is running (no live server in {path}).",
-            f"start one with `msnb serve {DEFAULT_EXPORT}/`, or give --url (and --token-file).",
-        ) from None
-    return info["inference_url"], info["management_url"], Path(info["key_file"])
+def _server(state: Path | None, pick: str | None) -> serve_state.ServerRecord:
+    """The `msnb serve` a prediction goes to: the one in ``state``, else chosen among the running ones."""
+    if state is None:
+        return serve_state.choose(serve_state.running(), Path.cwd(), pick)
+    record = serve_state.read(state)
+    if record is None:
+        raise MsnbError(f"No `msnb serve` is running (no live server in {state}).", serve_state.START_HINT)
+    return record
 
 
 def _wait(server) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from msnb.errors import MsnbError
 from msnb.forms import ROLES_FORM
+from msnb.requirement_check import LISTED, summarise
 from msnb.spec import HandlerSpec
 
 _MAX = 200  # characters of an example / prediction shown inline
@@ -74,7 +75,7 @@ class SpecSummary(View):
         rows.append(("checkpoint", describe_checkpoint(spec.checkpoint, spec.form)))
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
         if spec.requirements:
-            rows.append(("requirements", ", ".join(spec.requirements)))
+            rows.append(("requirements", summarise(spec.requirements, LISTED, quote=False)))
         if spec.extra_files:
             rows.append(("extra files", ", ".join(spec.extra_files)))
         if spec.example is not None:

@@ -14,7 +14,7 @@ import torch
 
 from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
-from msnb.files import link_or_copy, move_into
+from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
 from msnb.spec import HandlerSpec
@@ -237,6 +237,8 @@ def _reuse(path: Path, staging: Path) -> Path:
 
 
 def _write_error(folder: Path, err: OSError) -> BuildError:
+    if err.errno in DISK_ERRNOS:  # full disk, read-only, no permission: free space or choose another folder
+        return disk_error(folder, err)
     return BuildError(
         f"Cannot write into {str(folder.resolve())!r}: {err}.",
         "check what is already there (a file where a folder goes, or the reverse) and its permissions.",

@@ -7,8 +7,21 @@ import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+from msnb.errors import BuildError, MsnbError
+
+_DISK_HINTS = {
+    errno.ENOSPC: "free space on that disk (df -h {folder}) or choose a folder on another disk",
+    errno.EDQUOT: "your disk quota is used up: free space (df -h {folder}) or choose a folder on another disk",
+    errno.EROFS: "{folder} is on a read-only filesystem: choose another folder",
+    errno.EACCES: "you cannot write into {folder}: choose a folder you can write to, or fix its permissions",
+    errno.EPERM: "you cannot write into {folder}: choose a folder you can write to, or fix its permissions",
+}
+DISK_ERRNOS = frozenset(_DISK_HINTS)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -113,3 +126,34 @@ def move_into(src: Path, folder: Path) -> Path:
         shutil.rmtree(final)
     os.replace(src, final)
     return final
+
+
+@contextmanager
+def partial_sibling(final: Path) -> Iterator[Path]:
+    """A hidden empty folder beside ``final`` (same filesystem: what is built there renames into place), removed
+    with whatever it still holds when the block ends, failed or not."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        yield partial
+    finally:
+        remove(partial)
+
+
+def replace_tree(src: Path, final: Path) -> Path:
+    """Rename ``src`` (a file or folder) to ``final``, replacing what is there; the same filesystem."""
+    remove(final)
+    os.replace(src, final)
+    return Path(final)
+
+
+def disk_error(final: Path, err: OSError, error: type[MsnbError] = BuildError) -> MsnbError:
+    """An OSError while writing ``final`` (full disk, no permission, read-only) as an msnb error with its hint."""
+    folder = Path(final).parent
+    where = f" ({err.filename})" if err.filename and str(err.filename) != str(final) else ""
+    hint = _DISK_HINTS.get(err.errno, "check free disk space and the folder's permissions, or choose another folder")
+    return error(
+        f"Could not write {final}: {err.strerror or err}{where}. Nothing half-written was left there.",
+        hint.format(folder=folder),
+    )

@@ -59,6 +59,12 @@ OPTIONS: tuple[Option, ...] = (
         label="Extra files",
         nargs="+",
     ),
+    Option(
+        "include_file",
+        "a package data file that looks like a secret (a key, .env, credentials*, token*) but must travel",
+        (),
+        nargs="+",
+    ),
     Option("batch_size", "TorchServe batch size", 1, int, 1, label="Batch size"),
     Option(
         "max_batch_delay",
@@ -133,6 +139,7 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     config = {o.dest: getattr(args, o.dest) for o in OPTIONS if o.type is int or o.dest in ("version", "device")}
     config |= {
         "extra_files": tuple(str(_path(p, base)) for p in args.extra_files),
+        "include_files": tuple(str(_path(p, base)) for p in args.include_file),
         "requirements": _requirements(args.requirements, namespace, base),
         "checkpoint": _checkpoint(args.checkpoint, namespace, base),
         "init_kwargs": _init_kwargs(args.init_kwargs, namespace),

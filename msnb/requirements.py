@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import site
 import sysconfig
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import metadata
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 # The serving image provides these and their own dependencies; a pinned torch would pull a multi-GB build.
 SERVING = ("torch", "torchserve", "torch-model-archiver")
@@ -22,35 +24,39 @@ ALIASES = {
     "skimage": "scikit-image",
     "bs4": "beautifulsoup4",
 }
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def canonical(name: str) -> str:
     """A distribution name as pip compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return canonicalize_name(name)
 
 
 def requirement_name(line: str) -> str | None:
-    """The distribution a requirement line names (``pandas>=2`` -> ``pandas``); None for options and URLs."""
-    match = _NAME.match(line)
-    return canonical(match.group(1)) if match and not line.lstrip().startswith("-") else None
+    """The distribution a PEP 508 requirement names (``pandas>=2`` -> ``pandas``); None for anything else."""
+    try:
+        return canonical(Requirement(line).name)
+    except InvalidRequirement:
+        return None
 
 
 @dataclass(frozen=True)
 class Dist:
-    """An installed distribution, read from its ``.dist-info`` folder's name (no metadata parsing: it is slow)."""
+    """An installed distribution: its name and version as its metadata gives them."""
 
     name: str
     version: str
-    path: Path
 
-    def requires(self) -> list[str]:
-        """Its Requires-Dist lines, extras excluded."""
-        text = (self.path / "METADATA").read_text(encoding="utf-8", errors="replace").split("\n\n")[0]
-        lines = [
-            line[len("Requires-Dist:") :].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")
-        ]
-        return [line for line in lines if "extra ==" not in line]
+    def requires(self) -> list[Requirement]:
+        """What it requires here: extras left out, environment markers evaluated for this interpreter."""
+        out = []
+        for line in metadata.requires(self.name) or ():
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                out.append(req)
+        return out
+
+    def read_text(self, filename: str) -> str | None:
+        return metadata.distribution(self.name).read_text(filename)
 
 
 def _site_dirs() -> list[str]:
@@ -59,56 +65,41 @@ def _site_dirs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=2)
-def _index(stamp: tuple) -> tuple[dict[str, list[Dist]], dict[str, Dist]]:
-    by_top: dict[str, list[Dist]] = {}
-    by_name: dict[str, Dist] = {}
-    for folder, _ in stamp:
-        for entry in sorted(os.listdir(folder)):
-            if entry.endswith(".dist-info"):
-                name, _, version = entry.removesuffix(".dist-info").partition("-")
-                dist = Dist(name, version, Path(folder) / entry)
-                by_name.setdefault(canonical(name), dist)
-                for top in _tops(dist.path):
-                    by_top.setdefault(top, []).append(dist)
-    return by_top, by_name
+def _index(stamp: tuple) -> dict[str, tuple[str, ...]]:
+    """Import name -> distribution names, from the installed metadata (``stamp``: site-packages' mtimes)."""
+    return {top: tuple(dict.fromkeys(names)) for top, names in metadata.packages_distributions().items()}
 
 
-def _tops(info: Path) -> set[str]:
-    """The import names a distribution installs: top_level.txt, else the first folder of each RECORD entry."""
-    if (info / "top_level.txt").is_file():
-        return set((info / "top_level.txt").read_text().split())
-    if not (info / "RECORD").is_file():
-        return set()
-    tops = set()
-    for line in (info / "RECORD").read_text(errors="replace").splitlines():
-        first = line.split(",")[0].split("/")[0]
-        if first and not first.endswith((".dist-info", ".data", ".pth")) and first not in ("..", "__pycache__"):
-            tops.add(first.removesuffix(".py"))
-    return tops
-
-
-def _installed() -> tuple[dict[str, list[Dist]], dict[str, Dist]]:
+def _by_top() -> dict[str, tuple[str, ...]]:
     """Re-read when site-packages changes (a pip install in the kernel adds a .dist-info folder)."""
     return _index(tuple((d, os.stat(d).st_mtime_ns) for d in _site_dirs()))
 
 
+def _dist(name: str) -> Dist | None:
+    try:
+        found = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
+    return Dist(found.metadata["Name"] or name, found.version)
+
+
 def distributions_of(top: str) -> list[Dist]:
     """The installed distributions providing import name ``top``."""
-    return _installed()[0].get(top, [])
+    return [d for d in map(_dist, _by_top().get(top, ())) if d is not None]
 
 
 @functools.lru_cache(maxsize=1)
 def serving_distributions() -> frozenset[str]:
-    """torch, TorchServe, the archiver and everything they require (never written as requirements)."""
-    by_name = _installed()[1]
+    """torch, TorchServe, the archiver and everything they require here (never written as requirements)."""
     todo, seen = list(SERVING), set()
     while todo:
         name = canonical(todo.pop())
         if name in seen:
             continue
         seen.add(name)
-        if name in by_name:
-            todo += [r for r in map(requirement_name, by_name[name].requires()) if r]
+        dist = _dist(name)
+        if dist is not None:
+            todo += [req.name for req in dist.requires()]
     return frozenset(seen)
 
 
@@ -117,8 +108,8 @@ def path_installed(top: str) -> bool:
     registry has it, so it is bundled as local code."""
     for dist in distributions_of(top):
         try:
-            info = json.loads((dist.path / "direct_url.json").read_text())
-        except (OSError, ValueError):
+            info = json.loads(dist.read_text("direct_url.json") or "{}")
+        except ValueError:
             continue
         if "dir_info" in info or str(info.get("url", "")).startswith("file:"):
             return True

@@ -199,11 +199,12 @@ class HandlerSpec:
 
     @property
     def bundled(self) -> tuple[str, ...]:
-        """The local modules that travel, one entry per top-level name: ``model.py``, ``mypkg/ (4 files)``."""
-        groups: dict[str, list[str]] = {}
+        """The local modules that travel, one entry per top-level name, with the names of data files:
+        ``model.py``, ``mypkg/ (4 files; data: vocab.txt)``."""
+        groups: dict[str, list[BundledFile]] = {}
         for f in self.bundle:
-            groups.setdefault(f.arcname.split("/")[0], []).append(f.arcname)
-        return tuple(n if len(g) == 1 and "/" not in g[0] else f"{n}/ ({len(g)} files)" for n, g in groups.items())
+            groups.setdefault(f.arcname.split("/")[0], []).append(f)
+        return tuple(_bundled_entry(n, g) for n, g in groups.items())
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -316,3 +317,11 @@ def _live_fingerprint(checkpoint: Any) -> str:
         if hasattr(value, "_version"):
             parts.append(f"{key}:{value.data_ptr()}:{value._version}")
     return "|".join(parts)
+
+
+def _bundled_entry(top: str, files: list[BundledFile], shown: int = 8) -> str:
+    if len(files) == 1 and "/" not in files[0].arcname:
+        return top
+    data = [f.arcname.removeprefix(top + "/") for f in files if not f.module]
+    listed = ", ".join(data[:shown]) + (f" and {len(data) - shown} more" if len(data) > shown else "")
+    return f"{top}/ ({len(files)} files" + (f"; data: {listed})" if data else ")")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import faulthandler
 import json
 import logging
+import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -61,6 +63,13 @@ HINTS = {
     "inference": "the model's forward failed on this sample; check the preprocessed input's shape and dtype.",
     "postprocess": "postprocess(output) raised; run it in the notebook on this sample's model output.",
     "explain": "explain(model, model_input) raised; call it in the notebook on this sample's preprocessed input.",
+    "explain-default": "the default explanation (Captum's Integrated Gradients on the preprocessed input) failed on "
+    "this sample; check that the model takes the preprocessed tensor and returns (batch, classes), or define "
+    "`def explain(model, model_input)` in the handler cell for another method.",
+    "input": "the input does not fit the model (its shape, size or an index out of range): compare the request with "
+    "the handler's --example; the model itself ran on inputs of the right shape.",
+    "non-finite input": "the input holds NaN or Infinity (or numbers that overflow float32), so the answer does too: "
+    "send finite numbers.",
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
     "values are converted for you) or a whole str/bytes answer.",
     "non-finite": "strict JSON has no NaN or Infinity: check the input for values that overflow float32, or map "
@@ -266,7 +275,7 @@ class BatchHandler:
         explained = self._explain_within_budget(asked, samples)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
-            answers[idx] = self._answer(idx, output, encode or _json_answer)
+            answers[idx] = self._answer(idx, output, encode or _json_answer, inputs[idx])
         for idx, explanation in explained.items():
             answers[idx] = self._explanation(idx, explanation, encode or _json_answer)
         marks.append(time.perf_counter())
@@ -312,8 +321,10 @@ class BatchHandler:
         # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
         return to_device(self.model(to_device(batch, self.device)), torch.device("cpu"))
 
-    def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any]) -> Any:
+    def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any], model_input: Any = None) -> Any:
         if isinstance(output, _Failed):
+            if output.stage == "inference" and _input_fault(output.error):  # the request is at fault: 400
+                return self._error(idx, output.stage, output.error, hint=HINTS["input"], status=400)
             return self._error(idx, output.stage, output.error)
         try:
             result = self.postprocess(output)
@@ -322,6 +333,8 @@ class BatchHandler:
         try:
             return encode(idx, result)
         except NonFiniteError as err:
+            if _non_finite(model_input):
+                return self._error(idx, "serialise", err, hint=HINTS["non-finite input"], status=400)
             return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
         except (TypeError, ValueError) as err:
             return self._error(idx, "serialise", err)
@@ -329,7 +342,8 @@ class BatchHandler:
     def _explanation(self, idx: int, explanation: Any, encode: Callable[[int, Any], Any]) -> Any:
         """An explanation goes out as it is (encoded like an answer); postprocess is for predictions only."""
         if isinstance(explanation, Exception):
-            answer = self._error(idx, "explain", explanation)
+            default = self.explainer.explain_function is None and not isinstance(explanation, ExplainError)
+            answer = self._error(idx, "explain", explanation, hint=HINTS["explain-default"] if default else None)
             answer.headers = getattr(explanation, "headers", {})  # a refusal's Retry-After (msnb_budget)
             return answer
         try:
@@ -339,14 +353,18 @@ class BatchHandler:
         except (TypeError, ValueError) as err:
             return self._error(idx, "serialise", err)
 
-    def _error(self, idx: int, stage: str, err: BaseException, hint: str | None = None) -> dict:
+    def _error(
+        self, idx: int, stage: str, err: BaseException, hint: str | None = None, status: int | None = None
+    ) -> dict:
         # An ExplainError is a refusal with its own hint (the input cannot be explained), not a crash: no traceback.
         trace = None if isinstance(err, ExplainError) else err
         logger.error("msnb handler: request %d failed in %s: %s", idx, stage, err, exc_info=trace)
         message = f"{type(err).__name__}: {err}"[:2000]
         hint = hint or (err.hint if isinstance(err, ExplainError) else HINTS[stage])
         answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=hint, stage=stage, type=type(err).__name__)
-        answer.status = err.status if isinstance(err, ExplainError) else 400 if stage == "preprocess" else 500
+        answer.status = status or (
+            err.status if isinstance(err, ExplainError) else 400 if stage == "preprocess" else 500
+        )
         return answer
 
 
@@ -380,6 +398,26 @@ def handler_factory(
 
 def _identity(value: Any) -> Any:
     return value
+
+
+# What torch says when a tensor's shape or size does not fit a layer (a request's fault, not the model's).
+_SHAPE_FAULT = re.compile(r"shape|size of tensor|sizes? mismatch|dimension|mat1 and mat2|expected input", re.I)
+
+
+def _input_fault(err: BaseException) -> bool:
+    """A forward failure caused by the input: a shape or size mismatch, or an index out of range (embeddings)."""
+    return isinstance(err, IndexError) or (isinstance(err, RuntimeError) and bool(_SHAPE_FAULT.search(str(err))))
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether a preprocessed input holds NaN or Infinity (tensors, also inside lists, tuples and dicts)."""
+    if torch.is_tensor(value):
+        return value.is_floating_point() and not bool(torch.isfinite(value).all())
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 class NonFiniteError(ValueError):

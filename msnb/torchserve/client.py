@@ -17,11 +17,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
-from msnb.torchserve.config import DEFAULT_MAX_BYTES, LIMIT_OPTIONS, Limits
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S, LIMIT_OPTIONS, Limits
 from msnb.torchserve.logs import LogCursor
 from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
+from msnb.torchserve.store import next_version
 
 REGISTER_TIMEOUT_S = 600.0
+# A prediction waits at most for one batch ahead of it and its own, each bounded by the model's responseTimeout
+# (TorchServe restarts a worker slower than that), plus the batch delay and the frontend: the client's default.
+PREDICT_TIMEOUT = (2, 5.0)  # (batches, seconds of margin)
 HINTS = {
     "Failed to start workers": "the handler failed to load (an import or init_function raised); its traceback "
     "is below. Fix the handler and register again.",
@@ -61,6 +65,7 @@ class TorchServeClient:
         self._alive = alive
         self.limits = limits or Limits()  # what the server was started with (TorchServe's defaults if unknown)
         self._http = AuthorisedSession(self.keys)
+        self._timeouts: dict[tuple[str, str | None], float] = {}  # (name, version) -> predict timeout
 
     @classmethod
     def connect(cls, url: str, token_file: Path | None = None) -> "TorchServeClient":
@@ -91,6 +96,7 @@ class TorchServeClient:
             "max_batch_delay": max_batch_delay,
             "response_timeout": response_timeout,
         }
+        self._timeouts.clear()  # a new version (and default) may have another responseTimeout
         cursor = self.log_cursor()
         resp = self.call(
             "POST",
@@ -113,6 +119,7 @@ class TorchServeClient:
         return status
 
     def set_default(self, name: str, version: str) -> None:
+        self._timeouts.clear()
         resp = self.call("PUT", f"{self.management_url}/models/{name}/{version}/set-default", "management")
         if not resp.ok:
             raise ServerError(
@@ -151,13 +158,9 @@ class TorchServeClient:
         return resp.ok
 
     def free_version(self, name: str, version: str) -> str:
-        """``version``, or ``version-rN`` when that is already registered (a redeploy's new version)."""
-        taken = {m.version for m in self.versions(name)}
-        candidate, n = version, 1
-        while candidate in taken:
-            n += 1
-            candidate = f"{version}-r{n}"
-        return candidate
+        """``version``, or the next ``version-rN`` when it (or a revision of it) is registered (a redeploy's new
+        version): revisions count up, they never go back to a number an earlier redeploy used."""
+        return next_version(version, {m.version for m in self.versions(name)})
 
     def scale(self, name: str, workers: int, *, version: str | None = None) -> ModelStatus:
         """Set the number of workers of a model (its default version unless ``version``) and wait for them."""
@@ -206,6 +209,7 @@ class TorchServeClient:
     ) -> list:
         """Send all inputs at once (so TorchServe can batch them); answers in input order."""
         inputs = list(inputs)
+        self.predict_timeout(name, version)  # described once, before the threads ask
 
         def one(item):
             try:
@@ -230,11 +234,10 @@ class TorchServeClient:
     # ------------------------------------------------------------------ internals
     def _infer(self, api: str, name: str, data: Any, version: str | None, timeout: float | None) -> Any:
         body, ctype = encode(data)
+        timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/{api}/{name}" + (f"/{version}" if version else "")
-        resp = self.call(
-            "POST", url, "inference", data=body, headers={"Content-Type": ctype}, timeout=timeout or REGISTER_TIMEOUT_S
-        )
+        resp = self.call("POST", url, "inference", data=body, headers={"Content-Type": ctype}, timeout=timeout)
         if resp.ok:
             return decode(resp)
         message, hint, payload = error_body(resp)
@@ -256,6 +259,21 @@ class TorchServeClient:
             status=resp.status_code,
             body=payload,
         )
+
+    def predict_timeout(self, name: str, version: str | None = None) -> float:
+        """How long a prediction may take: from the model's responseTimeout (see PREDICT_TIMEOUT), read once per
+        model version; the default responseTimeout when the model cannot be described (no management URL)."""
+        key = (name, version)
+        if key not in self._timeouts:
+            seconds = None
+            if self.management_url:
+                try:
+                    seconds = self.status(name, version).response_timeout
+                except ServerError:
+                    seconds = None  # the prediction itself reports what is wrong
+            batches, margin = PREDICT_TIMEOUT
+            self._timeouts[key] = batches * float(seconds or DEFAULT_RESPONSE_TIMEOUT_S) + margin
+        return self._timeouts[key]
 
     def _too_large(self, name: str, body: bytes, payload: Any) -> PredictionError:
         """413: which body was over which limit, and the option that raises it."""

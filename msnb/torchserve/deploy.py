@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from msnb.errors import ServerError
+from msnb.errors import Interrupted, ServerError
 from msnb.torchserve.client import TorchServeClient
 from msnb.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 from msnb.torchserve.models import ModelStatus
@@ -49,8 +49,8 @@ def register(
         )
     except KeyboardInterrupt:
         # TorchServe goes on registering after the client gave up: take the half-registered version back.
-        _abandon(client, name, version)
         store.remove(url)
+        _abandon(client, name, version)
         raise
     except BaseException:
         store.remove(url)
@@ -84,19 +84,35 @@ def drain(client: TorchServeClient, model: ModelStatus) -> None:
 
     TorchServe drops a deleted version's queued jobs (their clients hang) and fails its in-flight batch
     with "Worker died."; its queue length is in the describe answer, and a customized describe queued
-    behind the last job returns when that job is answered.
+    behind the last job returns when that job is answered. A drain that times out or cannot reach the
+    server is a ServerError: the caller keeps the old version registered.
     """
     timeout = float(model.response_timeout or DRAIN_TIMEOUT_S)
     deadline = time.monotonic() + timeout
     if model.ready:
-        client.barrier(model.name, model.version, timeout)
-    while time.monotonic() < deadline:
-        try:
-            if client.status(model.name, model.version).pending == 0:
-                return
-        except ServerError:
-            return  # already gone
+        client.barrier(model.name, model.version, timeout)  # False on a timeout: the queue check below decides
+    while (pending := _pending(client, model)) > 0:
+        if time.monotonic() >= deadline:
+            raise ServerError(
+                f"{model.name} {model.version} did not drain: {pending} requests were still queued after "
+                f"{timeout:g} s. It stays registered and serving what it holds; new requests go to the default.",
+                f"unregister it once idle (server.unregister({model.name!r}, {model.version!r})), and give the "
+                "handler a larger --response-timeout if its batches take that long.",
+            )
         time.sleep(DRAIN_POLL_S)
+
+
+def _pending(client: TorchServeClient, model: ModelStatus) -> int:
+    """Requests the version still holds (0 once it is no longer registered); unreachable is an error."""
+    try:
+        versions = client.versions(model.name)
+    except ServerError as err:
+        raise ServerError(
+            f"Cannot reach the server while draining {model.name} {model.version} ({err.message}); it stays "
+            "registered and serving what it holds.",
+            "check the server (server.log_tail()) and unregister the old version when it answers again.",
+        ) from None
+    return next((m.pending for m in versions if m.version == model.version), 0)
 
 
 def unregister(client: TorchServeClient, store: ModelStore, name: str, version: str | None = None) -> None:
@@ -109,10 +125,16 @@ def unregister(client: TorchServeClient, store: ModelStore, name: str, version: 
 
 
 def _abandon(client: TorchServeClient, name: str, version: str) -> None:
+    """Take back a version whose registration was interrupted; if the server refuses, say what remains."""
     try:
         client.unregister_version(name, version, missing_ok=True)
-    except ServerError:
-        pass  # still loading: TorchServe refuses to delete it; the state report lists it
+    except ServerError as err:
+        raise Interrupted(
+            f"Registration of {name} {version} was interrupted and the server still holds it ({err.message}); "
+            "its store files were removed, so it cannot load.",
+            f"remove it with server.unregister({name!r}, {version!r}) once it has finished loading, or stop "
+            "the server.",
+        ) from None
 
 
 def _forget(client: TorchServeClient, store: ModelStore, model: ModelStatus) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sysconfig
 from collections import deque
@@ -19,7 +20,6 @@ CRASH_LINES = 20
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 # the thread name of a worker's lines: W-<port>-<model>_<version>[-stdout|-stderr]
 _WORKER = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] W-\d+-(.+?)_[^_ ]+?(?:-std\w+)? ")
-SHARED_FILES = frozenset(p.name for p in shared_handler_files())  # the shared handler in every archive
 
 
 class LogCursor:
@@ -87,8 +87,14 @@ def is_library_frame(path: str) -> bool:
         "site-packages" in path
         or "dist-packages" in path
         or path.startswith((stdlib, "<frozen"))
-        or Path(path).name in SHARED_FILES
+        or Path(path).name in library_files()
     )
+
+
+@functools.cache
+def library_files() -> frozenset[str]:
+    """The file names of the shared handler modules every archive carries (the templates' one list)."""
+    return frozenset(p.name for p in shared_handler_files())
 
 
 def user_frames(lines: list[str]) -> list[str]:

@@ -148,6 +148,10 @@ class LocalServer:
                 self._client = None
             if self._owns_workdir:  # registered archives (private checkpoint copies, too); the logs stay
                 shutil.rmtree(self.layout.model_store, ignore_errors=True)
+            # TorchServe's scratch (pid file, worker sockets, unpacked models; a folder in /tmp when the workdir
+            # is deep) and the keys of a server that no longer runs.
+            shutil.rmtree(self.layout.tmp_dir, ignore_errors=True)
+            self.layout.key_file.unlink(missing_ok=True)
             _LIVE.discard(self)
 
     def __enter__(self) -> "LocalServer":

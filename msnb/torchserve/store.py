@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from msnb.errors import ServerError
-from msnb.files import clone_file, clone_tree, remove
+from msnb.files import clone_file, clone_tree, disk_error, partial_sibling, remove, replace_tree
 
 MANIFEST = "MAR-INF/MANIFEST.json"
 # Names and versions are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
@@ -50,6 +50,14 @@ def read_manifest(path: Path) -> tuple[str, str]:
         ) from None
 
 
+def next_version(version: str, taken: set[str]) -> str:
+    """``version`` when nothing of it is taken, else ``version-rN`` one above the highest revision taken
+    (``1.0`` -> ``1.0-r2`` -> ``1.0-r3``, even after ``1.0`` itself was unregistered)."""
+    revision = re.compile(re.escape(version) + r"-r(\d+)")
+    numbers = [1 if v == version else int(m.group(1)) for v in taken if v == version or (m := revision.fullmatch(v))]
+    return f"{version}-r{max(numbers) + 1}" if numbers else version
+
+
 def safe_name(name: str, version: str) -> str:
     """The file name of one model version, ``NAME-VERSION`` (a store entry, an archive kept aside) that
     TorchServe can take as a url."""
@@ -71,11 +79,16 @@ class ModelStore:
         if src.parent == self.root.resolve():
             return src.name
         target = self.root / (f"{safe_name(name, version)}.mar" if src.is_file() else safe_name(name, version))
-        remove(target)
-        if src.is_dir():
-            clone_tree(src, target)
-        else:
-            clone_file(src, target)
+        try:
+            with partial_sibling(target) as partial:
+                staged = partial / target.name
+                if src.is_dir():
+                    clone_tree(src, staged)
+                else:
+                    clone_file(src, staged)
+                replace_tree(staged, target)
+        except OSError as err:
+            raise disk_error(target, err, ServerError) from None
         return target.name
 
     def remove(self, url: str) -> None:

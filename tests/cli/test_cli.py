@@ -34,7 +34,7 @@ def test_console_script_help_documents_every_command_and_the_exit_codes():
     "command, words",
     [
         ("export", ["--handler", "--format", "--check", "--kserve", "WITHOUT running it", "notebook's folder"]),
-        ("serve", ["Ctrl-C", "model store", "serve.json", "--state"]),
+        ("serve", ["Ctrl-C", "model store", "servers/PID.json", "--state"]),
         ("predict", ["--data", "--url", "--token-file", "JSON|@FILE"]),
     ],
 )
@@ -83,7 +83,9 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
+def _wait_for(state_dir: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
+    """The state file of the `msnb serve` process ``proc`` (STATE_DIR/servers/PID.json), once it is written."""
+    path = state_dir / "servers" / f"{proc.pid}.json"
     poll(lambda: path.exists() or proc.poll() is not None, timeout, interval=0.2)
     if path.exists():
         return json.loads(path.read_text())
@@ -104,7 +106,7 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
         [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
     )
     try:
-        state = _wait_for(tmp_path / "state" / "serve.json", proc)
+        state = _wait_for(tmp_path / "state", proc)
         java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
         done = subprocess.run(
             [MSNB, "predict", "beta", "--data", EXAMPLE], env=env, capture_output=True, text=True, timeout=120
@@ -131,7 +133,7 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
     out = (tmp_path / "serve.out").read_text()
     assert code == 0, out
     assert "serving alpha 1.0" in out and "serving beta 1.0" in out and "server stopped" in out
-    assert not (tmp_path / "state" / "serve.json").exists()
+    assert not list((tmp_path / "state" / "servers").iterdir()), "the state file goes with the server"
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in java)
 
 
@@ -146,7 +148,7 @@ def test_serve_exits_1_with_the_log_when_torchserve_dies(tmp_path, capsys, short
             [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
         )
         try:
-            _wait_for(tmp_path / "state" / "serve.json", proc)
+            _wait_for(tmp_path / "state", proc)
             workdir = (tmp_path / "serve.out").read_text().split("(workdir ")[1].split(")")[0]
             (java,) = [
                 p
@@ -176,7 +178,7 @@ def test_serve_a_folder_with_one_broken_archive_serves_the_others(tmp_path, caps
             [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
         )
         try:
-            _wait_for(tmp_path / "state" / "serve.json", proc)
+            _wait_for(tmp_path / "state", proc)
             done = subprocess.run(
                 [MSNB, "predict", "alpha", "--data", EXAMPLE], env=env, capture_output=True, text=True, timeout=120
             )

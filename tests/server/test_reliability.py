@@ -53,8 +53,8 @@ def served(tmp_path_factory):
 def test_overflow_and_nan_inputs_get_strict_json_answers_and_the_good_ones_still_succeed(served):
     answers = served.predict_many("fragile", [GOOD, {"x": [1e39, 0, 0, 0]}, GOOD], return_exceptions=True)
     assert isinstance(answers[0], list) and answers[0] == answers[2]
-    assert isinstance(answers[1], PredictionError) and answers[1].status == 500
-    assert "NaN or Infinity" in str(answers[1]) and "nan_to_num" in str(answers[1])
+    assert isinstance(answers[1], PredictionError) and answers[1].status == 400, "the input overflowed float32"
+    assert "NaN or Infinity" in str(answers[1]) and "overflow float32" in str(answers[1])
     client = served.client  # a client that does not refuse NaN itself: what curl or a browser would send
     resp = client.call(
         "POST",
@@ -64,7 +64,7 @@ def test_overflow_and_nan_inputs_get_strict_json_answers_and_the_good_ones_still
         headers={"Content-Type": "application/json"},
     )
     body = strict_loads(resp.text)
-    assert resp.status_code == 500 and "NaN or Infinity" in body["error"]
+    assert resp.status_code == 400 and "NaN or Infinity" in body["error"] and "send finite numbers" in body["hint"]
 
 
 # ------------------------------------------------------------------ crashes

@@ -82,7 +82,7 @@ def test_local_modules_and_packages_travel_with_their_structure_and_load_like_a_
         "mypkg/sub/deep.py",
         "mypkg/vocab.txt",
     }
-    assert spec.bundled == ("model.py", "mypkg/ (5 files)")
+    assert spec.bundled == ("model.py", "mypkg/ (5 files; data: vocab.txt)")
     assert not any("torch" in r for r in spec.requirements), "the serving image provides torch"
     assert predict_in_process(spec, [[1, 2, 3]]) == [{"n": 4, "scale": 2}]
 

@@ -1,0 +1,110 @@
+"""Where each `msnb serve` tells `msnb predict` how to reach it: one state file per server, chosen by folder or pid."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from msnb.errors import MsnbError, OptionError
+from msnb.files import write_atomic
+
+STATE_ENV = "MSNB_STATE_DIR"
+SERVERS = "servers"  # STATE_DIR/servers/<pid>.json, one per running `msnb serve`
+START_HINT = "start one with `msnb serve model_store/`, or give --url (and --token-file)."
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """One running `msnb serve`: its process, the folder it was started in, its URLs, key file and models."""
+
+    pid: int
+    project: str
+    inference_url: str
+    management_url: str
+    key_file: str
+    models: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        models = ", ".join(self.models) or "no models"
+        return f"`msnb serve` pid {self.pid} in {self.project} ({self.inference_url}; {models})"
+
+
+def state_dir() -> Path:
+    """$MSNB_STATE_DIR, else ~/.cache/msnb."""
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".cache" / "msnb")
+
+
+def default_file(pid: int | None = None) -> Path:
+    """This server's own state file: STATE_DIR/servers/<pid>.json."""
+    return state_dir() / SERVERS / f"{pid or os.getpid()}.json"
+
+
+def write(record: ServerRecord, path: Path | None = None) -> Path:
+    """Write ``record``; a file that names another live server is never overwritten."""
+    path = Path(path or default_file(record.pid))
+    other = read(path)
+    if other is not None and other.pid != record.pid:
+        raise OptionError(
+            f"{path} belongs to another running server: {other.describe()}.",
+            "leave out --state (each `msnb serve` then keeps its own state file), or give another path.",
+        )
+    write_atomic(path, json.dumps(asdict(record)))
+    return path
+
+
+def read(path: Path) -> ServerRecord | None:
+    """The record in ``path`` when its server still runs (a stale file is removed), else None."""
+    try:
+        record = ServerRecord(**json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if not _alive(record.pid):
+        Path(path).unlink(missing_ok=True)
+        return None
+    return record
+
+
+def running() -> list[ServerRecord]:
+    """Every live `msnb serve` that recorded itself in the state folder, oldest pid first."""
+    folder = state_dir() / SERVERS
+    found = [read(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return sorted((r for r in found if r is not None), key=lambda r: r.pid)
+
+
+def choose(records: list[ServerRecord], cwd: Path, pick: str | None = None) -> ServerRecord:
+    """The server to ask: the one picked (pid or folder), the only one, or the one whose project holds ``cwd``."""
+    if not records:
+        raise MsnbError(f"No `msnb serve` is running (no live server in {state_dir() / SERVERS}).", START_HINT)
+    if pick is not None:
+        chosen = [r for r in records if pick == str(r.pid) or _same(pick, r.project)]
+        if len(chosen) != 1:
+            raise OptionError(f"--server {pick}: no running server has that pid or folder.", _listing(records))
+        return chosen[0]
+    if len(records) == 1:
+        return records[0]
+    holding = [r for r in records if cwd.resolve().is_relative_to(Path(r.project))]
+    holding.sort(key=lambda r: len(Path(r.project).parts))
+    if holding and (len(holding) == 1 or holding[-1].project != holding[-2].project):
+        return holding[-1]  # the innermost project folder that holds the current directory
+    raise OptionError(f"{len(records)} `msnb serve` are running; which one should answer?", _listing(records))
+
+
+def _listing(records: list[ServerRecord]) -> str:
+    lines = "; ".join(r.describe() for r in records)
+    return f"pick one with --server PID (or its folder), or run msnb predict inside its folder: {lines}."
+
+
+def _same(pick: str, project: str) -> bool:
+    return os.path.isdir(pick) and Path(pick).resolve() == Path(project)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,67 @@
+"""The shared handler answers a request's own fault with 400 and a hint about the input; explain hints fit the
+handler; traceback folding knows every shared module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_shared_handler import loaded, predict, to_x
+from torch import nn
+from ts.context import RequestProcessor
+
+from msnb.archive import shared_handler_files
+from msnb.torchserve.logs import is_library_frame, library_files
+
+
+def test_a_wrong_shape_input_is_a_400_with_the_input_hint_and_the_rest_answer(tmp_path):
+    handle, ctx, model = loaded(tmp_path, preprocess_function=to_x)  # Linear(4, 2)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3, 4]}, {"x": [1, 2, 3]}])
+    assert codes == [200, 400]
+    assert answers[1]["stage"] == "inference" and "shape" in answers[1]["hint"]
+    with torch.no_grad():
+        assert answers[0] == pytest.approx(model.fc(torch.tensor([1.0, 2, 3, 4])).tolist())
+
+
+def test_an_index_out_of_range_is_the_input_s_fault(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, nn.Embedding(5, 2), preprocess_function=lambda s: torch.tensor(s["ids"]))
+    answers, codes = predict(handle, ctx, [{"ids": [1, 2]}, {"ids": [9]}])
+    assert codes == [200, 400] and answers[1]["type"] == "IndexError"
+
+
+def test_a_non_finite_input_is_a_400_a_non_finite_answer_from_finite_input_a_500(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=to_x)
+    answers, codes = predict(handle, ctx, [{"x": [float("nan"), 0, 0, 0]}, {"x": [1e39, 0, 0, 0]}, {"x": [1] * 4}])
+    assert codes == [400, 400, 200] and "send finite numbers" in answers[0]["hint"]
+    overflowing = loaded(tmp_path, nn.Identity(), preprocess_function=to_x, postprocess_function=lambda o: o * 1e39)
+    answers, codes = predict(overflowing[0], overflowing[1], [{"x": [1, 0, 0, 0]}])
+    assert codes == [500] and "strict JSON has no NaN" in answers[0]["hint"]
+
+
+def test_a_model_bug_stays_a_500(tmp_path):
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    handle, ctx, _ = loaded(tmp_path, Broken(), preprocess_function=to_x)
+    assert predict(handle, ctx, [{"x": [1, 2, 3, 4]}])[1] == [500]
+
+
+def test_the_default_explanation_s_failure_hint_names_integrated_gradients_not_an_explain_role(tmp_path):
+    class NoGrad(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("boom in forward")
+
+    handle, ctx, _ = loaded(tmp_path, NoGrad(), preprocess_function=to_x)
+    ctx.request_processor = [RequestProcessor({"explain": "True"})]  # what /explanations sets
+    ctx.request_ids = {0: "req-0"}
+    ctx.metrics.request_ids = ctx.request_ids
+    (answer,) = handle([{"body": {"x": [1.0, 2, 3, 4]}}], ctx)
+    assert answer["stage"] == "explain" and ctx.get_response_status(0)[0] == 500
+    assert "Integrated Gradients" in answer["hint"] and "explain(model, model_input) raised" not in answer["hint"]
+
+
+def test_traceback_folding_knows_every_shared_module():
+    names = {p.name for p in shared_handler_files()}
+    assert library_files() == names and len(names) >= 7
+    assert all(is_library_frame(f"/tmp/models/abc/{name}") for name in names)
+    assert not is_library_frame("/tmp/models/abc/handler_model.py")

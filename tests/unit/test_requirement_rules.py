@@ -1,0 +1,86 @@
+"""Requirements are PEP 508 requirements: pip options, paths, URLs and serving pins are refused before a build."""
+
+from __future__ import annotations
+
+import textwrap
+from importlib import metadata
+
+import pytest
+from helpers import handler, run, standard
+
+from msnb import requirements as reqs
+from msnb.bundle import search_path
+from msnb.capture import capture
+from msnb.errors import SpecError
+from msnb.options import handler_config, parse_handler_line
+from msnb.requirement_check import check
+
+CELL = "import torch\n\ndef init_function():\n    return torch.nn.Linear(2, 1)\n"
+
+
+def capture_with(tmp_path, requirements: str):
+    config = handler_config(parse_handler_line(f"m --requirements {requirements}"), {}, tmp_path)
+    return capture("m", CELL, [], search_path=search_path(tmp_path), **config)
+
+
+@pytest.mark.parametrize(
+    "given, kind, hint",
+    [
+        ("'--index-url http://x'", "pip options", "pip configuration"),
+        ("'-r /etc/passwd'", "pip options", "pip configuration"),
+        ("'-e git+https://example.org/pkg.git#egg=pkg'", "pip options", "pip configuration"),
+        ("./local", "local paths", "importing it"),
+        ("'pkg @ https://example.org/pkg-1.0.tar.gz'", "URLs", "importing it"),
+        ("git+https://example.org/pkg.git", "URLs", "importing it"),
+        ("torch==2.0.0", "torch, TorchServe", "serving image provides"),
+        ("pillow==9.0.0", "torch, TorchServe", "serving image provides"),  # a dependency of TorchServe
+        ("'numpy >> 2'", "not PEP 508", "one requirement per entry"),
+    ],
+)
+def test_an_entry_that_is_not_a_requirement_is_refused_at_capture(tmp_path, given, kind, hint):
+    with pytest.raises(SpecError) as err:
+        capture_with(tmp_path, given)
+    assert kind in err.value.message and hint in err.value.hint
+
+
+def test_requirements_with_versions_markers_and_extras_pass(tmp_path):
+    spec = capture_with(tmp_path, "'numpy==1.26.4, pandas>=2,<3, requests[socks]; python_version >= \"3.8\"'")
+    assert spec.requirements[:3] == ("numpy==1.26.4", "pandas>=2,<3", 'requests[socks]; python_version >= "3.8"')
+
+
+def test_a_long_file_with_bad_lines_is_summarised_not_echoed(tmp_path):
+    lines = [f"-r /etc/secret{i}" for i in range(10_000)]
+    (tmp_path / "reqs.txt").write_text("numpy==1.26.4\n" + "\n".join(lines) + "\n")
+    with pytest.raises(SpecError) as err:
+        capture_with(tmp_path, "reqs.txt")
+    assert "and 9997 more" in err.value.message and len(str(err.value)) < 600
+    with pytest.raises(SpecError, match="'xxxxxxxx.*\\.\\.\\.'"):
+        check(["x" * 200 + " @@"])  # one long entry is cut short too
+
+
+def test_export_refuses_an_injected_index_and_builds_nothing(tmp_path, capsys):
+    nb = standard(tmp_path / "nb", handler("mlp", "--requirements '--extra-index-url http://evil.example/simple'"))
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code != 0 and "pip options" in err and "Hint:" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_inference_reads_installed_metadata_and_respects_markers():
+    assert reqs.distributions_of("yaml")[0].name == "PyYAML"
+    assert reqs.distributions_of("yaml")[0].version == metadata.version("PyYAML")
+    serving = reqs.serving_distributions()
+    assert {"torch", "torchserve", "torch-model-archiver", "psutil"} <= serving
+    assert "enum34" not in serving, "torchserve requires enum34 only on Python < 3.4"
+    pinned, warnings = reqs.pin({"yaml": "the handler, line 1"}, {}, ())
+    assert pinned == (f"PyYAML=={metadata.version('PyYAML')}",) and not warnings
+
+
+def test_given_entries_win_over_inferred_pins(tmp_path):
+    cell = textwrap.dedent("""
+        import yaml
+        def init_function():
+            return yaml
+        """)
+    config = handler_config(parse_handler_line("m --requirements 'PyYAML>=6'"), {}, tmp_path)
+    spec = capture("m", cell, [], search_path=search_path(tmp_path), **config)
+    assert spec.requirements == ("PyYAML>=6",)
