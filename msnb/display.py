@@ -159,7 +159,7 @@ class Status(View, dict):
             if self.table
             else "no handler defined yet"
         )
-        warned = "".join(f"<div><b>Warning:</b> {_e(why)}</div>" for why in self.warnings)
+        warned = "".join(f"<div><b>Warning:</b> {_escaped(why)}</div>" for why in self.warnings)
         return View._repr_html_(self).removesuffix("</div>") + table + warned + "</div>"
 
     __eq__ = dict.__eq__
