@@ -58,7 +58,7 @@ class Mutation:
 def mutated(node: ast.stmt) -> dict[str, int]:
     """The module-level names ``node`` changes in place when it runs, each with the first line doing it."""
     found: dict[str, int] = {}
-    for sub in _running(node):
+    for sub in _defaults(node) if isinstance(node, _LATER) else _running(node):
         for target in _targets(sub):
             root = _root(target)
             if root is not None and root != target:
