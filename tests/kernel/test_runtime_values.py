@@ -6,7 +6,6 @@ import json
 import textwrap
 
 import pytest
-import torch
 from IPython.utils.capture import capture_output
 
 pytestmark = pytest.mark.kernel
