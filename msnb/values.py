@@ -22,6 +22,14 @@ from msnb.templates.msnb_values import VALUES_FILE
 SCALARS = (bool, int, float, str, bytes, type(None))
 CONTAINERS = (list, tuple, dict, OrderedDict)
 _MB = 2**20
+# Types people hold such values in, and the plain form that travels.
+TYPE_WAYS = {
+    "a set": "a set travels as a sorted list (sorted(s))",
+    "a numpy.": "a numpy array travels as a tensor (torch.from_numpy(a))",
+    "collections.Counter": "a Counter or defaultdict travels as dict(...)",
+    "collections.defaultdict": "a Counter or defaultdict travels as dict(...)",
+    "a function": "a function travels as code: define it with def in a cell",
+}
 WAYS_OUT = (
     "turn it into plain data in the notebook (tensors, numbers, str, lists, tuples, dicts), or build it inside "
     "init_function from a file shipped with --extra-files"
@@ -202,8 +210,9 @@ def _refused(refused: list[tuple[str, str, str]], limit_mb: int) -> CaptureError
         hints.append(f"raise the limit with {OPTION['max_value_mb'].flag} (now {limit_mb}) or ship the data as a file")
     if "not defined in the kernel" in problems:
         hints.append("run the cell that binds it first")
+    hints += [way for kind, way in TYPE_WAYS.items() if kind in problems]
     hints.append(WAYS_OUT)
     return CaptureError(
         f"These runtime values cannot travel with the handler as data ({VALUES_FILE}): {listed}.",
-        "; ".join(hints) + ".",
+        "; ".join(dict.fromkeys(hints)) + ".",
     )
