@@ -266,12 +266,10 @@ def _dropped_warnings(stmts: list[Stmt], raw: str, values: set[str]) -> tuple[st
     for stmt in stmts:
         if stmt.usage.binds & values:
             continue
-        if stmt.kind != "future":
-            why = "only imports and definitions travel with the handler"
-        elif stmt.kind == "future":
+        if stmt.kind == "future":
             why = "a __future__ import cannot sit in the middle of the generated module"
         else:
-            continue
+            why = "only imports and definitions travel with the handler (values the code uses travel as data)"
         warnings.append(f"line {stmt.node.lineno}: `{_head(stmt, raw)}` is not kept: {why}")
     return tuple(warnings)
 

@@ -61,7 +61,7 @@ def mutated(node: ast.stmt) -> dict[str, int]:
     for sub in _defaults(node) if isinstance(node, _LATER) else _running(node):
         for target in _targets(sub):
             root = _root(target)
-            if root is not None and root != target:
+            if root is not None and (root is not target or isinstance(sub, ast.AugAssign)):
                 found.setdefault(root.id, sub.lineno)
     return found
 

@@ -7,8 +7,11 @@ import json
 import zipfile
 from pathlib import Path
 
+import pytest
 import torch
-from helpers import make_notebook, run
+from helpers import BODY, handler, make_notebook, run, standard
+
+from msnb.torchserve import LocalServer
 
 DATA = """\
 import json
@@ -108,3 +111,26 @@ def test_export_execute_of_a_notebook_whose_cell_3_raises_names_it_and_writes_no
     assert code == 1
     assert "demo.ipynb, cell 3 failed in the fresh kernel: ZeroDivisionError: division by zero" in err
     assert "Hint:" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.server
+def test_the_executed_export_served_by_torchserve_answers_like_the_notebook(tmp_path, capsys):
+    nb = sentiment_notebook(tmp_path / "nb")
+    code, _, err = run(capsys, "export", nb, "--execute", "-o", tmp_path / "out")
+    assert code == 0, err
+    expected = json.loads((nb.parent / "expected.json").read_text())["answers"]
+    with LocalServer(tmp_path / "server") as server:
+        server.register(tmp_path / "out" / "sentiment.mar")
+        answers = {text: server.predict("sentiment", text) for text in expected}
+    for text, answer in answers.items():
+        assert answer["label"] == expected[text]["label"]
+        assert answer["scores"] == pytest.approx(expected[text]["scores"], abs=1e-6)
+
+
+def test_export_names_a_misspelt_role_above_its_table(tmp_path, capsys):
+    nb = standard(tmp_path / "nb", handler("mlp", body=BODY.replace("def postprocess", "def postprocesss")))
+    code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0 and "mlp" in out
+    assert (
+        "warning: mlp: line 10: `postprocesss` is not a role and nothing calls it: did you mean `postprocess`?" in err
+    )

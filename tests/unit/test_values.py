@@ -49,6 +49,7 @@ def run(cell: str, pool=(), **config):
         ("vocab.cfg = 1\n", 1),
         ("[vocab.append(w) for w in words]\n", 1),
         ("for vocab[0] in range(3):\n    pass\n", 1),
+        ("if True:\n    vocab += ['x']\n", 2),
     ],
 )
 def test_in_place_changes_are_found_in_loops_branches_and_comprehensions(source, line):
@@ -180,3 +181,27 @@ def test_helpers_that_are_called_or_far_from_a_role_do_not_warn():
         "def preprocess(s):\n    return preprocessing(s)\n\ndef tokenize(s):\n    return s\n"
     )
     assert not [w for w in run(cell).warnings if "did you mean" in w]
+
+
+def test_a_literal_in_the_handler_cell_changed_below_it_travels_as_the_kernels_value():
+    cell = HANDLER.replace("import torch\n", "import torch\nlabels = ['neg']\nlabels += ['pos']\nvocab = {}\n", 1)
+    spec = run(cell, namespace={"labels": ["neg", "pos"]})
+    assert spec.values.names == ("labels",) and "labels = ['neg']" not in spec.source
+    assert "vocab = {}" in spec.source and not any("labels" in w for w in spec.warnings)
+
+
+def test_an_own_handler_function_sees_the_kernels_value_too():
+    cell = textwrap.dedent(
+        """
+        import torch
+
+        def handle(data, context):
+            if data is None:
+                return None
+            return [{"label": labels[int(row["body"]["i"])], "scale": scale.tolist()} for row in data]
+        """
+    )
+    pool = cells("import torch\nlabels = []\nlabels.extend(['cat', 'dog'])\nscale = torch.ones(2) * 3\n")
+    spec = run(cell, pool, namespace={"labels": ["cat", "dog"], "scale": torch.ones(2) * 3})
+    assert spec.form == "function" and spec.values.names == ("labels", "scale")
+    assert localtest.predict_in_process(spec, [{"i": 1}]) == [{"label": "dog", "scale": [3.0, 3.0]}]
