@@ -28,6 +28,7 @@ BENCHMARKS = (
     "explain_load",
     "file_copy",
     "capture_size",
+    "runtime_values",
 )
 
 

@@ -21,6 +21,7 @@ from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
+from msnb.templates.msnb_values import VALUES_FILE
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     if spec.requirements:
         (model_dir / REQUIREMENTS).write_text("\n".join(requirement_check.check(spec.requirements)) + "\n")
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
+    if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
+        (model_dir / VALUES_FILE).write_bytes(spec.values.data)
     _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
@@ -172,6 +175,7 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
         CONFIG,
         REQUIREMENTS,
         CHECKPOINT,
+        VALUES_FILE,
         "MAR-INF",
         *(p.name for p in shared_handler_files()),
     }

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msnb.errors import CaptureError, SpecError
 from msnb.forms import ROLES_FORM, Form, handler_class_names
-from msnb.roles import SIGNATURES, form_and_roles
+from msnb.roles import SIGNATURES, did_you_mean, form_and_roles, typo_warnings
+from msnb.runtime import RUNTIME_HINT, Changes, Needed, values_of
 from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
 from msnb.spec import HandlerSpec, SourceBlock
 
-RUNTIME_HINT = (
-    "compute it inside a function: a data file shipped with --extra-files is read by its bare name inside "
-    "init_function, preprocess or a cached helper (`@functools.cache def labels(): return json.load(open("
-    "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
-    "Weights go in --checkpoint, values in --init-kwargs"
-)
+__all__ = ["RUNTIME_HINT", "Pool", "capture", "transform"]
 
 
 def capture(
@@ -33,6 +29,7 @@ def capture(
     *,
     cell_origin: str = "handler cell",
     search_path: Sequence[str] | None = None,
+    namespace: Mapping[str, Any] | None = None,
     **config: Any,
 ) -> HandlerSpec:
     """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
@@ -40,22 +37,30 @@ def capture(
     For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
     straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
     ``search_path`` (see ``bundle.search_path``) the local modules the code imports are bundled and
-    its third-party imports pinned as requirements.
+    its third-party imports pinned as requirements. Names the code uses that are bound at run time (or
+    by a literal changed later) are snapshotted from ``namespace`` (the kernel's); without one they are refused.
     """
     include = config.pop("include_files", ())  # package data named to travel (see bundle.make_hermetic)
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
-    kept = [s for s in stmts if s.kind not in ("runtime", "future")]
+    changes = Changes([*others.stmts, *stmts])
+    kept = [s for s in stmts if s.kind != "future" and not changes.runtime(s)]
     bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
     wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
-    _refuse_dropped_bindings(wanted, [s for s in stmts if s.kind == "runtime"])
+    needed = _bound_by_dropped(wanted, [s for s in stmts if s not in kept and s.kind != "future"], changes)
     star = any(s.kind == "star" for s in kept)
-    pulled, warnings = others.closure(wanted, bound, star)
+    pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed)
+    values = values_of(needed, namespace, config.get("max_value_mb"))
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
-    warnings = _dropped_warnings(stmts, cell) + warnings + tuple(config.pop("warnings", ()))
+    warnings = (
+        _dropped_warnings([s for s in stmts if s not in kept], cell, set(needed))
+        + typo_warnings(tree, form.kind, roles)
+        + warnings
+        + tuple(config.pop("warnings", ()))
+    )
     config.setdefault("origin", cell_origin)
     spec = HandlerSpec(
         name=name,
@@ -64,6 +69,7 @@ def capture(
         form=form.kind,
         entry=form.entry,
         warnings=warnings,
+        values=values,
         **config,
     )
     if search_path is None:
@@ -100,6 +106,7 @@ class Pool:
         self.stars: list[Stmt] = []
         self.skipped: list[str] = []
         self.trees: list[ast.Module] = []  # the parsed cells, in order
+        self.stmts: list[Stmt] = []  # every top-level statement, in order
         for i, (origin, source) in enumerate(cells):
             text = transform(source)
             if text is None:
@@ -112,19 +119,21 @@ class Pool:
             self.trees.append(tree)
             for j, node in enumerate(tree.body):
                 stmt = Stmt(origin, (i, j), node, text)
+                self.stmts.append(stmt)
                 for name in stmt.defines:
                     self.bindings.setdefault(name, []).append(stmt)
                 if stmt.kind == "star":
                     self.stars.append(stmt)
 
     def closure(
-        self, wanted: list[tuple[str, Stmt]], bound: set[str], star: bool
+        self, wanted: list[tuple[str, Stmt]], bound: set[str], star: bool, changes: Changes, needed: dict[str, Needed]
     ) -> tuple[tuple[SourceBlock, ...], tuple[str, ...]]:
         """Resolve ``wanted`` (name, statement using it) transitively; blocks in source order, warnings.
 
         A name read when a pulled statement runs (a base class, a decorator, a default) resolves to
         the latest binding *before* that statement, as it did in the notebook; any other name to
-        the latest binding, or to the handler cell when ``bound`` there.
+        the latest binding, or to the handler cell when ``bound`` there. A name whose binding runs code (or a
+        literal changed later, see ``changes``) is added to ``needed``: its value comes from the kernel.
         """
         chosen: dict[tuple[int, int], tuple[Stmt, set[str]]] = {}
         queue = [(n, user, False) for n, user in wanted]
@@ -140,12 +149,9 @@ class Pool:
             if stmt is None:
                 self._not_found(name, user, eager, bound, missing)
                 continue
-            if stmt.kind == "runtime":
-                raise CaptureError(
-                    f"`{name}` (used on {user.where(name)}) is bound at runtime by {stmt.where(name)}: "
-                    "msnb copies only imports, def, class and literal constants.",
-                    RUNTIME_HINT,
-                )
+            if changes.runtime(stmt):
+                needed.setdefault(name, changes.needed(name, user, stmt))
+                continue
             chosen.setdefault(stmt.pos, (stmt, set()))[1].add(name)
             if stmt.kind in ("def", "const"):
                 queue.extend((n, stmt, n in stmt.usage.eager) for n in sorted(stmt.usage.uses))
@@ -235,36 +241,36 @@ def _form(tree: ast.Module, origin: str, known: set[str]) -> tuple[Form, dict[st
     except SpecError as err:
         raise CaptureError(err.message.replace("The cell", _cap(the(origin)), 1), err.hint) from None
     if form.kind == ROLES_FORM and "init_function" not in roles:
+        typo = [n for n in tree.body if isinstance(n, ast.FunctionDef) and did_you_mean(n.name) == "init_function"]
+        guess = f" Did you mean `init_function` for `{typo[0].name}` (line {typo[0].lineno})?" if typo else ""
         raise CaptureError(
-            f"{_cap(the(origin))} defines no handler: no init_function, handler class or module-level handle.",
+            f"{_cap(the(origin))} defines no handler: no init_function, handler class or module-level handle.{guess}",
             f"define `{SIGNATURES['init_function']}` in {the(origin)} (it returns the model), or your own "
             "TorchServe handler: a BaseHandler subclass, a class with initialize and handle, or handle(data, context).",
         )
     return form, roles
 
 
-def _refuse_dropped_bindings(wanted: list[tuple[str, Stmt]], dropped: list[Stmt]) -> None:
-    """A kept definition may not rely on a name the handler cell binds only by a dropped statement."""
+def _bound_by_dropped(wanted: list[tuple[str, Stmt]], dropped: list[Stmt], changes: Changes) -> dict[str, Needed]:
+    """Names kept code uses that the handler cell binds only by statements not kept: values from the kernel."""
+    needed: dict[str, Needed] = {}
     for stmt in dropped:
         for name, user in wanted:
             if name in stmt.usage.binds:
-                raise CaptureError(
-                    f"`{name}` (used on {user.where(name)}) is bound at runtime by "
-                    f"line {stmt.node.lineno} of {the(stmt.origin)}, which is not kept.",
-                    RUNTIME_HINT,
-                )
+                needed[name] = changes.needed(name, user, stmt)
+    return needed
 
 
-def _dropped_warnings(stmts: list[Stmt], raw: str) -> tuple[str, ...]:
-    """Say which handler-cell statements stay behind, quoting the line as the user typed it."""
+def _dropped_warnings(stmts: list[Stmt], raw: str, values: set[str]) -> tuple[str, ...]:
+    """Say which handler-cell statements stay behind (not those whose value travels), quoting the line as typed."""
     warnings = []
     for stmt in stmts:
-        if stmt.kind == "runtime":
-            why = "only imports and definitions travel with the handler"
-        elif stmt.kind == "future":
+        if stmt.usage.binds & values:
+            continue
+        if stmt.kind == "future":
             why = "a __future__ import cannot sit in the middle of the generated module"
         else:
-            continue
+            why = "only imports and definitions travel with the handler (values the code uses travel as data)"
         warnings.append(f"line {stmt.node.lineno}: `{_head(stmt, raw)}` is not kept: {why}")
     return tuple(warnings)
 

@@ -13,6 +13,7 @@ from IPython.core.error import UsageError
 from msnb import serve_state
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.errors import MsnbError, OptionError, ServerError
+from msnb.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.torchserve.config import (
     DEFAULT_MAX_BYTES,
     KSERVE_CONFIG_DIR,
@@ -29,7 +30,10 @@ EXPORT_HELP = """Read NOTEBOOK with nbformat WITHOUT running it, capture every %
 line is parsed exactly as the magic parses it; definitions come from the code cells above the handler
 cell, the latest one winning, as a fresh "Run All" would have them; cells below never count), and write
 one archive per handler into OUTDIR. Relative paths in the options (--checkpoint, --requirements,
---extra-files, --example @file) resolve against the notebook's folder, not the current directory."""
+--extra-files, --example @file) resolve against the notebook's folder, not the current directory.
+Names bound at run time (a vocabulary built by a loop, a literal changed later) are refused there; with
+--execute the notebook first runs top to bottom in a fresh kernel (its folder as the cwd) and its
+handlers are exported as that kernel captured them, runtime values snapshotted as data."""
 SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive
 found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
 `msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
@@ -85,7 +89,7 @@ def _add_command(sub, name: str, summary: str, description: str) -> argparse.Arg
 
 
 def _add_export(sub) -> None:
-    exp = _add_command(sub, "export", "notebook -> .mar files (never runs the notebook)", EXPORT_HELP)
+    exp = _add_command(sub, "export", "notebook -> .mar files (runs the notebook only with --execute)", EXPORT_HELP)
     exp.add_argument("notebook", help="the .ipynb file")
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
     exp.add_argument(
@@ -107,6 +111,19 @@ def _add_export(sub) -> None:
         metavar="DIR",
         help="also write KServe's TorchServe layout: "
         f"DIR/{KSERVE_STORE_DIR}/<name>.mar and DIR/{KSERVE_CONFIG_DIR}/config.properties (storageUri points at DIR)",
+    )
+    exp.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the notebook top to bottom in a fresh kernel first and export the handlers it captured "
+        "(runtime values such as a vocabulary built by a loop travel as data)",
+    )
+    exp.add_argument(
+        "--timeout",
+        type=int,
+        default=EXECUTE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"with --execute: the longest one cell may run (default {EXECUTE_TIMEOUT_S})",
     )
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
@@ -150,19 +167,25 @@ def _limits(args: argparse.Namespace) -> Limits:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from msnb.execute import ExecuteError
     from msnb.export import export_notebook, format_table
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
     outdir = args.outdir if args.outdir or args.kserve else DEFAULT_EXPORT
-    report = export_notebook(
-        args.notebook,
-        outdir,
-        handlers=args.handler,
-        fmt=args.format,
-        check=args.check,
-        kserve=args.kserve,
-        limits=_limits(args),
-    )
+    try:
+        report = export_notebook(
+            args.notebook,
+            outdir,
+            handlers=args.handler,
+            fmt=args.format,
+            check=args.check,
+            kserve=args.kserve,
+            limits=_limits(args),
+            execute=args.execute,
+            timeout=args.timeout,
+        )
+    except ExecuteError as err:  # the notebook itself failed, not the command line
+        return _fail(err, FAILED)
     for item in report.exported:
         for warning in item.spec.warnings:
             print(f"warning: {item.spec.name}: {warning}", file=sys.stderr)

@@ -73,6 +73,8 @@ class SpecSummary(View):
         rows.append(("pulled in", pulled or "nothing from other cells"))
         rows.append(("bundled", ", ".join(spec.bundled) or "no local modules"))
         rows.append(("checkpoint", describe_checkpoint(spec.checkpoint, spec.form)))
+        if spec.values is not None:
+            rows += [("value", f"{v.line()} (snapshotted from the kernel)") for v in spec.values.items]
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
         if spec.requirements:
             rows.append(("requirements", summarise(spec.requirements, LISTED, quote=False)))

@@ -6,6 +6,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import torch
 
 from msnb import archive, localtest
 from msnb.errors import BuildError, MsnbError
+from msnb.execute import DEFAULT_TIMEOUT_S, executed_specs, select
 from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
@@ -68,13 +70,17 @@ def export_notebook(
     kserve: str | Path | None = None,
     overrides: dict | None = None,
     limits: Limits | None = None,
+    execute: bool = False,
+    timeout: int = DEFAULT_TIMEOUT_S,
 ) -> Report:
-    """Capture the notebook's handlers (never running the notebook) and write one archive each.
+    """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel) and write one archive each.
 
     ``check`` runs each handler in-process on its ``--example`` before anything is written; without it no
     user code runs and a static check refuses imports the archive would not satisfy (``check_imports``). A failing handler is reported and skipped; the others are
     still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded,
-    with ``limits`` (body sizes) in its config.properties.
+    with ``limits`` (body sizes) in its config.properties. ``execute`` runs the notebook top to bottom in a
+    fresh kernel first (``timeout`` s per cell) and exports the handlers as that kernel captured them (runtime
+    values included); a cell that fails there raises ExecuteError and nothing is written.
     """
     if fmt not in archive.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
@@ -85,16 +91,30 @@ def export_notebook(
     report = Report()
     try:
         created += [t for t in targets if archive.ensure_writable(t)]
-        specs = _capture_and_check(notebook, handlers, overrides, check, report)
-        if outdir is not None:
-            _write_all(specs, Path(outdir), fmt, report)
-        if kserve is not None and specs and not report.failed:
-            _write_kserve_into(specs, Path(kserve), fmt, report, also_listed=outdir is None, limits=limits)
+        with ExitStack() as stack:
+            items = _captured(notebook, handlers, overrides, execute, timeout, stack)
+            specs = _checked(items, check, report)
+            _write(specs, outdir, kserve, fmt, report, limits)
     finally:
         for folder in created:  # nothing written there: leave no empty folder behind
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     return report
+
+
+def _captured(notebook, handlers, overrides, execute: bool, timeout: int, stack: ExitStack) -> list[Captured]:
+    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook."""
+    if not execute:
+        return load_handlers(notebook, handlers, overrides)
+    specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
+    return [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
+
+
+def _write(specs: list[HandlerSpec], outdir, kserve, fmt: str, report: Report, limits: Limits | None) -> None:
+    if outdir is not None:
+        _write_all(specs, Path(outdir), fmt, report)
+    if kserve is not None and specs and not report.failed:
+        _write_kserve_into(specs, Path(kserve), fmt, report, also_listed=outdir is None, limits=limits)
 
 
 def _write_kserve_into(
@@ -112,9 +132,9 @@ def _write_kserve_into(
         report.exported += [Exported(s, root / KSERVE_STORE_DIR / f"{s.name}.mar") for s in specs]
 
 
-def _capture_and_check(notebook, handlers, overrides, check: bool, report: Report) -> list[HandlerSpec]:
+def _checked(items: list[Captured], check: bool, report: Report) -> list[HandlerSpec]:
     specs = []
-    for item in load_handlers(notebook, handlers, overrides):
+    for item in items:
         if item.error is not None:
             report.failed[item.name] = item.error
             continue

@@ -78,8 +78,17 @@ class MsnbMagics(Magics):
 
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
         pool, origin = self._executed_cells()
-        spec = capture(args.name, cell, pool, cell_origin=origin, search_path=search_path(Path.cwd()), **config)
-        return current().add(spec)  # shown as a summary by the HandlerSpec formatter
+        namespace = self.shell.user_ns  # runtime values are snapshotted from it (and checked again for staleness)
+        spec = capture(
+            args.name,
+            cell,
+            pool,
+            cell_origin=origin,
+            search_path=search_path(Path.cwd()),
+            namespace=namespace,
+            **config,
+        )
+        return current().add(spec, namespace)  # shown as a summary by the HandlerSpec formatter
 
     @line_magic
     @magic_arguments()

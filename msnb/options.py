@@ -87,6 +87,13 @@ OPTIONS: tuple[Option, ...] = (
         "device", "auto (GPU when there is one), cpu or gpu", "auto", choices=("auto", "cpu", "gpu"), label="Device"
     ),
     Option("max_gpu_memory", "per-worker GPU memory limit in MB", None, int, 1, label="Max GPU memory (MB)"),
+    Option(
+        "max_value_mb",
+        "largest runtime value (MB, default 64) snapshotted from the kernel into the archive",
+        64,
+        int,
+        1,
+    ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
 )
 OPTION = {o.dest: o for o in OPTIONS}

@@ -10,6 +10,7 @@ from msnb.errors import BuildError
 from msnb.forms import CLASS_FORM, ROLES_FORM
 from msnb.roles import ROLES
 from msnb.spec import HandlerSpec
+from msnb.templates.msnb_values import VALUES_FILE
 
 HANDLER_MODULE = "handler_model"
 TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler
@@ -30,6 +31,7 @@ def render_handler(spec: HandlerSpec) -> str:
         name=spec.name,
         version=spec.version,
         digest=spec.digest(),
+        values=_values(spec),
         body=_body(spec),
         **(_own_entry(spec) if own else {"factory_args": _factory_args(spec)}),
     )
@@ -57,6 +59,22 @@ def _body(spec: HandlerSpec) -> str:
             label += f" (pulled in: {', '.join(block.names)})"
         parts.append(f"# --- msnb: {label} ---\n{block.source.rstrip()}\n")
     return "\n".join(parts)
+
+
+def _values(spec: HandlerSpec) -> str:
+    """Bind the runtime values snapshotted from the kernel before any user code runs (empty without values)."""
+    if spec.values is None:
+        return ""
+    names = spec.values.names
+    lines = [
+        f"# --- msnb: runtime values snapshotted from the kernel ({VALUES_FILE}): {', '.join(names)} ---",
+        "from msnb_values import load_values as _msnb_load_values",
+        "",
+        f"_msnb_values = _msnb_load_values(__file__, {list(names)!r})",
+        *(f"{n} = _msnb_values[{n!r}]" for n in names),
+        "del _msnb_values",
+    ]
+    return "\n".join(lines) + "\n\n"
 
 
 def _own_entry(spec: HandlerSpec) -> dict[str, str]:

@@ -6,6 +6,7 @@ A role is found by name in the cell's top-level functions and checked against ho
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -28,6 +29,18 @@ ROLE_ALIASES = {
     "preprocess_function": "preprocess",
     "postprocess_function": "postprocess",
     "explain_function": "explain",
+}
+# Names people write for a role that difflib does not find close enough (other frameworks' spellings).
+TYPOS = {
+    "init_fn": "init_function",
+    "init_func": "init_function",
+    "init": "init_function",
+    "init_model": "init_function",
+    "model_fn": "init_function",
+    "input_fn": "preprocess",
+    "preprocess_fn": "preprocess",
+    "output_fn": "postprocess",
+    "postprocess_fn": "postprocess",
 }
 SIGNATURES = {
     "init_function": "def init_function(**kwargs) -> torch.nn.Module",
@@ -106,3 +119,30 @@ def form_and_roles(tree: ast.Module, known: Collection[str] = ()) -> tuple[Form,
     """The cell's form (see msnb.forms; ``known``: handler classes of other cells) and its checked roles."""
     form = detect(tree, find_roles(tree), known)
     return form, check_roles(tree) if form.kind == ROLES_FORM else {}
+
+
+def did_you_mean(name: str) -> str | None:
+    """The role ``name`` is probably a misspelling of (``postprocesss``, ``pre_process``, ``init_fn``), or None."""
+    if name in ROLES or name in ROLE_ALIASES:
+        return None
+    if name in TYPOS:
+        return TYPOS[name]
+    close = difflib.get_close_matches(name.lower(), ROLES, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def typo_warnings(tree: ast.Module, form: str, roles: Mapping[str, str]) -> tuple[str, ...]:
+    """A warning per top-level function that nothing calls and whose name is close to a role the cell lacks."""
+    if form != ROLES_FORM:
+        return ()
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    warnings = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in used:
+            role = did_you_mean(node.name)
+            if role is not None and role not in roles:
+                warnings.append(
+                    f"line {node.lineno}: `{node.name}` is not a role and nothing calls it: "
+                    f"did you mean `{role}`? (as written, the handler runs without a {role})"
+                )
+    return tuple(warnings)

@@ -9,7 +9,7 @@ server can take (``deploy``).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from msnb.progress import Phase, Progress, silent
 from msnb.spec import HandlerSpec
 from msnb.state import Built, Observers, Served, builds_in, keep_aside, read_built
 from msnb.torchserve.fallbacks import batch_fallbacks
+from msnb.values import values_changed
 
 DEFAULT_EXPORT = archive.DEFAULT_EXPORT
 
@@ -37,15 +38,17 @@ class Session:
         self.archives: dict[str, Path] = {}  # name -> the archive built last
         self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
         self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
+        self.namespaces: dict[str, Mapping[str, Any] | None] = {}  # name -> the kernel namespace of its values
         self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
         self._server_factory = server_factory
         self._server = None
 
     # ------------------------------------------------------------ specs
-    def add(self, spec: HandlerSpec) -> HandlerSpec:
-        """Store (or replace) a spec under its name."""
+    def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:
+        """Store (or replace) a spec under its name; ``namespace`` holds the live values its snapshot came from."""
         self.specs[spec.name] = spec
+        self.namespaces[spec.name] = namespace
         self.observers.notify("defined", spec.name)
         return spec
 
@@ -160,18 +163,36 @@ class Session:
         served, spec = self.served.get(name), self.specs.get(name)
         if served is None or spec is None:
             return None
-        files = taken.changed(served.files)
-        if files:
-            return (
-                f"{name!r} is stale: {taken.describe(files)} changed since {served.line()} was built; the server "
-                f"still answers with the file(s) as they were then. Run %ms_serve {name} to redeploy."
-            )
+        why = self._changed_files(name, served) or self._changed_values(name, spec, served)
+        if why:
+            return why
         now = spec.digest()  # hashes the source and config (and a live checkpoint's tensors): once
         if (served.cell_digest or served.digest) == now:
             return None  # (a widget serving its own edits of an unchanged cell is not stale)
         return (
             f"{name!r} was served from an older version of its cell ({served.line()}; the cell is now digest "
             f"{now}): this answer comes from the old code. Run %ms_serve {name} to redeploy."
+        )
+
+    def _changed_files(self, name: str, served: Served) -> str | None:
+        """Why ``name`` is stale when a file it was built from changed since (None when none did)."""
+        files = taken.changed(served.files)
+        if not files:
+            return None
+        return (
+            f"{name!r} is stale: {taken.describe(files)} changed since {served.line()} was built; the server "
+            f"still answers with the file(s) as they were then. Run %ms_serve {name} to redeploy."
+        )
+
+    def _changed_values(self, name: str, spec: HandlerSpec, served: Served) -> str | None:
+        """Why ``name`` is stale when a runtime value it was served with changed in the kernel since."""
+        changed = values_changed(spec, self.namespaces.get(name))
+        if not changed:
+            return None
+        return (
+            f"{name!r} was served with the value of {changed} as it was when its cell ran ({served.line()}); "
+            f"the kernel's value changed since: this answer comes from the old value. Run the %%ms_handler "
+            f"cell again, then %ms_serve {name}, to serve the new one."
         )
 
     def logs(self, name: str, lines: int = 40) -> str:

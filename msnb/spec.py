@@ -17,6 +17,7 @@ from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memor
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
 from msnb.taken import fingerprint
 from msnb.torchserve.store import SEGMENT_RULE, valid_segment
+from msnb.values import Values
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +107,8 @@ class HandlerSpec:
     device: str = DEFAULTS["device"]
     max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
+    values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
+    max_value_mb: int = DEFAULTS["max_value_mb"]
     origin: Origin = Origin("<python>")
     warnings: tuple[str, ...] = ()
 
@@ -233,6 +236,7 @@ class HandlerSpec:
                     self.requirements,
                     self.extra_files,
                     [(f.arcname, _file_stamp(f.source)) for f in self.bundle],
+                    self.values and self.values.digest,
                 ],
                 sort_keys=True,
                 default=str,

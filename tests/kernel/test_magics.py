@@ -230,11 +230,12 @@ def test_a_failing_magic_fails_its_cell_and_shows_only_the_message_and_hint(ip, 
         msnb.test_handler("kmissing_q9", [1])
 
 
-def test_a_name_bound_only_at_runtime_is_refused(ip, session):
+def test_a_name_bound_only_at_runtime_is_snapshotted_from_the_kernel(ip, session):
     user_cell(ip, "import torch\nkweights_rt = torch.zeros(3)")
     result, out = handler_cell(ip, "kruntime", "def init_function():\n    return KNet(int(kweights_rt.sum()) + 8)\n")
-    assert result.result is None and "kruntime" not in session.specs
-    assert "kweights_rt" in out and "checkpoint" in out and "Hint:" in out
+    assert result.success and "kruntime" in session.specs
+    assert "value: kweights_rt: Tensor float32 [3]" in out
+    assert session.specs["kruntime"].values.names == ("kweights_rt",)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,136 @@
+"""`msnb export --execute`: a notebook that trains a model and builds its vocabulary exports with its runtime values."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import BODY, handler, make_notebook, run, standard
+
+from msnb.torchserve import LocalServer
+
+DATA = """\
+import json
+import torch
+from torch import nn
+
+texts = ["good movie", "bad movie", "good plot", "bad acting", "great fun", "awful plot"]
+targets = torch.tensor([1, 0, 1, 0, 1, 0])
+vocab = {"<unk>": 0}
+for text in texts:
+    for word in text.split():
+        vocab.setdefault(word, len(vocab))
+labels = ["negative"]
+"""
+LABELS = 'labels.append("positive")\n'
+TRAIN = """\
+def bag(text):
+    x = torch.zeros(len(vocab))
+    for word in text.split():
+        x[vocab.get(word, 0)] += 1
+    return x
+
+features = torch.stack([bag(t) for t in texts])
+mean, std = features.mean(0), features.std(0) + 1e-3
+
+class Bag(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, 2)
+
+    def forward(self, x):
+        return self.linear(x)
+
+torch.manual_seed(0)
+model = Bag(len(vocab))
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for _ in range(50):
+    opt.zero_grad()
+    nn.functional.cross_entropy(model((features - mean) / std), targets).backward()
+    opt.step()
+"""
+HANDLER = """\
+%%ms_handler sentiment --checkpoint model --example '"good fun"'
+def init_function():
+    return Bag(len(vocab))
+
+def preprocess(text):
+    return (bag(text) - mean) / std
+
+def postprocess(out):
+    return {"label": labels[int(out.argmax())], "scores": out.tolist()}
+"""
+EXPECTED = """\
+with torch.no_grad():
+    answers = {t: postprocess(model(preprocess(t).unsqueeze(0))[0]) for t in ["good fun", "bad plot", "what"]}
+json.dump({"answers": answers, "vocab": vocab, "labels": labels}, open("expected.json", "w"))
+"""
+
+
+def sentiment_notebook(folder: Path, *, fail: bool = False, checkpoint: bool = True) -> Path:
+    handler = HANDLER if checkpoint else HANDLER.replace(" --checkpoint model", "")
+    cells = ["%load_ext msnb", DATA, "1 / 0" if fail else LABELS, TRAIN, handler, EXPECTED]
+    return make_notebook(folder, *cells, weights=False)
+
+
+def test_export_execute_ships_the_vocabulary_labels_and_tensors_the_notebook_computed(tmp_path, capsys):
+    nb = sentiment_notebook(tmp_path / "nb")
+    code, out, err = run(capsys, "export", nb, "--execute", "--check", "-o", tmp_path / "out")
+    assert code == 0, err
+    expected = json.loads((nb.parent / "expected.json").read_text())  # the notebook's own computation
+    checked = json.loads(out.split("check: sentiment answered ", 1)[1].splitlines()[0])
+    assert checked["label"] == expected["answers"]["good fun"]["label"]
+    assert checked["scores"] == expected["answers"]["good fun"]["scores"]
+    with zipfile.ZipFile(tmp_path / "out" / "sentiment.mar") as z:
+        values = torch.load(io.BytesIO(z.read("values.pt")), weights_only=True)
+        source = z.read("handler_model.py").decode()
+    assert values["vocab"] == expected["vocab"] and len(values["vocab"]) == 9
+    assert values["labels"] == ["negative", "positive"]
+    assert set(values) == {"vocab", "labels", "mean", "std"}
+    assert 'vocab = {"<unk>": 0}' not in source and "load_values" in source
+
+
+def test_export_without_execute_refuses_every_runtime_value_naming_cell_and_line(tmp_path, capsys):
+    nb = sentiment_notebook(tmp_path / "nb", checkpoint=False)  # the file holds no weights either
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 1
+    assert "`vocab`" in err and "bound by a literal on line 7 of demo.ipynb, cell 2" in err
+    assert "changed on line 10 of demo.ipynb, cell 2" in err
+    assert "`labels`" in err and "changed on line 1 of demo.ipynb, cell 3" in err
+    assert "`mean`" in err and "`std`" in err and "msnb export --execute" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_execute_of_a_notebook_whose_cell_3_raises_names_it_and_writes_nothing(tmp_path, capsys):
+    nb = sentiment_notebook(tmp_path / "nb", fail=True)
+    code, out, err = run(capsys, "export", nb, "--execute", "-o", tmp_path / "out")
+    assert code == 1
+    assert "demo.ipynb, cell 3 failed in the fresh kernel: ZeroDivisionError: division by zero" in err
+    assert "Hint:" in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.server
+def test_the_executed_export_served_by_torchserve_answers_like_the_notebook(tmp_path, capsys):
+    nb = sentiment_notebook(tmp_path / "nb")
+    code, _, err = run(capsys, "export", nb, "--execute", "-o", tmp_path / "out")
+    assert code == 0, err
+    expected = json.loads((nb.parent / "expected.json").read_text())["answers"]
+    with LocalServer(tmp_path / "server") as server:
+        server.register(tmp_path / "out" / "sentiment.mar")
+        answers = {text: server.predict("sentiment", text) for text in expected}
+    for text, answer in answers.items():
+        assert answer["label"] == expected[text]["label"]
+        assert answer["scores"] == pytest.approx(expected[text]["scores"], abs=1e-6)
+
+
+def test_export_names_a_misspelt_role_above_its_table(tmp_path, capsys):
+    nb = standard(tmp_path / "nb", handler("mlp", body=BODY.replace("def postprocess", "def postprocesss")))
+    code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0 and "mlp" in out
+    assert (
+        "warning: mlp: line 10: `postprocesss` is not a role and nothing calls it: did you mean `postprocess`?" in err
+    )
