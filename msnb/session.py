@@ -18,6 +18,7 @@ from msnb import archive, localtest
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
+from msnb.reload import Reloads
 from msnb.spec import HandlerSpec
 from msnb.state import Built, Observers, Served, builds_in, keep_aside, read_built
 
@@ -39,6 +40,7 @@ class Session:
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
         self._server_factory = server_factory
         self._server = None
+        self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.reload)
 
     # ------------------------------------------------------------ specs
     def add(self, spec: HandlerSpec) -> HandlerSpec:
@@ -134,7 +136,7 @@ class Session:
         detail = _worker_detail(server, spec.name)
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
-                status = deploy(server, spec)  # registers it, or replaces the version(s) already there
+                status = self.reloads.serve(server, spec, deploy)  # a reload in the worker, or a new version
         cell = self.specs.get(spec.name)
         self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell.digest() if cell else None)
         report(f"ready: {self.served[spec.name].line()}", 1.0)
@@ -214,6 +216,7 @@ class Session:
         if self._server is not None:
             self._server.stop()
         self.served.clear()
+        self.reloads.forget()
         self.observers.notify("stopped")
 
     def status(self) -> dict[str, Any]:
@@ -241,6 +244,7 @@ class Session:
             "archives": [_archive_row(b, digest) for b in builds.values()],
             "served": [
                 {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
+                | self.reloads.row(spec.name, m.version)
                 for m in models
                 if m.name == spec.name
             ],
@@ -249,7 +253,7 @@ class Session:
         }
 
 
-def deploy(server: Any, spec: HandlerSpec, **params: Any):
+def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
     """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
 
     The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
@@ -262,6 +266,8 @@ def deploy(server: Any, spec: HandlerSpec, **params: Any):
         spec = spec.replace(version=version)
     path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
     try:
+        if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.reload)
+            prepare(path)
         return server.redeploy(path, **{"workers": spec.workers, **params})
     except BaseException:
         remove(path)
