@@ -8,7 +8,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 
 import psutil
 import pytest
