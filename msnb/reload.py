@@ -80,11 +80,11 @@ def install(model_dir: Path) -> str:
     return secret
 
 
-def refusal(known: DevModel | None, spec: HandlerSpec, server: Any) -> str | None:
+def refusal(known: DevModel | None, spec: HandlerSpec, server_pid: int | None) -> str | None:
     """Why ``spec`` cannot replace what ``known`` serves by a reload (None: it can)."""
     if known is None:
         return "first deploy"
-    if known.pid != server.pid:
+    if known.pid != server_pid:
         return "the server was restarted"
     if spec.workers > 1:
         return f"{spec.workers} workers (each would have to switch)"
@@ -121,7 +121,7 @@ class Reloads:
     def serve(self, server: Any, spec: HandlerSpec, deploy: Callable[..., ModelStatus]) -> ModelStatus:
         """Reload ``spec`` in the live worker when only code or runtime values changed, else ``deploy`` it."""
         known = self.models.get(spec.name)
-        why = refusal(known, spec, server)
+        why = refusal(known, spec, server.pid)
         if why is None:
             try:
                 return self.reload(server, known, spec)

@@ -67,9 +67,10 @@ class DevEntry:
         secret = self.model_dir / SECRET_FILE
         self.secret = secret.read_bytes().strip() if secret.is_file() else b""
         number = _current_number(self.model_dir)
-        # torch and TorchServe live as long as the worker: frozen, a full collection after each reload skips
-        # them (~0.7 s -> milliseconds) and still frees the generations, which are all loaded after this.
-        gc.freeze()
+        if sys.argv[0].endswith("model_service_worker.py"):  # a TorchServe worker, not an in-process test
+            # torch and TorchServe live as long as the worker: frozen, a full collection after each reload skips
+            # them (~0.7 s -> milliseconds) and still frees the generations, which are all loaded after this.
+            gc.freeze()
         self.current = load_generation(number, self._folder(number), context, None)
 
     def _folder(self, number: int) -> Path:
@@ -125,7 +126,8 @@ class DevEntry:
 
 def load_generation(number: int, directory: Path, context: Any, previous: Generation | None) -> Generation:
     """Import ``handler_model`` from ``directory`` under fresh module objects and run its load call."""
-    hidden = {name: sys.modules.pop(name) for name in (previous.modules if previous else ()) if name in sys.modules}
+    shadowed = _own_names(directory) | set(previous.modules if previous else ())
+    hidden = {n: sys.modules.pop(n) for n in list(sys.modules) if n in shadowed or n.split(".")[0] in shadowed}
     before = set(sys.modules)
     sys.path.insert(0, str(directory))
     try:
@@ -180,6 +182,12 @@ def _current_number(model_dir: Path) -> int:
     except (OSError, ValueError):
         return 1
     return number if (model_dir / GENERATIONS / str(number) / f"{ENTRY_MODULE}.py").is_file() else 1
+
+
+def _own_names(directory: Path) -> set[str]:
+    """The top-level modules and packages a generation's folder holds (this entry excepted)."""
+    names = {p.stem for p in directory.glob("*.py")} | {p.parent.name for p in directory.glob("*/__init__.py")}
+    return names - {Path(__file__).stem}
 
 
 def _inside(module: Any, directory: Path) -> bool:
