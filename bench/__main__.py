@@ -25,6 +25,7 @@ BENCHMARKS = (
     "explain",
     "redeploy_load",
     "beside_litserve",
+    "ts_settings",
 )
 
 

@@ -196,6 +196,10 @@ def choose_ports(requested: dict[str, int] | None = None) -> dict[str, int]:
 # unless auto-detection registers them on first use (measured). Auto-detection keeps TorchServe's default
 # metrics config, which a metrics_config file would replace whole, and needs no second file to ship.
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
+# The local server's JVM (the launcher reads `vmargs` from config.properties): a heap that starts small and is
+# capped, collected by the serial collector (one core's worth of GC work; G1 sizes its heap to a quarter of RAM
+# and grows it under load). Measured effect: docs/performance.md; LocalServer(properties={"vmargs": ...}) overrides.
+DEFAULT_VMARGS = "-Xms32m -Xmx1g -XX:+UseSerialGC"
 
 ADDRESS_KEYS = (
     "inference_address",
@@ -237,6 +241,7 @@ def write_config(
         "install_py_dep_per_model": "true",
         **METRICS_PROPERTIES,
         "default_workers_per_model": 1,
+        "vmargs": DEFAULT_VMARGS,
     }
     if token_expiration_min is not None:
         props["token_expiration_min"] = token_expiration_min
