@@ -16,14 +16,15 @@ from bench.harness import Settings, interleave, load, summary
 from msnb.reload import Reloads
 from msnb.session import deploy
 from msnb.torchserve import LocalServer
-from msnb.torchserve.config import DEFAULT_VMARGS
+from msnb.torchserve.config import DEFAULT_VMARGS, FRONTEND_THREADS
 
+# msnb's settings, then each with one of them put back to TorchServe's / the JVM's default (an ablation).
 VARIANTS = {
     "msnb defaults": {},
-    "JVM defaults (no vmargs)": {"vmargs": ""},
-    "JIT C1 only": {"vmargs": f"{DEFAULT_VMARGS} -XX:TieredStopAtLevel=1"},
-    "1 netty thread each": {"number_of_netty_threads": 1, "netty_client_threads": 1},
-    "metrics mode log": {"metrics_mode": "log", "model_metrics_auto_detect": "false"},
+    "TorchServe defaults (all three back)": {"vmargs": "", "number_of_netty_threads": 0, "netty_client_threads": 0},
+    "G1 heap (no vmargs)": {"vmargs": ""},
+    "C2 JIT on": {"vmargs": DEFAULT_VMARGS.replace(" -XX:TieredStopAtLevel=1", "")},
+    "Netty threads default": {"number_of_netty_threads": 0, "netty_client_threads": 0},
 }
 
 
@@ -68,7 +69,8 @@ def report(rows: dict, settings: Settings) -> dict:
         "unit": "see each row",
         "rows": rows,
         "ratios": ratios,
-        "notes": f"{'quick mode: ' if settings.quick else ''}msnb defaults: vmargs `{DEFAULT_VMARGS}`; each other "
-        "variant changes the named config.properties entries only. One worker each; the servers run side by side "
+        "notes": f"{'quick mode: ' if settings.quick else ''}msnb defaults: vmargs `{DEFAULT_VMARGS}`, "
+        f"{FRONTEND_THREADS}; each other variant puts the named setting back to its default (vmargs empty: the JVM's "
+        "own G1 and heap sizing; 0 Netty threads: Netty's 2 per core). One worker each; the servers run side by side "
         "and the rounds are interleaved.",
     }
