@@ -29,6 +29,8 @@ BENCHMARKS = (
     "file_copy",
     "capture_size",
     "runtime_values",
+    "beside_litserve",
+    "ts_settings",
 )
 
 

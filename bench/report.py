@@ -27,6 +27,11 @@ PANELS = [
     ("throughput", "rps", "4. Throughput", "req/s"),
     ("overhead", None, "5. handle() vs forward, batch of 8", "µs per call (log)"),
     ("explain", None, "6. Explanation latency (IG, 50 steps)", "ms per request (log)"),
+    ("beside_litserve", "edit -> new answer s", "9. Edit -> new answer, vs LitServe", "s"),
+    ("beside_litserve", "tiny p99 ms", "9. Tiny MLP p99, 16 clients", "ms"),
+    ("beside_litserve", "tiny rps", "9. Tiny MLP throughput, 16 clients", "req/s"),
+    ("beside_litserve", "batched p99 ms", "9. Batched MLP p99, 16 clients", "ms"),
+    ("beside_litserve", "PSS after load MiB", "9. Server PSS after the tiny load", "MiB"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")
@@ -103,6 +108,9 @@ def markdown(results: dict, meta: dict) -> str:
         if "error" in res:
             lines += [f"Failed: `{res['error']}`"]
             continue
+        if "skipped" in res:
+            lines += [f"Skipped: {res['skipped']}"]
+            continue
         lines += [f"| measurement ({res['unit']}) | median | min–max | n |", "|---|---|---|---|"]
         for path, s in leaves(res["rows"]):
             lines.append(f"| {' / '.join(path)} | {_fmt(s['median'])} | {_fmt(s['min'])}–{_fmt(s['max'])} | {s['n']} |")
@@ -124,7 +132,7 @@ def plot(results: dict, path: Path) -> None:
         ax.set_visible(False)
     for ax, (key, metric, title, unit) in zip(axes.flat, panels):
         ax.set_title(title)
-        if key not in results or "error" in results[key]:
+        if key not in results or "error" in results[key] or "skipped" in results[key]:
             ax.text(0.5, 0.5, "not run", ha="center", transform=ax.transAxes)
             continue
         rows = [(p, s) for p, s in leaves(results[key]["rows"]) if metric is None or p[-1] == metric]

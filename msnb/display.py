@@ -173,12 +173,22 @@ def _handler_cells(name: str, h: dict[str, Any]) -> tuple[str, ...]:
         f"{a['path']} v{a['version']}" + (" (stale: older than the cell)" if a["stale"] else "") for a in h["archives"]
     )
     served = "; ".join(
-        f"v{m['version']}" + (" (default)" if m["default"] else "") + (" (stale)" if h["stale"] else "")
+        f"v{m['version']}"
+        + (" (default)" if m["default"] else "")
+        + (" (stale)" if h["stale"] else "")
+        + _generation(m)
         for m in h["served"]
     )
     if h.get("batch_fallbacks"):  # batching lost: the server retried batches one sample at a time
         served += f" ({h['batch_fallbacks']} batch fallbacks: see %ms_logs)"
     return name, f"v{h['version']} digest {h['digest']}", built or "none", served or "not served", h["url"] or ""
+
+
+def _generation(served: dict[str, Any]) -> str:
+    """' generation 3 (last: reload)' for a version the notebook's server reloads in place (msnb.reload)."""
+    if "generation" not in served:
+        return ""
+    return f" generation {served['generation']} (last: {served['redeploy']}, {served['why']})"
 
 
 def describe_checkpoint(checkpoint: Any, form: str = ROLES_FORM) -> str:

@@ -18,6 +18,7 @@ from msnb import archive, localtest, taken, testworker
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
+from msnb.reload import Reloads
 from msnb.spec import HandlerSpec
 from msnb.state import Built, Observers, Served, builds_in, keep_aside, read_built
 from msnb.torchserve.fallbacks import batch_fallbacks
@@ -43,6 +44,7 @@ class Session:
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
         self._server_factory = server_factory
         self._server = None
+        self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.reload)
 
     # ------------------------------------------------------------ specs
     def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:
@@ -142,7 +144,7 @@ class Session:
         files = taken.taken_by(spec)  # as the build below copies them
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
-                status = deploy(server, spec)  # registers it, or replaces the version(s) already there
+                status = self.reloads.serve(server, spec, deploy)  # a reload in the worker, or a new version
         cell = self.specs.get(spec.name)
         cell_digest = cell.digest() if cell else None
         self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell_digest, files)
@@ -248,6 +250,7 @@ class Session:
         if self._server is not None:
             self._server.stop()
         self.served.clear()
+        self.reloads.forget()
         self.observers.notify("stopped")
 
     def status(self) -> dict[str, Any]:
@@ -279,6 +282,7 @@ class Session:
             "archives": [_archive_row(b, digest, self.built_from.get(b.path.resolve())) for b in builds.values()],
             "served": [
                 {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
+                | self.reloads.row(spec.name, m.version)
                 for m in models
                 if m.name == spec.name
             ],
@@ -288,7 +292,7 @@ class Session:
         }
 
 
-def deploy(server: Any, spec: HandlerSpec, **params: Any):
+def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
     """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
 
     The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
@@ -301,6 +305,8 @@ def deploy(server: Any, spec: HandlerSpec, **params: Any):
         spec = spec.replace(version=version)
     path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
     try:
+        if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.reload)
+            prepare(path)
         return server.redeploy(path, **{"workers": spec.workers, **params})
     except BaseException:
         remove(path)

@@ -213,6 +213,14 @@ def choose_ports(requested: dict[str, int] | None = None) -> dict[str, int]:
 # unless auto-detection registers them on first use (measured). Auto-detection keeps TorchServe's default
 # metrics config, which a metrics_config file would replace whole, and needs no second file to ship.
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
+# The local server's JVM (the launcher reads `vmargs` from config.properties): a heap that starts small and is
+# capped, collected by the serial collector (G1 sizes its heap to a quarter of RAM and runs GC threads beside
+# the worker), and only the C1 JIT (C2's compiler threads compete with the worker for the cores during the
+# first minutes). Measured effect of each: docs/performance.md; LocalServer(properties={...}) overrides any.
+DEFAULT_VMARGS = "-Xms32m -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+# One Netty thread for HTTP and one for the workers' sockets (TorchServe's default, 0, means Netty's 2 per core):
+# on a laptop the worker needs a core of its own more than the frontend needs threads.
+FRONTEND_THREADS = {"number_of_netty_threads": 1, "netty_client_threads": 1}
 
 ADDRESS_KEYS = (
     "inference_address",
@@ -254,6 +262,8 @@ def write_config(
         "install_py_dep_per_model": "true",
         **METRICS_PROPERTIES,
         "default_workers_per_model": 1,
+        "vmargs": DEFAULT_VMARGS,
+        **FRONTEND_THREADS,
     }
     if token_expiration_min is not None:
         props["token_expiration_min"] = token_expiration_min

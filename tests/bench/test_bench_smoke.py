@@ -31,4 +31,4 @@ def test_quick_benchmark_run_writes_a_result_per_benchmark(tmp_path):
     assert set(results) == BENCHMARKS
     failed = {name: r["error"] for name, r in results.items() if "error" in r}
     assert not failed, f"{failed}\n{run.stderr[-3000:]}"
-    assert all(r["rows"] for r in results.values())
+    assert all(r["rows"] for r in results.values() if "skipped" not in r)  # optional anchors may be absent

@@ -301,3 +301,21 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     assert line_magic(ip, "ms_predict", "kserved")[0] == expected
     status, _ = line_magic(ip, "ms_stop", "")
     assert not server.running and not status["server"]["running"]
+
+
+@pytest.mark.server
+@pytest.mark.timeout(240)
+def test_a_postprocess_edit_reloads_and_status_says_so(ip, session):
+    handler_cell(ip, f"kreload {EXAMPLE}")
+    line_magic(ip, "ms_serve", "kreload")
+    handler_cell(ip, f"kreload {EXAMPLE}", HANDLER.replace('{"label": int(output.argmax())}', '{"edited": 1}'))
+    _, out = line_magic(ip, "ms_serve", "kreload")
+    assert line_magic(ip, "ms_predict", "kreload")[0] == {"edited": 1}, out
+    status, _ = line_magic(ip, "ms_status", "")
+    (row,) = status["handlers"]["kreload"]["served"]
+    assert (row["version"], row["generation"], row["redeploy"]) == ("1.0", 2, "reload")
+    assert "generation 2 (last: reload" in status._repr_html_()
+    handler_cell(ip, f"kreload --batch-size 4 {EXAMPLE}")
+    line_magic(ip, "ms_serve", "kreload")
+    (row,) = line_magic(ip, "ms_status", "")[0]["handlers"]["kreload"]["served"]
+    assert row["redeploy"] == "new version" and "--batch-size changed" in row["why"] and row["generation"] == 1
