@@ -46,12 +46,15 @@ CHECKPOINT = "model.pt"
 CONFIG = "model-config.yaml"
 REQUIREMENTS = "requirements.txt"
 Progress = Callable[[str, float], None]
+# Engine adapters (templates/msnb_ray*.py) sit beside the model folders they serve, not inside the archive.
+ENGINE_ADAPTER_PREFIX = "msnb_ray"
 
 
 def shared_handler_files() -> list[Path]:
     """The shared handler modules every archive carries (templates/msnb_*.py)."""
     root = resources.files("msnb.templates")
-    return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith("msnb_") and p.name.endswith(".py"))
+    shared = (p for p in root.iterdir() if p.name.startswith("msnb_") and p.name.endswith(".py"))
+    return sorted(Path(str(p)) for p in shared if not p.name.startswith(ENGINE_ADAPTER_PREFIX))
 
 
 def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Path:
