@@ -93,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write KServe's TorchServe layout: "
         "DIR/model-store/<name>.mar and DIR/config/config.properties (storageUri points at DIR)",
     )
+    exp.add_argument(
+        "--ray",
+        metavar="DIR",
+        help="also write a Ray Serve folder: DIR/<name>/ model folders, the adapter and serve_config.yaml "
+        '(`serve run serve_config.yaml` from DIR; KubeRay\'s serveConfigV2); needs pip install "msnb[ray]"',
+    )
+    exp.add_argument(
+        "--ray-host",
+        metavar="HOST",
+        help="the address Ray Serve's HTTP proxy binds in serve_config.yaml (default 127.0.0.1; 0.0.0.0 for a "
+        "cluster, behind an authenticating proxy: Serve's HTTP has no authentication)",
+    )
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
     srv = sub.add_parser(
@@ -140,7 +152,7 @@ def _export(args: argparse.Namespace) -> int:
     from msnb.export import export_notebook, format_table
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
-    outdir = args.outdir if args.outdir or args.kserve else DEFAULT_EXPORT
+    outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     report = export_notebook(
         args.notebook,
         outdir,
@@ -149,6 +161,8 @@ def _export(args: argparse.Namespace) -> int:
         check=args.check,
         kserve=args.kserve,
         limits=_limits(args),
+        ray=args.ray,
+        ray_host=args.ray_host,
     )
     for item in report.exported:
         for warning in item.spec.warnings:
@@ -164,6 +178,10 @@ def _export(args: argparse.Namespace) -> int:
         )
     elif args.kserve:
         print("KServe layout not written: every handler must export for it.", file=sys.stderr)
+    if report.ray is not None:
+        print(f"Ray Serve folder: {report.ray.resolve()} (from there: serve run serve_config.yaml)")
+    elif args.ray:
+        print("Ray Serve folder not written: every handler must export for it.", file=sys.stderr)
     for name, err in report.failed.items():
         print(f"error: {name}: {err.render()}", file=sys.stderr)
     return OK if report.ok else FAILED

@@ -17,6 +17,7 @@ from msnb.errors import BuildError, MsnbError
 from msnb.files import link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
+from msnb.ray import require as require_ray
 from msnb.spec import HandlerSpec
 from msnb.torchserve.config import Limits, kserve_properties, render_properties
 
@@ -42,6 +43,7 @@ class Report:
     exported: list[Exported] = field(default_factory=list)
     failed: dict[str, MsnbError] = field(default_factory=dict)
     kserve: Path | None = None
+    ray: Path | None = None  # the `--ray` folder, when written
     checked: dict = field(default_factory=dict)  # name -> the example's answer when --check ran it
     warnings: list[str] = field(default_factory=list)  # about the export as a whole (e.g. the KServe config)
 
@@ -60,19 +62,24 @@ def export_notebook(
     kserve: str | Path | None = None,
     overrides: dict | None = None,
     limits: Limits | None = None,
+    ray: str | Path | None = None,
+    ray_host: str | None = None,
 ) -> Report:
     """Capture the notebook's handlers (never running the notebook) and write one archive each.
 
     ``check`` runs each handler in-process on its ``--example`` before anything is written; without it no
     user code runs and a static check refuses imports the archive would not satisfy (``check_imports``). A failing handler is reported and skipped; the others are
     still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded,
-    with ``limits`` (body sizes) in its config.properties.
+    with ``limits`` (body sizes) in its config.properties. ``ray`` writes the Ray Serve folder (msnb.ray.layout),
+    also only when every handler succeeded; its HTTP binds ``ray_host`` (default 127.0.0.1).
     """
+    if ray is not None:
+        require_ray()  # before anything is written
     if fmt not in archive.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
     if kserve is not None and fmt == "no-archive":
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
-    targets = [Path(t) for t in (outdir, kserve) if t is not None]
+    targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
     created: list[Path] = []
     report = Report()
     try:
@@ -82,6 +89,8 @@ def export_notebook(
             _write_all(specs, Path(outdir), fmt, report)
         if kserve is not None and specs and not report.failed:
             _write_kserve_into(specs, Path(kserve), fmt, report, also_listed=outdir is None, limits=limits)
+        if ray is not None and specs and not report.failed:
+            _write_ray_into(specs, Path(ray), ray_host, report)
     finally:
         for folder in created:  # nothing written there: leave no empty folder behind
             if folder.is_dir() and not any(folder.iterdir()):
@@ -102,6 +111,15 @@ def _write_kserve_into(
     report.warnings += [f"{s.name}: {v2_note(s.example)}" for s in specs if not is_tensor(s.example)]
     if also_listed:
         report.exported += [Exported(s, root / "model-store" / f"{s.name}.mar") for s in specs]
+
+
+def _write_ray_into(specs: list[HandlerSpec], root: Path, host: str | None, report: Report) -> None:
+    from msnb.ray.layout import DEFAULT_HOST, write_ray
+
+    try:
+        report.ray = write_ray(specs, root, host or DEFAULT_HOST)
+    except MsnbError as err:
+        report.failed["--ray"] = err
 
 
 def _capture_and_check(notebook, handlers, overrides, check: bool, report: Report) -> list[HandlerSpec]:

@@ -29,7 +29,6 @@ except ImportError:  # imported as msnb.templates.msnb_ray (the notebook's engin
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
 
 MANIFEST, CONFIG, REQUIREMENTS = "MAR-INF/MANIFEST.json", "model-config.yaml", "requirements.txt"
-ROUTER_APP = "msnb-router"
 TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default
 JSON_TYPE = "application/json"
 
@@ -114,14 +113,27 @@ def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, b
     return status, headers, body
 
 
+def enter(folder: Path) -> Path:
+    """Make ``folder`` this process's cwd and first import path, as a TorchServe worker does."""
+    os.chdir(folder)
+    sys.path.insert(0, str(folder))
+    return folder
+
+
+def requirements_of(folder: Path) -> list[str]:
+    """The folder's requirements.txt lines (PEP 508 requirements; comments and blank lines dropped)."""
+    path = folder / REQUIREMENTS
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
 class LoadedModel:
-    """A model folder loaded as a TorchServe worker loads it; ``answer`` runs ``handle`` on one batch."""
+    """A model folder (the cwd, see ``enter``) loaded as a TorchServe worker loads it; ``answer`` runs ``handle``
+    on one batch."""
 
     def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None):
         manifest, self.config = read_folder(folder)
         self.name = name or (manifest.get("model") or {}).get("modelName") or folder.name
-        os.chdir(folder)
-        sys.path.insert(0, str(folder))
         self.entry = load_entry((manifest.get("model") or {}).get("handler") or "handler_model.py")
         metrics = metrics if metrics is not None else RayMetrics(self.name)
         self.context = make_context(self.name, str(folder), manifest, self.config, gpu_id, metrics)
@@ -165,7 +177,7 @@ class MsnbModel:
     def __init__(self, model_dir: str, name: str | None = None):
         import ray
 
-        self.model = LoadedModel(resolve(model_dir), name, replica_gpu_id(ray.get_gpu_ids()))
+        self.model = LoadedModel(enter(resolve(model_dir)), name, replica_gpu_id(ray.get_gpu_ids()))
         size, wait_s = batch_settings(self.model.config)
         self._batch.set_max_batch_size(size)
         self._batch.set_batch_wait_timeout_s(wait_s)
@@ -218,8 +230,7 @@ def model(args: dict) -> Any:
     gpu_memory_mb (to turn maxGPUMemory into a GPU fraction) and install_requirements (default true)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
-    wanted = args.get("install_requirements", True) and (folder / REQUIREMENTS).is_file()
-    requirements = (folder / REQUIREMENTS).read_text().split() if wanted else []
+    requirements = requirements_of(folder) if args.get("install_requirements", True) else []
     options = deployment_options(config, requirements, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
     if args.get("max_replicas_per_node"):
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])

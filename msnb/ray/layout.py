@@ -21,7 +21,7 @@ from msnb.spec import HandlerSpec
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = "msnb_ray"
-ROUTER_APP = "msnb-router"  # templates/msnb_ray.py's ROUTER_APP
+ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router)
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
 RAY_IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 
@@ -32,11 +32,14 @@ def adapter_files() -> list[Path]:
     return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith(ADAPTER) and p.name.endswith(".py"))
 
 
-def serve_config(names: list[str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, **model_args) -> dict:
-    """One Serve application per model folder (no HTTP route of its own) and the router at ``/``."""
+def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict:
+    """One Serve application per model folder (name -> version; no HTTP route of its own) and the router at ``/``.
+
+    The version is an argument so that a new export of a changed handler is a changed config: Serve rolls it out.
+    """
     apps = [
-        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model", "args": {"model_dir": n, **model_args}}
-        for n in names
+        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model", "args": {"model_dir": n, "version": v}}
+        for n, v in models.items()
     ]
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": {}})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
@@ -76,7 +79,7 @@ def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, 
     """Write OUTDIR/<name>/ (model folders), the adapter, serve_config.yaml and rayservice.yaml.
 
     Built in a hidden staging folder inside OUTDIR and moved into place only when everything built."""
-    config = serve_config([s.name for s in specs], host, port)
+    config = serve_config({s.name: s.version for s in specs}, host, port)
     validate(config)
     outdir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".msnb-ray-", dir=outdir))
