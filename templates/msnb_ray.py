@@ -238,9 +238,12 @@ def model(args: dict) -> Any:
 
 
 def router(args: dict | None = None) -> Any:
-    """Application builder for the router (``args``: num_replicas, max_replicas_per_node)."""
+    """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
+    it to the nodes that run an HTTP proxy)."""
     args = args or {}
-    options = {"num_replicas": int(args.get("num_replicas", 1))}
+    options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
+    if args.get("resources"):
+        options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
     return MsnbRouter.options(**options).bind()
