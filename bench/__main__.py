@@ -24,6 +24,7 @@ BENCHMARKS = (
     "hermetic",
     "explain",
     "redeploy_load",
+    "ray_serve",
 )
 
 

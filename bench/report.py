@@ -27,6 +27,7 @@ PANELS = [
     ("throughput", "rps", "4. Throughput", "req/s"),
     ("overhead", None, "5. handle() vs forward, batch of 8", "µs per call (log)"),
     ("explain", None, "6. Explanation latency (IG, 50 steps)", "ms per request (log)"),
+    ("ray_serve", "rps", "Ray Serve vs TorchServe, 16 clients", "req/s"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")

@@ -7,11 +7,15 @@ turns its absence into an error that names the extra.
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 
 from msnb.errors import MsnbError
 
 RAY_VERSION = "2.60.0"
+# Read by Ray when it is imported. RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: otherwise an address 127.0.0.1:P is
+# rewritten to the eth0 address, where a loopback GCS does not listen ("Failed to connect to GCS").
+ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_raylet_start_wait_time_s": "120"}
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
 
 
@@ -20,7 +24,10 @@ class RayMissingError(MsnbError):
 
 
 def require() -> ModuleType:
-    """``ray.serve``, imported; a ``RayMissingError`` naming the extra when it is not installed."""
+    """``ray.serve``, imported (with msnb's Ray environment set first); a ``RayMissingError`` naming the extra
+    when it is not installed."""
+    for key, value in ENV.items():
+        os.environ.setdefault(key, value)
     try:
         return importlib.import_module("ray.serve")
     except ImportError as err:

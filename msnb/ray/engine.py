@@ -62,7 +62,7 @@ class LocalRay:
             return self
 
     def _start(self, port: int) -> None:
-        import ray
+        import ray  # (imported by require() first, with msnb's Ray environment)
         from ray import serve
         from ray.cluster_utils import Cluster
 
@@ -106,6 +106,14 @@ class LocalRay:
             return None
         procs = self._cluster.head_node.all_processes.get("gcs_server") or []
         return procs[0].process.pid if procs else None
+
+    @property
+    def workdir(self) -> Path | None:
+        return self.root
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The newest lines of every replica's log (what a failing load or request wrote)."""
+        return "\n".join(line for name in self._folders for line in self.model_log(name, lines))[-20000:]
 
     @property
     def inference_url(self) -> str:

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from msnb.ray import ENV, require
+
 LOOPBACK = "127.0.0.1"
-# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: otherwise RAY_ADDRESS=127.0.0.1:P is rewritten to the eth0 address,
-# where a loopback GCS does not listen ("Failed to connect to GCS").
-ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_raylet_start_wait_time_s": "120"}
 AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
 
 
@@ -46,6 +45,7 @@ def started(temp_root: Path) -> Iterator[None]:
     the agent to write the port to a file and aborts when it is late: under load (a busy 2-core machine, the
     agent's imports taking ~30 s) no node starts. With every agent port fixed and passed, nothing waits.
     """
+    require()
     from ray._private import services
 
     (temp_root / "ray").mkdir(parents=True, exist_ok=True)

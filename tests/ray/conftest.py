@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from helpers import poll, processes_naming
 
-ray = pytest.importorskip("ray")
+from msnb.ray import RayMissingError, require
+
+try:
+    require()  # imports Ray with msnb's environment (loopback addresses stay loopback)
+except RayMissingError:
+    pytest.skip("the ray extra is not installed", allow_module_level=True)
 
 
 class TwoNodes:
@@ -40,8 +45,18 @@ class TwoNodes:
 @pytest.fixture(scope="module")
 def two_nodes():
     # Short, under /tmp: Ray's Unix sockets live under the temp root and a socket path holds at most 107 bytes.
-    nodes = TwoNodes(Path(tempfile.mkdtemp(prefix="msnbray-", dir="/tmp")))
+    nodes = TwoNodes(Path(tempfile.mkdtemp(prefix="msnbrayc-", dir="/tmp")))
     try:
         yield nodes
     finally:
         nodes.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ip():
+    """IPython's test shell with `%load_ext msnb` done (as the kernel tier's)."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "msnb")
+    return shell
