@@ -67,12 +67,12 @@ def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, sessi
     server = cell(ip, "%ms_serve rmlp --engine ray")
     root = server.root
     assert cell(ip, "%ms_predict rmlp") == {"label": expected([1, 2, 3, 4])}
-    assert cell(ip, "%ms_status").data["server"]["engine"] == "ray"
+    assert cell(ip, "%ms_status")["server"]["engine"] == "ray"
     edited = HANDLER.replace('{"label": int(output.argmax())}', '{"label": int(output.argmax()), "edited": True}')
     cell(ip, f"%%ms_handler {LINE}\n{edited}")
     cell(ip, "%ms_serve rmlp")  # a rolling update of the same application
     assert cell(ip, "%ms_predict rmlp") == {"label": expected([1, 2, 3, 4]), "edited": True}
-    assert any("rmlp" in line for line in session.logs("rmlp").splitlines()) or session.logs("rmlp")
+    assert session.logs("rmlp")  # the replicas' own log lines
     cell(ip, "%ms_stop")
     assert poll(lambda: not processes_naming(root), 60, "every Ray process to end")
     assert not root.exists()
