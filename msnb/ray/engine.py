@@ -133,7 +133,8 @@ class LocalRay:
 
         folder = Path(path)
         name, version = read_manifest(folder)
-        args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": REPLICA_CPUS}
+        args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": REPLICA_CPUS,
+                "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
         except Exception as err:  # noqa: BLE001 - Serve raises RuntimeError with the replica's traceback

@@ -51,9 +51,7 @@ def validate(config: dict) -> None:
     from ray.serve.schema import ServeDeploySchema
 
     try:
-        ServeDeploySchema.model_validate(config) if hasattr(ServeDeploySchema, "model_validate") else (
-            ServeDeploySchema.parse_obj(config)
-        )
+        ServeDeploySchema.model_validate(config)  # pydantic 2, as ray[serve] 2.60 requires
     except Exception as err:
         raise BuildError(f"The Serve config does not validate: {err}", "report this as an msnb bug.") from None
 

@@ -37,9 +37,11 @@ class TwoNodes:
         self.address = self.cluster.address
 
     def shutdown(self) -> None:
-        self.cluster.shutdown()
-        poll(lambda: not processes_naming(self.root), 60, "every Ray process of the cluster to end")
-        shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            self.cluster.shutdown()
+            poll(lambda: not processes_naming(self.root), 180, "every Ray process of the cluster to end", interval=1)
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
