@@ -31,6 +31,7 @@ BENCHMARKS = (
     "runtime_values",
     "beside_litserve",
     "ts_settings",
+    "ray_serve",
 )
 
 

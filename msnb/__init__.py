@@ -48,11 +48,12 @@ def build(
     return current().build(name_or_spec, *([export_path] if export_path else []), fmt=fmt, dev=dev)
 
 
-def serve(name_or_spec: str | HandlerSpec):
-    """Serve the handler on the notebook's local TorchServe; returns the server (``.predict``, ``.stop``)."""
+def serve(name_or_spec: str | HandlerSpec, engine: str | None = None, port: int | None = None):
+    """Serve the handler on the notebook's local TorchServe (``engine="ray"``: a local Ray Serve, HTTP on
+    ``port``); returns the server (``.predict``, ``.stop``)."""
     from msnb.session import current
 
-    return current().serve(name_or_spec)
+    return current().serve(name_or_spec, engine=engine, port=port)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -125,6 +125,18 @@ def _add_export(sub) -> None:
         metavar="SECONDS",
         help=f"with --execute: the longest one cell may run (default {EXECUTE_TIMEOUT_S})",
     )
+    exp.add_argument(
+        "--ray",
+        metavar="DIR",
+        help="also write a Ray Serve folder: DIR/<name>/ model folders, the adapter and serve_config.yaml "
+        '(`serve run serve_config.yaml` from DIR; KubeRay\'s serveConfigV2); needs pip install "msnb[ray]"',
+    )
+    exp.add_argument(
+        "--ray-host",
+        metavar="HOST",
+        help="the address Ray Serve's HTTP proxy binds in serve_config.yaml (default 127.0.0.1; 0.0.0.0 for a "
+        "cluster, behind an authenticating proxy: Serve's HTTP has no authentication)",
+    )
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
 
@@ -171,7 +183,7 @@ def _export(args: argparse.Namespace) -> int:
     from msnb.export import export_notebook, format_table
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
-    outdir = args.outdir if args.outdir or args.kserve else DEFAULT_EXPORT
+    outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     try:
         report = export_notebook(
             args.notebook,
@@ -183,6 +195,8 @@ def _export(args: argparse.Namespace) -> int:
             limits=_limits(args),
             execute=args.execute,
             timeout=args.timeout,
+            ray=args.ray,
+            ray_host=args.ray_host,
         )
     except ExecuteError as err:  # the notebook itself failed, not the command line
         return _fail(err, FAILED)
@@ -200,6 +214,10 @@ def _export(args: argparse.Namespace) -> int:
         )
     elif args.kserve:
         print("KServe layout not written: every handler must export for it.", file=sys.stderr)
+    if report.ray is not None:
+        print(f"Ray Serve folder: {report.ray.resolve()} (from there: serve run serve_config.yaml)")
+    elif args.ray:
+        print("Ray Serve folder not written: every handler must export for it.", file=sys.stderr)
     for name, err in report.failed.items():
         print(f"error: {name}: {err.render()}", file=sys.stderr)
     return OK if report.ok else FAILED

@@ -19,6 +19,7 @@ from msnb.execute import DEFAULT_TIMEOUT_S, executed_specs, select
 from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
+from msnb.ray import require as require_ray
 from msnb.spec import HandlerSpec
 from msnb.torchserve.config import (
     KSERVE_CONFIG_DIR,
@@ -52,6 +53,7 @@ class Report:
     exported: list[Exported] = field(default_factory=list)
     failed: dict[str, MsnbError] = field(default_factory=dict)
     kserve: Path | None = None
+    ray: Path | None = None  # the `--ray` folder, when written
     checked: dict = field(default_factory=dict)  # name -> the example's answer when --check ran it
     warnings: list[str] = field(default_factory=list)  # about the export as a whole (e.g. the KServe config)
 
@@ -72,6 +74,8 @@ def export_notebook(
     limits: Limits | None = None,
     execute: bool = False,
     timeout: int = DEFAULT_TIMEOUT_S,
+    ray: str | Path | None = None,
+    ray_host: str | None = None,
 ) -> Report:
     """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel) and write one archive each.
 
@@ -81,12 +85,16 @@ def export_notebook(
     with ``limits`` (body sizes) in its config.properties. ``execute`` runs the notebook top to bottom in a
     fresh kernel first (``timeout`` s per cell) and exports the handlers as that kernel captured them (runtime
     values included); a cell that fails there raises ExecuteError and nothing is written.
+    ``ray`` writes the Ray Serve folder (msnb.ray.layout), also only when every handler succeeded; its
+    HTTP binds ``ray_host`` (default 127.0.0.1).
     """
+    if ray is not None:
+        require_ray()  # before anything is written
     if fmt not in archive.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
     if kserve is not None and fmt == archive.SERVE_FORMAT:
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
-    targets = [Path(t) for t in (outdir, kserve) if t is not None]
+    targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
     created: list[Path] = []
     report = Report()
     try:
@@ -95,6 +103,8 @@ def export_notebook(
             items = _captured(notebook, handlers, overrides, execute, timeout, stack)
             specs = _checked(items, check, report)
             _write(specs, outdir, kserve, fmt, report, limits)
+            if ray is not None and specs and not report.failed:
+                _write_ray_into(specs, Path(ray), ray_host, report)
     finally:
         for folder in created:  # nothing written there: leave no empty folder behind
             if folder.is_dir() and not any(folder.iterdir()):
@@ -130,6 +140,15 @@ def _write_kserve_into(
     report.warnings += [f"{s.name}: {v2_note(s.example)}" for s in specs if not is_tensor(s.example)]
     if also_listed:
         report.exported += [Exported(s, root / KSERVE_STORE_DIR / f"{s.name}.mar") for s in specs]
+
+
+def _write_ray_into(specs: list[HandlerSpec], root: Path, host: str | None, report: Report) -> None:
+    from msnb.ray.layout import DEFAULT_HOST, write_ray
+
+    try:
+        report.ray = write_ray(specs, root, host or DEFAULT_HOST)
+    except MsnbError as err:
+        report.failed["--ray"] = err
 
 
 def _checked(items: list[Captured], check: bool, report: Report) -> list[HandlerSpec]:

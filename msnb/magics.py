@@ -17,7 +17,7 @@ from msnb import options, testworker
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.attributions import Explanation
 from msnb.errors import MsnbError, OptionError
-from msnb.session import current
+from msnb.session import ENGINES, current
 from msnb.spec import HandlerSpec, Origin
 
 
@@ -131,11 +131,14 @@ class MsnbMagics(Magics):
     @line_magic
     @magic_arguments()
     @argument("name", help="the handler's name")
+    @argument("--engine", choices=ENGINES, help="torchserve (default) or ray: a kernel-owned local Ray Serve")
+    @argument("--port", type=int, help="Ray Serve's HTTP port on 127.0.0.1 (default: a free one)")
     def ms_serve(self, line: str) -> Any:
-        """%ms_serve NAME: start (or reuse) the notebook's local TorchServe and (re)deploy the handler; returns the server."""
+        """%ms_serve NAME [--engine ray]: start (or reuse) the notebook's local TorchServe (or Ray Serve) and
+        (re)deploy the handler; returns the server."""
         args = parse_argstring(self.ms_serve, line)
         report = _progress(f"Serving {args.name}")
-        server = current().serve(args.name, progress=report)
+        server = current().serve(args.name, progress=report, engine=args.engine, port=args.port)
         served = current().served[args.name]
         report(f"ready: {served.line()} at {server.inference_url}/predictions/{args.name}", 1.0)
         return server

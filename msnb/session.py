@@ -25,6 +25,9 @@ from msnb.torchserve.fallbacks import batch_fallbacks
 from msnb.values import values_changed
 
 DEFAULT_EXPORT = archive.DEFAULT_EXPORT
+# The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.ray.engine.LocalRay).
+ENGINES = ("torchserve", "ray")
+STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
 
 
 class StaleModelWarning(UserWarning):
@@ -45,6 +48,8 @@ class Session:
         self._server_factory = server_factory
         self._server = None
         self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.reload)
+        self.engine = ENGINES[0]
+        self._engine_port: int | None = None
 
     # ------------------------------------------------------------ specs
     def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:
@@ -114,7 +119,11 @@ class Session:
     def server(self, create: bool = True):
         """The session's LocalServer, started on first use."""
         if self._server is None and create:
-            if self._server_factory is None:
+            if self.engine == "ray":
+                from msnb.ray.engine import default_ray
+
+                self._server = default_ray(self._engine_port)
+            elif self._server_factory is None:
                 from msnb.torchserve import default_server
 
                 self._server = default_server()
@@ -130,9 +139,31 @@ class Session:
                 self.observers.notify("stopped")
         return self._server
 
-    def serve(self, name_or_spec: str | HandlerSpec, progress: Progress | None = None):
-        """Register the spec on the local server, or redeploy it if it changed; returns the server."""
+    def use_engine(self, engine: str | None, port: int | None = None) -> None:
+        """Serve on ``engine`` from now on (None keeps the current one); switching stops the other engine."""
+        if engine is None or (engine == self.engine and port in (None, self._engine_port)):
+            return
+        if engine not in ENGINES:
+            raise SpecError(f"Unknown engine {engine!r}.", f"use one of {', '.join(ENGINES)}.")
+        if engine == "ray":
+            from msnb.ray import require
+
+            require()  # without the extra: the hint names it, before anything stops
+        if self._server is not None:
+            self.stop()
+        self._server, self.engine, self._engine_port = None, engine, port
+
+    def serve(
+        self,
+        name_or_spec: str | HandlerSpec,
+        progress: Progress | None = None,
+        engine: str | None = None,
+        port: int | None = None,
+    ):
+        """Register the spec on the local server (``engine``: torchserve or ray, default the one in use), or
+        redeploy it if it changed; returns the server."""
         spec = self.get(name_or_spec)
+        self.use_engine(engine, port)
         report = progress or silent
         with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
             server = self._started(report)
@@ -156,7 +187,7 @@ class Session:
         server = self.server(create=False)
         if server is not None and server.running:
             return server
-        with Phase(report, "starting TorchServe (Java)", 0.05, 0.35):
+        with Phase(report, STARTING[self.engine], 0.05, 0.35):
             return self.server()
 
     def stale(self, name: str) -> str | None:
@@ -204,6 +235,13 @@ class Session:
         server = self.server(create=False)
         if server is None:
             raise MsnbError("No local TorchServe has run in this session.", f"run %ms_serve {name} first.")
+        if hasattr(server, "model_log"):  # Ray Serve: the replicas' own log files
+            found = server.model_log(name, lines)
+            if not found:
+                raise MsnbError(
+                    f"No replica log lines for {name!r} in {server.log_dir}.", f"serve it: %ms_serve {name}."
+                )
+            return "\n".join(found)
         log = server.layout.model_log
         text = log.read_text(errors="replace") if log.exists() else ""
         found = model_lines(text, name, lines)
@@ -300,7 +338,8 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
     """
     from msnb.torchserve.store import safe_name
 
-    version = server.client.free_version(spec.name, spec.version)
+    free_version = getattr(server, "free_version", None) or server.client.free_version  # Ray's, or TorchServe's
+    version = free_version(spec.name, spec.version)
     if version != spec.version:
         spec = spec.replace(version=version)
     path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
@@ -346,6 +385,7 @@ def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> d
 def _server_info(server: Any, running: bool) -> dict[str, Any]:
     known = server is not None
     return {
+        "engine": "ray" if known and hasattr(server, "model_log") else "torchserve",
         "running": running,
         "url": server.inference_url if running else None,
         "log_dir": str(server.log_dir) if known else None,

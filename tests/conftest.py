@@ -11,7 +11,7 @@ from helpers import MLP_SOURCE
 
 from msnb.spec import spec_from_source
 
-TIERS = ("kernel", "server", "browser", "install")
+TIERS = ("kernel", "server", "browser", "install", "ray")
 MARKER_FREE = ("unit", "spine")
 
 

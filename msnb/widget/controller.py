@@ -35,7 +35,7 @@ class Actions:
     get: Callable[[str], Any]  # name -> HandlerSpec
     test: Callable[[Any, Any], Any]  # (spec, samples | None) -> answers
     build: Callable[[Any, str, str, Callable], Any]  # (spec, export_path, format, progress) -> path
-    serve: Callable[[Any, Callable], Any]  # (spec, progress) -> server
+    serve: Callable[..., Any]  # (spec, progress[, engine]) -> server
     predict: Callable[[str, Any], Any]  # (name, data) -> answer
     stop: Callable[[], None]
     server_state: Callable[[], tuple[bool, str]]  # (running, one line: pid, url, workdir)
@@ -57,7 +57,7 @@ class Actions:
             get=session.get,
             test=session.test,
             build=lambda spec, path, fmt, progress: session.build(spec, path, fmt=fmt, progress=progress),
-            serve=lambda spec, progress: session.serve(spec, progress=progress),
+            serve=lambda spec, progress, engine=None: session.serve(spec, progress=progress, engine=engine),
             predict=session.predict,
             stop=session.stop,
             server_state=lambda: _server_state(session.server(create=False)),
@@ -219,7 +219,7 @@ class Controller:
 
     def _do_serve(self, parsed: dict[str, Any]) -> str:
         spec = self._spec(parsed)
-        self.actions.serve(spec, self._progress)
+        self.actions.serve(spec, self._progress, parsed.get("engine"))
         line = self._server_line()
         self._log(line)
         return f"Serving {self.actions.served(spec.name) or spec.name}. {line}"
@@ -303,8 +303,9 @@ class Controller:
 def _server_state(server: Any) -> tuple[bool, str]:
     if server is None or not server.running:
         return False, "no local TorchServe running."
+    engine = "Ray Serve" if hasattr(server, "model_log") else "TorchServe"
     return True, (
-        f"TorchServe running at {getattr(server, 'inference_url', '?')} "
+        f"{engine} running at {getattr(server, 'inference_url', '?')} "
         f"(pid {getattr(server, 'pid', '?')}, workdir {getattr(server, 'workdir', '?')})."
     )
 

@@ -16,13 +16,14 @@ LABELS = {
     **{o.dest: o.label for o in OPTIONS if o.label},
     "export_path": "Export folder",
     "format": "Format",
+    "engine": "Engine",
     "payload": "Request JSON",
 }
 SPEC_FIELDS = ("name", *(o.dest for o in OPTIONS if o.label))
 FIELDS_FOR = {
     "test": SPEC_FIELDS + ("payload",),
     "build": SPEC_FIELDS + ("export_path", "format"),
-    "serve": SPEC_FIELDS,
+    "serve": SPEC_FIELDS + ("engine",),
     "predict": ("payload",),
     "explain": ("payload",),
     "logs": (),
@@ -30,6 +31,8 @@ FIELDS_FOR = {
 }
 REQUIRED = {"predict": ("payload",), "explain": ("payload",)}
 INT_MINIMUM = {k: v for k, v in INT_OPTIONS.items() if k != "max_gpu_memory"}
+# The serve dropdown: (label, engine) for the engines a session serves on (msnb.session.ENGINES).
+ENGINE_CHOICES = (("TorchServe", "torchserve"), ("Ray Serve (pip install msnb[ray])", "ray"))
 # The build dropdown: (label, archive format) for the formats a person builds by hand.
 FORMAT_CHOICES = tuple((f"{f.name} ({f.help})", f.name) for f in FORMATS.values() if f.name != SERVE_FORMAT)
 NO_PAYLOAD = object()
@@ -43,7 +46,7 @@ def empty_values() -> dict[str, str]:
     """The form of a new handler: defaults where TorchServe has them, the rest empty."""
     values = {field: "" for field in LABELS}
     values.update({k: str(v) for k, v in DEFAULTS.items() if k in LABELS and isinstance(v, (int, str))})
-    values.update(version="", export_path=DEFAULT_EXPORT, format=DEV_FORMAT)
+    values.update(version="", export_path=DEFAULT_EXPORT, format=DEV_FORMAT, engine=ENGINE_CHOICES[0][1])
     return values
 
 
@@ -62,6 +65,7 @@ def values_from_spec(spec: Any, inventory: Inventory) -> dict[str, str]:
         "device": inventory.key_for(spec.device),
         "max_gpu_memory": "" if spec.max_gpu_memory is None else str(spec.max_gpu_memory),
         "payload": "" if spec.example is None else json.dumps(spec.example),
+        "engine": ENGINE_CHOICES[0][1],
     }
 
 
@@ -79,6 +83,8 @@ def parse(field: str, text: Any, base: Any = None, required: bool = False) -> An
         return _check_files(items) if field == "extra_files" else items
     if field == "payload":
         return _parse_json(text, required)
+    if field == "engine" and text not in dict(map(reversed, ENGINE_CHOICES)):
+        raise FieldError(f"unknown engine {text!r}. Hint: choose {' or '.join(e for _, e in ENGINE_CHOICES)}.")
     if not text and field in ("name", "version", "export_path"):
         example = {
             "name": "mnist (the name of a %%ms_handler cell)",

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 
 from msnb.widget.controller import BUTTONS, Actions, Controller
 from msnb.widget.devices import Inventory, list_devices
-from msnb.widget.fields import FORMAT_CHOICES, LABELS
+from msnb.widget.fields import ENGINE_CHOICES, FORMAT_CHOICES, LABELS
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
@@ -76,6 +76,8 @@ class BuildWidget(widgets.VBox):
             w = widgets.Dropdown(options=inventory.options(), value=value, **common)
         elif field == "format":
             w = widgets.Dropdown(options=FORMAT_CHOICES, value=value, **common)
+        elif field == "engine":
+            w = widgets.Dropdown(options=ENGINE_CHOICES, value=value, **common)
         elif field in _TEXTAREAS:
             w = widgets.Textarea(value=value, rows=3 if field == "payload" else 2, **common)
         else:

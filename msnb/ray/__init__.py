@@ -1,0 +1,42 @@
+"""Ray Serve as a second engine: the exported Serve layout (``msnb export --ray``) and a kernel-owned local Ray.
+
+Ray is optional (``pip install "msnb[ray]"``): nothing here imports it until it is used, and ``require``
+turns its absence into an error that names the extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+from msnb.errors import MsnbError
+
+RAY_VERSION = "2.60.0"
+# Read by Ray when it is imported. RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: otherwise an address 127.0.0.1:P is
+# rewritten to the eth0 address, where a loopback GCS does not listen ("Failed to connect to GCS").
+# The timeouts: on a busy 2-core machine a node, or Serve's HTTP proxy, takes longer than Ray's defaults (5 s for
+# the proxy's readiness: it was killed and restarted in a loop at a load average of 24).
+ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_raylet_start_wait_time_s": "120",
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30",
+}
+INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
+
+
+class RayMissingError(MsnbError):
+    """Ray Serve is not installed (the optional ``ray`` extra)."""
+
+
+def require() -> ModuleType:
+    """``ray.serve``, imported (with msnb's Ray environment set first); a ``RayMissingError`` naming the extra
+    when it is not installed."""
+    for key, value in ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        return importlib.import_module("ray.serve")
+    except ImportError as err:
+        raise RayMissingError(f"Ray Serve is not installed ({err}).", INSTALL_HINT) from None

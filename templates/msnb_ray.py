@@ -1,0 +1,258 @@
+"""A Ray Serve deployment that serves an msnb model folder as a TorchServe worker does, at TorchServe's URLs.
+
+One application per model folder (``msnb_ray:model``, args ``{"model_dir": "NAME"}``) and one router
+(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME`` and ``POST /explanations/NAME``. The
+replica loads the folder like a worker (folder as cwd and on ``sys.path``, the manifest's handler,
+``handle(None, context)`` once) and runs ``handle`` once per ``@serve.batch`` batch with a TorchServe
+``Context``. Deployment options come from the folder's model-config.yaml (see ``deployment_options``).
+Depends on ray[serve], starlette, pyyaml and the standard library, never on msnb.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+try:
+    from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+except ImportError:  # imported as msnb.templates.msnb_ray (the notebook's engine)
+    from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+
+MANIFEST, CONFIG, REQUIREMENTS = "MAR-INF/MANIFEST.json", "model-config.yaml", "requirements.txt"
+TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default
+JSON_TYPE = "application/json"
+
+
+def resolve(model_dir: str) -> Path:
+    """A relative model folder lives beside this module (the exported folder, wherever Ray unpacked it)."""
+    return (Path(__file__).resolve().parent / model_dir).resolve()
+
+
+def read_folder(folder: Path) -> tuple[dict, dict]:
+    """The folder's manifest (MAR-INF/MANIFEST.json) and model-config.yaml (empty when absent)."""
+    manifest = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).is_file() else {}
+    config = yaml.safe_load((folder / CONFIG).read_text()) if (folder / CONFIG).is_file() else None
+    return manifest, config or {}
+
+
+def deployment_options(config: dict, requirements: list[str], num_cpus: float = 1.0, gpu_mb: float | None = None):
+    """TorchServe's model-config as Ray Serve deployment options (the mapping table in docs/ray.md)."""
+    batch = int(config.get("batchSize") or 1)
+    low, high = int(config.get("minWorkers") or 1), int(config.get("maxWorkers") or config.get("minWorkers") or 1)
+    actor: dict[str, Any] = {"num_cpus": num_cpus}
+    if str(config.get("deviceType") or "").lower() == "gpu":
+        max_mb = (config.get("system") or {}).get("maxGPUMemory")
+        actor["num_gpus"] = min(1.0, round(float(max_mb) / gpu_mb, 2)) if max_mb and gpu_mb else 1
+    if requirements:
+        actor["runtime_env"] = {"pip": list(requirements)}
+    options = {
+        "ray_actor_options": actor,
+        # below the batch size a batch never fills (Serve's default is 5)
+        "max_ongoing_requests": max(16, 2 * batch),
+        # a load error is an error in the user's code: retrying it 20 times only hides it
+        "max_constructor_retry_count": 1,
+    }
+    if high > low:
+        options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": batch}
+    else:
+        options["num_replicas"] = low
+    return options
+
+
+def batch_settings(config: dict) -> tuple[int, float]:
+    """``@serve.batch``'s max_batch_size and batch_wait_timeout_s from batchSize and maxBatchDelay (ms)."""
+    delay = config.get("maxBatchDelay")
+    return int(config.get("batchSize") or 1), (TORCHSERVE_DELAY_MS if delay is None else float(delay)) / 1000
+
+
+def decode_body(body: bytes, content_type: str) -> Any:
+    """A request body as a TorchServe worker hands it to ``handle``: JSON decoded, text as str, else bytes."""
+    if content_type.startswith(JSON_TYPE):
+        try:
+            return json.loads(body.decode("utf-8"))
+        except ValueError:
+            return body  # TorchServe forwards a body it cannot decode as it is
+    if content_type.startswith("text"):
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            return body
+    return body
+
+
+def error_reply(status: int, kind: str, message: str) -> tuple[int, dict, bytes]:
+    """An error in TorchServe's frontend shape: {"code", "type", "message"}."""
+    body = {"code": status, "type": kind, "message": message}
+    return status, {"content-type": JSON_TYPE}, json.dumps(body).encode()
+
+
+def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, bytes]:
+    """One answer with the status and headers its request processor holds; JSON unless str/bytes."""
+    headers = {k.lower(): str(v) for k, v in headers.items()}
+    if isinstance(answer, (bytes, bytearray)):
+        headers.setdefault("content-type", "application/octet-stream")
+        return status, headers, bytes(answer)
+    if isinstance(answer, str):
+        headers.setdefault("content-type", "text/plain; charset=utf-8")
+        return status, headers, answer.encode()
+    try:
+        body = json.dumps(answer, allow_nan=False).encode()
+    except (TypeError, ValueError) as err:
+        return error_reply(503, "InternalServerException", f"the answer is not strict JSON: {err}")
+    headers.setdefault("content-type", JSON_TYPE)
+    return status, headers, body
+
+
+def enter(folder: Path) -> Path:
+    """Make ``folder`` this process's cwd and first import path, as a TorchServe worker does."""
+    os.chdir(folder)
+    sys.path.insert(0, str(folder))
+    return folder
+
+
+def requirements_of(folder: Path) -> list[str]:
+    """The folder's requirements.txt lines (PEP 508 requirements; comments and blank lines dropped)."""
+    path = folder / REQUIREMENTS
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+class LoadedModel:
+    """A model folder (the cwd, see ``enter``) loaded as a TorchServe worker loads it; ``answer`` runs ``handle``
+    on one batch."""
+
+    def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None):
+        manifest, self.config = read_folder(folder)
+        self.name = name or (manifest.get("model") or {}).get("modelName") or folder.name
+        self.entry = load_entry((manifest.get("model") or {}).get("handler") or "handler_model.py")
+        metrics = metrics if metrics is not None else RayMetrics(self.name)
+        self.context = make_context(self.name, str(folder), manifest, self.config, gpu_id, metrics)
+        self.entry(None, self.context)
+
+    def answer(self, requests: list[tuple[bool, bytes, dict]]) -> list[tuple[int, dict, bytes]]:
+        """One ``handle`` call for the batch; each request gets its own status, headers and body."""
+        headers = [{**h, **({"explain": "True"} if explain else {})} for explain, _, h in requests]
+        data = [{"body": decode_body(body, h.get("content-type", ""))} for (_, body, _), h in zip(requests, headers)]
+        set_requests(self.context, headers)
+        try:
+            answers = self.entry(data, self.context)
+        except Exception as err:
+            return [
+                error_reply(503, "InternalServerException", f"Prediction failed: {type(err).__name__}: {err}")
+            ] * len(requests)
+        if not isinstance(answers, list) or len(answers) != len(requests):
+            got = len(answers) if isinstance(answers, list) else type(answers).__name__
+            message = f"number of batch response mismatched: {len(requests)} requests, handle returned {got}"
+            return [error_reply(503, "InternalServerException", message)] * len(requests)
+        procs = self.context.request_processor
+        return [
+            encode_answer(a, p.get_response_status_code(), p.get_response_headers()) for a, p in zip(answers, procs)
+        ]
+
+
+def load_entry(handler: str) -> Any:
+    """The manifest's handler as TorchServe resolves it: ``module.py[:function]``, the function ``handle``."""
+    module_name, _, function = handler.partition(":")
+    module = importlib.import_module(Path(module_name).stem)
+    entry = getattr(module, function or "handle", None)
+    if entry is None:
+        raise RuntimeError(f"{handler}: no module-level {function or 'handle'} function to call.")
+    return entry
+
+
+@serve.deployment(name="MsnbModel")
+class MsnbModel:
+    """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
+
+    def __init__(self, model_dir: str, name: str | None = None):
+        import ray
+
+        self.model = LoadedModel(enter(resolve(model_dir)), name, replica_gpu_id(ray.get_gpu_ids()))
+        size, wait_s = batch_settings(self.model.config)
+        self._batch.set_max_batch_size(size)
+        self._batch.set_batch_wait_timeout_s(wait_s)
+
+    async def infer(self, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        return await self._batch((explain, body, headers))
+
+    @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
+    async def _batch(self, requests: list) -> list:
+        # handle() is synchronous user code: run it off the replica's event loop.
+        return await asyncio.to_thread(self.model.answer, requests)
+
+
+@serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+class MsnbRouter:
+    """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``."""
+
+    async def __call__(self, request: Request) -> Response:
+        parts = [p for p in request.url.path.split("/") if p]
+        if parts == ["ping"]:
+            return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
+        if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
+            return reply(
+                *error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {request.url.path}")
+            )
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        body = await request.body()
+        return reply(*await self.forward(parts[1], parts[0] == "explanations", body, headers))
+
+    def __init__(self):
+        self.handles: dict[str, Any] = {}
+
+    async def forward(self, name: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        # A handle follows its application across redeploys; looking one up while the application is
+        # redeploying fails (measured: 254 of ~1,000 requests got a 404 during a rolling update), so keep it.
+        if name not in self.handles:
+            try:
+                self.handles[name] = serve.get_app_handle(name)
+            except Exception:  # no such application
+                return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
+        handle = self.handles[name]
+        for attempt in range(3):  # a replica lost with its node: the request goes to another one
+            try:
+                return await handle.infer.remote(explain, body, headers)
+            except Exception as err:
+                if attempt == 2 or "Actor" not in type(err).__name__:
+                    return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
+        raise AssertionError("unreachable")
+
+
+def reply(status: int, headers: dict, body: bytes) -> Response:
+    return Response(content=body, status_code=status, headers=headers)
+
+
+def model(args: dict) -> Any:
+    """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
+    gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true),
+    max_replicas_per_node and max_surge_percent."""
+    folder = resolve(str(args["model_dir"]))
+    _, config = read_folder(folder)
+    requirements = requirements_of(folder) if args.get("install_requirements", True) else []
+    options = deployment_options(config, requirements, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
+    for key in ("max_replicas_per_node", "max_surge_percent"):  # surge: new replicas start before old ones stop
+        if args.get(key) is not None:
+            options[key] = int(args[key])
+    return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"))
+
+
+def router(args: dict | None = None) -> Any:
+    """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
+    it to the nodes that run an HTTP proxy)."""
+    args = args or {}
+    options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
+    if args.get("max_replicas_per_node"):
+        options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
+    if args.get("resources"):
+        options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
+    return MsnbRouter.options(**options).bind()

@@ -1,0 +1,148 @@
+"""TorchServe's handler ``Context`` on a Ray Serve replica: manifest, system properties, request headers,
+per-request status and headers, and custom metrics exported as Ray's Prometheus metrics.
+
+TorchServe's own ``ts.context.Context`` is used when ``ts`` is importable on the node; otherwise a class with
+the same API. Depends on the standard library and (optionally) ``ray.serve.metrics``, never on msnb.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+try:  # TorchServe's own classes, when it is installed on the Ray node
+    from ts.context import Context, RequestProcessor
+except ImportError:
+
+    class RequestProcessor:
+        """One request's headers in, its status and response headers out (TorchServe's API)."""
+
+        def __init__(self, request_header: dict) -> None:
+            self._status_code, self._reason_phrase = 200, None
+            self._response_header: dict[str, str] = {}
+            self._request_header = request_header
+
+        def get_request_property(self, key: str) -> str | None:
+            return self._request_header.get(key)
+
+        def get_request_properties(self) -> dict:
+            return self._request_header
+
+        def report_status(self, code: int, reason_phrase: str | None = None) -> None:
+            self._status_code, self._reason_phrase = code, reason_phrase
+
+        def get_response_status_code(self) -> int:
+            return self._status_code
+
+        def get_response_status_phrase(self) -> str | None:
+            return self._reason_phrase
+
+        def add_response_property(self, key: str, value: str) -> None:
+            self._response_header[key] = value
+
+        def get_response_headers(self) -> dict:
+            return self._response_header
+
+    class Context:
+        """The subset of ``ts.context.Context`` handlers use, with the same names and signatures."""
+
+        def __init__(self, model_name, model_dir, manifest, batch_size, gpu, mms_version, metrics=None, **kw):
+            self.model_name, self.manifest, self.metrics = model_name, manifest, metrics
+            self.model_yaml_config = kw.get("model_yaml_config")
+            self.system_properties = {
+                "model_dir": model_dir,
+                "gpu_id": gpu,
+                "batch_size": batch_size,
+                "server_name": "MMS",
+                "server_version": mms_version,
+                "limit_max_image_pixels": True,
+            }
+            self.request_ids, self.request_processor = None, None
+
+        def get_request_id(self, idx: int = 0) -> str | None:
+            return None if self.request_ids is None else self.request_ids.get(idx)
+
+        def get_request_header(self, idx: int, key: str) -> str | None:
+            return self.request_processor[idx].get_request_property(key)
+
+        def get_all_request_header(self, idx: int) -> dict:
+            return self.request_processor[idx].get_request_properties()
+
+        def set_response_content_type(self, idx: int, value: str) -> None:
+            self.set_response_header(idx, "content-type", value)
+
+        def get_response_content_type(self, idx: int) -> str | None:
+            return self.get_response_headers(idx).get("content-type")
+
+        def get_response_status(self, idx: int) -> tuple:
+            proc = self.request_processor[idx]
+            return proc.get_response_status_code(), proc.get_response_status_phrase()
+
+        def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0) -> None:
+            if self.request_processor is not None and self.request_processor[idx] is not None:
+                self.request_processor[idx].report_status(code, reason_phrase=phrase)
+
+        def set_all_response_status(self, code: int = 200, phrase: str = "") -> None:
+            for proc in self.request_processor:
+                proc.report_status(code, reason_phrase=phrase)
+
+        def get_response_headers(self, idx: int) -> dict:
+            return self.request_processor[idx].get_response_headers()
+
+        def set_response_header(self, idx: int, key: str, value: str) -> None:
+            self.request_processor[idx].add_response_property(key, value)
+
+
+SERVER_VERSION = "ray-serve"
+
+
+def replica_gpu_id(assigned_gpus: list) -> int | None:
+    """The context's ``gpu_id`` on a replica: Ray sets CUDA_VISIBLE_DEVICES to the GPUs it assigned, so the
+    first assigned GPU is ``cuda:0`` whatever its physical id; None when the replica has no GPU."""
+    return 0 if assigned_gpus else None
+
+
+def make_context(name: str, model_dir: str, manifest: dict, config: dict, gpu_id: int | None, metrics: Any) -> Any:
+    """A handler context as a TorchServe worker builds it for ``model_dir`` (its manifest and model-config)."""
+    batch_size = int(config.get("batchSize") or 1)
+    try:
+        return Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics,
+                       model_yaml_config=config)  # fmt: skip
+    except TypeError:  # a TorchServe Context without model_yaml_config (older releases)
+        context = Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics)
+        context.model_yaml_config = config
+        return context
+
+
+def set_requests(context: Any, headers: list[dict]) -> None:
+    """Give the context one request processor per request of the batch (fresh statuses and headers)."""
+    context.request_ids = {idx: f"{os.getpid()}-{idx}" for idx in range(len(headers))}
+    context.request_processor = [RequestProcessor(dict(h)) for h in headers]
+
+
+class RayMetrics:
+    """TorchServe's metrics API (``add_time``, ``add_metric``, ...) over ``ray.serve.metrics`` gauges and counters,
+    which Ray exports in Prometheus format on each node's metrics port (names prefixed ``ray_``, lowercased)."""
+
+    def __init__(self, model_name: str, factory: Any = None):
+        self.model_name, self._factory, self._metrics = model_name, factory, {}
+
+    def _metric(self, name: str, kind: str) -> Any:
+        if (name, kind) not in self._metrics:
+            factory = self._factory
+            if factory is None:
+                from ray.serve import metrics as factory
+            cls = factory.Counter if kind == "counter" else factory.Gauge
+            self._metrics[name, kind] = cls(name, description=f"msnb handler metric {name}", tag_keys=("model_name",))
+        return self._metrics[name, kind]
+
+    def add_time(self, name: str, value: float, idx: Any = None, unit: str = "ms", dimensions: Any = None, *_: Any):
+        self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
+
+    def add_metric(self, name: str, value: float, unit: str = "count", idx: Any = None, dimensions: Any = None, *_):
+        self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
+
+    def add_counter(self, name: str, value: float = 1, idx: Any = None, dimensions: Any = None, *_: Any):
+        self._metric(name, "counter").inc(float(value), tags={"model_name": self.model_name})
+
+    add_size = add_percent = add_metric

@@ -1,0 +1,59 @@
+"""`msnb export --ray`: a folder that `serve run serve_config.yaml` serves, validated by Ray's own schema."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+from helpers import handler, run, standard
+
+from msnb.ray import INSTALL_HINT
+
+
+def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    from ray.serve.schema import ServeDeploySchema
+
+    nb = standard(tmp_path / "nb", handler("first"), handler("second", "--version 2.1 --batch-size 4"))
+    code, out, err = run(capsys, "export", nb, "--ray", tmp_path / "ray")
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "ray").iterdir())
+    assert names == ["first", "msnb_ray.py", "msnb_ray_context.py", "rayservice.yaml", "second", "serve_config.yaml"]
+    assert "serve run serve_config.yaml" in out
+    for name in ("first", "second"):  # the engine-neutral model folder, as TorchServe registers it
+        folder = tmp_path / "ray" / name
+        assert {"handler_model.py", "msnb_handler.py", "model.pt", "model-config.yaml"} <= {
+            p.name for p in folder.iterdir()
+        }
+        assert (folder / "MAR-INF" / "MANIFEST.json").is_file() and not (folder / "msnb_ray.py").exists()
+    config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
+    ServeDeploySchema.model_validate(config)
+    assert config["http_options"]["host"] == "127.0.0.1"
+    apps = {app["name"]: app for app in config["applications"]}
+    assert (
+        apps["second"]["args"] == {"model_dir": "second", "version": "2.1"} and apps["second"]["route_prefix"] is None
+    )
+    assert apps["msnb-router"]["route_prefix"] == "/"
+    service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
+    assert service["kind"] == "RayService"
+    assert yaml.safe_load(service["spec"]["serveConfigV2"])["applications"] == config["applications"]
+
+
+def test_export_ray_host_option_binds_all_interfaces(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    nb = standard(tmp_path / "nb")
+    code, _, err = run(capsys, "export", nb, "--ray", tmp_path / "ray", "--ray-host", "0.0.0.0")
+    assert code == 0, err
+    config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
+    assert config["http_options"]["host"] == "0.0.0.0"
+
+
+def test_export_ray_without_the_extra_names_it_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as without the extra
+    nb = standard(tmp_path / "nb")
+    code, _, err = run(capsys, "export", nb, "--ray", tmp_path / "ray")
+    assert code == 2 and INSTALL_HINT in err and 'pip install "msnb[ray]"' in err
+    assert not (tmp_path / "ray").exists()

@@ -1,0 +1,201 @@
+"""An exported folder served by `serve run serve_config.yaml` on a real two-node Ray cluster, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+import yaml
+from helpers import BODY, NET, handler, poll, run, standard
+
+from msnb.ray.nodes import environment, free_port
+from msnb.torchserve import TorchServeClient
+from msnb.torchserve.models import PredictionError
+
+pytestmark = pytest.mark.xdist_group("ray-cluster")  # one cluster per module: keep its tests on one worker
+MLP_OPTIONS = "--workers 2 --batch-size 8 --max-batch-delay 50"
+TEXT_BODY = BODY.split("def postprocess")[0] + 'def postprocess(output):\n    return f"label {int(output.argmax())}"\n'
+V2_BODY = BODY.replace('"label": int(output.argmax()),', '"label": int(output.argmax()), "v": 2,')
+
+
+def expected(folder: Path, x: list[float]) -> dict:
+    """The notebook's own computation: Net with the notebook's weights.pt on the same input."""
+    namespace: dict = {"torch": torch}
+    exec(NET, namespace)
+    net = namespace["Net"](8)
+    net.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
+    with torch.no_grad():
+        out = net(torch.tensor(x, dtype=torch.float32))
+    return {"label": int(out.argmax()), "scores": [round(float(v), 4) for v in out]}
+
+
+def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, mlp_body: str = BODY, version: str = "1.0"):
+    """`msnb export --ray`, then the edits a user makes for this machine: the port, one proxy (two nodes on one
+    machine would share its port), fractional CPUs, one replica per node, the router beside the proxy."""
+    nb = standard(
+        folder, handler("mlp", f"{MLP_OPTIONS} --version {version}", mlp_body), handler("text", body=TEXT_BODY)
+    )
+    code, _, err = run(capsys, "export", nb, "--ray", outdir)
+    assert code == 0, err
+    config = yaml.safe_load((outdir / "serve_config.yaml").read_text())
+    config["http_options"]["port"], config["proxy_location"] = port, "HeadOnly"
+    for app in config["applications"]:
+        if app["name"] == "msnb-router":
+            app["args"] = {"resources": pin}
+        else:
+            app["args"] |= {"num_cpus": 0.25, "max_replicas_per_node": 1}
+    (outdir / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+class Served:
+    """`serve run serve_config.yaml` from the exported folder, against the two-node cluster."""
+
+    def __init__(self, two_nodes, folder: Path, outdir: Path, port: int):
+        self.nodes, self.folder, self.outdir = two_nodes, folder, outdir
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = TorchServeClient.connect(self.url)
+        self.log = outdir.parent / "serve-run.log"
+        self.process = self.serve("run")
+
+    def serve(self, *args: str) -> subprocess.Popen:
+        env = {**os.environ, **environment(self.nodes.root), "RAY_ADDRESS": self.nodes.address}
+        serve = str(Path(sys.executable).parent / "serve")
+        with open(self.log, "a") as log:
+            return subprocess.Popen(
+                [serve, *args, "serve_config.yaml"], cwd=self.outdir, env=env, stdout=log, stderr=log
+            )
+
+    def answers(self, name: str = "mlp") -> bool:
+        try:
+            return bool(self.client.predict(name, {"x": [1, 2, 3, 4]}, timeout=30))
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        self.client.close()
+        self.process.send_signal(2)  # Ctrl-C: serve run tears its applications down
+        self.process.wait(120)
+
+
+@pytest.fixture(scope="module")
+def served(two_nodes, tmp_path_factory, capsys_module):
+    root = tmp_path_factory.mktemp("export")
+    port = free_port()
+    export(capsys_module, root / "nb", root / "out", port, two_nodes.head_resource)
+    served = Served(two_nodes, root / "nb", root / "out", port)
+    try:
+        poll(lambda: served.answers("mlp") and served.answers("text"), 300, "both applications", interval=1,
+             log=lambda: served.log.read_text()[-3000:])  # fmt: skip
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture(scope="module")
+def capsys_module():
+    class Capture:  # `run` reads the CLI's output through readouterr(); module fixtures cannot use capsys
+        def readouterr(self):
+            return "", ""
+
+    return Capture()
+
+
+def clients(served: Served, stop: threading.Event, n: int = 8) -> tuple[list, list, ThreadPoolExecutor]:
+    """``n`` clients predicting in a loop until ``stop``; answers and failures are collected."""
+    answers, failures = [], []
+
+    def client(i: int) -> None:
+        session = TorchServeClient.connect(served.url)
+        while not stop.is_set():
+            try:
+                answers.append(session.predict("mlp", {"x": [i, 1, 2, 3]}, timeout=60))
+            except Exception as err:  # noqa: BLE001 - every failure counts
+                failures.append(err)
+        session.close()
+
+    pool = ThreadPoolExecutor(n)
+    for i in range(n):
+        pool.submit(client, i)
+    return answers, failures, pool
+
+
+def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(served):
+    from ray import serve
+
+    for x in ([1, 2, 3, 4], [0.5, -1, 2, 8]):
+        assert served.client.predict("mlp", {"x": x}) == expected(served.folder, x)
+    ray = pytest.importorskip("ray")
+    ray.init(address=served.nodes.address, log_to_driver=False)
+    try:
+        states = serve.status().applications["mlp"].deployments["MsnbModel"].replica_states
+    finally:
+        ray.shutdown()
+    assert states.get("RUNNING") == 2  # with max_replicas_per_node 1: one replica on each node
+
+
+def test_a_bad_sample_among_8_concurrent_requests_gets_its_own_400(served):
+    inputs = [{"x": [i, 1, 2, 3]} for i in range(8)]
+    inputs[3] = {"y": 1}
+    answers = served.client.predict_many("mlp", inputs, return_exceptions=True)
+    assert isinstance(answers[3], PredictionError) and answers[3].status == 400
+    assert answers[3].body["stage"] == "preprocess"
+    assert [a for i, a in enumerate(answers) if i != 3] == [expected(served.folder, x["x"]) for i, x in
+                                                            enumerate(inputs) if i != 3]  # fmt: skip
+
+
+def test_a_str_answer_keeps_its_content_type_and_unknown_models_get_404(served):
+    resp = requests.post(f"{served.url}/predictions/text", json={"x": [1, 2, 3, 4]}, timeout=30)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    assert resp.text == f"label {expected(served.folder, [1, 2, 3, 4])['label']}"
+    missing = requests.post(f"{served.url}/predictions/nope", json={}, timeout=30)
+    assert missing.status_code == 404 and missing.json()["type"] == "ModelNotFoundException"
+
+
+def test_batches_larger_than_one_show_in_ray_s_prometheus_metrics(served):
+    def batched() -> bool:
+        served.client.predict_many("mlp", [{"x": [i, 1, 2, 3]} for i in range(16)])
+        for port in served.nodes.metrics_ports:
+            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            sizes = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("ray_msnbbatchsize")]
+            if any(size > 1 for size in sizes):
+                return True
+        return False
+
+    poll(batched, 120, "a batch size above 1 in ray_msnbbatchsize", interval=2)
+
+
+def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
+    stop = threading.Event()
+    answers, failures, pool = clients(served, stop)
+    try:
+        poll(lambda: len(answers) > 20, 60, "answers before the redeploy")
+        port = int(served.url.rsplit(":", 1)[1])
+        export(capsys_module, served.folder, served.outdir, port, served.nodes.head_resource, V2_BODY, "2.0")
+        deploy = served.serve("run", "--non-blocking")
+        assert deploy.wait(300) == 0, served.log.read_text()[-3000:]
+        poll(lambda: all(a.get("v") == 2 for a in answers[-16:]), 300, "the new version answering everyone", 0.5)
+    finally:
+        stop.set()
+        pool.shutdown(wait=True)
+    assert failures == [] and len(answers) > 40
+
+
+def test_removing_a_node_fails_no_request(served):
+    stop = threading.Event()
+    answers, failures, pool = clients(served, stop)
+    try:
+        poll(lambda: len(answers) > 20, 60, "answers before the node goes")
+        served.nodes.cluster.remove_node(served.nodes.worker)
+        seen = len(answers)
+        poll(lambda: len(answers) > seen + 100, 120, "answers after the node went")
+    finally:
+        stop.set()
+        pool.shutdown(wait=True)
+    assert failures == []

@@ -1,0 +1,129 @@
+"""`%ms_serve NAME --engine ray` in a real IPython shell and a real Jupyter kernel: serve, predict, edit,
+redeploy, stop, and a killed kernel leaving no process behind."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from helpers import mlp_class, poll, processes_naming
+from IPython.utils.capture import capture_output
+
+import msnb.session
+from msnb.errors import MsnbError
+from msnb.ray import INSTALL_HINT
+
+pytestmark = pytest.mark.xdist_group("ray-notebook")
+NET_CELL = "import torch\n" + mlp_class("RNet")
+HANDLER = textwrap.dedent(
+    """
+    import torch
+
+    def init_function(hidden=8):
+        torch.manual_seed(0)
+        return RNet(hidden)
+
+    def preprocess(sample):
+        return torch.tensor(sample["x"], dtype=torch.float32)
+
+    def postprocess(output):
+        return {"label": int(output.argmax())}
+    """
+)
+LINE = """rmlp --example '{"x": [1, 2, 3, 4]}'"""
+
+
+def expected(x: list[float], scale: float = 1.0) -> int:
+    namespace: dict = {"torch": torch}
+    exec(mlp_class("RNet"), namespace)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return int((namespace["RNet"](8)(torch.tensor(x, dtype=torch.float32)) * scale).argmax())
+
+
+@pytest.fixture
+def session(monkeypatch):
+    fresh = msnb.session.Session()
+    monkeypatch.setattr(msnb.session, "_default", fresh)
+    yield fresh
+    fresh.stop()
+
+
+def cell(shell, source: str):
+    with capture_output() as cap:
+        result = shell.run_cell(source, store_history=True)
+    assert result.success, f"{result.error_in_exec or result.error_before_exec}\n{cap.stdout}{cap.stderr}"
+    return result.result
+
+
+def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, session):
+    cell(ip, NET_CELL)
+    cell(ip, f"%%ms_handler {LINE}\n{HANDLER}")
+    server = cell(ip, "%ms_serve rmlp --engine ray")
+    root = server.root
+    assert cell(ip, "%ms_predict rmlp") == {"label": expected([1, 2, 3, 4])}
+    assert cell(ip, "%ms_status")["server"]["engine"] == "ray"
+    edited = HANDLER.replace('{"label": int(output.argmax())}', '{"label": int(output.argmax()), "edited": True}')
+    cell(ip, f"%%ms_handler {LINE}\n{edited}")
+    cell(ip, "%ms_serve rmlp")  # a rolling update of the same application
+    assert cell(ip, "%ms_predict rmlp") == {"label": expected([1, 2, 3, 4]), "edited": True}
+    assert session.logs("rmlp")  # the replicas' own log lines
+    cell(ip, "%ms_stop")
+    assert poll(lambda: not processes_naming(root), 60, "every Ray process to end")
+    assert not root.exists()
+
+
+def test_a_load_error_on_ray_comes_back_with_its_hint_within_one_try(ip, session):
+    cell(ip, NET_CELL)
+    broken = HANDLER.replace("torch.manual_seed(0)", "raise RuntimeError('weights are missing')")
+    cell(ip, f"%%ms_handler rbroken\n{broken}")
+    with pytest.raises(MsnbError) as info:
+        session.serve("rbroken", engine="ray")
+    text = info.value.render()
+    assert "weights are missing" in text and "Hint:" in text
+
+
+def test_a_taken_port_is_refused_naming_the_port_and_the_option(ip, session):
+    import socket
+
+    cell(ip, NET_CELL)
+    cell(ip, f"%%ms_handler {LINE}\n{HANDLER}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(MsnbError, match=f"Port {port} on 127.0.0.1 is already in use") as info:
+            session.serve("rmlp", engine="ray", port=port)
+    assert "--port" in info.value.hint
+
+
+def test_engine_ray_without_the_extra_names_it(ip, session, monkeypatch):
+    for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    cell(ip, NET_CELL)
+    cell(ip, f"%%ms_handler {LINE}\n{HANDLER}")
+    with pytest.raises(MsnbError) as info:
+        session.serve("rmlp", engine="ray")
+    assert info.value.hint == INSTALL_HINT
+
+
+def test_a_killed_kernel_leaves_no_ray_process_and_no_temp_dir(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "kernel"))  # the kernel tier's notebook runner
+    from nbrun import execute_notebook, stream_texts
+
+    nb = nbformat.v4.new_notebook()
+    sources = ("%load_ext msnb\nimport msnb", NET_CELL, f"%%ms_handler {LINE}\n{HANDLER}",
+               "server = msnb.serve('rmlp', engine='ray')\nprint('ray root:', server.root)", "%ms_predict rmlp")  # fmt: skip
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    (tmp_path / "ray.ipynb").write_text(nbformat.writes(nb))
+    done = execute_notebook(tmp_path / "ray.ipynb", tmp_path / "run", timeout=300, shutdown="immediate",
+                            tmpdir=Path(tempfile.mkdtemp(prefix="msnb-nb-")))  # fmt: skip
+    lines = [line for text in stream_texts(done) for line in text.splitlines() if line.startswith("ray root:")]
+    root = Path(lines[0].split(":", 1)[1].strip())
+    poll(lambda: not processes_naming(root) and not root.exists(), 90, f"{root} and its Ray processes to go")

@@ -1,0 +1,150 @@
+"""The Ray Serve adapter without a cluster: a model folder loaded as a replica loads it, answered batch by batch
+with TorchServe's semantics, and model-config mapped to deployment options (GPUs injected: there is none here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import MLP_SOURCE, mlp_model
+
+from msnb import archive
+from msnb.spec import spec_from_source
+
+pytest.importorskip("ray.serve")  # (msnb.ray.require sets Ray's environment first where that matters)
+from msnb.templates import msnb_ray  # noqa: E402
+from msnb.templates.msnb_ray_context import replica_gpu_id  # noqa: E402
+
+TEXT_SOURCE = MLP_SOURCE.split("def postprocess")[0] + textwrap.dedent(
+    """
+    def postprocess(output):
+        return f"label {int(output.argmax())}"
+    """
+)
+
+
+class FakeMetrics:
+    """ray.serve.metrics' Gauge/Counter API, recording what was set."""
+
+    values: dict = {}
+
+    class Gauge:
+        def __init__(self, name, description="", tag_keys=()):
+            self.name = name
+
+        def set(self, value, tags=None):
+            FakeMetrics.values[self.name] = value
+
+    Counter = Gauge
+
+
+@pytest.fixture
+def loaded(tmp_path, monkeypatch):
+    """Load a spec's staged model folder as a replica does (cwd and import path), forgetting its modules after."""
+    before = set(sys.modules)
+
+    def load(spec):
+        folder = archive.build(spec, tmp_path / "store", fmt="no-archive")
+        monkeypatch.chdir(folder)
+        monkeypatch.syspath_prepend(str(folder))
+        return msnb_ray.LoadedModel(folder, metrics=msnb_ray.RayMetrics(spec.name, FakeMetrics))
+
+    yield load
+    for name in set(sys.modules) - before:
+        if name == "handler_model" or name.startswith("msnb_"):
+            del sys.modules[name]
+
+
+def request(body, content_type="application/json", explain=False):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return explain, data, {"content-type": content_type}
+
+
+def expected(x: list[float]) -> dict:
+    """The notebook's own computation: the seeded MLP on the same input."""
+    with torch.no_grad():
+        out = mlp_model()(torch.tensor(x, dtype=torch.float32))
+    return {"label": int(out.argmax()), "scores": [round(float(v), 5) for v in out]}
+
+
+def test_a_bad_sample_in_a_batch_of_8_gets_its_own_400_and_the_other_7_are_answered(loaded):
+    model = loaded(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=8))
+    inputs = [[i, 1.0, 2.0, 3.0] for i in range(8)]
+    batch = [request({"x": x}) for x in inputs]
+    batch[5] = request({"y": 1})
+    replies = model.answer(batch)
+    assert [status for status, _, _ in replies] == [200] * 5 + [400] + [200] * 2
+    for idx, (_, headers, body) in enumerate(replies):
+        assert headers["content-type"] == "application/json"
+        if idx != 5:
+            assert json.loads(body) == expected(inputs[idx])
+    error = json.loads(replies[5][2])
+    assert error["stage"] == "preprocess" and "expected a JSON object" in error["error"] and error["hint"]
+    assert FakeMetrics.values["MsnbBatchSize"] == 8  # the Msnb metrics go to Ray's metrics
+
+
+def test_a_str_answer_keeps_its_text_content_type(loaded):
+    model = loaded(spec_from_source("text", TEXT_SOURCE, init_kwargs={"hidden": 8}))
+    [(status, headers, body)] = model.answer([request({"x": [1, 2, 3, 4]})])
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert body.decode() == f"label {expected([1, 2, 3, 4])['label']}"
+
+
+def test_a_handler_answering_the_wrong_number_of_requests_fails_each_with_503_naming_the_mismatch(loaded):
+    model = loaded(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=4))
+    model.entry = lambda data, context: [] if data is None else [{"only": "one"}]
+    replies = model.answer([request({"x": [1, 2, 3, 4]})] * 3)
+    assert [status for status, _, _ in replies] == [503] * 3
+    assert all("number of batch response mismatched" in json.loads(body)["message"] for _, _, body in replies)
+    assert "3 requests, handle returned 1" in json.loads(replies[0][2])["message"]
+
+
+def test_the_handler_gets_torchserve_s_own_context(loaded):
+    from ts.context import Context
+
+    model = loaded(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=4))
+    assert isinstance(model.context, Context)
+    props = model.context.system_properties
+    assert Path(props["model_dir"]) == Path.cwd() and props["batch_size"] == 4 and props["gpu_id"] is None
+    assert model.context.manifest["model"]["handler"] == "handler_model.py"
+
+
+def test_a_failing_init_function_fails_the_replica_with_the_load_error_and_its_hint(loaded):
+    broken = MLP_SOURCE.replace("torch.manual_seed(0)", "raise RuntimeError('no weights here')")
+    with pytest.raises(Exception, match="no weights here") as info:
+        loaded(spec_from_source("broken", broken, init_kwargs={"hidden": 8}))
+    assert "Hint:" in str(info.value)
+
+
+def test_model_config_becomes_deployment_options():
+    config = {"batchSize": 8, "maxBatchDelay": 50, "minWorkers": 1, "maxWorkers": 3}
+    options = msnb_ray.deployment_options(config, ["numpy==1.26.4"], num_cpus=0.5)
+    assert options["max_ongoing_requests"] >= 8  # below the batch size a batch never fills
+    assert options["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 8}
+    assert options["ray_actor_options"] == {"num_cpus": 0.5, "runtime_env": {"pip": ["numpy==1.26.4"]}}
+    assert options["max_constructor_retry_count"] == 1
+    assert msnb_ray.batch_settings(config) == (8, 0.05)
+    assert msnb_ray.batch_settings({}) == (1, 0.1)  # TorchServe's defaults
+    assert msnb_ray.deployment_options({"minWorkers": 2}, [])["num_replicas"] == 2
+
+
+def test_a_gpu_model_asks_ray_for_a_gpu_and_sees_it_as_cuda_0():
+    gpu = {"deviceType": "gpu", "system": {"maxGPUMemory": 4096}}
+    assert msnb_ray.deployment_options(gpu, [], gpu_mb=16384)["ray_actor_options"]["num_gpus"] == 0.25
+    assert msnb_ray.deployment_options({"deviceType": "gpu"}, [])["ray_actor_options"]["num_gpus"] == 1
+    assert "num_gpus" not in msnb_ray.deployment_options({"deviceType": "cpu"}, [])["ray_actor_options"]
+    # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU: physical GPU 3 is cuda:0 inside the replica.
+    assert replica_gpu_id([3]) == 0 and replica_gpu_id([]) is None
+
+
+def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
+    assert msnb_ray.decode_body(b'{"a": 1}', "application/json") == {"a": 1}
+    assert msnb_ray.decode_body(b"hello", "text/plain; charset=utf-8") == "hello"
+    assert msnb_ray.decode_body(b"\x89PNG", "image/png") == b"\x89PNG"
+    assert msnb_ray.decode_body(b"{not json", "application/json") == b"{not json"
+    status, _, body = msnb_ray.encode_answer({"x": float("nan")}, 200, {})
+    assert status == 503 and "strict JSON" in json.loads(body)["message"]
