@@ -45,22 +45,9 @@ def capture(
     others = Pool(pool)
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
-    changes = Changes([*others.stmts, *stmts])
-    kept = [s for s in stmts if s.kind != "future" and not changes.runtime(s)]
-    bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
-    wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
-    needed = _bound_by_dropped(wanted, [s for s in stmts if s not in kept and s.kind != "future"], changes)
-    star = any(s.kind == "star" for s in kept)
-    pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed)
+    handler, pulled, needed, warnings = _handler_and_closure(stmts, others, cell, cell_origin)
     values = values_of(needed, namespace, config.get("max_value_mb"))
-    names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
-    handler = SourceBlock("\n\n".join(s.text for s in kept), cell_origin, names)
-    warnings = (
-        _dropped_warnings([s for s in stmts if s not in kept], cell, set(needed))
-        + typo_warnings(tree, form.kind, roles)
-        + warnings
-        + tuple(config.pop("warnings", ()))
-    )
+    warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
     spec = HandlerSpec(
         name=name,
@@ -77,6 +64,22 @@ def capture(
     from msnb.bundle import make_hermetic
 
     return make_hermetic(spec, search_path, include)
+
+
+def _handler_and_closure(
+    stmts: list[Stmt], others: "Pool", cell: str, origin: Any
+) -> tuple[SourceBlock, tuple[SourceBlock, ...], dict[str, Needed], tuple[str, ...]]:
+    """The handler cell's kept code, the definitions pulled in, the names whose values come from the kernel, warnings."""
+    changes = Changes([*others.stmts, *stmts])
+    kept = [s for s in stmts if s.kind != "future" and not changes.runtime(s)]
+    bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
+    wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
+    needed = _bound_by_dropped(wanted, [s for s in stmts if s not in kept and s.kind != "future"], changes)
+    star = any(s.kind == "star" for s in kept)
+    pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed)
+    names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
+    handler = SourceBlock("\n\n".join(s.text for s in kept), origin, names)
+    return handler, pulled, needed, _dropped_warnings([s for s in stmts if s not in kept], cell, set(needed)) + warnings
 
 
 def transform(source: str) -> str | None:

@@ -113,6 +113,7 @@ def test_nested_values_reach_the_handler_equal_element_by_element(ip, session):
 
 
 def test_values_that_cannot_travel_fail_the_cell_with_every_name(ip, session):
+    run(ip, DATA)
     run(ip, "class RvEstimator:\n    pass\nrv_est = RvEstimator()\nrv_fn = lambda x: x")
     body = HANDLER.replace("return (x - rv_mean) / rv_std", "return rv_fn(rv_est)")
     with capture_output() as cap:
