@@ -89,7 +89,11 @@ def report(stats: dict) -> dict:
         "rows": stats,
         "targets": [
             {"target": f"first test <= {BASELINE_S} s median", "value": f"{first:.2f} s", "met": first <= BASELINE_S},
-            {"target": "next tests faster than the first", "value": f"{new:.2f} / {same:.2f} s", "met": new < first},
+            {
+                "target": f"next tests faster than before ({BASELINE_S} s)",
+                "value": f"{new:.2f} / {same:.2f} s",
+                "met": max(new, same) < BASELINE_S,
+            },
         ],
         "notes": "Session.test (what %ms_test and msnb.test_handler call), each test in a child process. First: a "
         "fresh interpreter that has imported torch and loaded msnb, timed from the test call, once the background "

@@ -13,7 +13,7 @@ from IPython.display import display
 
 from msnb import display as views
 from msnb import help as magic_help
-from msnb import options, testworker
+from msnb import options, testspare
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.attributions import Explanation
 from msnb.errors import MsnbError, OptionError
@@ -234,7 +234,7 @@ def load_ipython_extension(ip: Any) -> None:
     HandlerSpec as its summary."""
     ip.register_magics(MsnbMagics)
     ip.set_custom_exc((MsnbError,), show_error)
-    testworker.warm_up()  # the test processes' fork server imports torch meanwhile
+    testspare.warm_up()  # the test processes' fork server imports torch meanwhile
     names = lambda: current().specs  # noqa: E731 - read at completion time
     for magic in ("ms_handler", "ms_test", "ms_build", "ms_serve", "ms_predict", "ms_logs", "ms_widget"):
         method = getattr(MsnbMagics, magic)

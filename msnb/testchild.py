@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch  # noqa: F401 - imported here once, in the fork server, for every test process it forks
 import ts.context  # noqa: F401 - the same for TorchServe's Context
 
-from msnb import localtest
+from msnb import workerload
 from msnb.bundle import environment_dirs
 from msnb.errors import MsnbError
 from msnb.testspare import mark_ready
@@ -49,7 +49,7 @@ def main(conn: Any) -> None:
     log = _redirect(streams)
     _become_worker(model_dir)
     try:
-        handler = localtest.LoadedHandler(spec, Path(model_dir), isolated=False, echo=log)
+        handler = workerload.LoadedHandler(spec, Path(model_dir), isolated=False, echo=log)
     except BaseException as err:  # noqa: BLE001 - every failure goes back to the kernel
         conn.send(("error", _error_state(err)))
         return
@@ -67,7 +67,7 @@ def main(conn: Any) -> None:
         conn.send(_answer(handler, *request))
 
 
-def _answer(handler: localtest.LoadedHandler, samples: list, explain: Any) -> tuple[str, Any]:
+def _answer(handler: workerload.LoadedHandler, samples: list, explain: Any) -> tuple[str, Any]:
     try:
         answers = handler.run(samples, explain)
     except BaseException as err:  # noqa: BLE001
@@ -75,14 +75,14 @@ def _answer(handler: localtest.LoadedHandler, samples: list, explain: Any) -> tu
     return "answers", (answers, _take(handler), _fallbacks(handler))
 
 
-def _take(handler: localtest.LoadedHandler) -> list[str]:
+def _take(handler: workerload.LoadedHandler) -> list[str]:
     """The log lines since the last reply (and forget them)."""
     lines = handler.log.lines[:]
     handler.log.lines.clear()
     return lines
 
 
-def _fallbacks(handler: localtest.LoadedHandler) -> list[dict]:
+def _fallbacks(handler: workerload.LoadedHandler) -> list[dict]:
     """The shared handler's batch fallbacks since the last reply (an own handler class has none)."""
     recorder = getattr(getattr(handler.module, "handle", None), "fallbacks", None)
     return recorder.take() if recorder is not None else []

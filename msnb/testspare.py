@@ -4,6 +4,7 @@ process forked from it, started in the background, waiting for the next handler 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -17,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-PRELOAD = ["msnb.testchild"]  # what the fork server imports once: torch, TorchServe's Context, msnb's loader
+CHILD_MODULE = "msnb.testchild"  # a test process runs its main(); the fork server imports it once (torch, ts)
+PRELOAD = [CHILD_MODULE]
 READY_ENV = "MSNB_FORKSERVER_READY"  # a file the fork server touches when its imports are done
 READY_WAIT_S = 300.0  # how long a background refill waits for the fork server's imports
 _LOCK = threading.Lock()
@@ -61,7 +63,7 @@ def take() -> tuple[Any, Any]:
 
 def spawn() -> tuple[Any, Any]:
     """Fork a test process from the fork server; it waits on its pipe for what to load (``testchild.main``)."""
-    from msnb.testchild import main
+    main = importlib.import_module(CHILD_MODULE).main  # what the process runs: testchild.main
 
     context = multiprocessing.get_context("forkserver")
     conn, child = context.Pipe()

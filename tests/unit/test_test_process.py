@@ -17,6 +17,7 @@ import msnb
 from msnb import testworker
 from msnb.batchtest import BatchFallbackWarning
 from msnb.errors import HandlerRunError
+from msnb.session import Session
 from msnb.spec import spec_from_source
 
 X = [0.5, -1.0, 2.0, 0.1]
@@ -133,3 +134,10 @@ def test_a_killed_kernel_leaves_no_test_process_behind():
         kernel.send_signal(signal.SIGKILL)
         kernel.wait()
     poll(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 30, "no child left")
+
+
+def test_stopping_the_session_ends_its_test_processes():
+    [answer] = msnb.test_handler(spec_from_source("probe", BATCH_PROBE), [[1.0]])
+    process = psutil.Process(answer["pid"])
+    Session().stop()  # what %ms_stop does
+    poll(lambda: not process.is_running() or process.status() == psutil.STATUS_ZOMBIE, 30, "the test process gone")
