@@ -139,7 +139,7 @@ class Session:
                 status = self.reloads.serve(server, spec, deploy)  # a reload in the worker, or a new version
         cell = self.specs.get(spec.name)
         self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell.digest() if cell else None)
-        report(f"ready: {self.served[spec.name].line()}", 1.0)
+        report(f"ready: {self.served[spec.name].line()}{self.reloads.note(spec.name)}", 1.0)
         self.observers.notify("served", spec.name)
         return server
 
