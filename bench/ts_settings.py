@@ -27,12 +27,15 @@ VARIANTS = {
     "Netty threads default": {"number_of_netty_threads": 0, "netty_client_threads": 0},
 }
 
+QUICK = ("msnb defaults", "TorchServe defaults (all three back)")  # the smoke-sized run: the two ends only
+
 
 def run(settings: Settings) -> dict:
     work = settings.workdir / "ts_settings"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "tiny.pt")
-    servers = {name: LocalServer(work / f"v{i}", properties=props) for i, (name, props) in enumerate(VARIANTS.items())}
+    variants = {k: VARIANTS[k] for k in QUICK} if settings.quick else VARIANTS
+    servers = {name: LocalServer(work / f"v{i}", properties=props) for i, (name, props) in enumerate(variants.items())}
     total = 400 if settings.quick else 2000
     body = json.dumps(models.SAMPLE).encode()
     try:
@@ -69,7 +72,7 @@ def report(rows: dict, settings: Settings) -> dict:
         "unit": "see each row",
         "rows": rows,
         "ratios": ratios,
-        "notes": f"{'quick mode: ' if settings.quick else ''}msnb defaults: vmargs `{DEFAULT_VMARGS}`, "
+        "notes": f"{'quick mode (msnb and TorchServe defaults only): ' if settings.quick else ''}msnb defaults: vmargs `{DEFAULT_VMARGS}`, "
         f"{FRONTEND_THREADS}; each other variant puts the named setting back to its default (vmargs empty: the JVM's "
         "own G1 and heap sizing; 0 Netty threads: Netty's 2 per core). One worker each; the servers run side by side "
         "and the rounds are interleaved.",

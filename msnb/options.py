@@ -89,7 +89,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_gpu_memory", "per-worker GPU memory limit in MB", None, int, 1, label="Max GPU memory (MB)"),
     Option(
         "max_value_mb",
-        "largest runtime value (MB, default 64) snapshotted from the kernel into the archive",
+        "largest runtime value (MB) snapshotted from the kernel into the archive",
         64,
         int,
         1,

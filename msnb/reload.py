@@ -157,6 +157,13 @@ class Reloads:
         known = self.models.get(name)
         return known.row() if known is not None and known.version == version else {}
 
+    def note(self, name: str) -> str:
+        """' (generation 3, reloaded in the live worker)' after a reload; '' otherwise (for one-line reports)."""
+        known = self.models.get(name)
+        if known is None or known.redeploy != RELOAD:
+            return ""
+        return f" (generation {known.generation}, reloaded in the live worker)"
+
     def forget(self, name: str | None = None) -> None:
         for key in [name] if name else list(self.models):
             self.models.pop(key, None)

@@ -179,7 +179,7 @@ class Session:
         cell = self.specs.get(spec.name)
         cell_digest = cell.digest() if cell else None
         self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell_digest, files)
-        report(f"ready: {self.served[spec.name].line()}", 1.0)
+        report(f"ready: {self.served[spec.name].line()}{self.reloads.note(spec.name)}", 1.0)
         self.observers.notify("served", spec.name)
         return server
 

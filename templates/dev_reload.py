@@ -133,8 +133,8 @@ def load_generation(number: int, directory: Path, context: Any, previous: Genera
     try:
         importlib.invalidate_caches()
         module = importlib.import_module(ENTRY_MODULE)
+        module.handle(None, view(context, directory))  # init_function may import more of the folder's modules
         modules = {n: m for n, m in sys.modules.items() if n not in before and _inside(m, directory)}
-        module.handle(None, view(context, directory))
     except BaseException:
         for name in set(sys.modules) - before:
             if _inside(sys.modules[name], directory):

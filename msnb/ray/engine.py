@@ -23,6 +23,7 @@ from msnb.ray import require
 from msnb.ray.layout import ROUTER_APP
 from msnb.ray.nodes import LOOPBACK, free_port, node_args, started
 from msnb.torchserve import watchdog
+from msnb.torchserve.config import STORE_DIR
 from msnb.torchserve.models import ModelStatus, WorkerStatus
 from msnb.torchserve.store import ModelStore, read_manifest
 
@@ -74,7 +75,7 @@ class LocalRay:
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
         serve.run(msnb_ray.router({}), name=ROUTER_APP, route_prefix="/")
-        self.http_port, self.store = port, ModelStore(self.root / "model_store")
+        self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         from msnb.torchserve import TorchServeClient
 
         self.client = TorchServeClient.connect(self.inference_url)

@@ -62,7 +62,9 @@ class Actions:
             stop=session.stop,
             server_state=lambda: _server_state(session.server(create=False)),
             log_tail=lambda: _log_tail(session.server(create=False)),
-            served=lambda name: session.served[name].line() if name in session.served else None,
+            served=lambda name: (
+                session.served[name].line() + session.reloads.note(name) if name in session.served else None
+            ),
             stale=session.stale,
             logs=session.logs,
             subscribe=session.subscribe,

@@ -127,7 +127,7 @@ def test_versions_staleness_status_logs_and_answer_types_on_a_real_torchserve(ip
     assert f"key file: {server.workdir}" in text and "logs: " in text and "(stale)" in text
     assert "<table class='msnb-status-table'>" in status._repr_html_()
     _, out = magic(ip, "ms_serve", "kstale")
-    assert "ready: kstale v1.0-r" in out
+    assert "ready: kstale v1.0 (digest" in out and "(generation 2, reloaded in the live worker)" in out
     assert magic(ip, "ms_predict", "kstale")[0] == "size=2"
     logs, out = magic(ip, "ms_logs", "kstale -n 5")
     assert logs is not None and 0 < len(logs.pre.splitlines()) <= 5 and os.path.isdir(server.log_dir)

@@ -45,11 +45,12 @@ def ip(ip):
     return ip
 
 
-def serve_version(shell, version: int, shown: list | None = None):
-    """Edit the handler cell (its answer names the version), run it, then `%ms_serve` it."""
+def serve_version(shell, version: int, shown: list | None = None, batch_size: int = 8):
+    """Edit the handler cell (its answer names the version), run it, then `%ms_serve` it (a code-only edit
+    reloads in the live worker; another ``batch_size`` makes it a new version)."""
     with capture_output():
         cell = shell.run_cell(
-            f"%%ms_handler loadnet --batch-size 8 --max-batch-delay 20\n{BODY.format(version=version)}",
+            f"%%ms_handler loadnet --batch-size {batch_size} --max-batch-delay 20\n{BODY.format(version=version)}",
             store_history=True,
         )
     assert cell.success
@@ -102,7 +103,7 @@ def test_the_stop_button_during_a_redeploy_says_what_was_interrupted_and_what_is
     server = serve_version(ip, 0)
     shown: list[str] = []
     press_stop_when(lambda: (server.model_store / safe_name("loadnet", "1.0-r2")).exists())
-    assert serve_version(ip, 1, shown) is None
+    assert serve_version(ip, 1, shown, batch_size=4) is None  # a new version (a reload is over in ~0.2 s)
     text = shown[0]
     assert "Interrupted while deploying loadnet: the server still runs; it serves loadnet 1.0 (default)" in text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text and len(text.splitlines()) < 10
