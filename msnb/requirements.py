@@ -48,15 +48,19 @@ class Dist:
 
     def requires(self) -> list[Requirement]:
         """What it requires here: extras left out, environment markers evaluated for this interpreter."""
-        out = []
-        for line in metadata.requires(self.name) or ():
-            req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                out.append(req)
-        return out
+        return _requires(self.name)
 
     def read_text(self, filename: str) -> str | None:
         return metadata.distribution(self.name).read_text(filename)
+
+
+def _requires(name: str) -> list[Requirement]:
+    out = []
+    for line in metadata.requires(name) or ():
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req)
+    return out
 
 
 def _site_dirs() -> list[str]:
@@ -80,12 +84,31 @@ def _dist(name: str) -> Dist | None:
         found = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return None
-    return Dist(found.metadata["Name"] or name, found.version)
+    fields = found.metadata  # parsed once (each .version would parse it again)
+    return Dist(fields["Name"] or name, fields["Version"])
 
 
 def distributions_of(top: str) -> list[Dist]:
-    """The installed distributions providing import name ``top``."""
-    return [d for d in map(_dist, _by_top().get(top, ())) if d is not None]
+    """The installed distributions providing import name ``top``: the distribution of the same name (or its
+    ALIASES entry) when it provides it, else from the full index of installed metadata."""
+    return named_for(top) or [d for d in map(_dist, _by_top().get(top, ())) if d is not None]
+
+
+def named_for(top: str) -> list[Dist]:
+    """The installed distribution named like import name ``top`` (or its ALIASES entry) that provides it; one
+    metadata lookup, no index of every distribution (which the first capture in a kernel would pay)."""
+    name = ALIASES.get(top, top)
+    try:
+        found = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return []
+    listed = (found.read_text("top_level.txt") or "").split()
+    if not listed:
+        listed = [f.parts[0].removesuffix(".py") for f in found.files or () if f.parts]
+    if top not in listed:
+        return []
+    fields = found.metadata
+    return [Dist(fields["Name"] or name, fields["Version"])]
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,9 +120,10 @@ def serving_distributions() -> frozenset[str]:
         if name in seen:
             continue
         seen.add(name)
-        dist = _dist(name)
-        if dist is not None:
-            todo += [req.name for req in dist.requires()]
+        try:
+            todo += [req.name for req in _requires(name)]
+        except metadata.PackageNotFoundError:
+            continue
     return frozenset(seen)
 
 
