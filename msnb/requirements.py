@@ -76,7 +76,12 @@ def _index(stamp: tuple) -> dict[str, tuple[str, ...]]:
 
 def _by_top() -> dict[str, tuple[str, ...]]:
     """Re-read when site-packages changes (a pip install in the kernel adds a .dist-info folder)."""
-    return _index(tuple((d, os.stat(d).st_mtime_ns) for d in _site_dirs()))
+    return _index(_stamp())
+
+
+def _stamp() -> tuple:
+    """site-packages' folders and their mtimes: a pip install in the kernel changes it."""
+    return tuple((d, os.stat(d).st_mtime_ns) for d in _site_dirs())
 
 
 def _dist(name: str) -> Dist | None:
@@ -97,18 +102,23 @@ def distributions_of(top: str) -> list[Dist]:
 def named_for(top: str) -> list[Dist]:
     """The installed distribution named like import name ``top`` (or its ALIASES entry) that provides it; one
     metadata lookup, no index of every distribution (which the first capture in a kernel would pay)."""
+    return list(_named_for(top, _stamp()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_for(top: str, stamp: tuple) -> tuple[Dist, ...]:
     name = ALIASES.get(top, top)
     try:
         found = metadata.distribution(name)
     except metadata.PackageNotFoundError:
-        return []
+        return ()
     listed = (found.read_text("top_level.txt") or "").split()
     if not listed:
         listed = [f.parts[0].removesuffix(".py") for f in found.files or () if f.parts]
     if top not in listed:
-        return []
+        return ()
     fields = found.metadata
-    return [Dist(fields["Name"] or name, fields["Version"])]
+    return (Dist(fields["Name"] or name, fields["Version"]),)
 
 
 @functools.lru_cache(maxsize=1)
