@@ -66,7 +66,7 @@ def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str]
     warnings += secret_files.left_out_lines(found.left_out)
     tops = dict.fromkeys(f.top for f in found.files.values() if f.module)
     for top in tops:
-        dists = reqs.distributions_of(top)
+        dists = reqs.named_for(top)  # the shadowed distribution is named like the module (or an ALIASES entry)
         if dists and not reqs.path_installed(top):
             warnings.append(
                 f"the local {top} shadows the installed distribution {dists[0].name!r}: the local file is bundled "

@@ -48,15 +48,19 @@ class Dist:
 
     def requires(self) -> list[Requirement]:
         """What it requires here: extras left out, environment markers evaluated for this interpreter."""
-        out = []
-        for line in metadata.requires(self.name) or ():
-            req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                out.append(req)
-        return out
+        return _requires(self.name)
 
     def read_text(self, filename: str) -> str | None:
         return metadata.distribution(self.name).read_text(filename)
+
+
+def _requires(name: str) -> list[Requirement]:
+    out = []
+    for line in metadata.requires(name) or ():
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req)
+    return out
 
 
 def _site_dirs() -> list[str]:
@@ -72,7 +76,12 @@ def _index(stamp: tuple) -> dict[str, tuple[str, ...]]:
 
 def _by_top() -> dict[str, tuple[str, ...]]:
     """Re-read when site-packages changes (a pip install in the kernel adds a .dist-info folder)."""
-    return _index(tuple((d, os.stat(d).st_mtime_ns) for d in _site_dirs()))
+    return _index(_stamp())
+
+
+def _stamp() -> tuple:
+    """site-packages' folders and their mtimes: a pip install in the kernel changes it."""
+    return tuple((d, os.stat(d).st_mtime_ns) for d in _site_dirs())
 
 
 def _dist(name: str) -> Dist | None:
@@ -80,12 +89,36 @@ def _dist(name: str) -> Dist | None:
         found = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return None
-    return Dist(found.metadata["Name"] or name, found.version)
+    fields = found.metadata  # parsed once (each .version would parse it again)
+    return Dist(fields["Name"] or name, fields["Version"])
 
 
 def distributions_of(top: str) -> list[Dist]:
-    """The installed distributions providing import name ``top``."""
-    return [d for d in map(_dist, _by_top().get(top, ())) if d is not None]
+    """The installed distributions providing import name ``top``: the distribution of the same name (or its
+    ALIASES entry) when it provides it, else from the full index of installed metadata."""
+    return named_for(top) or [d for d in map(_dist, _by_top().get(top, ())) if d is not None]
+
+
+def named_for(top: str) -> list[Dist]:
+    """The installed distribution named like import name ``top`` (or its ALIASES entry) that provides it; one
+    metadata lookup, no index of every distribution (which the first capture in a kernel would pay)."""
+    return list(_named_for(top, _stamp()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_for(top: str, stamp: tuple) -> tuple[Dist, ...]:
+    name = ALIASES.get(top, top)
+    try:
+        found = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return ()
+    listed = (found.read_text("top_level.txt") or "").split()
+    if not listed:
+        listed = [f.parts[0].removesuffix(".py") for f in found.files or () if f.parts]
+    if top not in listed:
+        return ()
+    fields = found.metadata
+    return (Dist(fields["Name"] or name, fields["Version"]),)
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,9 +130,10 @@ def serving_distributions() -> frozenset[str]:
         if name in seen:
             continue
         seen.add(name)
-        dist = _dist(name)
-        if dist is not None:
-            todo += [req.name for req in dist.requires()]
+        try:
+            todo += [req.name for req in _requires(name)]
+        except metadata.PackageNotFoundError:
+            continue
     return frozenset(seen)
 
 

@@ -25,7 +25,7 @@ from msnb.torchserve.store import next_version
 REGISTER_TIMEOUT_S = 600.0
 # A prediction waits at most for one batch ahead of it and its own, each bounded by the model's responseTimeout
 # (TorchServe restarts a worker slower than that), plus the batch delay and the frontend: the client's default.
-PREDICT_TIMEOUT = (2, 5.0)  # (batches, seconds of margin)
+PREDICT_TIMEOUT = (2, 30.0)  # (batches, seconds of margin: a worker restart, a loaded machine)
 HINTS = {
     "Failed to start workers": "the handler failed to load (an import or init_function raised); its traceback "
     "is below. Fix the handler and register again.",

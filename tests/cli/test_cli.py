@@ -90,7 +90,8 @@ def _wait_for(state_dir: Path, proc: subprocess.Popen, timeout: float = 180) -> 
     if path.exists():
         return json.loads(path.read_text())
     proc.kill()
-    raise AssertionError(f"msnb serve did not get ready: {proc.communicate()[0]}")
+    out = state_dir.parent / "serve.out"
+    raise AssertionError(f"msnb serve did not get ready: {out.read_text() if out.exists() else proc.communicate()[0]}")
 
 
 @pytest.mark.server
