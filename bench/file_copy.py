@@ -33,7 +33,7 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "file_copy"
     (work / "store").mkdir(parents=True, exist_ok=True)
     sizes = [(16, 2)] if settings.quick else [(100, 2), (1024, 2)]  # (MiB, repetitions)
-    out = {}
+    out, load = {}, [os.getloadavg()[0]]
     try:
         for mib, reps in sizes:
             checkpoint = models.save_random_blob(mib, work / f"blob{mib}.pt")
@@ -42,7 +42,8 @@ def run(settings: Settings) -> dict:
             checkpoint.unlink()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return report(out, settings)
+    load.append(os.getloadavg()[0])
+    return report(out, settings, load)
 
 
 def _variant(kind: str, mib: int, checkpoint: Path, work: Path):
@@ -83,7 +84,7 @@ def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) ->
     print(json.dumps({"hash s": hashed - start, "copy s": copied - hashed, "build s": build}))
 
 
-def report(out: dict, settings: Settings) -> dict:
+def report(out: dict, settings: Settings, load: list[float]) -> dict:
     targets, ratios = [], {}
     default, register = _reference(DEFAULT_MAR, "total s"), _reference(NO_ARCHIVE, "register s")
     for size, rows in out.items():
@@ -109,7 +110,9 @@ def report(out: dict, settings: Settings) -> dict:
         "a fresh process (hash + copy + render); 'hash s' and 'copy s' time the two steps alone (the link row "
         "links instead and takes the digest from the stat, as before). Build + register = this build's median + "
         "benchmark 3's no-archive register median; the default .mar reference is benchmark 3's build + register "
-        f"of the same random checkpoint ({', '.join(f'{k}: {v:.1f} s' for k, v in default.items()) or 'none'}).",
+        f"of the same random checkpoint ({', '.join(f'{k}: {v:.1f} s' for k, v in default.items()) or 'none'}). "
+        f"1-minute load average {load[0]:.1f} at the start, {load[-1]:.1f} at the end (2 cores; benchmark 3's "
+        "figures were taken on an idle machine).",
     }
 
 
