@@ -54,7 +54,7 @@ def link_or_copy(src: str | Path, dst: str | Path, *, symlink_ok: bool = False) 
 
 FICLONE = 0x40049409  # linux/fs.h _IOW(0x94, 9, int): share the source's extents, copy-on-write
 # What a filesystem (or a kernel) says when it cannot clone or copy in-kernel between these two files.
-_NO_KERNEL_COPY = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EBADF}
+_NO_KERNEL_COPY = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS}
 
 
 def clone_file(src: str | Path, dst: str | Path) -> str:
