@@ -106,24 +106,19 @@ def _add_export(sub) -> None:
         action="store_true",
         help="run each handler in-process on its --example before writing anything (without it, no user code runs)",
     )
+    _add_layouts(exp)
+    _add_execute(exp)
+    _limit_arguments(exp, "in the --kserve config")
+    exp.set_defaults(run=_export)
+
+
+def _add_layouts(exp: argparse.ArgumentParser) -> None:
+    """The other engines' layouts `msnb export` writes beside (or instead of) the archives."""
     exp.add_argument(
         "--kserve",
         metavar="DIR",
         help="also write KServe's TorchServe layout: "
         f"DIR/{KSERVE_STORE_DIR}/<name>.mar and DIR/{KSERVE_CONFIG_DIR}/config.properties (storageUri points at DIR)",
-    )
-    exp.add_argument(
-        "--execute",
-        action="store_true",
-        help="run the notebook top to bottom in a fresh kernel first and export the handlers it captured "
-        "(runtime values such as a vocabulary built by a loop travel as data)",
-    )
-    exp.add_argument(
-        "--timeout",
-        type=int,
-        default=EXECUTE_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"with --execute: the longest one cell may run (default {EXECUTE_TIMEOUT_S})",
     )
     exp.add_argument(
         "--ray",
@@ -137,8 +132,23 @@ def _add_export(sub) -> None:
         help="the address Ray Serve's HTTP proxy binds in serve_config.yaml (default 127.0.0.1; 0.0.0.0 for a "
         "cluster, behind an authenticating proxy: Serve's HTTP has no authentication)",
     )
-    _limit_arguments(exp, "in the --kserve config")
-    exp.set_defaults(run=_export)
+
+
+def _add_execute(exp: argparse.ArgumentParser) -> None:
+    """`--execute`: capture from a fresh kernel that ran the notebook, not from the file."""
+    exp.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the notebook top to bottom in a fresh kernel first and export the handlers it captured "
+        "(runtime values such as a vocabulary built by a loop travel as data)",
+    )
+    exp.add_argument(
+        "--timeout",
+        type=int,
+        default=EXECUTE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"with --execute: the longest one cell may run (default {EXECUTE_TIMEOUT_S})",
+    )
 
 
 def _add_serve(sub) -> None:
@@ -200,14 +210,27 @@ def _export(args: argparse.Namespace) -> int:
         )
     except ExecuteError as err:  # the notebook itself failed, not the command line
         return _fail(err, FAILED)
+    _print_export(report, format_table(report))
+    _print_layouts(report, args)
+    for name, err in report.failed.items():
+        print(f"error: {name}: {err.render()}", file=sys.stderr)
+    return OK if report.ok else FAILED
+
+
+def _print_export(report, table: str) -> None:
+    """Each exported handler's warnings and check answer, the table, then the export's own warnings."""
     for item in report.exported:
         for warning in item.spec.warnings:
             print(f"warning: {item.spec.name}: {warning}", file=sys.stderr)
         if item.spec.name in report.checked:
             print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")
-    print(format_table(report))
+    print(table)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+
+
+def _print_layouts(report, args: argparse.Namespace) -> None:
+    """Where the KServe and Ray Serve layouts went, or why they were not written."""
     if report.kserve is not None:
         print(
             f"KServe layout: {report.kserve.resolve()} (set the InferenceService's storageUri to where you upload it)"
@@ -218,9 +241,6 @@ def _export(args: argparse.Namespace) -> int:
         print(f"Ray Serve folder: {report.ray.resolve()} (from there: serve run serve_config.yaml)")
     elif args.ray:
         print("Ray Serve folder not written: every handler must export for it.", file=sys.stderr)
-    for name, err in report.failed.items():
-        print(f"error: {name}: {err.render()}", file=sys.stderr)
-    return OK if report.ok else FAILED
 
 
 def _serve(args: argparse.Namespace) -> int:

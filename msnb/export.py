@@ -77,23 +77,14 @@ def export_notebook(
     ray: str | Path | None = None,
     ray_host: str | None = None,
 ) -> Report:
-    """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel) and write one archive each.
+    """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel run with ``timeout``
+    s per cell) and write one archive each; a failing handler is reported and skipped.
 
-    ``check`` runs each handler in-process on its ``--example`` before anything is written; without it no
-    user code runs and a static check refuses imports the archive would not satisfy (``check_imports``). A failing handler is reported and skipped; the others are
-    still written. ``kserve`` writes DIR/model-store + DIR/config only when every handler succeeded,
-    with ``limits`` (body sizes) in its config.properties. ``execute`` runs the notebook top to bottom in a
-    fresh kernel first (``timeout`` s per cell) and exports the handlers as that kernel captured them (runtime
-    values included); a cell that fails there raises ExecuteError and nothing is written.
-    ``ray`` writes the Ray Serve folder (msnb.ray.layout), also only when every handler succeeded; its
-    HTTP binds ``ray_host`` (default 127.0.0.1).
+    ``check`` runs each handler on its ``--example`` first; without it no user code runs and ``check_imports``
+    refuses imports the archive would not satisfy. ``kserve`` (DIR/model-store + DIR/config with ``limits``) and
+    ``ray`` (msnb.ray.layout, HTTP on ``ray_host``) are written only when every handler succeeded.
     """
-    if ray is not None:
-        require_ray()  # before anything is written
-    if fmt not in archive.FORMATS:
-        raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
-    if kserve is not None and fmt == archive.SERVE_FORMAT:
-        raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
+    _refuse_early(fmt, kserve, ray)
     targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
     created: list[Path] = []
     report = Report()
@@ -110,6 +101,16 @@ def export_notebook(
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     return report
+
+
+def _refuse_early(fmt: str, kserve, ray) -> None:
+    """What export refuses before it reads the notebook or writes anything."""
+    if ray is not None:
+        require_ray()
+    if fmt not in archive.FORMATS:
+        raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
+    if kserve is not None and fmt == archive.SERVE_FORMAT:
+        raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
 
 
 def _captured(notebook, handlers, overrides, execute: bool, timeout: int, stack: ExitStack) -> list[Captured]:

@@ -83,7 +83,7 @@ def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, 
     staging = Path(tempfile.mkdtemp(prefix=".msnb-ray-", dir=outdir))
     try:
         for spec in specs:
-            archive.build(spec, staging, fmt="no-archive")
+            archive.build(spec, staging, fmt=archive.SERVE_FORMAT)
         for src in adapter_files():
             shutil.copy2(src, staging / src.name)
         (staging / SERVE_CONFIG).write_text(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -106,17 +106,21 @@ class TorchServeClient:
             params={k: v for k, v in params.items() if v is not None},
         )
         if not resp.ok:
-            self.unregister_version(name, version, missing_ok=True)
-            message, _, _ = error_body(resp)
-            raise ServerError(
-                f"Registering {name} {version} failed: HTTP {resp.status_code} {message}",
-                _hint(message, "read the log lines below."),
-                details=_details(cursor),
-            )
+            self._refused(resp, name, version, cursor)
         status = self.status(name, version)
         if workers and len(status.workers) != workers:  # the archive's minWorkers wins over initial_workers
             status = self.scale(name, workers, version=version)
         return status
+
+    def _refused(self, resp, name: str, version: str, cursor) -> NoReturn:
+        """A refused registration: take back what the server may have kept, then say why with the log lines."""
+        self.unregister_version(name, version, missing_ok=True)
+        message, _, _ = error_body(resp)
+        raise ServerError(
+            f"Registering {name} {version} failed: HTTP {resp.status_code} {message}",
+            _hint(message, "read the log lines below."),
+            details=_details(cursor),
+        )
 
     def set_default(self, name: str, version: str) -> None:
         self._timeouts.clear()
