@@ -49,15 +49,9 @@ def capture(
     values = values_of(needed, namespace, config.get("max_value_mb"))
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
+    blocks = (*pulled, handler)
     spec = HandlerSpec(
-        name=name,
-        blocks=(*pulled, handler),
-        roles=roles,
-        form=form.kind,
-        entry=form.entry,
-        warnings=warnings,
-        values=values,
-        **config,
+        name, blocks, roles, form=form.kind, entry=form.entry, warnings=warnings, values=values, **config
     )
     if search_path is None:
         return spec

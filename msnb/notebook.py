@@ -75,6 +75,24 @@ def read_notebook(path: str | Path) -> nbformat.NotebookNode:
     path = Path(path)
     if not path.is_file():
         raise NotebookError(f"Notebook {str(path.resolve())!r} does not exist.", "give the path of an .ipynb file.")
+    text = _notebook_json(path)
+    try:
+        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+    except Exception as err:
+        raise NotebookError(
+            f"{path} is not a readable notebook ({type(err).__name__}: {str(err)[:200]}).",
+            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).",
+        ) from None
+    nb = _as_v4(nb, path)
+    if not isinstance(nb.get("cells"), list):
+        raise NotebookError(
+            f"{path} has no cell list: it is not a Jupyter notebook.", "give an .ipynb file saved by Jupyter."
+        )
+    return nb
+
+
+def _notebook_json(path: Path) -> str:
+    """The file's text, once it is known to be JSON with a notebook's version and cells."""
     try:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text)
@@ -92,27 +110,20 @@ def read_notebook(path: str | Path) -> nbformat.NotebookNode:
             f"{path} is JSON but not a Jupyter notebook (no nbformat version and cells).",
             "give an .ipynb file saved by Jupyter (nbformat 3 or 4).",
         )
+    return text
+
+
+def _as_v4(nb: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
+    major = nb.get("nbformat")
+    if major == 4:
+        return nb
     try:
-        nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+        return nbformat.convert(nb, 4)
     except Exception as err:
         raise NotebookError(
-            f"{path} is not a readable notebook ({type(err).__name__}: {str(err)[:200]}).",
-            "give an .ipynb file saved by Jupyter (nbformat 3 or 4).",
+            f"{path} is nbformat {major} and could not be converted to 4 ({err}).",
+            "open and re-save it in a current Jupyter (File > Save) to upgrade it.",
         ) from None
-    major = nb.get("nbformat")
-    if major != 4:
-        try:
-            nb = nbformat.convert(nb, 4)
-        except Exception as err:
-            raise NotebookError(
-                f"{path} is nbformat {major} and could not be converted to 4 ({err}).",
-                "open and re-save it in a current Jupyter (File > Save) to upgrade it.",
-            ) from None
-    if not isinstance(nb.get("cells"), list):
-        raise NotebookError(
-            f"{path} has no cell list: it is not a Jupyter notebook.", "give an .ipynb file saved by Jupyter."
-        )
-    return nb
 
 
 def handler_cells(nb: nbformat.NotebookNode, label: str) -> list[HandlerCell]:
@@ -214,35 +225,39 @@ def load_handlers(
             f"{path} has no %%ms_handler cell.",
             "start a code cell with `%%ms_handler NAME` over its init_function or your own handler (see the README).",
         )
-    names = list(names) if names is not None else None
     by_name: dict[str, list[HandlerCell]] = {}
     for c in cells:
         by_name.setdefault(c.name, []).append(c)
-    cells = sorted((group[-1] for group in by_name.values()), key=lambda c: c.number)  # as Run All leaves them
-    if names:
-        known = [c.name for c in cells]
-        missing = [n for n in names if n not in known]
-        if missing:
-            raise NotebookError(
-                f"No handler named {', '.join(map(repr, missing))} in {path.name}.",
-                f"the notebook defines: {', '.join(known)}.",
-            )
-        cells = [c for c in cells if c.name in set(names)]
-    results = []
-    for cell in cells:
-        try:
-            spec = capture_cell(nb, path, cell, overrides)
-        except MsnbError as err:
-            results.append(Captured(cell, error=err))
-            continue
-        replaced = [str(c.origin) for c in by_name[cell.name][:-1]]
-        if replaced:
-            spec = spec.replace(
-                warnings=spec.warnings
-                + (f"{', '.join(replaced)} also define(s) {cell.name!r}; this later cell wins, as in Run All.",)
-            )
-        results.append(Captured(cell, spec=spec))
-    return results
+    latest = sorted((group[-1] for group in by_name.values()), key=lambda c: c.number)  # as Run All leaves them
+    return [_captured(nb, path, cell, overrides, by_name[cell.name][:-1]) for cell in _chosen(latest, names, path)]
+
+
+def _chosen(cells: list[HandlerCell], names: Iterable[str] | None, path: Path) -> list[HandlerCell]:
+    """The cells of the handlers asked for (all when ``names`` is None); an unknown name is an error."""
+    wanted = list(names) if names is not None else []
+    if not wanted:
+        return cells
+    known = [c.name for c in cells]
+    missing = [n for n in wanted if n not in known]
+    if missing:
+        raise NotebookError(
+            f"No handler named {', '.join(map(repr, missing))} in {path.name}.",
+            f"the notebook defines: {', '.join(known)}.",
+        )
+    return [c for c in cells if c.name in set(wanted)]
+
+
+def _captured(nb, path: Path, cell: HandlerCell, overrides, earlier: list[HandlerCell]) -> Captured:
+    """One handler cell captured to a spec (warning of the ``earlier`` cells it replaces) or its own error."""
+    try:
+        spec = capture_cell(nb, path, cell, overrides)
+    except MsnbError as err:
+        return Captured(cell, error=err)
+    replaced = [str(c.origin) for c in earlier]
+    if replaced:
+        note = f"{', '.join(replaced)} also define(s) {cell.name!r}; this later cell wins, as in Run All."
+        spec = spec.replace(warnings=spec.warnings + (note,))
+    return Captured(cell, spec=spec)
 
 
 def _variable_hint(args: Any, err: SpecError) -> str | None:

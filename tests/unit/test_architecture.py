@@ -21,12 +21,6 @@ TORCHSERVE_MAY_IMPORT = ("msnb.torchserve", "msnb.errors", "msnb.files")
 RUNS_USER_CODE = {"msnb.localtest", "msnb.batchtest", "msnb.testworker", "msnb.testchild", "msnb.workerload"}
 TEMPLATES = Path(msnb.templates.__file__).parent
 MAX_FUNCTION_LINES = 40
-# Functions over MAX_FUNCTION_LINES waiting for their module's rewrite ("path::name"); to be emptied.
-ALLOWLIST = {
-    "msnb/capture.py::capture",
-    "msnb/notebook.py::load_handlers",
-    "msnb/notebook.py::read_notebook",
-}
 
 
 def module_name(path: Path) -> str:
@@ -118,7 +112,5 @@ def long_functions(root: Path) -> list[tuple[str, int]]:
 
 
 def test_no_function_is_over_40_lines_in_the_package_and_the_templates():
-    too_long = [
-        (where, n) for where, n in long_functions(PACKAGE) + long_functions(TEMPLATES) if where not in ALLOWLIST
-    ]
+    too_long = long_functions(PACKAGE) + long_functions(TEMPLATES)
     assert not too_long, f"split these into functions of <= {MAX_FUNCTION_LINES} lines: {too_long}"
