@@ -16,7 +16,7 @@ from msnb.errors import CaptureError, SpecError
 from msnb.forms import ROLES_FORM, Form, handler_class_names
 from msnb.roles import SIGNATURES, did_you_mean, form_and_roles, typo_warnings
 from msnb.runtime import RUNTIME_HINT, Changes, Needed, values_of
-from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, the
+from msnb.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, origin_phrase
 from msnb.spec import HandlerSpec, SourceBlock
 
 __all__ = ["RUNTIME_HINT", "Pool", "capture", "transform"]
@@ -220,15 +220,15 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
     text = transform(cell)
     if text is None:
         raise CaptureError(
-            f"{_cap(the(origin))} starts with a cell magic.",
+            f"{_cap(origin_phrase(origin))} starts with a cell magic.",
             "put the handler code directly under the %%ms_handler line.",
         )
     try:
         return text, ast.parse(text)
     except SyntaxError as err:
         raise CaptureError(
-            f"{_cap(the(origin))} does not parse: line {err.lineno}: {err.msg}.",
-            f"fix the syntax on line {err.lineno} of {the(origin)}.",
+            f"{_cap(origin_phrase(origin))} does not parse: line {err.lineno}: {err.msg}.",
+            f"fix the syntax on line {err.lineno} of {origin_phrase(origin)}.",
         ) from None
 
 
@@ -236,13 +236,13 @@ def _form(tree: ast.Module, origin: str, known: set[str]) -> tuple[Form, dict[st
     try:
         form, roles = form_and_roles(tree, known)
     except SpecError as err:
-        raise CaptureError(err.message.replace("The cell", _cap(the(origin)), 1), err.hint) from None
+        raise CaptureError(err.message.replace("The cell", _cap(origin_phrase(origin)), 1), err.hint) from None
     if form.kind == ROLES_FORM and "init_function" not in roles:
         typo = [n for n in tree.body if isinstance(n, ast.FunctionDef) and did_you_mean(n.name) == "init_function"]
         guess = f" Did you mean `init_function` for `{typo[0].name}` (line {typo[0].lineno})?" if typo else ""
         raise CaptureError(
-            f"{_cap(the(origin))} defines no handler: no init_function, handler class or module-level handle.{guess}",
-            f"define `{SIGNATURES['init_function']}` in {the(origin)} (it returns the model), or your own "
+            f"{_cap(origin_phrase(origin))} defines no handler: no init_function, handler class or module-level handle.{guess}",
+            f"define `{SIGNATURES['init_function']}` in {origin_phrase(origin)} (it returns the model), or your own "
             "TorchServe handler: a BaseHandler subclass, a class with initialize and handle, or handle(data, context).",
         )
     return form, roles

@@ -50,9 +50,9 @@ class Mutation:
     origin: Any
 
     def where(self) -> str:
-        from msnb.scope import the
+        from msnb.scope import origin_phrase
 
-        return f"line {self.line} of {the(self.origin)}"
+        return f"line {self.line} of {origin_phrase(self.origin)}"
 
 
 def mutated(node: ast.stmt) -> dict[str, int]:

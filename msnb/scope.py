@@ -202,9 +202,9 @@ class Stmt:
         return sorted(names, key=lambda n: (stores.index(n) if n in stores else -1, n))
 
     def where(self, name: str) -> str:
-        return f"line {first_use(self.node, name)} of {the(self.origin)}"
+        return f"line {first_use(self.node, name)} of {origin_phrase(self.origin)}"
 
 
-def the(origin: Any) -> str:
+def origin_phrase(origin: Any) -> str:
     """``handler cell`` reads as "the handler cell" in messages; ``cell 3`` stays as it is."""
     return f"the {origin}" if origin == "handler cell" else origin
