@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 import time
 
 from bench import models
-from bench.harness import Settings, percentile, summary
+from bench.harness import ClientThreads, Settings, percentile, summary
 from msnb.session import deploy
 from msnb.torchserve import LocalServer
 
@@ -19,7 +18,7 @@ PREDICT_CLIENTS = 2
 ALONE, LOADED = "predictions alone", f"with {EXPLAIN_CLIENTS} explanation clients"
 
 
-class Clients:
+class Clients(ClientThreads):
     """Threads POSTing one path in a loop until stopped; each answer logged as (status, seconds). A 503 with
     Retry-After makes that client wait as asked (what a well-behaved client does), not a measured request."""
 
@@ -27,8 +26,8 @@ class Clients:
         key = json.loads(server.layout.key_file.read_text())["inference"]["key"]
         self.headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         self.port, self.path = int(server.inference_url.rsplit(":", 1)[1]), path
-        self.body, self.stopping, self.log = json.dumps(models.SAMPLE).encode(), threading.Event(), []
-        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(clients)]
+        super().__init__(clients)
+        self.body = json.dumps(models.SAMPLE).encode()
 
     def _loop(self) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -42,16 +41,6 @@ class Clients:
             if response.status == 503 and retry:
                 self.stopping.wait(float(retry))
         conn.close()
-
-    def __enter__(self) -> "Clients":
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
 
 def run(settings: Settings) -> dict:

@@ -156,14 +156,35 @@ def _post(conn: http.client.HTTPConnection, path: str, body: bytes, headers: dic
         return False
 
 
-class ClientLoad:
+class ClientThreads:
+    """``clients`` threads running ``_loop`` from the start of a ``with`` block until its end (``stopping``)."""
+
+    def __init__(self, clients: int):
+        self.stopping = threading.Event()
+        self.log: list = []
+        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(clients)]
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+class ClientLoad(ClientThreads):
     """``clients`` threads calling ``ask()`` in a loop until the block ends; each call logged as
     (sent, seconds, the answer or the MsnbError it raised). The redeploy benchmark and test share it."""
 
     def __init__(self, ask: Callable[[], Any], clients: int):
-        self.ask, self.stopping = ask, threading.Event()
-        self.log: list[tuple[float, float, Any]] = []
-        self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(clients)]
+        super().__init__(clients)
+        self.ask = ask
 
     def _loop(self) -> None:
         from msnb.errors import MsnbError
@@ -175,13 +196,3 @@ class ClientLoad:
             except MsnbError as err:
                 answer = err
             self.log.append((sent, time.monotonic() - sent, answer))  # list.append is atomic
-
-    def __enter__(self) -> "ClientLoad":
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(timeout=60)

@@ -416,3 +416,20 @@ def scripted_mlp(path: Path) -> Path:
     exec(MLP_CLASS, namespace)
     torch.jit.save(torch.jit.trace(namespace["MLP"](), torch.zeros(1, 4)), str(path))  # exec'd: no source to script
     return path
+
+
+# A handler that answers which deploy it came from (ANSWER) and the sum of its input: redeploy tests tell versions apart.
+ANSWER_SOURCE = """
+import torch
+
+ANSWER = {answer!r}
+
+def init_function():
+    return torch.nn.Identity()
+
+def preprocess(sample):
+    return torch.tensor(sample["x"], dtype=torch.float32)
+
+def postprocess(output):
+    return {{"answer": ANSWER, "sum": float(output.sum())}}
+"""

@@ -6,26 +6,13 @@ import subprocess
 
 import pytest
 import torch
+from helpers import ANSWER_SOURCE
 
 from msnb.errors import BuildError, ServerError
 from msnb.session import deploy
 from msnb.spec import spec_from_source
 from msnb.torchserve import LocalServer
 
-SOURCE = """
-import torch
-
-ANSWER = {answer!r}
-
-def init_function():
-    return torch.nn.Identity()
-
-def preprocess(sample):
-    return torch.tensor(sample["x"], dtype=torch.float32)
-
-def postprocess(output):
-    return {{"answer": ANSWER, "sum": float(output.sum())}}
-"""
 DISK_MB = 16
 
 
@@ -49,10 +36,10 @@ def test_a_full_disk_while_serving_a_new_version_leaves_nothing_and_the_old_vers
     big = tmp_path / "big.pt"  # on another filesystem than the store: staged by copying, which fills the disk
     torch.save({"w": torch.zeros(DISK_MB * 2**20 // 2)}, big)  # twice the disk's size
     with LocalServer(tmp_path / "server", model_store=small_disk / "store") as server:
-        deploy(server, spec_from_source("calc", SOURCE.format(answer="first")))
+        deploy(server, spec_from_source("calc", ANSWER_SOURCE.format(answer="first")))
         before = listing(small_disk / "store")
         with pytest.raises(BuildError) as err:
-            deploy(server, spec_from_source("calc", SOURCE.format(answer="second"), checkpoint=str(big)))
+            deploy(server, spec_from_source("calc", ANSWER_SOURCE.format(answer="second"), checkpoint=str(big)))
         assert "No space left on device" in err.value.message and str(small_disk / "store") in err.value.message
         assert "free space on that disk" in err.value.hint
         assert listing(small_disk / "store") == before == ["calc-v1.0"], "no partial folder is left"

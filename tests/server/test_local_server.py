@@ -6,28 +6,13 @@ import io
 
 import pytest
 import requests
-from helpers import ECHO, build_mar
+from helpers import ANSWER_SOURCE, ECHO, build_mar
 
 from msnb.errors import ServerError
 from msnb.session import deploy
 from msnb.spec import spec_from_source
 from msnb.torchserve import LocalServer, PredictionError
 from msnb.torchserve.store import safe_name
-
-SPEC_SOURCE = """
-import torch
-
-ANSWER = {answer!r}
-
-def init_function():
-    return torch.nn.Identity()
-
-def preprocess(sample):
-    return torch.tensor(sample["x"], dtype=torch.float32)
-
-def postprocess(output):
-    return {{"answer": ANSWER, "sum": float(output.sum())}}
-"""
 
 
 def test_every_address_is_loopback_and_ports_are_distinct(server):
@@ -167,9 +152,9 @@ def test_registering_the_same_version_twice_points_to_redeploy(server, archives)
 def test_redeploy_serves_the_changed_handler_without_a_restart(own_server):
     server = own_server
     pid = server.pid
-    deploy(server, spec_from_source("calc", SPEC_SOURCE.format(answer="first")))
+    deploy(server, spec_from_source("calc", ANSWER_SOURCE.format(answer="first")))
     assert server.predict("calc", {"x": [1, 2]}) == {"answer": "first", "sum": 3.0}
-    status = deploy(server, spec_from_source("calc", SPEC_SOURCE.format(answer="second")))
+    status = deploy(server, spec_from_source("calc", ANSWER_SOURCE.format(answer="second")))
     assert status.is_default and status.ready and status.version != "1.0"
     assert server.predict("calc", {"x": [1, 2]}) == {"answer": "second", "sum": 3.0}
     assert [m.version for m in server.models() if m.name == "calc"] == [status.version]
