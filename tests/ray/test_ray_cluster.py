@@ -91,7 +91,7 @@ def served(two_nodes, tmp_path_factory, capsys_module):
     export(capsys_module, root / "nb", root / "out", port, two_nodes.head_resource)
     served = Served(two_nodes, root / "nb", root / "out", port)
     try:
-        poll(lambda: served.answers("mlp") and served.answers("text"), 300, "both applications", interval=1,
+        poll(lambda: served.answers("mlp") and served.answers("text"), 600, "both applications", interval=1,
              log=lambda: served.log.read_text()[-3000:])  # fmt: skip
         yield served
     finally:
