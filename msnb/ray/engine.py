@@ -137,8 +137,8 @@ class LocalRay:
                 "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
-        except Exception as err:  # noqa: BLE001 - Serve raises RuntimeError with the replica's traceback
-            raise load_error(name, str(err)) from None
+        except Exception as err:  # noqa: BLE001 - Serve's RuntimeError names the deployment, not the cause
+            raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
         previous, self._folders[name] = self._folders.get(name), folder
         if previous is not None and previous != folder:
             shutil.rmtree(previous, ignore_errors=True)
@@ -185,6 +185,17 @@ class LocalRay:
 
 _TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
 _LIVE: set[LocalRay] = set()
+
+
+def _deployment_message(name: str) -> str:
+    """The replica's constructor traceback, which Serve keeps in the deployment's status message."""
+    from ray import serve
+
+    try:
+        app = serve.status().applications.get(name)
+        return "\n".join(d.message for d in app.deployments.values() if d.message) if app else ""
+    except Exception:  # noqa: BLE001 - the status is a detail of the error being raised
+        return ""
 
 
 def load_error(name: str, text: str) -> ServerError:
