@@ -38,6 +38,7 @@ class LocalRay:
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2):
         self.http_port, self.num_cpus = http_port, num_cpus
+        self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
         self.client = None
@@ -92,6 +93,7 @@ class LocalRay:
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
             self._cluster = self._watchdog = self.root = self.client = None
+            self.http_port = self._requested_port
             self._folders.clear()
 
     @property
@@ -210,6 +212,7 @@ def load_error(name: str, text: str) -> ServerError:
 
 def _refuse_taken(port: int) -> None:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
