@@ -190,7 +190,7 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
 @pytest.mark.xfail(
     reason="measured at load 30-47 on 2 cores: after Cluster.remove_node (SIGTERM to the worker node's processes) "
     "260 requests waited past the client's 60 s until Ray declared the node dead; FACTS.md measured no loss on a "
-    "calmer machine. A drained node (as KubeRay's scale-down does) is the case to test next.",
+    "calmer machine, and it passed here at load 2-6 (the module: 2 min 35 s).",
     strict=False,
 )
 def test_removing_a_node_fails_no_request(served):
