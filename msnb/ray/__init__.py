@@ -23,6 +23,7 @@ ENV = {
     "RAY_raylet_start_wait_time_s": "120",
     "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
     "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30",
+    "RAY_prestart_worker_first_driver": "0",  # no idle workers started for a driver (Serve starts its own)
 }
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
 

@@ -39,6 +39,7 @@ class LocalRay:
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2):
         self.http_port, self.num_cpus = http_port, num_cpus
+        self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
         self.client = None
@@ -93,6 +94,7 @@ class LocalRay:
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
             self._cluster = self._watchdog = self.root = self.client = None
+            self.http_port = self._requested_port
             self._folders.clear()
 
     @property
@@ -138,8 +140,8 @@ class LocalRay:
                 "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
-        except Exception as err:  # noqa: BLE001 - Serve raises RuntimeError with the replica's traceback
-            raise load_error(name, str(err)) from None
+        except Exception as err:  # noqa: BLE001 - Serve's RuntimeError names the deployment, not the cause
+            raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
         previous, self._folders[name] = self._folders.get(name), folder
         if previous is not None and previous != folder:
             shutil.rmtree(previous, ignore_errors=True)
@@ -188,6 +190,17 @@ _TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING",
 _LIVE: set[LocalRay] = set()
 
 
+def _deployment_message(name: str) -> str:
+    """The replica's constructor traceback, which Serve keeps in the deployment's status message."""
+    from ray import serve
+
+    try:
+        app = serve.status().applications.get(name)
+        return "\n".join(d.message for d in app.deployments.values() if d.message) if app else ""
+    except Exception:  # noqa: BLE001 - the status is a detail of the error being raised
+        return ""
+
+
 def load_error(name: str, text: str) -> ServerError:
     """A replica that did not load: the handler's own message and hint out of Serve's status text."""
     found = re.search(r"HandlerLoadError: (.*?)\nHint: (.*?)(?:\n|$)", text, re.S)
@@ -200,6 +213,7 @@ def load_error(name: str, text: str) -> ServerError:
 
 def _refuse_taken(port: int) -> None:
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
