@@ -16,19 +16,19 @@ BENCHMARKS = set(ALL_BENCHMARKS)  # every benchmark `python -m bench` runs must 
 
 
 @pytest.mark.server
-@pytest.mark.timeout(400)
-def test_quick_benchmark_run_writes_a_result_per_benchmark(tmp_path):
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_quick_benchmark_run_writes_its_result(name, tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--quick", "--only", name, "--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=380,
+        timeout=580,
     )
     assert (tmp_path / "RESULTS.md").is_file(), run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "results.png").is_file()
     results = json.loads((tmp_path / "results.json").read_text())["results"]
-    assert set(results) == BENCHMARKS
-    failed = {name: r["error"] for name, r in results.items() if "error" in r}
-    assert not failed, f"{failed}\n{run.stderr[-3000:]}"
-    assert all(r["rows"] for r in results.values() if "skipped" not in r)  # optional anchors may be absent
+    assert set(results) == {name}
+    assert "error" not in results[name], f"{results[name].get('error')}\n{run.stderr[-3000:]}"
+    assert "skipped" in results[name] or results[name]["rows"]  # an optional anchor (LitServe) may be absent
