@@ -14,6 +14,7 @@ Depends only on the standard library, never on msnb.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -22,7 +23,10 @@ try:
 except ImportError:  # imported as msnb.templates.msnb_budget instead of from a model dir
     from .msnb_explain import ExplainError
 
-SHARE = 0.25  # the most of a worker's time explanations may take
+# The most of a worker's time explanations may take; the server's environment may set another share
+# (1 turns pacing off: a server that answers only explanations, or a benchmark of their latency alone).
+SHARE_ENV = "MSNB_EXPLAIN_SHARE"
+SHARE = float(os.environ.get(SHARE_ENV, "0.25"))
 REFUSED_STATUS = 503
 HINT = (
     "explanations are limited to {share:.0%} of the worker's time, so that predictions keep their latency; "
@@ -43,7 +47,7 @@ class ExplainBudget:
 
     def spend(self, seconds: float) -> None:
         """An explanation batch took ``seconds``: the next one waits for the rest of the worker's time."""
-        self.next_at = self.clock() + seconds * (1 / self.share - 1)
+        self.next_at = self.clock() + seconds * (1 / min(max(self.share, 1e-3), 1.0) - 1)
 
     def retry_after(self) -> int:
         """Whole seconds until the next explanation is admitted (at least 1: Retry-After has no fractions)."""
