@@ -140,7 +140,8 @@ class MsnbMagics(Magics):
         report = _progress(f"Serving {args.name}")
         server = current().serve(args.name, progress=report, engine=args.engine, port=args.port)
         served = current().served[args.name]
-        report(f"ready: {served.line()} at {server.inference_url}/predictions/{args.name}", 1.0)
+        reloaded = current().reloads.note(args.name)
+        report(f"ready: {served.line()}{reloaded} at {server.inference_url}/predictions/{args.name}", 1.0)
         return server
 
     @line_magic

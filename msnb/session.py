@@ -395,6 +395,8 @@ def _server_info(server: Any, running: bool) -> dict[str, Any]:
 
 def _worker_detail(server: Any, name: str) -> Callable[[], str]:
     """What the model's worker is doing, from the newest line of its log (for the registration's progress)."""
+    if not hasattr(server, "layout"):  # Ray Serve: replicas log per replica, no worker log to follow
+        return lambda: "waiting for a replica"
     log = server.layout.model_log
     start = log.stat().st_size if log.exists() else 0
 

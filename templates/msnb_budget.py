@@ -6,7 +6,8 @@ all of them. So explanations are paced: after an explanation that took ``d`` sec
 again only after ``d * (1 / SHARE - 1)`` seconds of other work (SHARE 0.25: three times as long). An
 explanation request that arrives sooner is refused at once, 503 with a ``Retry-After`` header (whole
 seconds until the next explanation is admitted), which costs the worker about nothing; predictions are never
-refused. A prediction then waits behind at most one explanation. The first explanation is always admitted.
+refused. A short burst is admitted on credit (``BURST_S`` seconds of pacing ahead: a user asking for a few
+explanations in a row is not refused); sustained explanation traffic is held to the share.
 
 Depends only on the standard library, never on msnb.
 """
@@ -27,6 +28,7 @@ except ImportError:  # imported as msnb.templates.msnb_budget instead of from a 
 # (1 turns pacing off: a server that answers only explanations, or a benchmark of their latency alone).
 SHARE_ENV = "MSNB_EXPLAIN_SHARE"
 SHARE = float(os.environ.get(SHARE_ENV, "0.25"))
+BURST_S = 1.5  # pacing the worker may run ahead by: at a share of 0.25, half a second of explanations at once
 REFUSED_STATUS = 503
 HINT = (
     "explanations are limited to {share:.0%} of the worker's time, so that predictions keep their latency; "
@@ -37,21 +39,25 @@ HINT = (
 class ExplainBudget:
     """Admit an explanation batch once the worker has done enough other work since the last one."""
 
-    def __init__(self, share: float = SHARE, clock: Callable[[], float] = time.monotonic):
-        self.share, self.clock = share, clock
-        self.next_at = -math.inf  # when the next explanation is admitted
+    def __init__(self, share: float = SHARE, clock: Callable[[], float] = time.monotonic, burst: float = BURST_S):
+        self.share, self.clock, self.burst = share, clock, burst
+        self.next_at = -math.inf  # when the worker has done enough other work for every explanation so far
         self.refused = 0
+        self.cold = True  # the first explanation batch pays the explainer's one-time imports: it is not charged
 
     def admit(self) -> bool:
-        return self.clock() >= self.next_at
+        return self.clock() >= self.next_at - self.burst
 
     def spend(self, seconds: float) -> None:
-        """An explanation batch took ``seconds``: the next one waits for the rest of the worker's time."""
-        self.next_at = self.clock() + seconds * (1 / min(max(self.share, 1e-3), 1.0) - 1)
+        """An explanation batch took ``seconds``: the worker owes the rest of its time to other work."""
+        if self.cold:
+            self.cold = False
+            return
+        self.next_at = max(self.next_at, self.clock()) + seconds * (1 / min(max(self.share, 1e-3), 1.0) - 1)
 
     def retry_after(self) -> int:
         """Whole seconds until the next explanation is admitted (at least 1: Retry-After has no fractions)."""
-        return max(1, math.ceil(self.next_at - self.clock()))
+        return max(1, math.ceil(self.next_at - self.burst - self.clock()))
 
     def refusal(self) -> ExplainError:
         """The error a refused explanation is answered with (its ``headers`` go on the answer)."""

@@ -15,7 +15,8 @@ class Clock:
 
 def test_the_first_explanation_is_admitted_and_the_next_waits_for_its_share():
     clock = Clock()
-    budget = ExplainBudget(share=0.25, clock=clock)
+    budget = ExplainBudget(share=0.25, clock=clock, burst=0)
+    budget.spend(3.0)  # the first batch (with Captum's imports) is not charged
     assert budget.admit()
     budget.spend(0.5)  # took half a second: the worker does 1.5 s of other work before the next one
     clock.now += 1.4
@@ -29,7 +30,8 @@ def test_the_first_explanation_is_admitted_and_the_next_waits_for_its_share():
 
 def test_retry_after_is_whole_seconds_until_the_next_admission():
     clock = Clock()
-    budget = ExplainBudget(share=0.25, clock=clock)
+    budget = ExplainBudget(share=0.25, clock=clock, burst=0)
+    budget.spend(3.0)  # the first batch (with Captum's imports) is not charged
     budget.spend(2.0)  # 6 s of other work before the next explanation
     clock.now += 0.5
     assert budget.retry_after() == 6
@@ -40,4 +42,19 @@ def test_a_share_of_one_never_refuses():
     clock = Clock()
     budget = ExplainBudget(share=1.0, clock=clock)
     budget.spend(10.0)
+    assert budget.admit()
+
+
+def test_a_few_explanations_in_a_row_pass_on_credit_and_sustained_ones_are_paced():
+    clock = Clock()
+    budget = ExplainBudget(share=0.25, clock=clock, burst=1.5)
+    budget.spend(3.0)  # the first batch (with Captum's imports) is not charged
+    admitted = 0
+    while budget.admit():  # back to back, 0.1 s each: each owes 0.3 s of other work
+        budget.spend(0.1)
+        clock.now += 0.1
+        admitted += 1
+    assert 3 <= admitted <= 8  # a user's few explanations in a row are answered
+    assert budget.refusal().status == 503
+    clock.now += 2.0  # other work: credit again
     assert budget.admit()
