@@ -30,6 +30,7 @@ from msnb.torchserve.config import (
     kserve_properties,
     render_properties,
 )
+from msnb.values import human
 
 
 @dataclass(frozen=True)
@@ -314,7 +315,7 @@ def format_table(report: Report) -> str:
                 item.spec.name,
                 item.spec.version,
                 str(item.path),
-                _human(item.size),
+                human(item.size),
                 item.spec.handled_by,
                 pulled or "-",
                 ", ".join(item.spec.bundled) or "-",
@@ -323,14 +324,6 @@ def format_table(report: Report) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines) if report.exported else "no archive written"
-
-
-def _human(size: float) -> str:
-    for unit in ("B", "KB", "MB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
 
 
 __all__ = ["Captured", "Exported", "Report", "export_notebook", "format_table", "kserve_config", "write_kserve"]
