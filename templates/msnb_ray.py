@@ -23,10 +23,13 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
-try:
-    from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
-except ImportError:  # imported as msnb.templates.msnb_ray (the notebook's engine)
+# By package, never by trying: the notebook's engine imports msnb.templates.msnb_ray, whose classes Ray pickles by
+# module name, so a top-level msnb_ray_context that happens to be importable in the kernel (an exported folder on
+# sys.path) must not be picked, or every replica fails with "No module named 'msnb_ray_context'".
+if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+else:  # msnb_ray, beside its model folders (an exported application)
+    from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
 
 MANIFEST, CONFIG, REQUIREMENTS = "MAR-INF/MANIFEST.json", "model-config.yaml", "requirements.txt"
 TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default

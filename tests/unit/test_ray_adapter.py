@@ -4,6 +4,7 @@ with TorchServe's semantics, and model-config mapped to deployment options (GPUs
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -148,3 +149,17 @@ def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
     assert msnb_ray.decode_body(b"{not json", "application/json") == b"{not json"
     status, _, body = msnb_ray.encode_answer({"x": float("nan")}, 200, {})
     assert status == 503 and "strict JSON" in json.loads(body)["message"]
+
+
+def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exported_folder_on_sys_path(tmp_path):
+    # An exported Ray folder holds a top-level msnb_ray_context.py. With it importable in the kernel, the engine's
+    # classes must still refer to msnb.templates.msnb_ray_context: Ray pickles them by module name, and a replica
+    # has no exported folder on its path.
+    (tmp_path / "msnb_ray_context.py").write_text(Path(msnb_ray.__file__).with_name("msnb_ray_context.py").read_text())
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_ray_context\n"
+        "from msnb.templates import msnb_ray\n"
+        "print(msnb_ray.make_context.__module__, msnb_ray.RayMetrics.__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["msnb.templates.msnb_ray_context"] * 2
