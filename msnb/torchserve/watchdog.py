@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from msnb.files import write_atomic
 from msnb.torchserve.config import STORE_DIR
 
 TEMP_PREFIX = "msnb-server-"  # a LocalServer's temporary workdir: tempfile.mkdtemp(prefix=TEMP_PREFIX)
@@ -95,7 +96,8 @@ def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None) -> None:
 def mark_owner(workdir: Path) -> None:
     """Record this process as the owner of a temporary workdir (``sweep_stale`` reads it)."""
     me = psutil.Process()
-    (workdir / OWNER_FILE).write_text(json.dumps({"pid": me.pid, "started": me.create_time()}))
+    # Atomic: another process's sweep_stale must never read a half-written file as "owner gone".
+    write_atomic(workdir / OWNER_FILE, json.dumps({"pid": me.pid, "started": me.create_time()}))
 
 
 def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:

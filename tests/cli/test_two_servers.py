@@ -36,6 +36,10 @@ def serve(folder: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen([MSNB, "serve", "store"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
 
 
+def served_log(folder: Path) -> str:
+    return f"--- serve.out in {folder.name}:\n{(folder / 'serve.out').read_text()[-3000:]}"
+
+
 def predict(cwd: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
     argv = [MSNB, "predict", "mlp", "--data", EXAMPLE, *extra]
     return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
@@ -58,9 +62,10 @@ def test_two_servers_in_two_projects_each_predict_reaches_its_own(tmp_path, caps
         states = {f: tmp_path / "state" / "servers" / f"{p.pid}.json" for f, p in procs.items()}
         poll(lambda: all(s.exists() for s in states.values()), 240, interval=0.2)
         for folder in (a, b):
+            assert procs[folder].poll() is None, f"`msnb serve` in {folder} exited:\n{served_log(folder)}"
             done = predict(folder, env)
             assert done.returncode == 0, done.stderr
-            assert json.loads(done.stdout) == expected[folder]
+            assert json.loads(done.stdout) == expected[folder], f"{done.stderr}\n{served_log(a)}\n{served_log(b)}"
             assert f"answered by `msnb serve` pid {procs[folder].pid} in {folder}" in done.stderr
         asked = predict(elsewhere, env)
         assert asked.returncode == 2 and "2 `msnb serve` are running" in asked.stderr and "--server PID" in asked.stderr
