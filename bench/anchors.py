@@ -14,7 +14,7 @@ import psutil
 import requests
 
 from bench.harness import run_child, wait_gone
-from msnb.torchserve.config import choose_ports
+from msnb.engines.torchserve.config import choose_ports
 
 BIN = Path(sys.executable).parent
 

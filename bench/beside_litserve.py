@@ -17,10 +17,10 @@ import requests
 
 from bench import models
 from bench.harness import Settings, interleave, load, ratio, summary, timed, wait_gone
-from msnb.reload import Reloads
-from msnb.session import deploy
-from msnb.torchserve import LocalServer
-from msnb.torchserve.config import choose_ports
+from msnb.engines.torchserve import LocalServer
+from msnb.engines.torchserve.config import choose_ports
+from msnb.session.core import deploy
+from msnb.session.reload import Reloads
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY, BATCHED = (models.SMALL, 1, 0), (models.WIDE, 16, 5)  # (init kwargs, batch size, max delay ms)

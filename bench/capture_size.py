@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.harness import Settings, interleave, ratio, summary, timed
-from msnb import archive
-from msnb.capture import capture
+from msnb.capture.cells import capture
+from msnb.package import archive
 
 SIZES = {"50 KB": 50_000, "5 MB": 5_000_000}
 GOAL_RATIO = 2.0

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench import models
 from bench.anchors import archive_cli
 from bench.harness import Settings, interleave, run_child, summary, timed
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]
 # variant -> (how it is built, what a user runs to get it)
@@ -84,8 +84,8 @@ def _variant(server: LocalServer, kind: str, mib: int, checkpoint: Path, handler
 
 def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) -> None:
     """In a fresh process: build ``kind`` the way msnb does (validation only where msnb validates)."""
-    from msnb.archive import build
-    from msnb.localtest import validate
+    from msnb.package.archive import build
+    from msnb.trial.runner import validate
 
     spec = models.blob_spec(name, int(mib), Path(checkpoint))
 
@@ -130,7 +130,7 @@ def report(out: dict, baseline_mib: float, settings: Settings) -> dict:
         "baseline_peak_mib": baseline_mib,
         "notes": f"{'quick mode (small checkpoint); ' if settings.quick else ''}builds run in a child process "
         "(msnb's build time is build() itself, without the child's imports; the CLI's is its whole run); "
-        f"peak = the child's max RSS; a child that only imports msnb.archive and torch peaks at "
+        f"peak = the child's max RSS; a child that only imports msnb.package.archive and torch peaks at "
         f"{baseline_mib:.0f} MiB (subtracted for the ratio). Register = LocalServer.register of the "
         "built artefact (synchronous, one worker loads the weights).",
     }
@@ -138,7 +138,7 @@ def report(out: dict, baseline_mib: float, settings: Settings) -> dict:
 
 if __name__ == "__main__":
     if sys.argv[1] == "baseline":
-        import msnb.archive  # noqa: F401  (the same imports as a build, nothing built)
-        import msnb.localtest  # noqa: F401
+        import msnb.package.archive  # noqa: F401  (the same imports as a build, nothing built)
+        import msnb.trial.runner  # noqa: F401
     else:
         _build_child(*sys.argv[2:])

@@ -12,8 +12,8 @@ import psutil
 from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
 from bench.harness import Settings, interleave, ratio, summary, wait_gone
-from msnb.session import deploy
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import deploy
 
 NAME = "cold"
 

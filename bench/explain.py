@@ -8,11 +8,11 @@ import time
 
 from bench import models
 from bench.harness import Settings, interleave, summary
-from msnb.archive import stage
-from msnb.localtest import LoadedHandler
-from msnb.session import deploy
+from msnb.engines.torchserve import LocalServer
+from msnb.package.archive import stage
+from msnb.session.core import deploy
 from msnb.templates.msnb_budget import SHARE_ENV
-from msnb.torchserve import LocalServer
+from msnb.trial.runner import LoadedHandler
 
 NAME = "explain"
 PREDICT, EXPLAIN = "predict (anchor)", "explain: integrated gradients"

@@ -9,8 +9,8 @@ import time
 
 from bench import models
 from bench.harness import ClientThreads, Settings, percentile, summary
-from msnb.session import deploy
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import deploy
 
 NAME = "explainload"
 EXPLAIN_CLIENTS = 20

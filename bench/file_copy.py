@@ -64,8 +64,8 @@ def _variant(kind: str, mib: int, checkpoint: Path, work: Path):
 def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) -> None:
     """In a fresh process: hash and copy (or link) the checkpoint alone, then build the no-archive model dir."""
     import msnb.spec
-    from msnb import archive, taken
     from msnb.files import clone_file, link_or_copy
+    from msnb.package import archive, taken
 
     scratch = Path(store).parent / f".{name}.part"
     start = time.perf_counter()

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from bench.harness import Settings, interleave, summary
-from msnb import archive, bundle, requirements
-from msnb.capture import capture
+from msnb.capture import local_code, requirements
+from msnb.capture.cells import capture
+from msnb.package import archive
 
 MODULES = 20
 GOAL_S = 0.2
@@ -41,13 +42,13 @@ def make_package(root: Path) -> Path:
 
 def run(settings: Settings) -> dict:
     root = make_package(settings.workdir / "hermetic")
-    path = bundle.search_path(root)
+    path = local_code.search_path(root)
     plain = capture("h", CELL, [])
     hermetic = capture("h", CELL, [], search_path=path)
     assert len(hermetic.bundle) == MODULES + 1, hermetic.bundle
 
     def cold() -> None:  # a kernel's first capture: no cached lookups
-        bundle.classify.cache_clear()
+        local_code.classify.cache_clear()
         requirements._index.cache_clear()
         requirements._named_for.cache_clear()
         requirements.serving_distributions.cache_clear()

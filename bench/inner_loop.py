@@ -9,9 +9,9 @@ from pathlib import Path
 from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
 from bench.harness import Settings, interleave, ratio, summary, timed
-from msnb.reload import RELOAD, Reloads
-from msnb.session import deploy
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import deploy
+from msnb.session.reload import RELOAD, Reloads
 
 NAME = "inner"
 

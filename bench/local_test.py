@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench import models
 from bench.harness import Settings, interleave, summary, timed
-from msnb.session import Session
+from msnb.session.core import Session
 
 NAME = "localtest"
 FIRST, COLD = "first test, warm-up done", "first test right after loading msnb"
@@ -22,12 +22,12 @@ BASELINE_S = 1.37  # the first test's median before the test ran in a child proc
 FRESH_KERNEL = """
 import json, sys, time
 import torch
-from msnb import testspare
+from msnb.trial import fork_server
 from bench import models
-from msnb.session import Session
-testspare.warm_up()
+from msnb.session.core import Session
+fork_server.warm_up()
 deadline = time.monotonic() + 300
-while sys.argv[2] == "warm" and not testspare.spare_ready() and time.monotonic() < deadline:
+while sys.argv[2] == "warm" and not fork_server.spare_ready() and time.monotonic() < deadline:
     time.sleep(0.05)
 spec = models.mlp_spec("first", models.SMALL, sys.argv[1])
 start = time.perf_counter()

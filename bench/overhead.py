@@ -12,8 +12,8 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from bench import models
 from bench.harness import Settings, interleave, summary
-from msnb.archive import stage
-from msnb.localtest import LoadedHandler
+from msnb.package.archive import stage
+from msnb.trial.runner import LoadedHandler
 
 BATCH = 8
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import models
 from bench.harness import Settings, load, summary
-from msnb.session import deploy
+from msnb.session.core import deploy
 
 NAME = "raybench"
 BATCH, DELAY_MS, CLIENTS = 8, 5, 16
@@ -35,10 +35,10 @@ def _spec(checkpoint: Path, workers: int, revision: int = 0):
 
 def _engine(kind: str, work: Path):
     if kind == "ray":
-        from msnb.ray.engine import LocalRay
+        from msnb.engines.ray.engine import LocalRay
 
         return LocalRay()
-    from msnb.torchserve import LocalServer
+    from msnb.engines.torchserve import LocalServer
 
     return LocalServer(work / f"ts-{time.monotonic_ns()}")
 

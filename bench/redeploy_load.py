@@ -8,9 +8,9 @@ from pathlib import Path
 
 from bench import models
 from bench.harness import ClientLoad, Settings, percentile, summary, timed
-from msnb.session import deploy
-from msnb.torchserve import LocalServer
-from msnb.torchserve.deploy import drain
+from msnb.engines.torchserve import LocalServer
+from msnb.engines.torchserve.deploy import drain
+from msnb.session.core import deploy
 
 NAME = "underload"
 CLIENTS = 8

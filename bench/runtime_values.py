@@ -11,7 +11,7 @@ import time
 import torch
 
 from bench.harness import Settings, interleave, summary
-from msnb.capture import capture
+from msnb.capture.cells import capture
 
 POOL = [
     ("cell 1", "import torch\nvocab = {'<unk>': 0}\nfor w in words:\n    vocab[w] = len(vocab)\n"),

@@ -13,10 +13,10 @@ import psutil
 from bench import models
 from bench.beside_litserve import pss_mib
 from bench.harness import Settings, interleave, load, summary
-from msnb.reload import Reloads
-from msnb.session import deploy
-from msnb.torchserve import LocalServer
-from msnb.torchserve.config import DEFAULT_VMARGS, FRONTEND_THREADS
+from msnb.engines.torchserve import LocalServer
+from msnb.engines.torchserve.config import DEFAULT_VMARGS, FRONTEND_THREADS
+from msnb.session.core import deploy
+from msnb.session.reload import Reloads
 
 # msnb's settings, then each with one of them put back to TorchServe's / the JVM's default (an ablation).
 VARIANTS = {

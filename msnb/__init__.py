@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from msnb import quiet
+from msnb.ui import quiet
 
-quiet.install()  # before anything imports TorchServe's base handler (see msnb.quiet)
+quiet.install()  # before anything imports TorchServe's base handler (see msnb.ui.quiet)
 
 from msnb.errors import MsnbError  # noqa: E402
 from msnb.spec import HandlerSpec, SourceBlock  # noqa: E402
@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 
 # Heavier parts (torch, TorchServe, ipywidgets) load on first use: `%load_ext msnb` stays fast.
 _LAZY = {
-    "LocalServer": "msnb.torchserve",
-    "TorchServeClient": "msnb.torchserve",
-    "BuildWidget": "msnb.widget",
+    "LocalServer": "msnb.engines.torchserve",
+    "TorchServeClient": "msnb.engines.torchserve",
+    "BuildWidget": "msnb.ui.widget",
     "Session": "msnb.session",
 }
 
@@ -28,7 +28,7 @@ def test_handler(name_or_spec: str | HandlerSpec, samples: list | None = None, *
 
     ``explain=True`` asks for explanations instead (the ``explain`` role, or Captum's Integrated Gradients).
     """
-    from msnb.session import current
+    from msnb.session.core import current
 
     return current().test(name_or_spec, samples, explain=explain)
 
@@ -41,9 +41,9 @@ def build(
 ):
     """Validate the handler in-process and build its archive into ``export_path``; returns its path.
 
-    ``fmt`` is one of ``msnb.archive.FORMATS`` (default ``mar``); ``dev=True`` means the fast ``zip-store``.
+    ``fmt`` is one of ``msnb.package.archive.FORMATS`` (default ``mar``); ``dev=True`` means the fast ``zip-store``.
     """
-    from msnb.session import current
+    from msnb.session.core import current
 
     return current().build(name_or_spec, *([export_path] if export_path else []), fmt=fmt, dev=dev)
 
@@ -51,14 +51,14 @@ def build(
 def serve(name_or_spec: str | HandlerSpec, engine: str | None = None, port: int | None = None):
     """Serve the handler on the notebook's local TorchServe (``engine="ray"``: a local Ray Serve, HTTP on
     ``port``); returns the server (``.predict``, ``.stop``)."""
-    from msnb.session import current
+    from msnb.session.core import current
 
     return current().serve(name_or_spec, engine=engine, port=port)
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """`%load_ext msnb`: register the magics."""
-    from msnb.magics import load_ipython_extension as _load
+    from msnb.ui.magics import load_ipython_extension as _load
 
     _load(ipython)
 

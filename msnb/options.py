@@ -12,8 +12,8 @@ from typing import Any
 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from msnb.engines.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 from msnb.errors import OptionError, SpecError
-from msnb.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msnb.capture.kernel_values import Values
+from msnb.engines.torchserve.store import SEGMENT_RULE, valid_segment
 from msnb.errors import SpecError
 from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
+from msnb.package.taken import fingerprint
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
-from msnb.taken import fingerprint
-from msnb.torchserve.store import SEGMENT_RULE, valid_segment
-from msnb.values import Values
 
 
 @dataclass(frozen=True, eq=False)

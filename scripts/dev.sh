@@ -75,7 +75,7 @@ shift || true
 case "$cmd" in
     demo)
         check_java; setup_venv "$VENV" "$PY" test,docs
-        exec "$VENV/bin/python" -m msnb.demo "${@:-notebooks/quickstart.ipynb}" ;;
+        exec "$VENV/bin/python" -m msnb.cli.demo "${@:-notebooks/quickstart.ipynb}" ;;
     test)
         check_java; setup_venv "$VENV" "$PY" test,docs; setup_browser
         # Lint and format are part of the tests: CI fails on either.

@@ -21,9 +21,9 @@ import psutil
 import torch
 
 from msnb.errors import MsnbError
-from msnb.state import Observers
-from msnb.widget.controller import Actions
-from msnb.widget.devices import Device, Inventory
+from msnb.session.state import Observers
+from msnb.ui.widget.controller import Actions
+from msnb.ui.widget.devices import Device, Inventory
 
 MLP_CLASS = textwrap.dedent(
     """
@@ -273,7 +273,7 @@ def standard(folder: Path, *handlers: str, **kw) -> Path:
 
 def run(capsys, *argv) -> tuple[int, str, str]:
     """`msnb ARGV...` in-process: (exit code, stdout, stderr)."""
-    from msnb.cli import main
+    from msnb.cli.main import main
 
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()

@@ -15,9 +15,9 @@ import psutil
 import pytest
 from helpers import BROKEN_INIT, EXAMPLE, build_mar, handler, poll, run, standard
 
-from msnb.cli import main
-from msnb.localtest import predict_in_process
-from msnb.notebook import load_handlers
+from msnb.capture.notebook import load_handlers
+from msnb.cli.main import main
+from msnb.trial.runner import predict_in_process
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
 REPO = Path(__file__).resolve().parents[2]
@@ -221,7 +221,7 @@ def test_exported_notebook_answers_what_the_executed_notebook_printed(name, shor
     import numpy as np
     from nbrun import execute_notebook, printed_prediction
 
-    from msnb.torchserve import LocalServer
+    from msnb.engines.torchserve import LocalServer
 
     executed = execute_notebook(REPO / "notebooks" / name, tmp_path / "run")
     printed = printed_prediction(executed)
@@ -240,7 +240,7 @@ def test_exported_notebook_answers_what_the_executed_notebook_printed(name, shor
 def test_demo_exports_serves_predicts_and_stops(short_tmp):
     env = {**os.environ, "TMPDIR": str(short_tmp)}
     done = subprocess.run(
-        [sys.executable, "-m", "msnb.demo"], capture_output=True, text=True, timeout=280, env=env, cwd=short_tmp
+        [sys.executable, "-m", "msnb.cli.demo"], capture_output=True, text=True, timeout=280, env=env, cwd=short_tmp
     )
     assert done.returncode == 0, done.stdout + done.stderr
     prediction = json.loads(done.stdout.split("prediction: ", 1)[1].splitlines()[0])

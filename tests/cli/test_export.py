@@ -10,9 +10,9 @@ import nbformat
 import pytest
 from helpers import BODY, EXAMPLE, IMPORTS, NET, handler, make_notebook, run, standard  # noqa: F401
 
-from msnb.export import kserve_config
-from msnb.notebook import load_handlers
-from msnb.torchserve.config import parse_properties
+from msnb.capture.notebook import load_handlers
+from msnb.cli.export import kserve_config
+from msnb.engines.torchserve.config import parse_properties
 
 
 def listing(folder: Path) -> list[str]:

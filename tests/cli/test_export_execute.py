@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import BODY, handler, make_notebook, run, standard
 
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
 
 DATA = """\
 import json

@@ -12,12 +12,12 @@ import pytest
 import requests
 from helpers import EXAMPLE, handler, poll, processes_naming, standard
 
-from msnb.cli import main
-from msnb.localtest import predict_in_process
-from msnb.notebook import load_handlers
+from msnb.capture.notebook import load_handlers
+from msnb.cli.main import main
+from msnb.engines.torchserve import LocalServer
+from msnb.engines.torchserve.config import parse_properties
 from msnb.templates.msnb_metrics import ALL_METRICS
-from msnb.torchserve import LocalServer
-from msnb.torchserve.config import parse_properties
+from msnb.trial.runner import predict_in_process
 
 TORCHSERVE = str(Path(sys.executable).with_name("torchserve"))
 READY_TIMEOUT_S = 180

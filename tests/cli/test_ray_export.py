@@ -8,7 +8,7 @@ import pytest
 import yaml
 from helpers import handler, run, standard
 
-from msnb.ray import INSTALL_HINT
+from msnb.engines.ray import INSTALL_HINT
 
 
 def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path, capsys):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import EXAMPLE, NET, poll, standard
 
-from msnb.cli import main
+from msnb.cli.main import main
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
 

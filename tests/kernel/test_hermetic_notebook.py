@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbrun import _scratch_env, execute_notebook, printed_prediction
 
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
 
 pytestmark = pytest.mark.kernel
 MSNB = str(Path(sys.executable).with_name("msnb"))

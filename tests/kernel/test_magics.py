@@ -15,8 +15,8 @@ from IPython.utils.capture import capture_output
 import msnb
 import msnb.errors
 import msnb.session
-from msnb.display import Status
 from msnb.spec import HandlerSpec
+from msnb.ui.display import Status
 
 pytestmark = pytest.mark.kernel
 
@@ -225,7 +225,7 @@ def test_a_failing_magic_fails_its_cell_and_shows_only_the_message_and_hint(ip, 
     out = shown(cap)
     assert not result.success and result.error_in_exec is not None, "Run All must stop here"
     assert "No handler named 'kmissing_q9'" in out and "Hint: run its %%ms_handler cell first" in out
-    assert "Traceback" not in out and "msnb/session.py" not in out
+    assert "Traceback" not in out and "msnb/session/core.py" not in out
     with pytest.raises(msnb.errors.SpecError):  # the Python API raises as before
         msnb.test_handler("kmissing_q9", [1])
 
@@ -274,7 +274,7 @@ def test_predict_without_data_or_example_says_how_to_give_one(ip):
 
 
 def test_widget_is_returned_for_display(ip):
-    pytest.importorskip("msnb.widget")
+    pytest.importorskip("msnb.ui.widget")
     handler_cell(ip, f"kwidget {EXAMPLE}")
     widget, _ = line_magic(ip, "ms_widget", "kwidget")
     assert widget is not None and hasattr(widget, "_repr_mimebundle_")

@@ -43,7 +43,7 @@ def test_a_handler_that_exits_in_preprocess_is_a_worker_crash_and_the_kernel_sur
 
 
 def test_a_cell_run_while_the_widget_tests_keeps_its_cwd_path_and_local_modules(ip, tmp_path, monkeypatch):
-    pytest.importorskip("msnb.widget")
+    pytest.importorskip("msnb.ui.widget")
     (tmp_path / "klocal_shift.py").write_text(LOCAL_MODULE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -93,7 +93,7 @@ def test_builds_of_two_versions_keep_both_archives(ip, session):
 
 
 def test_an_archive_the_widget_built_from_its_own_fields_is_not_older_than_the_cell(ip, session):
-    from msnb.widget.controller import Actions, Controller
+    from msnb.ui.widget.controller import Actions, Controller
 
     cell(ip, f"kwidget {EXAMPLE}")
     form = Controller("kwidget", Actions.from_session(session))

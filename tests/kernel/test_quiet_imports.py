@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 from nbrun import execute_notebook
 
-from msnb.quiet import OPTIONAL_BACKEND_NOTICES
+from msnb.ui.quiet import OPTIONAL_BACKEND_NOTICES
 
 
 def stderr_of(nb: nbformat.NotebookNode) -> str:

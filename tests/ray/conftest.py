@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import poll, processes_naming
 
-from msnb.ray import RayMissingError, require
+from msnb.engines.ray import RayMissingError, require
 
 try:
     require()  # imports Ray with msnb's environment (loopback addresses stay loopback)
@@ -23,7 +23,7 @@ class TwoNodes:
     def __init__(self, root: Path):
         from ray.cluster_utils import Cluster
 
-        from msnb.ray.nodes import node_args, started
+        from msnb.engines.ray.nodes import node_args, started
 
         self.root = root
         head, worker = node_args(root, 1, head=True), node_args(root, 1, head=False)

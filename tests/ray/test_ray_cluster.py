@@ -15,9 +15,9 @@ import torch
 import yaml
 from helpers import BODY, NET, handler, poll, run, standard
 
-from msnb.ray.nodes import environment, free_port
-from msnb.torchserve import TorchServeClient
-from msnb.torchserve.models import PredictionError
+from msnb.engines.ray.nodes import environment, free_port
+from msnb.engines.torchserve import TorchServeClient
+from msnb.engines.torchserve.models import PredictionError
 
 pytestmark = pytest.mark.xdist_group("ray-cluster")  # one cluster per module: keep its tests on one worker
 MLP_OPTIONS = "--workers 2 --batch-size 8 --max-batch-delay 50"

@@ -15,8 +15,8 @@ from helpers import mlp_class, poll, processes_naming
 from IPython.utils.capture import capture_output
 
 import msnb.session
+from msnb.engines.ray import INSTALL_HINT
 from msnb.errors import MsnbError
-from msnb.ray import INSTALL_HINT
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")
 NET_CELL = "import torch\n" + mlp_class("RNet")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import BROKEN_INIT, ECHO, IMPORT_ERROR, build_mar, processes_naming
 
-from msnb.torchserve import LocalServer
+from msnb.engines.torchserve import LocalServer
 
 
 @pytest.fixture(scope="module")

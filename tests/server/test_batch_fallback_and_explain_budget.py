@@ -11,11 +11,11 @@ import requests
 import torch
 from helpers import MLP_SOURCE, mlp_model, poll
 
-from msnb.batchtest import BatchFallbackWarning
-from msnb.display import Status
-from msnb.session import Session, deploy
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import Session, deploy
 from msnb.spec import spec_from_source
-from msnb.torchserve import LocalServer
+from msnb.trial.batches import BatchFallbackWarning
+from msnb.ui.display import Status
 
 pytestmark = pytest.mark.server
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model, processes_naming
 
-from msnb import localtest
-from msnb.session import deploy
+from msnb.engines.torchserve import LocalServer, PredictionError
+from msnb.session.core import deploy
 from msnb.spec import spec_from_source
-from msnb.torchserve import LocalServer, PredictionError
+from msnb.trial import runner
 
 X = [0.5, -1.0, 2.0, 0.1]
 
@@ -38,7 +38,7 @@ def test_served_integrated_gradients_satisfy_completeness_like_in_process(explai
     assert answer["target"] == target and answer["method"] == "integrated_gradients" and answer["n_steps"] == 50
     gap = float(at_x[target] - at_baseline[target])
     assert abs(sum(answer["attributions"]) - gap) <= abs(answer["delta"]) + 1e-5
-    [local] = localtest.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [{"x": X}], explain=True)
+    [local] = runner.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [{"x": X}], explain=True)
     assert answer["attributions"] == pytest.approx(local["attributions"], abs=1e-5)
 
 
@@ -62,7 +62,7 @@ def test_a_batch_mixing_predictions_and_explanations_answers_each(explaining):
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(explaining.explain if ask else explaining.predict, "mlp", x) for x, ask in inputs]
         answers = [f.result() for f in futures]
-    expected = localtest.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [x for x, _ in inputs])
+    expected = runner.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [x for x, _ in inputs])
     for (_, asked), answer, prediction in zip(inputs, answers, expected):
         if asked:
             assert answer["target"] == prediction["label"] and len(answer["attributions"]) == 4

@@ -9,9 +9,9 @@ import pytest
 import torch
 from helpers import MLP_SOURCE, mlp_model, processes_naming
 
-from msnb.session import Session, StaleModelWarning
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import Session, StaleModelWarning
 from msnb.spec import spec_from_source
-from msnb.torchserve import LocalServer
 
 SAMPLE = {"x": [0.5, -1.0, 2.0, 0.25]}
 

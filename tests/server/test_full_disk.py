@@ -8,11 +8,11 @@ import pytest
 import torch
 from helpers import ANSWER_SOURCE
 
+from msnb.engines.torchserve import LocalServer
+from msnb.engines.torchserve.store import safe_name
 from msnb.errors import BuildError, ServerError
-from msnb.session import deploy
+from msnb.session.core import deploy
 from msnb.spec import spec_from_source
-from msnb.torchserve import LocalServer
-from msnb.torchserve.store import safe_name
 
 DISK_MB = 16
 

@@ -8,11 +8,11 @@ import pytest
 import requests
 from helpers import ANSWER_SOURCE, ECHO, build_mar
 
+from msnb.engines.torchserve import LocalServer, PredictionError
+from msnb.engines.torchserve.store import safe_name
 from msnb.errors import ServerError
-from msnb.session import deploy
+from msnb.session.core import deploy
 from msnb.spec import spec_from_source
-from msnb.torchserve import LocalServer, PredictionError
-from msnb.torchserve.store import safe_name
 
 
 def test_every_address_is_loopback_and_ports_are_distinct(server):

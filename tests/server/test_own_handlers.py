@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from helpers import IMPORTS, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_CLASS, make_notebook, run, scripted_mlp
 
-from msnb import localtest
-from msnb.notebook import load_handlers
-from msnb.session import deploy
+from msnb.capture.notebook import load_handlers
+from msnb.session.core import deploy
 from msnb.spec import SourceBlock
+from msnb.trial import runner
 
 INPUTS = {
     "clf": [{"x": [1, 2, 3, 4]}, {"x": [4, -3, 2, 1]}],
@@ -39,7 +39,7 @@ def test_each_form_exported_without_running_is_served_with_the_in_process_answer
     assert "your class Classifier" in out and "your class BackgroundRemover" in out and "your handle(data" in out
     specs = {c.spec.name: c.spec for c in load_handlers(nb)}
     for name, samples in INPUTS.items():
-        local = localtest.predict_in_process(specs[name], samples)
+        local = runner.predict_in_process(specs[name], samples)
         own_server.register(tmp_path / "out" / f"{name}.mar")
         served = [own_server.predict(name, sample) for sample in samples]
         assert served == local, name
@@ -54,4 +54,4 @@ def test_a_redeploy_of_an_own_handler_replaces_the_served_version(tmp_path, own_
     changed = specs["bg"].replace(blocks=(SourceBlock(OWN_IMAGE_CLASS.replace("0.5", "0.9"), "edited cell"),))
     deploy(own_server, changed)
     after = own_server.predict("bg", INPUTS["bg"][0])
-    assert before != after and after == localtest.predict_in_process(changed, INPUTS["bg"])[0]
+    assert before != after and after == runner.predict_in_process(changed, INPUTS["bg"])[0]

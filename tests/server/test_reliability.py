@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from helpers import ECHO, MLP_MODEL, build_mar, poll, processes_naming, strict_loads
 
+from msnb.engines.torchserve import LocalServer, watchdog
+from msnb.engines.torchserve.models import PredictionError
 from msnb.errors import ServerError
-from msnb.session import deploy
+from msnb.session.core import deploy
 from msnb.spec import spec_from_source
-from msnb.torchserve import LocalServer, watchdog
-from msnb.torchserve.models import PredictionError
 
 pytestmark = pytest.mark.server
 
@@ -129,7 +129,7 @@ def test_an_owner_killed_with_sigkill_leaves_no_model_store(tmp_path):
     mar = build_mar(tmp_path / "mars", "echo", ECHO)
     tmp = Path(tempfile.mkdtemp(prefix="msnb-t-"))  # short: worker sockets live under the workdir
     owner = (
-        "import sys\nfrom msnb.torchserve import LocalServer\nserver = LocalServer().start()\n"
+        "import sys\nfrom msnb.engines.torchserve import LocalServer\nserver = LocalServer().start()\n"
         "server.register(sys.argv[1])\nprint(server.workdir, flush=True)\nsys.stdin.read()\n"
     )
     proc = subprocess.Popen(

@@ -15,13 +15,13 @@ import requests
 import torch
 from helpers import MLP_MODEL, mlp_model, poll
 
+from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
-from msnb.localtest import predict_in_process
-from msnb.reload import NEW_VERSION, RELOAD
-from msnb.session import Session
+from msnb.session.core import Session
+from msnb.session.reload import NEW_VERSION, RELOAD
 from msnb.spec import spec_from_source
 from msnb.templates.dev_reload import RELOAD_HEADER, SECRET_FILE
-from msnb.torchserve import LocalServer
+from msnb.trial.runner import predict_in_process
 
 SAMPLE = {"x": [1.0, -2.0, 0.5, 3.0]}
 

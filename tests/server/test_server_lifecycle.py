@@ -17,8 +17,8 @@ import pytest
 import requests
 from helpers import ECHO, build_mar, poll, processes_naming
 
+from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
-from msnb.torchserve import LocalServer
 
 pytestmark = pytest.mark.server
 
@@ -60,7 +60,7 @@ def test_owner_killed_with_sigkill_takes_its_server_down(tmp_path):
     owner = textwrap.dedent(
         """
         import sys
-        from msnb.torchserve import LocalServer
+        from msnb.engines.torchserve import LocalServer
         server = LocalServer(sys.argv[1]).start()
         server.register(sys.argv[2])
         print(server.pid, flush=True)
@@ -80,7 +80,7 @@ def test_owner_killed_with_sigkill_takes_its_server_down(tmp_path):
 
 
 def test_default_server_is_stopped_at_normal_interpreter_exit(tmp_path):
-    script = "from msnb.torchserve import default_server\nprint(default_server().workdir, flush=True)\n"
+    script = "from msnb.engines.torchserve import default_server\nprint(default_server().workdir, flush=True)\n"
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default server's workdir is a mkdtemp
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     workdir = out.stdout.strip()
@@ -251,7 +251,7 @@ def _alive(pid: int) -> bool:
 
 
 def _timestamp(text: str) -> float:
-    from msnb.torchserve.auth import _parse_time
+    from msnb.engines.torchserve.auth import _parse_time
 
     return _parse_time(text)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from helpers import MLP_SOURCE, poll
 
-from msnb import archive
-from msnb.localtest import predict_in_process, run_handler
-from msnb.session import deploy
+from msnb.engines.torchserve import LocalServer, PredictionError
+from msnb.package import archive
+from msnb.session.core import deploy
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_metrics import ALL_METRICS
-from msnb.torchserve import LocalServer, PredictionError
+from msnb.trial.runner import predict_in_process, run_handler
 
 UNSERIALISABLE = (
     "import torch\n\n"

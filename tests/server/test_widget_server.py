@@ -8,11 +8,11 @@ import tempfile
 import ipywidgets as widgets
 import pytest
 
-from msnb.session import Session
-from msnb.torchserve import LocalServer
-from msnb.widget import BuildWidget
-from msnb.widget.controller import Actions
-from msnb.widget.devices import Device, Inventory
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import Session
+from msnb.ui.widget import BuildWidget
+from msnb.ui.widget.controller import Actions
+from msnb.ui.widget.devices import Device, Inventory
 
 CPU_ONLY = Inventory((Device("auto", "auto"), Device("cpu", "CPU")), "No GPU found by NVML: the model runs on CPU.")
 

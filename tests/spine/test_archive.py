@@ -13,11 +13,11 @@ import pytest
 import torch
 from helpers import MLP_SOURCE
 
-from msnb import archive
 from msnb.errors import BuildError, HandlerRunError, SpecError
-from msnb.localtest import predict_in_process
-from msnb.session import Session
+from msnb.package import archive
+from msnb.session.core import Session
 from msnb.spec import spec_from_source
+from msnb.trial.runner import predict_in_process
 
 
 def validated_build(spec, export_path, fmt=archive.EXPORT_FORMAT):

@@ -67,9 +67,9 @@ def test_wheel_ships_templates_and_builds_a_mar_outside_the_source_tree(tmp_path
     script = textwrap.dedent("""
         import msnb, zipfile
         from msnb.spec import spec_from_source
-        from msnb.archive import build
-        import msnb.torchserve, msnb.widget.fields
-        from msnb.demo import quickstart_notebook
+        from msnb.package.archive import build
+        import msnb.engines.torchserve, msnb.ui.widget.fields
+        from msnb.cli.demo import quickstart_notebook
         assert msnb.__file__.startswith(SITE), msnb.__file__
         assert str(quickstart_notebook()).startswith(SITE) and quickstart_notebook().is_file()
         src = "import torch\\ndef init_function():\\n    return torch.nn.Linear(2, 1)\\n"

@@ -15,10 +15,16 @@ import msnb.templates
 
 PACKAGE = Path(msnb.__file__).parent
 # The TorchServe side serves any archive: it knows nothing of cells, specs or packaging.
-TORCHSERVE_MAY_IMPORT = ("msnb.torchserve", "msnb.errors", "msnb.files")
+TORCHSERVE_MAY_IMPORT = ("msnb.engines.torchserve", "msnb.errors", "msnb.files")
 # Packing never runs user code: only localtest (called by session/export) does, through the test process it
 # starts (the modules that load and drive the handler there).
-RUNS_USER_CODE = {"msnb.localtest", "msnb.batchtest", "msnb.testworker", "msnb.testchild", "msnb.workerload"}
+RUNS_USER_CODE = {
+    "msnb.trial.runner",
+    "msnb.trial.batches",
+    "msnb.trial.processes",
+    "msnb.trial.child",
+    "msnb.trial.worker",
+}
 TEMPLATES = Path(msnb.templates.__file__).parent
 MAX_FUNCTION_LINES = 40
 
@@ -81,22 +87,22 @@ def test_there_is_no_import_cycle_inside_msnb():
 
 def test_the_torchserve_package_imports_nothing_from_the_notebook_or_packaging_side():
     for name, deps in graph().items():
-        if name.startswith("msnb.torchserve"):
+        if name.startswith("msnb.engines.torchserve"):
             bad = [d for d in deps if not d.startswith(TORCHSERVE_MAY_IMPORT)]
             assert not bad, f"{name} imports {bad}"
 
 
 def test_only_the_session_and_export_layers_decide_to_run_user_code():
     users = {name for name, deps in graph().items() if deps & RUNS_USER_CODE and name not in RUNS_USER_CODE}
-    assert users <= {"msnb.session", "msnb.export"}, users
-    assert "msnb.localtest" not in graph()["msnb.archive"]
+    assert users <= {"msnb.session.core", "msnb.cli.export"}, users
+    assert "msnb.trial.runner" not in graph()["msnb.package.archive"]
 
 
 def test_surfaces_hold_no_step_of_their_own():
     """The magics, the widget and the CLI reach the steps through Session / export / the torchserve client."""
-    steps = {"msnb.capture", "msnb.render", "msnb.localtest"}
-    for surface in ("msnb.magics", "msnb.widget.view", "msnb.widget.controller", "msnb.cli"):
-        assert not graph()[surface] & (steps - {"msnb.capture"}), surface
+    steps = {"msnb.capture.cells", "msnb.package.render", "msnb.trial.runner"}
+    for surface in ("msnb.ui.magics", "msnb.ui.widget.view", "msnb.ui.widget.controller", "msnb.cli.main"):
+        assert not graph()[surface] & (steps - {"msnb.capture.cells"}), surface
 
 
 def long_functions(root: Path) -> list[tuple[str, int]]:

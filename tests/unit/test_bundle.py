@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from msnb.bundle import DATA_LIMIT, search_path
-from msnb.capture import capture
+from msnb.capture.cells import capture
+from msnb.capture.local_code import DATA_LIMIT, search_path
 from msnb.errors import BuildError, CaptureError, HandlerRunError
-from msnb.importcheck import check_imports
-from msnb.localtest import predict_in_process
+from msnb.package.import_check import check_imports
+from msnb.trial.runner import predict_in_process
 
 
 def project(root: Path, files: dict[str, str]) -> Path:

@@ -7,10 +7,10 @@ import os
 import zipfile
 from pathlib import Path
 
-from msnb import archive
-from msnb.bundle import search_path
-from msnb.capture import capture
+from msnb.capture.cells import capture
+from msnb.capture.local_code import search_path
 from msnb.options import handler_config, parse_handler_line
+from msnb.package import archive
 
 CELL = "import torch\nimport mypkg\n\ndef init_function():\n    return torch.nn.Linear(mypkg.N, 1)\n"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"

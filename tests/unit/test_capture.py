@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from msnb.capture import RUNTIME_HINT, capture
+from msnb.capture.cells import RUNTIME_HINT, capture
 from msnb.errors import CaptureError, SpecError
 
 INIT = "def init_function():\n    return Net()\n"

@@ -7,7 +7,7 @@ import ast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msnb.capture import capture
+from msnb.capture.cells import capture
 
 KINDS = ("def", "class", "const", "import")
 NOISE = (

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from msnb.widget.devices import Inventory, check_max_gpu_memory, list_devices
+from msnb.ui.widget.devices import Inventory, check_max_gpu_memory, list_devices
 
 MB = 1024 * 1024
 

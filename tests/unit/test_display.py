@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from msnb.display import ErrorView, ProgressView, SpecSummary, Status, describe_checkpoint
 from msnb.errors import ServerError
 from msnb.spec import HandlerSpec, SourceBlock
+from msnb.ui.display import ErrorView, ProgressView, SpecSummary, Status, describe_checkpoint
 
 
 def spec_with_pulled_in() -> HandlerSpec:

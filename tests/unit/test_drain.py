@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from msnb.engines.torchserve import deploy
+from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
+from msnb.engines.torchserve.store import ModelStore, next_version
 from msnb.errors import Interrupted, ServerError
-from msnb.torchserve import deploy
-from msnb.torchserve.models import ModelStatus, WorkerStatus
-from msnb.torchserve.store import ModelStore, next_version
 
 OLD = ModelStatus("mlp", "1.0", False, (WorkerStatus("9000", "READY"),), "mlp-v1.0", response_timeout=1)
 

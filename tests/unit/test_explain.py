@@ -7,10 +7,11 @@ import torch
 from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model
 
 import msnb
-from msnb import bundle, localtest
-from msnb.attributions import MAX_BARS, Explanation, bars_html
+from msnb.capture import local_code
 from msnb.errors import HandlerRunError, SpecError
 from msnb.spec import spec_from_source
+from msnb.trial import runner
+from msnb.ui.attributions import MAX_BARS, Explanation, bars_html
 
 X = [0.5, -1.0, 2.0, 0.1]
 
@@ -50,10 +51,10 @@ def test_a_target_in_the_request_picks_the_class_explained(mlp_spec):
 
 def test_a_batch_mixing_predictions_and_explanations_answers_each_kind(mlp_spec):
     samples = [{"x": X}, {"x": X}, {"x": [1, 2, 3, 4]}, {"x": [1, 2, 3, 4], "target": 0}]
-    mixed = localtest.run_handler(mlp_spec, samples, explain=[False, True, False, True])
+    mixed = runner.run_handler(mlp_spec, samples, explain=[False, True, False, True])
     assert all(a.status == 200 for a in mixed)
-    predicted = localtest.run_handler(mlp_spec, samples[0::2])
-    explained = localtest.run_handler(mlp_spec, samples[1::2], explain=True)
+    predicted = runner.run_handler(mlp_spec, samples[0::2])
+    explained = runner.run_handler(mlp_spec, samples[1::2], explain=True)
     assert [mixed[0].body, mixed[2].body] == [a.body for a in predicted]
     for got, alone in zip([mixed[1].body, mixed[3].body], explained):
         assert got["target"] == alone.body["target"] and got["attributions"] == pytest.approx(
@@ -64,7 +65,7 @@ def test_a_batch_mixing_predictions_and_explanations_answers_each_kind(mlp_spec)
 
 def test_one_unexplainable_sample_fails_alone(mlp_spec):
     samples = [{"x": X, "target": 7}, {"x": X}, {"x": [1, 2]}, {"x": X, "target": "cat"}]
-    answers = localtest.run_handler(mlp_spec, samples, explain=True)
+    answers = runner.run_handler(mlp_spec, samples, explain=True)
     assert [a.status for a in answers] == [400, 200, 400, 400]
     assert "target 7 is out of range: the model has 3 classes" in answers[0].body["error"]
     assert "send a 'target' from 0 to 2" in answers[0].body["hint"]
@@ -81,10 +82,10 @@ def test_one_unexplainable_sample_fails_alone(mlp_spec):
 )
 def test_an_input_integrated_gradients_cannot_explain_asks_for_an_explain_role(source, says):
     spec, sample = spec_from_source("unexplainable", source), {"x": X, "ids": [1, 4, 2]}
-    [answer] = localtest.run_handler(spec, [sample], explain=True)
+    [answer] = runner.run_handler(spec, [sample], explain=True)
     assert answer.status == 400 and says in answer.body["error"]
     assert answer.body["hint"].startswith("define `def explain(model, model_input)`")
-    assert localtest.run_handler(spec, [sample])[0].status == 200  # predictions still work
+    assert runner.run_handler(spec, [sample])[0].status == 200  # predictions still work
     with pytest.raises(HandlerRunError, match=r"needs floating-point|returned a dict") as err:
         msnb.test_handler(spec, [sample], explain=True)
     assert "define `def explain" in str(err.value)
@@ -105,7 +106,7 @@ def test_a_custom_explain_role_that_raises_is_a_500_with_its_own_hint():
     spec = spec_from_source(
         "bad", MLP_SOURCE + "\ndef explain(model, model_input):\n    raise KeyError('feature names')\n"
     )
-    [answer] = localtest.run_handler(spec, [{"x": X}], explain=True)
+    [answer] = runner.run_handler(spec, [{"x": X}], explain=True)
     assert answer.status == 500 and answer.body["error"] == "explain failed: KeyError: 'feature names'"
     assert "call it in the notebook" in answer.body["hint"]
 
@@ -114,7 +115,7 @@ def test_without_captum_the_default_explanation_says_how_to_install_it():
     # as in a worker's Python without Captum (the handler's module runs in the test process, where this holds)
     no_captum = "import sys\nsys.modules['captum'] = None\nsys.modules['captum.attr'] = None\n"
     spec = spec_from_source("mlp", no_captum + MLP_SOURCE, init_kwargs={"hidden": 8})
-    answers = localtest.run_handler(spec, [{"x": X}, {"x": X}], explain=[True, False])
+    answers = runner.run_handler(spec, [{"x": X}, {"x": X}], explain=[True, False])
     assert [a.status for a in answers] == [500, 200]
     assert "Captum is not installed where this handler runs" in answers[0].body["error"]
     assert "pip install 'msnb[explain]'" in answers[0].body["hint"] and "define `def explain" in answers[0].body["hint"]
@@ -147,7 +148,7 @@ def test_an_explain_role_that_imports_captum_gets_it_pinned_like_any_import():
             "    return captum.attr.Saliency(model).attribute(model_input.unsqueeze(0), target=0)[0].tolist()\n"
         )
     )
-    spec = bundle.make_hermetic(spec_from_source("saliency", source), bundle.search_path("."))
+    spec = local_code.make_hermetic(spec_from_source("saliency", source), local_code.search_path("."))
     assert "captum==0.9.0" in spec.requirements
     [answer] = msnb.test_handler(spec, [{"x": X}], explain=True)
     assert len(answer) == 4 and all(v >= 0 for v in answer)  # saliency: absolute gradients

@@ -9,13 +9,13 @@ import pytest
 import torch
 from helpers import MLP_SOURCE, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_CLASS, scripted_mlp
 
-from msnb import localtest
-from msnb.capture import capture
-from msnb.display import SpecSummary
+from msnb.capture.cells import capture
 from msnb.errors import CaptureError, HandlerRunError, SpecError
-from msnb.render import render_handler
+from msnb.package.render import render_handler
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_own import TORCHSCRIPT_HINT
+from msnb.trial import runner
+from msnb.ui.display import SpecSummary
 
 POOL = [("cell In[1]", "import torch\n" + NET)]
 SAMPLES = [{"x": [1, 2, 3, 4]}, {"x": [4, 3, 2, 1]}]
@@ -27,7 +27,7 @@ def test_a_base_handler_subclass_is_the_class_form_and_its_module_binds_handle(t
     source = render_handler(spec)
     assert "class Scale(" in source and "class Classifier(" in source  # two classes in one module
     assert source.rstrip().endswith("handle = _msnb_entry(Classifier)")
-    answers = localtest.predict_in_process(spec, SAMPLES)
+    answers = runner.predict_in_process(spec, SAMPLES)
     assert [set(a) for a in answers] == [{"label", "top"}] * 2
     assert "your class Classifier" in SpecSummary(spec).text()
 
@@ -35,7 +35,7 @@ def test_a_base_handler_subclass_is_the_class_form_and_its_module_binds_handle(t
 def test_a_class_with_initialize_and_handle_answers_bytes_with_its_content_type():
     spec = spec_from_source("bg", OWN_IMAGE_CLASS)
     assert (spec.form, spec.entry) == ("class", "BackgroundRemover")
-    (answer,) = localtest.run_handler(spec, [{"pixels": [[-3.0, 3.0], [3.0, -3.0]]}])
+    (answer,) = runner.run_handler(spec, [{"pixels": [[-3.0, 3.0], [3.0, -3.0]]}])
     assert answer.ok and answer.body == b"P5 2 2 255\n" + bytes([0, 255, 255, 0])
 
 
@@ -43,7 +43,7 @@ def test_a_module_level_handle_pulls_in_the_model_class_from_another_cell():
     spec = capture("fn", OWN_FUNCTION, POOL)
     assert (spec.form, spec.entry) == ("function", "handle")
     assert [b.names for b in spec.pulled_in] == [("torch", "Net")]
-    answers = localtest.predict_in_process(spec, SAMPLES)
+    answers = runner.predict_in_process(spec, SAMPLES)
     assert all(set(a) == {"label"} for a in answers)
 
 
@@ -85,7 +85,7 @@ def test_a_handle_answering_the_wrong_number_of_requests_is_caught_before_servin
     short = OWN_FUNCTION.replace("for o in _model(batch)]", "for o in _model(batch)][:1]")
     spec = capture("short", short, POOL, batch_size=2)  # the server sends both samples in one batch
     with pytest.raises(HandlerRunError) as err:
-        localtest.predict_in_process(spec, SAMPLES)
+        runner.predict_in_process(spec, SAMPLES)
     assert "returned a list of 1 for a batch of 2" in err.value.message
     assert "number of batch response mismatched" in err.value.message and "one answer per request" in err.value.hint
 
@@ -93,14 +93,14 @@ def test_a_handle_answering_the_wrong_number_of_requests_is_caught_before_servin
 def test_a_handle_that_raises_shows_the_users_frames_not_msnbs():
     spec = capture("boom", OWN_FUNCTION.replace("batch = torch", "raise KeyError('pixels')\n    batch = torch"), POOL)
     with pytest.raises(HandlerRunError) as err:
-        localtest.predict_in_process(spec, SAMPLES)
+        runner.predict_in_process(spec, SAMPLES)
     assert err.value.message == "handle raised KeyError: 'pixels'"
     assert "handler_model.py" in err.value.details and "localtest" not in err.value.details
 
 
 def test_a_base_handler_without_a_model_file_names_the_file_and_the_option():
     with pytest.raises(HandlerRunError) as err:
-        localtest.validate(spec_from_source("clf", OWN_BASE_HANDLER))
+        runner.validate(spec_from_source("clf", OWN_BASE_HANDLER))
     assert "serializedFile" in err.value.message and "no model file" in err.value.message
     assert "--checkpoint" in err.value.hint
 
@@ -146,7 +146,7 @@ def test_an_initialize_reading_a_missing_file_names_it_and_the_options():
                 return [self.labels[0] for _ in data]
     """)
     with pytest.raises(HandlerRunError) as err:
-        localtest.validate(spec_from_source("labels", cell))
+        runner.validate(spec_from_source("labels", cell))
     assert "'labels.txt' is not in the archive" in err.value.message
     assert "--extra-files" in err.value.hint and "--checkpoint" in err.value.hint
 
@@ -154,7 +154,7 @@ def test_an_initialize_reading_a_missing_file_names_it_and_the_options():
 def test_a_live_scripted_module_is_archived_as_torchscript_for_base_handler(tmp_path):
     scripted = torch.jit.load(str(scripted_mlp(tmp_path / "mlp.pt")))
     spec = spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=scripted)
-    assert len(localtest.predict_in_process(spec, SAMPLES)) == 2
+    assert len(runner.predict_in_process(spec, SAMPLES)) == 2
     assert "saved as TorchScript" in SpecSummary(spec).text()
 
 
@@ -175,14 +175,14 @@ def test_a_handler_subclassing_a_handler_class_from_a_cell_above_is_the_class_fo
     spec = capture("sub", "class Tuned(Classifier):\n    pass\n", pool, checkpoint=scripted_mlp(tmp_path / "m.pt"))
     assert (spec.form, spec.entry) == ("class", "Tuned")
     assert "Classifier" in spec.pulled_in[-1].names
-    assert len(localtest.predict_in_process(spec, SAMPLES)) == 2
+    assert len(runner.predict_in_process(spec, SAMPLES)) == 2
 
 
 def test_the_widget_tests_and_builds_an_own_handler_with_its_edits(tmp_path):
     from helpers import CPU_ONLY
 
-    from msnb.session import Session
-    from msnb.widget.controller import Actions, Controller
+    from msnb.session.core import Session
+    from msnb.ui.widget.controller import Actions, Controller
 
     session = Session()
     session.add(spec_from_source("bg", OWN_IMAGE_CLASS, example={"pixels": [[3.0]]}))

@@ -6,9 +6,9 @@ import ast
 
 import pytest
 
-from msnb.capture import capture
-from msnb.render import render_handler
-from msnb.scope import segment
+from msnb.capture.cells import capture
+from msnb.capture.scope import segment
+from msnb.package.render import render_handler
 
 
 @pytest.mark.timeout(120)  # one pass takes about a second; re-splitting per statement took minutes

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import pytest
 from helpers import CPU_ONLY, FakeSession
 
-from msnb import help as magic_help
-from msnb.display import Status, WarningView
-from msnb.progress import Phase
+from msnb.engines.torchserve.logs import model_lines, user_frames
 from msnb.roles import ROLES
-from msnb.torchserve.logs import model_lines, user_frames
-from msnb.widget.controller import Controller
+from msnb.session.progress import Phase
+from msnb.ui import help as magic_help
+from msnb.ui.display import Status, WarningView
+from msnb.ui.widget.controller import Controller
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
 WORKER_TRACE = [
@@ -130,8 +130,8 @@ def test_a_phase_reports_elapsed_seconds_and_moves_within_its_span():
 
 
 def test_a_widget_serving_its_own_edits_is_not_stale_until_the_cell_changes(mlp_spec):
-    from msnb.session import Session
-    from msnb.state import Served
+    from msnb.session.core import Session
+    from msnb.session.state import Served
 
     session = Session()
     session.add(mlp_spec)

@@ -8,21 +8,24 @@ from pathlib import Path
 
 import msnb
 import msnb.templates
-from msnb import archive
+from msnb.engines.torchserve.logs import is_library_frame
 from msnb.options import OPTIONS, ms_handler
-from msnb.torchserve.logs import is_library_frame
+from msnb.package import archive
 
 PACKAGE = Path(msnb.__file__).parent
 TEMPLATES = Path(msnb.templates.__file__).parent
 SHARED = {p.name for p in msnb.templates.shared_handler_files()}
 # A fact spelled as a literal -> the modules allowed to spell it (each defines it once and the others import it).
 FACTS = {
-    "/mnt/models": {"msnb.torchserve.config"},  # KSERVE_MOUNT
-    "model-store": {"msnb.torchserve.config"},  # KSERVE_STORE_DIR
-    "model_store": {"msnb.archive", "msnb.torchserve.config"},  # DEFAULT_EXPORT; STORE_DIR and the property key
-    "msnb-server-": {"msnb.torchserve.watchdog"},  # TEMP_PREFIX
-    "no-archive": {"msnb.archive"},  # SERVE_FORMAT (and the archiver's name of that format)
-    120: {"msnb.torchserve.config"},  # DEFAULT_RESPONSE_TIMEOUT_S
+    "/mnt/models": {"msnb.engines.torchserve.config"},  # KSERVE_MOUNT
+    "model-store": {"msnb.engines.torchserve.config"},  # KSERVE_STORE_DIR
+    "model_store": {
+        "msnb.package.archive",
+        "msnb.engines.torchserve.config",
+    },  # DEFAULT_EXPORT; STORE_DIR and the property key
+    "msnb-server-": {"msnb.engines.torchserve.watchdog"},  # TEMP_PREFIX
+    "no-archive": {"msnb.package.archive"},  # SERVE_FORMAT (and the archiver's name of that format)
+    120: {"msnb.engines.torchserve.config"},  # DEFAULT_RESPONSE_TIMEOUT_S
 }
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from helpers import MLP_SOURCE, mlp_model
 
-from msnb import archive
+from msnb.package import archive
 from msnb.spec import spec_from_source
 
-pytest.importorskip("ray.serve")  # (msnb.ray.require sets Ray's environment first where that matters)
+pytest.importorskip("ray.serve")  # (msnb.engines.ray.require sets Ray's environment first where that matters)
 from msnb.templates import msnb_ray  # noqa: E402
 from msnb.templates.msnb_ray_context import replica_gpu_id  # noqa: E402
 

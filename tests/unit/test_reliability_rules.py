@@ -8,12 +8,13 @@ import textwrap
 import pytest
 from helpers import MLP_MODEL, strict_loads
 
-from msnb import localtest, options
+from msnb import options
+from msnb.engines.torchserve import config as tsconfig
+from msnb.engines.torchserve.models import encode
+from msnb.engines.torchserve.store import check_identity
 from msnb.errors import MsnbError, SpecError
 from msnb.spec import spec_from_source
-from msnb.torchserve import config as tsconfig
-from msnb.torchserve.models import encode
-from msnb.torchserve.store import check_identity
+from msnb.trial import runner
 
 RAW = MLP_MODEL + textwrap.dedent(
     """
@@ -30,7 +31,7 @@ RAW = MLP_MODEL + textwrap.dedent(
 def test_an_overflowing_sample_fails_alone_with_a_hint_and_the_rest_of_the_batch_is_strict_json():
     spec = spec_from_source("raw", RAW)
     good, overflow = {"x": [1, 2, 3, 4]}, {"x": [1e39, 0, 0, 0]}  # 1e39 is inf in float32
-    answers = localtest.run_handler(spec, [good, overflow, good])
+    answers = runner.run_handler(spec, [good, overflow, good])
     assert [a.status for a in answers] == [200, 400, 200], "the input overflowed: the request is at fault"
     assert "NaN or Infinity" in answers[1].body["error"] and "overflow float32" in answers[1].body["hint"]
     for answer in answers:
@@ -43,7 +44,7 @@ def test_nan_and_infinity_are_refused_before_they_are_sent(payload):
         encode(payload)
     assert "Hint:" in str(err.value)
     with pytest.raises(MsnbError, match="NaN or Infinity"):  # %ms_test refuses them the same way
-        localtest.run_handler(spec_from_source("raw", RAW), [payload])
+        runner.run_handler(spec_from_source("raw", RAW), [payload])
 
 
 # ------------------------------------------------------------------ versions

@@ -11,12 +11,12 @@ import torch
 from helpers import MLP_MODEL, mlp_model
 from ts.context import Context, RequestProcessor
 
-from msnb import archive
-from msnb.localtest import predict_in_process
-from msnb.reload import DEV_ENTRY, DevModel, install, mark_current, refusal
+from msnb.engines.torchserve.models import ModelStatus
+from msnb.package import archive
+from msnb.session.reload import DEV_ENTRY, DevModel, install, mark_current, refusal
 from msnb.spec import spec_from_source
 from msnb.templates import dev_reload
-from msnb.torchserve.models import ModelStatus
+from msnb.trial.runner import predict_in_process
 
 SAMPLE = {"x": [1.0, -2.0, 0.5, 3.0]}
 

@@ -8,12 +8,12 @@ from importlib import metadata
 import pytest
 from helpers import handler, run, standard
 
-from msnb import requirements as reqs
-from msnb.bundle import search_path
-from msnb.capture import capture
+from msnb.capture import requirements as reqs
+from msnb.capture.cells import capture
+from msnb.capture.local_code import search_path
+from msnb.capture.requirement_rules import check
 from msnb.errors import SpecError
 from msnb.options import handler_config, parse_handler_line
-from msnb.requirement_check import check
 
 CELL = "import torch\n\ndef init_function():\n    return torch.nn.Linear(2, 1)\n"
 

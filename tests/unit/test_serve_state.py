@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from msnb import serve_state
+from msnb.cli import serve_state
+from msnb.cli.serve_state import ServerRecord
 from msnb.errors import MsnbError, OptionError
-from msnb.serve_state import ServerRecord
 
 
 @pytest.fixture

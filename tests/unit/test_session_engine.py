@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from msnb.engines.ray import INSTALL_HINT
 from msnb.errors import MsnbError
-from msnb.ray import INSTALL_HINT
-from msnb.session import Session
+from msnb.session.core import Session
 
 
 class FakeServer:

@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from msnb.errors import SpecError
-from msnb.render import render_handler
+from msnb.package.render import render_handler
 from msnb.spec import HandlerSpec, SourceBlock, spec_from_source
 
 

@@ -7,11 +7,11 @@ import os
 import torch
 from helpers import MLP_SOURCE, mlp_model
 
-from msnb import taken
-from msnb.archive import CHECKPOINT, stage
-from msnb.display import Status
 from msnb.files import clone_file, clone_tree
+from msnb.package import taken
+from msnb.package.archive import CHECKPOINT, stage
 from msnb.spec import spec_from_source
+from msnb.ui.display import Status
 
 
 def test_a_clone_is_a_private_copy_that_a_later_write_to_the_source_does_not_reach(tmp_path):

@@ -14,11 +14,11 @@ import torch
 from helpers import MLP_SOURCE, mlp_model, poll
 
 import msnb
-from msnb import testworker
-from msnb.batchtest import BatchFallbackWarning
 from msnb.errors import HandlerRunError
-from msnb.session import Session
+from msnb.session.core import Session
 from msnb.spec import spec_from_source
+from msnb.trial import processes
+from msnb.trial.batches import BatchFallbackWarning
 
 X = [0.5, -1.0, 2.0, 0.1]
 BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
@@ -49,7 +49,7 @@ BATCH_PROBE = textwrap.dedent(
 @pytest.fixture(autouse=True)
 def no_test_process_left():
     yield
-    testworker.close()
+    processes.close()
 
 
 def expected(x: list[float]) -> dict:
@@ -116,7 +116,7 @@ KILLED_KERNEL = """
 import sys
 import msnb
 from msnb.spec import spec_from_source
-from msnb import testspare
+from msnb.trial import fork_server
 print(msnb.test_handler(spec_from_source("k", sys.argv[1]), [[1.0]])[0]["pid"], flush=True)
 sys.stdin.read()
 """

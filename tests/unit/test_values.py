@@ -8,12 +8,12 @@ import textwrap
 import pytest
 import torch
 
-from msnb import localtest
-from msnb.capture import RUNTIME_HINT, capture
+from msnb.capture.cells import RUNTIME_HINT, capture
+from msnb.capture.kernel_values import load, snapshot, unsupported
+from msnb.capture.mutations import mutated
 from msnb.errors import CaptureError
-from msnb.mutations import mutated
-from msnb.render import render_handler
-from msnb.values import load, snapshot, unsupported
+from msnb.package.render import render_handler
+from msnb.trial import runner
 
 HANDLER = """\
 import torch
@@ -92,7 +92,7 @@ def test_values_are_snapshotted_from_the_namespace_and_bound_before_the_users_co
     assert spec.values.changed(namespace) == ["vocab"]
     text = render_handler(spec)
     assert text.index("_msnb_load_values(__file__") < text.index("def init_function")
-    assert localtest.predict_in_process(spec, ["a b c"]) == [{"ids": [1.0, 2.0, 0.0], "labels": ["neg", "pos"]}]
+    assert runner.predict_in_process(spec, ["a b c"]) == [{"ids": [1.0, 2.0, 0.0], "labels": ["neg", "pos"]}]
 
 
 def test_the_digest_covers_the_values():
@@ -204,4 +204,4 @@ def test_an_own_handler_function_sees_the_kernels_value_too():
     pool = cells("import torch\nlabels = []\nlabels.extend(['cat', 'dog'])\nscale = torch.ones(2) * 3\n")
     spec = run(cell, pool, namespace={"labels": ["cat", "dog"], "scale": torch.ones(2) * 3})
     assert spec.form == "function" and spec.values.names == ("labels", "scale")
-    assert localtest.predict_in_process(spec, [{"i": 1}]) == [{"label": "dog", "scale": [3.0, 3.0]}]
+    assert runner.predict_in_process(spec, [{"i": 1}]) == [{"label": "dog", "scale": [3.0, 3.0]}]

@@ -8,8 +8,8 @@ import ipywidgets as widgets
 import pytest
 from helpers import CPU_ONLY, ONE_GPU, FakeSession
 
-from msnb.widget import BuildWidget
-from msnb.widget.devices import Device, Inventory
+from msnb.ui.widget import BuildWidget
+from msnb.ui.widget.devices import Device, Inventory
 
 
 @pytest.fixture(autouse=True)

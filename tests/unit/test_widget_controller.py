@@ -9,7 +9,7 @@ import pytest
 from helpers import CPU_ONLY, ONE_GPU, FakeSession
 
 from msnb.errors import ServerError
-from msnb.widget.controller import BUTTONS, Controller
+from msnb.ui.widget.controller import BUTTONS, Controller
 
 
 @pytest.fixture

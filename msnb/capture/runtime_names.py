@@ -1,0 +1,91 @@
+"""Names a handler needs from the kernel: bound at run time, or bound by a literal that is changed later.
+
+Capture records each such name with where it is bound and used; in a kernel the values are snapshotted
+(``msnb.capture.kernel_values``), without one (``msnb export`` reading the file) they are refused, all in one error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from msnb.capture.mutations import Mutation, mutations
+from msnb.capture.scope import Stmt
+from msnb.errors import CaptureError
+
+RUNTIME_HINT = (
+    "run `msnb export --execute` to run the notebook in a fresh kernel and ship these values as data; or compute "
+    "them inside a function: a data file shipped with --extra-files is read by its bare name inside "
+    "init_function, preprocess or a cached helper (`@functools.cache def labels(): return json.load(open("
+    "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
+    "Weights go in --checkpoint, values in --init-kwargs"
+)
+
+
+@dataclass(frozen=True)
+class Needed:
+    """A name the handler's code uses whose value only the kernel knows."""
+
+    name: str
+    used: str  # "line 3 of cell In[5]"
+    bound: str  # "bound at runtime by line 2 of cell In[4]" / "a literal ... changed on line 4 of cell In[4]"
+
+    def line(self) -> str:
+        return f"`{self.name}` (used on {self.used}) is {self.bound}"
+
+
+class Changes:
+    """The in-place changes of every executed statement: which literal bindings no longer hold their literal."""
+
+    def __init__(self, stmts: Iterable[Stmt]):
+        self.by_name: dict[str, list[Mutation]] = {}
+        for m in mutations(stmts):
+            self.by_name.setdefault(m.name, []).append(m)
+
+    def after(self, stmt: Stmt) -> Mutation | None:
+        """The first in-place change, after ``stmt`` ran, of a name that literal ``stmt`` binds."""
+        if stmt.kind != "const":
+            return None
+        later = [m for n in stmt.defines for m in self.by_name.get(n, ()) if m.pos > stmt.pos]
+        return min(later, key=lambda m: m.pos, default=None)
+
+    def runtime(self, stmt: Stmt) -> bool:
+        """True for a statement capture may not copy: computed at run time, or a literal changed later."""
+        return stmt.kind == "runtime" or self.after(stmt) is not None
+
+    def needed(self, name: str, user: Stmt, stmt: Stmt) -> Needed:
+        change = self.after(stmt)
+        if change is None:
+            how = f"bound at runtime by {stmt.where(name)}"
+        else:
+            how = f"bound by a literal on {stmt.where(name)} and changed on {change.where()}"
+        return Needed(name, user.where(name), how)
+
+
+def refuse_without_kernel(needed: Mapping[str, Needed]) -> None:
+    """Without a kernel there is no value to copy: every such name is refused, in one error."""
+    if not needed:
+        return
+    listed = "; ".join(n.line() for n in needed.values())
+    raise CaptureError(
+        f"{listed}: the notebook file holds only the code, not the value"
+        f"{'s' if len(needed) > 1 else ''} the kernel computed, and msnb copies only imports, def, class and "
+        "literal constants that are never changed.",
+        RUNTIME_HINT,
+    )
+
+
+def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
+    """name -> where it is bound and used, for the snapshot's messages."""
+    return {n.name: f"used on {n.used}" for n in needed.values()}
+
+
+def values_of(needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None):
+    """The snapshot of ``needed`` from ``namespace`` (None when nothing is needed); refused without a kernel."""
+    if namespace is None:
+        refuse_without_kernel(needed)
+        return None
+    from msnb.capture.kernel_values import snapshot
+
+    return snapshot(where_bound(needed), namespace, max_mb)

@@ -1,0 +1,137 @@
+"""`msnb export --execute`: run the notebook top to bottom in a fresh kernel and take the handlers it captured.
+
+The ``%%ms_handler`` cells capture in that kernel as they do in Jupyter (runtime values snapshotted,
+live checkpoints saved), then one more cell hands the kernel's specs to this process through a
+private temp folder; the archives are built here, by the same code as a plain export.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+from msnb.errors import MsnbError
+from msnb.spec import HandlerSpec
+
+DEFAULT_TIMEOUT_S = 600  # per cell, as nbclient counts it
+SPECS_FILE = "specs.pkl"
+_SETUP = "get_ipython().run_line_magic('load_ext', 'msnb')"
+
+
+class ExecuteError(MsnbError):
+    """The notebook failed while it ran in a fresh kernel: nothing was exported."""
+
+
+@contextmanager
+def executed_specs(notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S) -> Iterator[list[HandlerSpec]]:
+    """Run ``notebook`` in a fresh kernel (its folder as the cwd); yields the specs its handler cells captured.
+
+    Live checkpoints are saved in a temp folder that lasts as long as the ``with`` block.
+    """
+    path = Path(notebook).resolve()
+    from msnb.capture.notebook import read_notebook
+
+    nb = read_notebook(path)
+    client = NotebookClient(
+        nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(path.parent)}}
+    )
+    handoff = Path(tempfile.mkdtemp(prefix="msnb-execute-"))
+    # nbclient stores outputs by cell index: msnb's two cells (load the extension, hand the specs over) go
+    # into the notebook object; the first runs outside the history so In[N] counts the notebook's cells.
+    nb.cells = [nbformat.v4.new_code_cell(_SETUP), *nb.cells, nbformat.v4.new_code_cell(_handoff_code(handoff))]
+    try:
+        with client.setup_kernel():
+            _run(client, 0, path, "setup", store_history=False)
+            for index in range(1, len(nb.cells) - 1):
+                _run(client, index, path, f"cell {index}")
+            _run(client, len(nb.cells) - 1, path, "hand-off")
+        with (handoff / SPECS_FILE).open("rb") as f:
+            specs = pickle.load(f)  # written just now by msnb's own code in the kernel (a private folder)
+        yield specs
+    finally:
+        shutil.rmtree(handoff, ignore_errors=True)
+
+
+def _run(client: NotebookClient, index: int, path: Path, label: str, store_history: bool = True) -> None:
+    try:
+        client.execute_cell(client.nb.cells[index], index, store_history=store_history)
+    except CellTimeoutError:
+        raise ExecuteError(
+            f"{path.name}, {label} ran longer than {client.timeout} s in the fresh kernel: nothing was exported.",
+            "raise the limit with --timeout SECONDS, or make the cell faster.",
+        ) from None
+    except DeadKernelError as err:
+        raise ExecuteError(
+            f"The kernel died while running {path.name}, {label} ({err}): nothing was exported.",
+            "run the notebook top to bottom in Jupyter to find what kills it (memory is a common cause).",
+        ) from None
+    except CellExecutionError as err:
+        raise ExecuteError(
+            f"{path.name}, {label} failed in the fresh kernel: {err.ename}: {_first_line(err.evalue)}. "
+            "Nothing was exported.",
+            "fix that cell so the notebook runs top to bottom (Restart & Run All in Jupyter shows the same error).",
+        ) from None
+
+
+def _first_line(text: str) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _handoff_code(folder: Path) -> str:
+    return f"import msnb.cli.execute as _msnb_execute\n_msnb_execute.hand_off({str(folder)!r})\ndel _msnb_execute\n"
+
+
+def hand_off(folder: str) -> None:
+    """In the kernel: write the session's specs for the exporting process (live checkpoints saved as files)."""
+    from msnb.session.core import current
+
+    folder_path = Path(folder)
+    specs = [_portable(spec, folder_path) for spec in current().specs.values()]
+    with (folder_path / SPECS_FILE).open("wb") as f:
+        pickle.dump(specs, f)
+
+
+def _portable(spec: HandlerSpec, folder: Path) -> HandlerSpec:
+    """The spec with a live checkpoint (an nn.Module or state_dict in the kernel) written to a file in ``folder``."""
+    import torch
+
+    ckpt = spec.checkpoint
+    if ckpt is None or isinstance(ckpt, (str, Path)):
+        return spec
+    target = folder / f"{spec.name}.checkpoint.pt"
+    if isinstance(ckpt, torch.jit.ScriptModule):
+        torch.jit.save(ckpt, str(target))
+    else:
+        torch.save(ckpt.state_dict() if isinstance(ckpt, torch.nn.Module) else ckpt, target)
+    return spec.replace(checkpoint=str(target))
+
+
+def select(specs: Iterable[HandlerSpec], names: Iterable[str] | None, notebook: str | Path) -> list[HandlerSpec]:
+    """The specs asked for by name (all when ``names`` is None); an unknown name is a usage error."""
+    from msnb.capture.notebook import NoHandlerError, NotebookError
+
+    specs = list(specs)
+    if not specs:
+        raise NoHandlerError(
+            f"Running {Path(notebook).name} captured no handler.",
+            "start a code cell with `%%ms_handler NAME` over its init_function or your own handler.",
+        )
+    if names is None:
+        return specs
+    known = {s.name: s for s in specs}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise NotebookError(
+            f"No handler named {', '.join(map(repr, missing))} in {Path(notebook).name}.",
+            f"the notebook defines: {', '.join(known)}.",
+        )
+    return [known[n] for n in names]

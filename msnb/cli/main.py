@@ -1,0 +1,399 @@
+"""The `msnb` terminal command: export a notebook's handlers, serve archives, send a prediction."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from IPython.core.error import UsageError
+
+from msnb.cli import serve_state
+from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
+from msnb.engines.torchserve.config import (
+    DEFAULT_MAX_BYTES,
+    KSERVE_CONFIG_DIR,
+    KSERVE_STORE_DIR,
+    LIMIT_OPTIONS,
+    Limits,
+)
+from msnb.errors import MsnbError, OptionError, ServerError
+from msnb.package.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
+
+OK, FAILED, USAGE = 0, 1, 2
+EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
+no %%ms_handler cell, 2 usage error (bad options, unreadable notebook, unknown --handler, OUTDIR not writable).
+Errors go to stderr as `error: ...` followed by a `Hint: ...` line."""
+EXPORT_HELP = """Read NOTEBOOK with nbformat WITHOUT running it, capture every %%ms_handler cell (the option
+line is parsed exactly as the magic parses it; definitions come from the code cells above the handler
+cell, the latest one winning, as a fresh "Run All" would have them; cells below never count), and write
+one archive per handler into OUTDIR. Relative paths in the options (--checkpoint, --requirements,
+--extra-files, --example @file) resolve against the notebook's folder, not the current directory.
+Names bound at run time (a vocabulary built by a loop, a literal changed later) are refused there; with
+--execute the notebook first runs top to bottom in a fresh kernel (its folder as the cwd) and its
+handlers are exported as that kernel captured them, runtime values snapshotted as data."""
+SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive
+found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
+`msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
+reported (with its worker log lines) and the others are served; the exit code is 1 only when none loads. While it runs, its URL,
+key file, folder and models are written to its own state file (default $MSNB_STATE_DIR/servers/PID.json, else
+~/.cache/msnb/servers/PID.json; --state never overwrites another live server's file), which is where
+`msnb predict` finds them: several `msnb serve` can run side by side."""
+PREDICT_HELP = """POST one input to /predictions/NAME and print the answer. Without --url it uses a running
+`msnb serve` (its state file): the only one, the one started in the current folder (or a folder above it), or
+the one --server picks; it says on stderr which server answered. With --url it sends the inference key read
+from --token-file (TorchServe's key_file.json), or no token when none is given."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `msnb` command; returns the exit code (0 ok, 1 a handler failed, 2 usage error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, a bad option 2
+        return int(exc.code or 0)
+    from msnb.capture.notebook import NoHandlerError, NotebookError
+
+    try:
+        return args.run(args)
+    except NoHandlerError as err:
+        return _fail(err, FAILED)
+    except (NotebookError, UsageError) as err:
+        return _fail(err, USAGE)
+    except MsnbError as err:
+        return _fail(err, USAGE if getattr(args, "usage_errors", False) else FAILED)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="msnb",
+        description="Notebook cells become TorchServe model archives.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict}")
+    _add_export(sub)
+    _add_serve(sub)
+    _add_predict(sub)
+    return parser
+
+
+def _add_command(sub, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    return sub.add_parser(name, help=summary, description=description, epilog=EPILOG, formatter_class=raw)
+
+
+def _add_export(sub) -> None:
+    exp = _add_command(sub, "export", "notebook -> .mar files (runs the notebook only with --execute)", EXPORT_HELP)
+    exp.add_argument("notebook", help="the .ipynb file")
+    exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
+    exp.add_argument(
+        "-o", "--outdir", help=f"folder for the archives (default: {DEFAULT_EXPORT}, or none with --kserve)"
+    )
+    exp.add_argument(
+        "--format",
+        default=EXPORT_FORMAT,
+        choices=list(FORMATS),
+        help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()),
+    )
+    exp.add_argument(
+        "--check",
+        action="store_true",
+        help="run each handler in-process on its --example before writing anything (without it, no user code runs)",
+    )
+    _add_layouts(exp)
+    _add_execute(exp)
+    _limit_arguments(exp, "in the --kserve config")
+    exp.set_defaults(run=_export)
+
+
+def _add_layouts(exp: argparse.ArgumentParser) -> None:
+    """The other engines' layouts `msnb export` writes beside (or instead of) the archives."""
+    exp.add_argument(
+        "--kserve",
+        metavar="DIR",
+        help="also write KServe's TorchServe layout: "
+        f"DIR/{KSERVE_STORE_DIR}/<name>.mar and DIR/{KSERVE_CONFIG_DIR}/config.properties (storageUri points at DIR)",
+    )
+    exp.add_argument(
+        "--ray",
+        metavar="DIR",
+        help="also write a Ray Serve folder: DIR/<name>/ model folders, the adapter and serve_config.yaml "
+        '(`serve run serve_config.yaml` from DIR; KubeRay\'s serveConfigV2); needs pip install "msnb[ray]"',
+    )
+    exp.add_argument(
+        "--ray-host",
+        metavar="HOST",
+        help="the address Ray Serve's HTTP proxy binds in serve_config.yaml (default 127.0.0.1; 0.0.0.0 for a "
+        "cluster, behind an authenticating proxy: Serve's HTTP has no authentication)",
+    )
+
+
+def _add_execute(exp: argparse.ArgumentParser) -> None:
+    """`--execute`: capture from a fresh kernel that ran the notebook, not from the file."""
+    exp.add_argument(
+        "--execute",
+        action="store_true",
+        help="run the notebook top to bottom in a fresh kernel first and export the handlers it captured "
+        "(runtime values such as a vocabulary built by a loop travel as data)",
+    )
+    exp.add_argument(
+        "--timeout",
+        type=int,
+        default=EXECUTE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"with --execute: the longest one cell may run (default {EXECUTE_TIMEOUT_S})",
+    )
+
+
+def _add_serve(sub) -> None:
+    srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
+    srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
+    srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
+    _limit_arguments(srv, "of the server")
+    srv.set_defaults(run=_serve)
+
+
+def _add_predict(sub) -> None:
+    pre = _add_command(sub, "predict", "send one input to a served model", PREDICT_HELP)
+    pre.add_argument("name", help="model name (/predictions/NAME)")
+    pre.add_argument("--data", required=True, metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
+    pre.add_argument("--version", help="model version (default: the default version)")
+    pre.add_argument(
+        "--url", help="inference URL, e.g. http://127.0.0.1:8080 (default: from `msnb serve`'s state file)"
+    )
+    pre.add_argument("--token-file", type=Path, help="TorchServe's key_file.json, used with --url")
+    pre.add_argument("--state", type=Path, help="the state file `msnb serve` wrote")
+    pre.add_argument("--server", metavar="PID|FOLDER", help="which running `msnb serve` answers (when several run)")
+    pre.set_defaults(run=_predict)
+
+
+def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
+    for key in LIMIT_OPTIONS:
+        what = key.split("_")[1]
+        parser.add_argument(
+            "--" + key.replace("_", "-"),
+            type=int,
+            metavar="BYTES",
+            help=f"largest {what} body {where} (TorchServe's default: {DEFAULT_MAX_BYTES}, 6.5 MB)",
+        )
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    return Limits(args.max_request_size, args.max_response_size)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from msnb.cli.execute import ExecuteError
+    from msnb.cli.export import export_notebook, format_table
+
+    args.usage_errors = True  # an export error before any handler ran is about the command line
+    outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
+    try:
+        report = export_notebook(
+            args.notebook,
+            outdir,
+            handlers=args.handler,
+            fmt=args.format,
+            check=args.check,
+            kserve=args.kserve,
+            limits=_limits(args),
+            execute=args.execute,
+            timeout=args.timeout,
+            ray=args.ray,
+            ray_host=args.ray_host,
+        )
+    except ExecuteError as err:  # the notebook itself failed, not the command line
+        return _fail(err, FAILED)
+    _print_export(report, format_table(report))
+    _print_layouts(report, args)
+    for name, err in report.failed.items():
+        print(f"error: {name}: {err.render()}", file=sys.stderr)
+    return OK if report.ok else FAILED
+
+
+def _print_export(report, table: str) -> None:
+    """Each exported handler's warnings and check answer, the table, then the export's own warnings."""
+    for item in report.exported:
+        for warning in item.spec.warnings:
+            print(f"warning: {item.spec.name}: {warning}", file=sys.stderr)
+        if item.spec.name in report.checked:
+            print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")
+    print(table)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _print_layouts(report, args: argparse.Namespace) -> None:
+    """Where the KServe and Ray Serve layouts went, or why they were not written."""
+    if report.kserve is not None:
+        print(
+            f"KServe layout: {report.kserve.resolve()} (set the InferenceService's storageUri to where you upload it)"
+        )
+    elif args.kserve:
+        print("KServe layout not written: every handler must export for it.", file=sys.stderr)
+    if report.ray is not None:
+        print(f"Ray Serve folder: {report.ray.resolve()} (from there: serve run serve_config.yaml)")
+    elif args.ray:
+        print("Ray Serve folder not written: every handler must export for it.", file=sys.stderr)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from msnb.engines.torchserve import LocalServer
+
+    archives = find_archives(args.paths)
+    server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
+    print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
+    server.start()
+    state = None
+    try:
+        names = _register_each(server, archives)
+        state = serve_state.write(_record(server, names), args.state)
+        print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
+        print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
+        print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops the server.", flush=True)
+        if not _wait(server):
+            raise ServerError(
+                "TorchServe exited by itself.",
+                "read its last log lines below; run `msnb serve` again.",
+                details=server.log_tail(),
+            )
+    finally:
+        if state is not None:
+            state.unlink(missing_ok=True)
+        server.stop()
+        print("server stopped", flush=True)
+    return OK
+
+
+def _record(server, names: list[str]) -> serve_state.ServerRecord:
+    return serve_state.ServerRecord(
+        os.getpid(),
+        str(Path.cwd().resolve()),
+        server.inference_url,
+        server.management_url,
+        str(server.layout.key_file),
+        names,
+    )
+
+
+def _register_each(server, archives: list[Path]) -> list[str]:
+    """Register every archive that loads and report each that does not (with its worker log lines); only when
+    none loads is it an error. Returns the names served."""
+    served: list[str] = []
+    for path in archives:
+        try:
+            status = server.register(path)
+        except MsnbError as err:
+            print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
+            continue
+        served.append(status.name)
+        print(f"serving {status.name} {status.version}: POST {server.inference_url}/predictions/{status.name}")
+    if not served:
+        raise ServerError(
+            f"None of the {len(archives)} archive(s) could be served (each error is above).",
+            "fix the handler named in the worker log lines, export it again and rerun `msnb serve`.",
+        )
+    if len(served) < len(archives):
+        print(f"warning: serving {len(served)} of {len(archives)} archives", file=sys.stderr, flush=True)
+    return served
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from msnb.options import parse_data
+
+    args.usage_errors = False
+    data = parse_data(args.data, None, Path.cwd(), option="--data")
+    answer = send(
+        args.name,
+        data,
+        version=args.version,
+        url=args.url,
+        token_file=args.token_file,
+        state=args.state,
+        server=args.server,
+    )
+    if isinstance(answer, (bytes, bytearray)):
+        sys.stdout.buffer.write(bytes(answer))
+    else:
+        print(json.dumps(answer, indent=2) if not isinstance(answer, str) else answer)
+    return OK
+
+
+def find_archives(paths: list[str]) -> list[Path]:
+    """The archives to serve: .mar files, no-archive model folders, and the .mar files of store/KServe folders."""
+    found = []
+    for raw in paths:
+        path = Path(raw)
+        store = path / KSERVE_STORE_DIR if (path / KSERVE_STORE_DIR).is_dir() else path
+        if path.is_file() or (path / "MAR-INF").is_dir():
+            found.append(path)
+        elif store.is_dir() and sorted(store.glob("*.mar")):
+            found += sorted(store.glob("*.mar"))
+        else:
+            raise OptionError(
+                f"{raw}: no .mar file, model folder or model store there.",
+                "give a .mar, a folder of .mar files, or a `msnb export --kserve` folder.",
+            )
+    return found
+
+
+def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None):
+    """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer."""
+    from msnb.engines.torchserve import TorchServeClient
+    from msnb.engines.torchserve.auth import Keys
+
+    if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
+        record = _server(state, server)
+        print(f"answered by {record.describe()}", file=sys.stderr, flush=True)
+        client = TorchServeClient(
+            record.inference_url, record.management_url, keys=Keys(Path(record.key_file), record.management_url)
+        )
+    else:  # a server given by --url: its key is used as given, never renewed
+        client = TorchServeClient.connect(url, token_file)
+    try:
+        return client.predict(name, data, version=version)
+    finally:
+        client.close()
+
+
+def _server(state: Path | None, pick: str | None) -> serve_state.ServerRecord:
+    """The `msnb serve` a prediction goes to: the one in ``state``, else chosen among the running ones."""
+    if state is None:
+        return serve_state.choose(serve_state.running(), Path.cwd(), pick)
+    record = serve_state.read(state)
+    if record is None:
+        raise MsnbError(f"No `msnb serve` is running (no live server in {state}).", serve_state.START_HINT)
+    return record
+
+
+def _wait(server) -> bool:
+    """Block until Ctrl-C or SIGTERM (True) or until TorchServe dies (False)."""
+    import signal
+    import threading
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while server.running and not done.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        return True
+    return done.is_set()
+
+
+def _fail(err: Exception, code: int) -> int:
+    text = err.render() if isinstance(err, MsnbError) else str(err)
+    if isinstance(err, UsageError) and "Hint:" not in text:
+        text += "\nHint: see `msnb --help`."
+    print(f"error: {text}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""A local Ray Serve owned by this process: the notebook's second engine (``%ms_serve NAME --engine ray``).
+
+It offers what the session asks of an engine, as ``LocalServer`` does for TorchServe: ``start``, ``stop``,
+``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (TorchServe's REST client: the
+URLs are the same), ``redeploy(folder)``, ``models``, ``predict``, ``explain``, ``model_log``. Ray runs on
+loopback in a private temp dir (no dashboard, no usage stats); ``stop()``, interpreter exit and, when this
+process is killed, Ray's own reaper plus msnb's watchdog leave no process and no file behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import re
+import shutil
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from msnb.engines.ray import require
+from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started
+from msnb.engines.torchserve import watchdog
+from msnb.engines.torchserve.config import STORE_DIR
+from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
+from msnb.engines.torchserve.store import ModelStore, read_manifest
+from msnb.errors import ServerError
+from msnb.package.ray_layout import ROUTER_APP
+
+TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
+PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
+REPLICA_CPUS = 0.5
+
+
+class LocalRay:
+    """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
+
+    auth = False  # Serve's HTTP proxy has no authentication: it binds loopback only
+
+    def __init__(self, http_port: int | None = None, num_cpus: float = 2):
+        self.http_port, self.num_cpus = http_port, num_cpus
+        self._requested_port = http_port  # None: a free port at each start
+        self.root: Path | None = None
+        self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
+        self.client = None
+        self._cluster = self._watchdog = None
+        self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "LocalRay":
+        with self._lock:
+            if self.running:
+                return self
+            require()
+            port = self.http_port or free_port()
+            _refuse_taken(port)
+            self.root = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir="/tmp"))
+            try:
+                self._start(port)
+            except BaseException:
+                self.stop()
+                raise
+            return self
+
+    def _start(self, port: int) -> None:
+        import ray  # (imported by require() first, with msnb's Ray environment)
+        from ray import serve
+        from ray.cluster_utils import Cluster
+
+        from msnb.templates import msnb_ray
+
+        with started(self.root):
+            self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
+        self._watchdog = watchdog.spawn(self.pid, self.root)  # this process killed: Ray's tree and files go
+        ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
+        serve.start(http_options={"host": LOOPBACK, "port": port})
+        serve.run(msnb_ray.router({}), name=ROUTER_APP, route_prefix="/")
+        self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
+        from msnb.engines.torchserve import TorchServeClient
+
+        self.client = TorchServeClient.connect(self.inference_url)
+        _LIVE.add(self)
+
+    def stop(self) -> None:
+        """Shut Serve and Ray down, then delete the temp dir; safe to call twice."""
+        with self._lock:
+            _LIVE.discard(self)
+            if self._cluster is not None:
+                _shutdown(self._cluster)
+            if self._watchdog is not None:
+                self._watchdog.stdin.close()  # the watchdog finds nothing left and deletes the temp dir
+                self._watchdog.wait(30)
+            if self.root is not None:
+                shutil.rmtree(self.root, ignore_errors=True)
+            self._cluster = self._watchdog = self.root = self.client = None
+            self.http_port = self._requested_port
+            self._folders.clear()
+
+    @property
+    def running(self) -> bool:
+        pid = self.pid
+        return pid is not None and bool(watchdog.process_tree(pid))
+
+    @property
+    def pid(self) -> int | None:
+        """The GCS server's pid: a new Ray is a new pid (the session's "served by" check)."""
+        if self._cluster is None:
+            return None
+        procs = self._cluster.head_node.all_processes.get("gcs_server") or []
+        return procs[0].process.pid if procs else None
+
+    @property
+    def workdir(self) -> Path | None:
+        return self.root
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The newest lines of every replica's log (what a failing load or request wrote)."""
+        return "\n".join(line for name in self._folders for line in self.model_log(name, lines))[-20000:]
+
+    @property
+    def inference_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.http_port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self._cluster.head_node.get_logs_dir_path()) if self._cluster else Path(tempfile.gettempdir())
+
+    # ------------------------------------------------------------------ models
+    def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
+        """Serve the model folder ``path`` as its application: the first time a deploy, later a rolling update
+        (Serve starts the new replicas before it drains the old ones: no request is lost)."""
+        from ray import serve
+
+        from msnb.templates import msnb_ray
+
+        folder = Path(path)
+        name, version = read_manifest(folder)
+        args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": REPLICA_CPUS,
+                "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
+        try:
+            serve.run(msnb_ray.model(args), name=name, route_prefix=None)
+        except Exception as err:  # noqa: BLE001 - Serve's RuntimeError names the deployment, not the cause
+            raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
+        previous, self._folders[name] = self._folders.get(name), folder
+        if previous is not None and previous != folder:
+            shutil.rmtree(previous, ignore_errors=True)
+        return self.status(name)
+
+    register = redeploy
+
+    def free_version(self, name: str, version: str) -> str:
+        """``version``, or ``version-rN`` when ``name`` already serves it: each deploy is a new folder, so Serve
+        sees a changed application and rolls it out."""
+        served = {read_manifest(f)[1] for n, f in self._folders.items() if n == name}
+        candidate, n = version, 1
+        while candidate in served:
+            n += 1
+            candidate = f"{version}-r{n}"
+        return candidate
+
+    def models(self) -> list[ModelStatus]:
+        return [self.status(name) for name in self._folders]
+
+    def status(self, name: str, version: str | None = None) -> ModelStatus:
+        from ray import serve
+
+        app = serve.status().applications.get(name)
+        states = app.deployments["MsnbModel"].replica_states if app else {}
+        workers = tuple(WorkerStatus(f"{state}-{i}", _TS_STATE.get(state, state)) for state, n in states.items()
+                        for i in range(n))  # fmt: skip
+        folder = self._folders.get(name)
+        return ModelStatus(name, read_manifest(folder)[1] if folder else "", True, workers, self.inference_url)
+
+    def predict(self, name: str, data: Any, **kwargs: Any) -> Any:
+        return self.client.predict(name, data, **kwargs)
+
+    def explain(self, name: str, data: Any, **kwargs: Any) -> Any:
+        return self.client.explain(name, data, **kwargs)
+
+    def model_log(self, name: str, lines: int = 40) -> list[str]:
+        """The newest lines the replicas of ``name`` wrote (Serve's replica logs of that application)."""
+        found: list[str] = []
+        for log in sorted(self.log_dir.glob(f"serve/replica_{name}_*.log")):
+            found += log.read_text(errors="replace").splitlines()
+        return found[-lines:]
+
+
+_TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
+_LIVE: set[LocalRay] = set()
+
+
+def _deployment_message(name: str) -> str:
+    """The replica's constructor traceback, which Serve keeps in the deployment's status message."""
+    from ray import serve
+
+    try:
+        app = serve.status().applications.get(name)
+        return "\n".join(d.message for d in app.deployments.values() if d.message) if app else ""
+    except Exception:  # noqa: BLE001 - the status is a detail of the error being raised
+        return ""
+
+
+def load_error(name: str, text: str) -> ServerError:
+    """A replica that did not load: the handler's own message and hint out of Serve's status text."""
+    found = re.search(r"HandlerLoadError: (.*?)\nHint: (.*?)(?:\n|$)", text, re.S)
+    if found:
+        return ServerError(
+            f"{name} did not load on Ray: {found.group(1).strip()}", found.group(2).strip(), text[-2000:]
+        )
+    return ServerError(f"{name} did not load on Ray.", "read the replica's traceback below.", text[-3000:])
+
+
+def _refuse_taken(port: int) -> None:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            raise ServerError(
+                f"Port {port} on {LOOPBACK} is already in use.", f"choose another: {PORT_OPTION}."
+            ) from None
+
+
+def _shutdown(cluster: Any) -> None:
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    except Exception:  # noqa: BLE001 - Ray may already be gone (stopped, or died)
+        pass
+    ray.shutdown()
+    cluster.shutdown()
+
+
+_default: LocalRay | None = None
+
+
+def default_ray(port: int | None = None) -> LocalRay:
+    """The process-wide local Ray of the notebook surfaces (not started here)."""
+    global _default
+    if _default is None or (port is not None and port != _default.http_port and not _default.running):
+        _default = LocalRay(port)
+    return _default
+
+
+@atexit.register
+def _stop_all() -> None:
+    for engine in list(_LIVE):
+        try:
+            engine.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit; the watchdog is the backstop
+            pass
+
+
+__all__ = ["LocalRay", "default_ray", "load_error"]

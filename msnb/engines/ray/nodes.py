@@ -1,0 +1,70 @@
+"""Start Ray nodes the way msnb needs them: loopback only, a private temp dir, no dashboard, no usage stats.
+
+Used by the kernel's local Ray (``msnb.engines.ray.engine``) and by the two-node test cluster, so both start alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from msnb.engines.ray import ENV, require
+
+LOOPBACK = "127.0.0.1"
+AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def environment(temp_root: Path) -> dict[str, str]:
+    """The variables every Ray process of ours gets: ``RAY_TMPDIR`` keeps Ray's files under ``temp_root``."""
+    return {**ENV, "RAY_TMPDIR": str(temp_root)}
+
+
+def node_args(temp_root: Path, num_cpus: float, head: bool) -> dict[str, Any]:
+    """Arguments of one node (``ray.init`` or ``Cluster.add_node``): loopback, fixed agent ports, our temp dir."""
+    args: dict[str, Any] = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, **{p: free_port() for p in AGENT_PORTS}}
+    if head:
+        args |= {"include_dashboard": False, "temp_dir": str(temp_root / "ray")}
+    return args
+
+
+@contextlib.contextmanager
+def started(temp_root: Path) -> Iterator[None]:
+    """While nodes start: our environment set (and kept), Ray's temp root made, and the raylet told its agent's HTTP port.
+
+    Ray 2.60 passes the dashboard agent its listen port but not the raylet, which then waits at most 15 s for
+    the agent to write the port to a file and aborts when it is late: under load (a busy 2-core machine, the
+    agent's imports taking ~30 s) no node starts. With every agent port fixed and passed, nothing waits.
+    """
+    require()
+    from ray._private import services
+
+    (temp_root / "ray").mkdir(parents=True, exist_ok=True)
+    os.environ.update(environment(temp_root))  # kept: later calls (ray.init(address), shutdown) read them too
+    original = services.start_ray_process
+
+    def start(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        if command and command[0] == services.RAYLET_EXECUTABLE:
+            command = [*command, *_listen_port_flag(command)]
+        return original(command, *args, **kwargs)
+
+    services.start_ray_process = start
+    try:
+        yield
+    finally:
+        services.start_ray_process = original
+
+
+def _listen_port_flag(raylet_command: list[str]) -> list[str]:
+    agent = next((c for c in raylet_command if c.startswith("--dashboard_agent_command=")), "")
+    port = next((c.split("=", 1)[1] for c in agent.split() if c.startswith("--listen-port=")), "0")
+    return [f"--dashboard_agent_listen_port={port}"] if port not in ("0", "") else []

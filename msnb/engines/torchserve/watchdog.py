@@ -1,0 +1,138 @@
+"""Stop a TorchServe process tree; run as `python -m msnb.engines.torchserve.watchdog PID [MODEL_STORE]` to stop it when
+the owner dies.
+
+The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
+normal exit, SIGKILL of a Jupyter kernel), the pipe closes, the watchdog reads EOF, stops
+the Java process and its workers, and deletes MODEL_STORE (a temporary workdir's registered
+archives and checkpoint copies) when given. ``sweep_stale`` removes what an owner left behind when
+even the watchdog could not run (the machine rebooted, the watchdog was killed too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from msnb.engines.torchserve.config import STORE_DIR
+from msnb.files import write_atomic
+
+TEMP_PREFIX = "msnb-server-"  # a LocalServer's temporary workdir: tempfile.mkdtemp(prefix=TEMP_PREFIX)
+OWNER_FILE = "msnb-owner.json"
+TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
+POLL_S = 0.5
+
+
+def process_tree(pid: int | psutil.Process) -> list[psutil.Process]:
+    """The process and its descendants (empty when it is gone, or its pid now names another process)."""
+    try:
+        proc = pid if isinstance(pid, psutil.Process) else psutil.Process(pid)
+        if not alive(proc):
+            return []
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def stop_tree(pid: int | psutil.Process, grace_s: float = TERM_GRACE_S) -> None:
+    """SIGTERM the process, SIGKILL it after ``grace_s``, then kill whatever of its tree is left."""
+    procs = process_tree(pid)
+    if not procs:
+        return
+    _signal(procs[:1], "terminate")
+    _, survivors = psutil.wait_procs(procs[:1], timeout=grace_s)
+    _signal(survivors, "kill")
+    # Workers normally exit with Java; a SIGKILLed Java leaves them behind.
+    _, leftovers = psutil.wait_procs(procs[1:], timeout=2.0)
+    _signal(leftovers, "kill")
+    psutil.wait_procs(procs, timeout=5.0)
+
+
+def _signal(procs: list[psutil.Process], how: str) -> None:
+    for proc in procs:
+        try:
+            getattr(proc, how)()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def spawn(pid: int, model_store: Path | None = None) -> subprocess.Popen:
+    """Start a watchdog for ``pid``; keep the returned Popen (its stdin) alive as long as the server.
+
+    ``model_store`` (a temporary workdir's own) is deleted once the owner is gone.
+    """
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "msnb.engines.torchserve.watchdog",
+            str(pid),
+            *([str(model_store)] if model_store else []),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # survives a signal sent to the owner's process group
+    )
+
+
+def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None) -> None:
+    """Block until the owner's pipe closes, then stop ``pid``'s tree (if it still runs) and delete ``model_store``."""
+    try:
+        java: psutil.Process | None = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        java = None
+    while True:
+        ready, _, _ = select.select([owner_fd], [], [], POLL_S if java is not None else None)
+        if ready and not os.read(owner_fd, 4096):
+            break
+        if java is not None and not alive(java):
+            java = None  # died by itself: the owner restarts or stops it; keep watching the owner
+    if java is not None:
+        stop_tree(java)
+    if model_store is not None:
+        shutil.rmtree(model_store, ignore_errors=True)
+
+
+def mark_owner(workdir: Path) -> None:
+    """Record this process as the owner of a temporary workdir (``sweep_stale`` reads it)."""
+    me = psutil.Process()
+    # Atomic: another process's sweep_stale must never read a half-written file as "owner gone".
+    write_atomic(workdir / OWNER_FILE, json.dumps({"pid": me.pid, "started": me.create_time()}))
+
+
+def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
+    """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
+    swept = []
+    for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):
+        workdir = owner_file.parent
+        if _owner_alive(owner_file) or not (workdir / STORE_DIR).exists():
+            continue
+        shutil.rmtree(workdir / STORE_DIR, ignore_errors=True)
+        swept.append(workdir)
+    return swept
+
+
+def _owner_alive(owner_file: Path) -> bool:
+    try:
+        owner = json.loads(owner_file.read_text())
+        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 1.0
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return False
+
+
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (is_running also notices a reused pid)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), model_store=Path(sys.argv[2]) if len(sys.argv) > 2 else None)

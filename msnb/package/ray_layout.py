@@ -1,0 +1,107 @@
+"""``msnb export --ray``: model folders, the Serve adapter and a validated ``serve_config.yaml`` in one folder.
+
+From the folder, ``serve run serve_config.yaml`` serves every handler on a local Ray; the same config is a KubeRay
+``RayService``'s ``serveConfigV2`` (``rayservice.yaml`` beside it is an example).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from msnb.engines.ray import require
+from msnb.errors import BuildError
+from msnb.files import move_into
+from msnb.package import archive
+from msnb.spec import HandlerSpec
+
+SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
+ADAPTER = "msnb_ray"
+ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router)
+DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
+RAY_IMAGE = "rayproject/ray:2.60.0-py311-cpu"
+
+
+def adapter_files() -> list[Path]:
+    """The adapter modules (templates/msnb_ray*.py) that sit beside the exported model folders."""
+    root = resources.files("msnb.templates")
+    return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith(ADAPTER) and p.name.endswith(".py"))
+
+
+def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict:
+    """One Serve application per model folder (name -> version; no HTTP route of its own) and the router at ``/``.
+
+    The version is an argument so that a new export of a changed handler is a changed config: Serve rolls it out.
+    """
+    apps = [
+        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model", "args": {"model_dir": n, "version": v}}
+        for n, v in models.items()
+    ]
+    apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": {}})
+    return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
+
+
+def validate(config: dict) -> None:
+    """Check ``config`` with Ray's own schema (``ServeDeploySchema``); a refusal is a BuildError."""
+    require()
+    from ray.serve.schema import ServeDeploySchema
+
+    try:
+        ServeDeploySchema.model_validate(config)  # pydantic 2, as ray[serve] 2.60 requires
+    except Exception as err:
+        raise BuildError(f"The Serve config does not validate: {err}", "report this as an msnb bug.") from None
+
+
+def rayservice(config: dict, name: str = "msnb") -> dict:
+    """An example KubeRay RayService running ``config`` (serveConfigV2) from an image holding the folder."""
+    v2 = {k: v for k, v in config.items() if k != "http_options"}
+    head = {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": {"spec": {"containers": [_container()]}}}
+    workers = [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 4, "rayStartParams": {},
+                "template": {"spec": {"containers": [_container()]}}}]  # fmt: skip
+    spec = {"serveConfigV2": yaml.safe_dump(v2, sort_keys=False), "rayClusterConfig": {
+        "rayVersion": "2.60.0", "headGroupSpec": head, "workerGroupSpecs": workers}}  # fmt: skip
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name}, "spec": spec}
+
+
+def _container() -> dict:
+    # The exported folder is the image's working directory (see docs/ray.md: an image, or a zip URI).
+    return {"name": "ray", "image": "REGISTRY/msnb-models:TAG  # FROM " + RAY_IMAGE + ", COPY OUTDIR /serve",
+            "workingDir": "/serve", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
+
+
+def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Path:
+    """Write OUTDIR/<name>/ (model folders), the adapter, serve_config.yaml and rayservice.yaml.
+
+    Built in a hidden staging folder inside OUTDIR and moved into place only when everything built."""
+    config = serve_config({s.name: s.version for s in specs}, host, port)
+    validate(config)
+    outdir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".msnb-ray-", dir=outdir))
+    try:
+        for spec in specs:
+            archive.build(spec, staging, fmt=archive.SERVE_FORMAT)
+        for src in adapter_files():
+            shutil.copy2(src, staging / src.name)
+        (staging / SERVE_CONFIG).write_text(
+            _header("serve run " + SERVE_CONFIG) + yaml.safe_dump(config, sort_keys=False)
+        )
+        (staging / RAYSERVICE).write_text(
+            _header("kubectl apply -f " + RAYSERVICE) + yaml.safe_dump(rayservice(config), sort_keys=False)
+        )
+        for item in sorted(staging.iterdir()):
+            move_into(item, outdir)
+        return outdir
+    except OSError as err:
+        raise BuildError(
+            f"Cannot write into {str(outdir.resolve())!r}: {err}.", "check the folder's permissions."
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _header(command: str) -> str:
+    return f"# Written by `msnb export --ray`; from this folder: {command}\n"

@@ -1,0 +1,423 @@
+"""The notebook's Python API: handler specs by name, and test/build/serve/predict/stop over them.
+
+The magics, the widget and the top-level ``msnb.*`` functions are thin layers over one ``Session``;
+each step itself lives in capture / localtest / archive / msnb.engines.torchserve. This is the layer that
+decides to run user code (``localtest``) before packing, and that turns a spec into an archive the
+server can take (``deploy``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from msnb.capture.kernel_values import values_changed
+from msnb.engines.torchserve.fallbacks import batch_fallbacks
+from msnb.errors import Interrupted, MsnbError, SpecError
+from msnb.files import remove
+from msnb.package import archive, taken
+from msnb.session.progress import Phase, Progress, silent
+from msnb.session.reload import Reloads
+from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
+from msnb.spec import HandlerSpec
+from msnb.trial import processes, runner
+
+DEFAULT_EXPORT = archive.DEFAULT_EXPORT
+# The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
+ENGINES = ("torchserve", "ray")
+STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
+
+
+class StaleModelWarning(UserWarning):
+    """The served model was built from an older version of its cell."""
+
+
+class Session:
+    """Specs defined in this process (by ``%%ms_handler`` or by hand) and the server they run on."""
+
+    def __init__(self, server_factory: Callable[[], Any] | None = None):
+        self.specs: dict[str, HandlerSpec] = {}
+        self.archives: dict[str, Path] = {}  # name -> the archive built last
+        self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
+        self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
+        self.namespaces: dict[str, Mapping[str, Any] | None] = {}  # name -> the kernel namespace of its values
+        self.observers = Observers()  # the widget and anything else that shows this session's state
+        self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
+        self._server_factory = server_factory
+        self._server = None
+        self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.session.reload)
+        self.engine = ENGINES[0]
+        self._engine_port: int | None = None
+
+    # ------------------------------------------------------------ specs
+    def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:
+        """Store (or replace) a spec under its name; ``namespace`` holds the live values its snapshot came from."""
+        self.specs[spec.name] = spec
+        self.namespaces[spec.name] = namespace
+        self.observers.notify("defined", spec.name)
+        return spec
+
+    def subscribe(self, callback: Callable[[str, str | None], None]) -> Callable[[], None]:
+        """Call ``callback(event, name)`` after every served / stopped / built / defined; returns unsubscribe."""
+        return self.observers.subscribe(callback)
+
+    def get(self, name_or_spec: str | HandlerSpec) -> HandlerSpec:
+        if isinstance(name_or_spec, HandlerSpec):
+            return name_or_spec
+        try:
+            return self.specs[name_or_spec]
+        except KeyError:
+            known = ", ".join(sorted(self.specs)) or "none yet"
+            raise SpecError(
+                f"No handler named {name_or_spec!r} (defined: {known}).",
+                "run its %%ms_handler cell first (or check the name's spelling).",
+            ) from None
+
+    # ------------------------------------------------------------ steps
+    def test(
+        self, name_or_spec: str | HandlerSpec, samples: Iterable[Any] | None = None, *, explain: bool = False
+    ) -> list[Any]:
+        """Run the rendered handler in-process on ``samples`` (default: the spec's example); ``explain``
+        asks for explanations, as ``/explanations`` does."""
+        spec = self.get(name_or_spec)
+        if samples is None:
+            if spec.example is None:
+                raise SpecError(
+                    f"No input to test {spec.name!r} with.",
+                    "pass --data '<json>' (or samples=[...]), or give the handler --example.",
+                )
+            samples = [spec.example]
+        return runner.predict_in_process(spec, samples, explain=explain)
+
+    def build(
+        self,
+        name_or_spec: str | HandlerSpec,
+        export_path: str | Path = DEFAULT_EXPORT,
+        *,
+        fmt: str | None = None,
+        dev: bool = False,
+        progress: Progress | None = None,
+    ) -> Path:
+        """Run the handler on its example in-process, then pack it (``fmt``; ``dev`` is the fast format)."""
+        spec = self.get(name_or_spec)
+        report = progress or silent
+        report("validating handler in-process", 0.1)
+        runner.validate(spec)
+        fmt = fmt or (archive.DEV_FORMAT if dev else archive.EXPORT_FORMAT)
+        kept = keep_aside(Path(export_path).expanduser() / f"{spec.name}.mar", spec.version)
+        if kept is not None:
+            report(f"kept the archive of another version as {kept}", 0.3)
+        path = archive.build(spec, export_path, fmt=fmt, progress=report)
+        self.archives[spec.name] = path
+        if (cell := self.specs.get(spec.name)) is not None:
+            self.built_from[path.resolve()] = cell.digest()
+        self.observers.notify("built", spec.name)
+        return path
+
+    def server(self, create: bool = True):
+        """The session's LocalServer, started on first use."""
+        if self._server is None and create:
+            if self.engine == "ray":
+                from msnb.engines.ray.engine import default_ray
+
+                self._server = default_ray(self._engine_port)
+            elif self._server_factory is None:
+                from msnb.engines.torchserve import default_server
+
+                self._server = default_server()
+            else:
+                self._server = self._server_factory()
+        if self._server is not None and create and not self._server.running:
+            self._server.start()
+        if self._server is not None and self._server.pid != self._served_by:
+            lost = bool(self.served)
+            self.served.clear()
+            self._served_by = self._server.pid
+            if lost:  # the server stopped or died: what it served is gone
+                self.observers.notify("stopped")
+        return self._server
+
+    def use_engine(self, engine: str | None, port: int | None = None) -> None:
+        """Serve on ``engine`` from now on (None keeps the current one); switching stops the other engine."""
+        if engine is None or (engine == self.engine and port in (None, self._engine_port)):
+            return
+        if engine not in ENGINES:
+            raise SpecError(f"Unknown engine {engine!r}.", f"use one of {', '.join(ENGINES)}.")
+        if engine == "ray":
+            from msnb.engines.ray import require
+
+            require()  # without the extra: the hint names it, before anything stops
+        if self._server is not None:
+            self.stop()
+        self._server, self.engine, self._engine_port = None, engine, port
+
+    def serve(
+        self,
+        name_or_spec: str | HandlerSpec,
+        progress: Progress | None = None,
+        engine: str | None = None,
+        port: int | None = None,
+    ):
+        """Register the spec on the local server (``engine``: torchserve or ray, default the one in use), or
+        redeploy it if it changed; returns the server."""
+        spec = self.get(name_or_spec)
+        self.use_engine(engine, port)
+        report = progress or silent
+        with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
+            server = self._started(report)
+        served = self.served.get(spec.name)
+        if served is not None and served.digest == spec.digest():
+            report(f"already serving {served.line()}", 1.0)
+            return server
+        detail = _worker_detail(server, spec.name)
+        files = taken.taken_by(spec)  # as the build below copies them
+        with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
+            with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
+                status = self.reloads.serve(server, spec, deploy)  # a reload in the worker, or a new version
+        cell = self.specs.get(spec.name)
+        cell_digest = cell.digest() if cell else None
+        self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell_digest, files)
+        report(f"ready: {self.served[spec.name].line()}{self.reloads.note(spec.name)}", 1.0)
+        self.observers.notify("served", spec.name)
+        return server
+
+    def _started(self, report: Progress):
+        server = self.server(create=False)
+        if server is not None and server.running:
+            return server
+        with Phase(report, STARTING[self.engine], 0.05, 0.35):
+            return self.server()
+
+    def stale(self, name: str) -> str | None:
+        """Why the served ``name`` is not what its cell says now (None when it is, or when it is not served):
+        a file it was built from changed, or the cell changed since it was served."""
+        served, spec = self.served.get(name), self.specs.get(name)
+        if served is None or spec is None:
+            return None
+        why = self._changed_files(name, served) or self._changed_values(name, spec, served)
+        if why:
+            return why
+        now = spec.digest()  # hashes the source and config (and a live checkpoint's tensors): once
+        if (served.cell_digest or served.digest) == now:
+            return None  # (a widget serving its own edits of an unchanged cell is not stale)
+        return (
+            f"{name!r} was served from an older version of its cell ({served.line()}; the cell is now digest "
+            f"{now}): this answer comes from the old code. Run %ms_serve {name} to redeploy."
+        )
+
+    def _changed_files(self, name: str, served: Served) -> str | None:
+        """Why ``name`` is stale when a file it was built from changed since (None when none did)."""
+        files = taken.changed(served.files)
+        if not files:
+            return None
+        return (
+            f"{name!r} is stale: {taken.describe(files)} changed since {served.line()} was built; the server "
+            f"still answers with the file(s) as they were then. Run %ms_serve {name} to redeploy."
+        )
+
+    def _changed_values(self, name: str, spec: HandlerSpec, served: Served) -> str | None:
+        """Why ``name`` is stale when a runtime value it was served with changed in the kernel since."""
+        changed = values_changed(spec, self.namespaces.get(name))
+        if not changed:
+            return None
+        return (
+            f"{name!r} was served with the value of {changed} as it was when its cell ran ({served.line()}); "
+            f"the kernel's value changed since: this answer comes from the old value. Run the %%ms_handler "
+            f"cell again, then %ms_serve {name}, to serve the new one."
+        )
+
+    def logs(self, name: str, lines: int = 40) -> str:
+        """The last ``lines`` lines the workers of ``name`` wrote to model_log.log."""
+        from msnb.engines.torchserve.logs import model_lines
+
+        server = self.server(create=False)
+        if server is None:
+            raise MsnbError("No local TorchServe has run in this session.", f"run %ms_serve {name} first.")
+        if hasattr(server, "model_log"):  # Ray Serve: the replicas' own log files
+            found = server.model_log(name, lines)
+            if not found:
+                raise MsnbError(
+                    f"No replica log lines for {name!r} in {server.log_dir}.", f"serve it: %ms_serve {name}."
+                )
+            return "\n".join(found)
+        log = server.layout.model_log
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found = model_lines(text, name, lines)
+        if not found:
+            raise MsnbError(f"No worker log lines for {name!r} in {log}.", f"serve it first: %ms_serve {name}.")
+        return "\n".join(found)
+
+    def predict(
+        self, name: str, data: Any = None, version: str | None = None, *, warn: bool = True, explain: bool = False
+    ) -> Any:
+        """Ask the local server (``/explanations`` with ``explain``); ``data`` None sends the handler's example;
+        warns when the cell changed since."""
+        if data is None:
+            data = self.get(name).example
+            if data is None:
+                raise SpecError(
+                    f"No input to send to {name!r}.",
+                    f"pass --data '<json>' (or @file, or a variable), or give {name}'s cell --example.",
+                )
+        elif name not in self.served:
+            self.get(name)  # an unknown name says which cell to run first
+        server = self.server(create=False)
+        if server is None or not server.running:
+            raise MsnbError("No local TorchServe is running.", f"run %ms_serve {name} (or msnb.serve({name!r})) first.")
+        if name not in self.served:
+            raise MsnbError(
+                f"{name!r} is not served (serving: {', '.join(self.served) or 'nothing'}).",
+                f"run %ms_serve {name} first.",
+            )
+        stale = self.stale(name) if warn else None
+        if stale:
+            warnings.warn(stale, StaleModelWarning, stacklevel=2)
+        with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
+            if explain:
+                return server.explain(name, data, version=version)
+            return server.predict(name, data, version=version)
+
+    def explain(self, name: str, data: Any = None, version: str | None = None) -> Any:
+        """Ask the local server's ``/explanations`` for the attributions of ``data`` (default: the example)."""
+        return self.predict(name, data, version, explain=True)
+
+    def stop(self) -> None:
+        processes.close()  # the test processes too: nothing of the session keeps running
+        if self._server is not None:
+            self._server.stop()
+        self.served.clear()
+        self.reloads.forget()
+        self.observers.notify("stopped")
+
+    def status(self) -> dict[str, Any]:
+        """What is defined, built and served, per handler, and where the server's URL, logs and key file are."""
+        server = self.server(create=False)
+        running = bool(server is not None and server.running)
+        models = server.models() if running else []
+        info = _server_info(server, running)
+        handlers = {n: self._handler_status(s, models, info) for n, s in self.specs.items()}
+        fell_back = batch_fallbacks(server) if running else {}
+        for name, handler in handlers.items():  # batched forwards the server retried one sample at a time
+            handler["batch_fallbacks"] = fell_back.get(name, 0)
+        return {
+            "specs": {n: {"version": s.version, "digest": s.digest()} for n, s in self.specs.items()},
+            "archives": {n: str(p) for n, p in self.archives.items()},
+            "server": info,
+            "models": models,
+            "handlers": handlers,
+        }
+
+    def _handler_status(self, spec: HandlerSpec, models: list, info: dict[str, Any]) -> dict[str, Any]:
+        builds = {b.path: b for b in builds_in(DEFAULT_EXPORT, spec.name)}
+        if spec.name in self.archives and (b := read_built(self.archives[spec.name])) is not None:
+            builds[b.path] = b
+        served, digest, why = self.served.get(spec.name), spec.digest(), self.stale(spec.name)
+        return {
+            "version": spec.version,
+            "digest": digest,
+            "archives": [_archive_row(b, digest, self.built_from.get(b.path.resolve())) for b in builds.values()],
+            "served": [
+                {"version": m.version, "default": m.is_default, "digest": served.digest if served else None}
+                | self.reloads.row(spec.name, m.version)
+                for m in models
+                if m.name == spec.name
+            ],
+            "stale": why is not None,
+            "why": why,  # the stale warning %ms_predict shows (which file or cell changed), or None
+            "url": f"{info['url']}/predictions/{spec.name}" if served and info["url"] else None,
+        }
+
+
+def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
+    """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
+
+    The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
+    makes that the default and unregisters the old version(s), with no restart.
+    """
+    from msnb.engines.torchserve.store import safe_name
+
+    free_version = getattr(server, "free_version", None) or server.client.free_version  # Ray's, or TorchServe's
+    version = free_version(spec.name, spec.version)
+    if version != spec.version:
+        spec = spec.replace(version=version)
+    path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
+    try:
+        if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.session.reload)
+            prepare(path)
+        return server.redeploy(path, **{"workers": spec.workers, **params})
+    except BaseException:
+        remove(path)
+        raise
+
+
+@contextmanager
+def interrupted(doing: str, state: Callable[[], str]) -> Iterator[None]:
+    """Ctrl-C (Jupyter's stop button) during a step becomes one Interrupted error: what stopped, what remains."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        try:
+            remains = state()
+        except Exception:  # noqa: BLE001 - the state report must not hide the interruption
+            remains = "its state is unknown (see %ms_status)"
+        raise Interrupted(f"Interrupted while {doing}: {remains}.", "run the step again when you are ready.") from None
+
+
+def _serving(server: Any, name: str) -> str:
+    """What the server serves of ``name`` now, e.g. 'the server still runs; it serves mnist 1.0 (default)'."""
+    if not server.running:
+        return "the server was stopped"
+    versions = [m.version + (" (default)" if m.is_default else "") for m in server.client.versions(name)]
+    if not versions:
+        return f"the server still runs; {name} is not registered"
+    return f"the server still runs; it serves {name} {', '.join(versions)}"
+
+
+def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> dict[str, Any]:
+    """One archive on disk, stale when the cell's ``digest`` is not the one it was built from (``cell_digest``:
+    the cell's when this session built it, which may have packed the widget's edits; else the archive's own)."""
+    stale = (cell_digest or built.digest) != digest
+    return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
+
+
+def _server_info(server: Any, running: bool) -> dict[str, Any]:
+    known = server is not None
+    return {
+        "engine": "ray" if known and hasattr(server, "model_log") else "torchserve",
+        "running": running,
+        "url": server.inference_url if running else None,
+        "log_dir": str(server.log_dir) if known else None,
+        "key_file": str(server.layout.key_file) if known and getattr(server, "auth", False) else None,
+    }
+
+
+def _worker_detail(server: Any, name: str) -> Callable[[], str]:
+    """What the model's worker is doing, from the newest line of its log (for the registration's progress)."""
+    if not hasattr(server, "layout"):  # Ray Serve: replicas log per replica, no worker log to follow
+        return lambda: "waiting for a replica"
+    log = server.layout.model_log
+    start = log.stat().st_size if log.exists() else 0
+
+    def detail() -> str:
+        from msnb.engines.torchserve.logs import model_lines
+
+        with log.open("rb") as f:
+            f.seek(start)
+            lines = model_lines(f.read().decode("utf-8", "replace"), name, 1)
+        return f"worker: {lines[-1][:70]}" if lines else "waiting for a worker"
+
+    return detail
+
+
+_default: Session | None = None
+
+
+def current() -> Session:
+    """The process-wide session the magics and widget share."""
+    global _default
+    if _default is None:
+        _default = Session()
+    return _default

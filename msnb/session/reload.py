@@ -1,0 +1,223 @@
+"""Code-only edits of a served handler reload inside its live worker (the notebook's local server only).
+
+The first deploy of a handler installs the dev entry (``templates/dev_reload.py``) as its model folder's
+manifest handler and writes a reload secret (0600) beside it. A later edit that changes only code or
+runtime values is staged as ``generations/N/`` in that folder and announced by one inference request that
+carries the secret; the worker swaps generations between two batches, with no new process. Any other
+change (batch size, workers, device, requirements, checkpoint, version) takes the versioned redeploy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from msnb.engines.torchserve.client import _details
+from msnb.engines.torchserve.models import ModelStatus
+from msnb.engines.torchserve.store import MANIFEST
+from msnb.errors import ServerError
+from msnb.files import remove
+from msnb.package import archive
+from msnb.spec import HandlerSpec
+from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
+
+DEV_ENTRY = "dev_reload.py"
+RELOAD, NEW_VERSION = "reload", "new version"
+# model-config keys the frontend acts on (a change needs a new registration), with the option that sets them
+FRONTEND_KEYS = {
+    "batchSize": "--batch-size",
+    "maxBatchDelay": "--max-batch-delay",
+    "minWorkers": "--workers",
+    "maxWorkers": "--workers",
+    "responseTimeout": "--response-timeout",
+    "deviceType": "--device",
+    "system": "--extra-files / --max-gpu-memory",
+}
+
+
+@dataclass
+class DevModel:
+    """A handler served on the local server with the dev entry: its folder, secret and current generation."""
+
+    spec: HandlerSpec
+    status: ModelStatus  # as registered (a reload keeps the version)
+    model_dir: Path
+    secret: str
+    pid: int | None
+    generation: int = 1
+    redeploy: str = NEW_VERSION
+    why: str = "first deploy"  # why the last redeploy was (or was not) a reload
+
+    @property
+    def version(self) -> str:
+        return self.status.version
+
+    def row(self) -> dict[str, Any]:
+        return {"generation": self.generation, "redeploy": self.redeploy, "why": self.why}
+
+
+def install(model_dir: Path) -> str:
+    """Make ``model_dir`` (a no-archive folder in the local store) serve through the dev entry; returns its secret."""
+    shutil.copy2(Path(str(resources.files("msnb.templates") / DEV_ENTRY)), model_dir / DEV_ENTRY)
+    manifest_path = model_dir / MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["model"]["handler"] = DEV_ENTRY
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    for shared in model_dir.glob("msnb_*.py"):  # each generation reuses this bytecode (reuse_bytecode)
+        py_compile.compile(str(shared), doraise=True)
+    secret = secrets.token_hex(32)
+    fd = os.open(model_dir / SECRET_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secret)
+    return secret
+
+
+def refusal(known: DevModel | None, spec: HandlerSpec, server_pid: int | None) -> str | None:
+    """Why ``spec`` cannot replace what ``known`` serves by a reload (None: it can)."""
+    if known is None:
+        return "first deploy"
+    if known.pid != server_pid:
+        return "the server was restarted"
+    if spec.workers > 1:
+        return f"{spec.workers} workers (each would have to switch)"
+    if spec.version != known.spec.version:
+        return "--version changed"
+    old, new = known.spec.model_config(), spec.model_config()
+    changed = sorted({FRONTEND_KEYS.get(k, k) for k in old.keys() | new.keys() if old.get(k) != new.get(k)})
+    if changed:
+        return f"{', '.join(changed)} changed"
+    if spec.requirements != known.spec.requirements:
+        return "requirements changed"
+    if checkpoint_identity(spec) != checkpoint_identity(known.spec):
+        return "the checkpoint changed"
+    return None
+
+
+def checkpoint_identity(spec: HandlerSpec) -> Any:
+    """What makes two checkpoints the same: a file's path, size and mtime, or a live object's tensor fingerprint."""
+    from msnb.spec import _live_fingerprint
+
+    path = spec.checkpoint_path
+    if path is not None:
+        st = path.stat() if path.exists() else None
+        return (str(path.resolve()), st and st.st_size, st and st.st_mtime_ns)
+    return None if spec.checkpoint is None else _live_fingerprint(spec.checkpoint)
+
+
+class Reloads:
+    """The dev models of one notebook session and the choice, per serve, between a reload and a new version."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, DevModel] = {}
+
+    def serve(self, server: Any, spec: HandlerSpec, deploy: Callable[..., ModelStatus]) -> ModelStatus:
+        """Reload ``spec`` in the live worker when only code or runtime values changed, else ``deploy`` it."""
+        known = self.models.get(spec.name)
+        why = refusal(known, spec, server.pid)
+        if why is None:
+            try:
+                return self.reload(server, known, spec)
+            except VersionGone:
+                why = f"version {known.version} is no longer registered"
+        made: dict[str, Any] = {}
+        status = deploy(server, spec, prepare=lambda path: made.update(path=path, secret=install(path)))
+        self.models[spec.name] = DevModel(spec, status, made["path"], made["secret"], server.pid, why=why)
+        return status
+
+    def reload(self, server: Any, known: DevModel, spec: HandlerSpec) -> ModelStatus:
+        """Stage generation N+1, ask the worker to load it; the old generation serves until it has."""
+        number = known.generation + 1
+        folder = known.model_dir / GENERATIONS / str(number)
+        remove(folder)
+        archive.stage(spec.replace(version=known.version), folder)
+        reuse_bytecode(
+            known.model_dir / GENERATIONS / str(known.generation) if known.generation > 1 else known.model_dir, folder
+        )
+        try:
+            ask_reload(server, known, number)
+        except BaseException:
+            remove(folder)
+            raise
+        mark_current(known.model_dir, number)
+        if known.generation > 1:
+            remove(known.model_dir / GENERATIONS / str(known.generation))
+        known.spec, known.generation, known.redeploy, known.why = spec, number, RELOAD, "only code or values changed"
+        return known.status
+
+    def row(self, name: str, version: str) -> dict[str, Any]:
+        """The generation ``version`` of ``name`` serves and how it was last redeployed (for the status)."""
+        known = self.models.get(name)
+        return known.row() if known is not None and known.version == version else {}
+
+    def note(self, name: str) -> str:
+        """' (generation 3, reloaded in the live worker)' after a reload; '' otherwise (for one-line reports)."""
+        known = self.models.get(name)
+        if known is None or known.redeploy != RELOAD:
+            return ""
+        return f" (generation {known.generation}, reloaded in the live worker)"
+
+    def forget(self, name: str | None = None) -> None:
+        for key in [name] if name else list(self.models):
+            self.models.pop(key, None)
+
+
+def ask_reload(server: Any, known: DevModel, number: int) -> None:
+    """One reload request through the model's inference queue; a refusal or a failed load is a ServerError."""
+    client = server.client
+    url = f"{client.inference_url}/predictions/{known.spec.name}/{known.version}"
+    cursor = client.log_cursor()
+    resp = client.call(
+        "POST",
+        url,
+        "inference",
+        data=json.dumps({"generation": number}).encode(),
+        headers={"Content-Type": "application/json", RELOAD_HEADER: known.secret},
+        timeout=known.spec.response_timeout + 5,
+    )
+    if resp.ok:
+        return
+    if resp.status_code == 404:
+        raise VersionGone(f"{known.spec.name} {known.version} is not registered.", "serve it again.")
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {"error": resp.text[:2000]}
+    details = _details(cursor)
+    raise ServerError(
+        f"Reloading {known.spec.name} failed (HTTP {resp.status_code}): {body.get('error', body)}; "
+        f"generation {known.generation} keeps serving.",
+        body.get("hint") or "see the worker log (%ms_logs).",
+        details=details,
+    )
+
+
+def reuse_bytecode(previous: Path, folder: Path) -> None:
+    """Copy the previous generation's compiled shared modules: their sources are copied with their mtimes, so
+    the worker imports them from the cache instead of compiling them again (~80 ms a reload here; a worker
+    started with PYTHONDONTWRITEBYTECODE writes no cache of its own)."""
+    cache = previous / "__pycache__"
+    if not cache.is_dir():
+        return
+    (folder / "__pycache__").mkdir(exist_ok=True)
+    for pyc in cache.glob("msnb_*.pyc"):
+        shutil.copy2(pyc, folder / "__pycache__" / pyc.name)
+
+
+class VersionGone(ServerError):
+    """The version a reload was meant for is no longer registered (unregistered by hand)."""
+
+
+def mark_current(model_dir: Path, number: int) -> None:
+    """Record the generation a restarted worker loads (written whole, then renamed into place)."""
+    target = model_dir / GENERATIONS / CURRENT
+    partial = target.with_name(f".{CURRENT}.partial")
+    partial.write_text(str(number))
+    os.replace(partial, target)

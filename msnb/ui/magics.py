@@ -1,0 +1,247 @@
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/stop/status/logs/widget): thin over session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from msnb import options
+from msnb.errors import MsnbError, OptionError
+from msnb.package.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
+from msnb.session.core import ENGINES, current
+from msnb.spec import HandlerSpec, Origin
+from msnb.trial import fork_server
+from msnb.ui import display as views
+from msnb.ui import help as magic_help
+from msnb.ui.attributions import Explanation
+
+
+def show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None) -> list[str]:
+    """IPython's handler for an MsnbError raised in a cell (a magic, or the Python API): the cell fails (Run All
+    stops, nbclient raises CellExecutionError) and shows only the message, its ``Hint:`` and the details
+    (worker log lines), never a traceback through msnb."""
+    lines = views.ErrorView(value).text().splitlines()
+    shell._showtraceback(etype, value, lines)  # ipykernel sends these lines as the cell's error output
+    return lines
+
+
+def _handler_options(func: Callable) -> Callable:
+    """Give the cell magic msnb.options' parser and help text (so ``%%ms_handler?`` shows every option)."""
+    func.parser = options.ms_handler.parser
+    func.has_arguments = True
+    func.__doc__ = magic_help.handler_help()
+    return func
+
+
+def _progress(label: str) -> Callable[[str, float], None]:
+    """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal).
+
+    The bar appears with the first step, so a mistake found before any work (an unknown name) shows no bar.
+    """
+    handle = None
+
+    def report(step: str, fraction: float) -> None:
+        nonlocal handle
+        view = views.ProgressView(label, step, fraction)
+        if handle is None:
+            handle = display(view, display_id=True) or False
+            if handle is False:  # no display system (plain Python): a line per step
+                print(view.text())
+        elif handle is False:
+            print(view.text())
+        else:
+            handle.update(view)
+
+    return report
+
+
+@magics_class
+class MsnbMagics(Magics):
+    """``%load_ext msnb`` registers these; each calls one ``msnb.session.Session`` method."""
+
+    @cell_magic
+    @_handler_options
+    def ms_handler(self, line: str, cell: str) -> HandlerSpec:
+        args = _parse_handler_line(line)
+        if not self._run_cell(cell, line):  # the cell's own traceback is already shown
+            raise MsnbError(
+                f"Handler {args.name!r} was not captured: its cell failed (see the error above).",
+                "fix the cell and run it again.",
+            )
+        from msnb.capture.cells import capture
+        from msnb.capture.local_code import search_path
+
+        config = options.handler_config(args, self.shell.user_ns, Path.cwd())
+        pool, origin = self._executed_cells()
+        namespace = self.shell.user_ns  # runtime values are snapshotted from it (and checked again for staleness)
+        spec = capture(
+            args.name,
+            cell,
+            pool,
+            cell_origin=origin,
+            search_path=search_path(Path.cwd()),
+            namespace=namespace,
+            **config,
+        )
+        return current().add(spec, namespace)  # shown as a summary by the HandlerSpec formatter
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the handler's name (from its %%ms_handler line)")
+    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
+    def ms_test(self, line: str) -> Any:
+        """%ms_test NAME [--data ...] [--explain]: run the generated handler in-process (no server); returns its answer."""
+        args = parse_argstring(self.ms_test, line)
+        samples = None if args.data is None else [self._data(args.data)]
+        answer = current().test(args.name, samples, explain=args.explain)[0]
+        return Explanation(answer) if args.explain else answer
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    @argument(
+        "--export-path",
+        dest="export_path",
+        default=DEFAULT_EXPORT,
+        help="folder for the .mar (default: %(default)s)",
+    )
+    @argument(
+        "--format",
+        dest="fmt",
+        choices=list(FORMATS),
+        default=EXPORT_FORMAT,
+        help="; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()),
+    )
+    @argument("--dev", action="store_true", help=f"shorthand for --format {DEV_FORMAT}")
+    def ms_build(self, line: str) -> Path:
+        """%ms_build NAME [--export-path DIR] [--format F | --dev]: validate the handler and pack its archive."""
+        args = parse_argstring(self.ms_build, line)
+        report = _progress(f"Building {args.name}")
+        fmt = DEV_FORMAT if args.dev else args.fmt
+        path = current().build(args.name, args.export_path, fmt=fmt, progress=report)
+        report(f"built {path}", 1.0)
+        return path
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    @argument("--engine", choices=ENGINES, help="torchserve (default) or ray: a kernel-owned local Ray Serve")
+    @argument("--port", type=int, help="Ray Serve's HTTP port on 127.0.0.1 (default: a free one)")
+    def ms_serve(self, line: str) -> Any:
+        """%ms_serve NAME [--engine ray]: start (or reuse) the notebook's local TorchServe (or Ray Serve) and
+        (re)deploy the handler; returns the server."""
+        args = parse_argstring(self.ms_serve, line)
+        report = _progress(f"Serving {args.name}")
+        server = current().serve(args.name, progress=report, engine=args.engine, port=args.port)
+        served = current().served[args.name]
+        reloaded = current().reloads.note(args.name)
+        report(f"ready: {served.line()}{reloaded} at {server.inference_url}/predictions/{args.name}", 1.0)
+        return server
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--version", help="a model version (default: the served one)")
+    def ms_predict(self, line: str) -> Any:
+        """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
+        args = parse_argstring(self.ms_predict, line)
+        data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
+        answer = current().predict(args.name, data, version=args.version, warn=False)
+        stale = current().stale(args.name)
+        if stale and args.version is None:
+            display(views.WarningView(stale))
+        return answer
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--version", help="a model version (default: the served one)")
+    def ms_explain(self, line: str) -> Explanation:
+        """%ms_explain NAME [--data ...] [--version V]: ask the local TorchServe's /explanations; shows the
+        attributions as bars (``.answer`` holds the data). Without an ``explain`` role: Integrated Gradients."""
+        args = parse_argstring(self.ms_explain, line)
+        data = self._data(args.data) if args.data is not None else None
+        return Explanation(current().explain(args.name, data, version=args.version))
+
+    @line_magic
+    def ms_stop(self, line: str = "") -> views.Status:
+        """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
+        current().stop()
+        return views.Status(current().status())
+
+    @line_magic
+    def ms_status(self, line: str = "") -> views.Status:
+        """%ms_status: handlers defined, archives built, the server and its models (a dict)."""
+        return views.Status(current().status())
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the served model's name")
+    @argument("-n", "--lines", type=int, default=40, help="how many of the newest lines (default: %(default)s)")
+    def ms_logs(self, line: str) -> views.LogView:
+        """%ms_logs NAME [-n LINES]: the newest lines NAME's TorchServe workers wrote (model_log.log)."""
+        args = parse_argstring(self.ms_logs, line)
+        return views.LogView(args.name, current().logs(args.name, args.lines))
+
+    @line_magic
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    def ms_widget(self, line: str) -> Any:
+        """%ms_widget NAME: a form with Build / Test / Serve / Predict buttons over the same steps."""
+        args = parse_argstring(self.ms_widget, line)
+        from msnb.ui.widget import BuildWidget
+
+        return BuildWidget(args.name)
+
+    # ------------------------------------------------------------ helpers
+    def _run_cell(self, cell: str, line: str = "") -> bool:
+        """Run the cell for real (namespace, tracebacks as usual); True when it succeeded."""
+        outer = self.shell.displayhook.exec_result
+        try:
+            # the magic line as a comment keeps line numbers as the user sees the cell (line 1 is %%ms_handler)
+            return self.shell.run_cell(f"# %%ms_handler {line}\n{cell}").success
+        finally:  # a nested run_cell clears the displayhook's result: this cell's Out would be lost
+            self.shell.displayhook.exec_result = outer
+
+    def _executed_cells(self) -> tuple[list[tuple[str, str]], str]:
+        """The kernel's other executed cells in execution order, and this cell's origin label."""
+        history = self.shell.history_manager.input_hist_raw
+        now = self.shell.execution_count  # this cell's index while it runs with history on
+        pool = [(Origin(f"cell In[{i}]", cell=i), src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
+        return pool, Origin(f"cell In[{now}]", cell=now) if now < len(history) else Origin("handler cell")
+
+    def _data(self, text: str) -> Any:
+        return options.parse_data(text, self.shell.user_ns, Path.cwd())
+
+
+def _parse_handler_line(line: str):
+    try:
+        return options.parse_handler_line(line)
+    except UsageError as err:
+        usage = magic_help.handler_usage()
+        raise OptionError(f"%%ms_handler: {err}", "`%%ms_handler?` lists every option.", details=usage) from None
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """``%load_ext msnb``: register the magics, make an MsnbError fail its cell (see ``show_error``) and show a
+    HandlerSpec as its summary."""
+    ip.register_magics(MsnbMagics)
+    ip.set_custom_exc((MsnbError,), show_error)
+    fork_server.warm_up()  # the test processes' fork server imports torch meanwhile
+    names = lambda: current().specs  # noqa: E731 - read at completion time
+    for magic in ("ms_handler", "ms_test", "ms_build", "ms_serve", "ms_predict", "ms_logs", "ms_widget"):
+        method = getattr(MsnbMagics, magic)
+        prefix = "%%" if magic == "ms_handler" else "%"
+        ip.set_hook("complete_command", magic_help.completer(names, magic_help.flags(method)), str_key=prefix + magic)
+    formatters = ip.display_formatter.formatters
+    formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
+    formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

@@ -1,0 +1,316 @@
+"""The build widget's logic without any widget: form fields, validation, button rules, running actions."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from msnb.engines.torchserve.logs import user_frames
+from msnb.errors import MsnbError
+from msnb.ui.attributions import bars_html
+from msnb.ui.widget import fields
+from msnb.ui.widget.devices import Inventory, check_max_gpu_memory, list_devices
+from msnb.ui.widget.fields import FieldError
+
+_ELAPSED = re.compile(r" \(\d+ s\)$")
+BUTTONS = ("test", "build", "serve", "predict", "explain", "logs", "stop")
+BUSY = {
+    "test": "testing in-process",
+    "build": "building the archive",
+    "serve": "starting/registering on TorchServe",
+    "predict": "sending the prediction",
+    "explain": "computing the explanation on the server",
+    "logs": "reading the worker log",
+    "stop": "stopping the server",
+}
+
+
+@dataclass(frozen=True)
+class Actions:
+    """What the buttons do; the widget's defaults call the notebook's ``Session`` (tests inject fakes)."""
+
+    get: Callable[[str], Any]  # name -> HandlerSpec
+    test: Callable[[Any, Any], Any]  # (spec, samples | None) -> answers
+    build: Callable[[Any, str, str, Callable], Any]  # (spec, export_path, format, progress) -> path
+    serve: Callable[..., Any]  # (spec, progress[, engine]) -> server
+    predict: Callable[[str, Any], Any]  # (name, data) -> answer
+    stop: Callable[[], None]
+    server_state: Callable[[], tuple[bool, str]]  # (running, one line: pid, url, workdir)
+    log_tail: Callable[[], str]  # the server's recent log lines
+    served: Callable[[str], str | None] = lambda name: None  # name -> "NAME vV (digest D)" while served
+    stale: Callable[[str], str | None] = lambda name: None  # name -> why the served model is older than its cell
+    logs: Callable[[str], str] = lambda name: ""  # name -> the newest lines of its worker log
+    subscribe: Callable[[Callable], Callable[[], None]] = lambda callback: lambda: None  # session events
+    explain: Callable[[str, Any], Any] | None = None  # (name, data) -> explanation; None: no Explain action
+
+    @classmethod
+    def from_session(cls, session: Any = None) -> "Actions":
+        """Actions over ``session`` (default: the process-wide ``msnb.session.current()``)."""
+        if session is None:
+            from msnb.session.core import current
+
+            session = current()
+        return cls(
+            get=session.get,
+            test=session.test,
+            build=lambda spec, path, fmt, progress: session.build(spec, path, fmt=fmt, progress=progress),
+            serve=lambda spec, progress, engine=None: session.serve(spec, progress=progress, engine=engine),
+            predict=session.predict,
+            stop=session.stop,
+            server_state=lambda: _server_state(session.server(create=False)),
+            log_tail=lambda: _log_tail(session.server(create=False)),
+            served=lambda name: (
+                session.served[name].line() + session.reloads.note(name) if name in session.served else None
+            ),
+            stale=session.stale,
+            logs=session.logs,
+            subscribe=session.subscribe,
+            explain=session.explain,
+        )
+
+
+class Controller:
+    """Form state and the rules of the widget; ``on_change()`` is called after every change of state."""
+
+    def __init__(
+        self,
+        name: str | None,
+        actions: Actions,
+        inventory: Inventory | None = None,
+        on_change: Callable[[], None] | None = None,
+    ):
+        self.actions, self.inventory = actions, inventory or list_devices()
+        self.on_change = on_change or (lambda: None)
+        self.base, self.values, self.errors = None, fields.empty_values(), {}
+        self.running: str | None = None
+        self.progress: tuple[str, float] = ("", 0.0)
+        self.log: list[str] = []
+        self.result, self.result_ok = "", True
+        self.chart = ""  # the last explanation's attributions as HTML (bars or a heat strip)
+        self.outcome = ""  # "", "running", "ok", "failed" or "invalid" (fields to fix): the bar's colour
+        self._lock = threading.Lock()
+        if name:
+            self.values["name"] = name
+            self._load(name)
+        self.status = self._server_line()
+        self.unsubscribe = actions.subscribe(self._session_changed)
+
+    @property
+    def served(self) -> str | None:
+        """The model name this form serves, when the session serves it (whoever clicked or typed Serve)."""
+        name = str(self.values.get("name", "")).strip() or getattr(self.base, "name", "")
+        return name if name and self.actions.served(name) else None
+
+    def _session_changed(self, event: str, name: str | None) -> None:
+        """The session changed (a magic, another widget, this one): show it unless an action of ours runs."""
+        if self.running is None:
+            self.status = self._server_line()
+        self.on_change()
+
+    def _load(self, name: str) -> None:
+        try:
+            self.base = self.actions.get(name)
+        except MsnbError as err:
+            self._finish_error(err)
+            return
+        self.values.update(fields.values_from_spec(self.base, self.inventory))
+
+    # ------------------------------------------------------------ form
+    def set(self, field: str, value: Any) -> None:
+        """A field changed (the user typed): keep the text, clear that field's error."""
+        self.values[field] = value
+        self.errors.pop(field, None)
+
+    def enabled(self) -> dict[str, bool]:
+        """Which buttons can act now: none while an action runs; Predict only with a served model."""
+        idle = self.running is None
+        served = self.served is not None
+        return {
+            "test": idle,
+            "build": idle,
+            "serve": idle,
+            "predict": idle and served,
+            "explain": idle and served and self.actions.explain is not None,
+            "logs": idle and served,
+            "stop": idle and (served or self.actions.server_state()[0]),
+        }
+
+    def validate(self, action: str) -> dict[str, Any]:
+        """Parse the fields ``action`` needs; fills ``self.errors`` (field -> text) and returns the parsed values."""
+        parsed, self.errors = {}, {}
+        for field in fields.FIELDS_FOR[action]:
+            try:
+                parsed[field] = fields.parse(
+                    field, self.values.get(field, ""), self.base, required=field in fields.REQUIRED.get(action, ())
+                )
+            except FieldError as err:
+                self.errors[field] = str(err)
+        if "device" in parsed and "max_gpu_memory" in parsed:
+            problem = check_max_gpu_memory(parsed["max_gpu_memory"], parsed["device"], self.inventory)
+            if problem:
+                self.errors["max_gpu_memory"] = problem
+        return parsed
+
+    # ------------------------------------------------------------ actions
+    def prepare(self, action: str) -> Callable[[], None] | None:
+        """Validate and claim the widget for ``action``; returns the job to run (None: refused, see status)."""
+        with self._lock:
+            if self.running is not None:
+                self.status = f"Busy {BUSY[self.running]}: wait for it to finish, then click {action.title()} again."
+                self.on_change()
+                return None
+            parsed = self.validate(action)
+            if self.errors:
+                labels = ", ".join(fields.LABELS[f] for f in self.errors)
+                self._set_result(
+                    f"{len(self.errors)} field(s) need fixing before {action}: {labels}.\n"
+                    "Hint: each field says what is wrong (also listed under the buttons).",
+                    ok=False,
+                )
+                self.progress, self.outcome = (f"{action} not started: fix the fields", 0.0), "invalid"
+                self.on_change()
+                return None
+            self.running, self.progress, self.outcome = action, (BUSY[action], 0.0), "running"
+            self.status = f"{BUSY[action].capitalize()}…"
+        self.on_change()
+        return lambda: self._run(action, parsed)
+
+    def run(self, action: str) -> bool:
+        """Validate and run ``action`` in this thread; True when it succeeded."""
+        job = self.prepare(action)
+        if job is not None:
+            job()
+        return job is not None and self.result_ok
+
+    def _run(self, action: str, parsed: dict[str, Any]) -> None:
+        try:
+            text = getattr(self, f"_do_{action}")(parsed)
+        except MsnbError as err:
+            self._finish_error(err)
+        except Exception as err:  # noqa: BLE001 - a bug or an unexpected failure: one line, not a traceback
+            self._finish_error(
+                MsnbError(
+                    f"{action.title()} failed: {type(err).__name__}: {err}",
+                    "this is unexpected; the log below may say more.",
+                )
+            )
+        else:
+            self._set_result(text, ok=True)
+            self.progress, self.outcome = (f"{action} done", 1.0), "ok"
+        finally:
+            self.running = None
+            self.status = self._server_line()
+            self.on_change()
+
+    def _spec(self, parsed: dict[str, Any]) -> Any:
+        base = self.base or self.actions.get(parsed["name"])
+        return base.replace(**fields.spec_changes(parsed, self.inventory))
+
+    def _do_test(self, parsed: dict[str, Any]) -> str:
+        payload = parsed.get("payload", fields.NO_PAYLOAD)
+        answers = self.actions.test(self._spec(parsed), None if payload is fields.NO_PAYLOAD else [payload])
+        return "\n".join(fields.pretty(a) for a in answers)
+
+    def _do_build(self, parsed: dict[str, Any]) -> str:
+        path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
+        self._log(f"built {path}")
+        return f"Built {path}"
+
+    def _do_serve(self, parsed: dict[str, Any]) -> str:
+        spec = self._spec(parsed)
+        self.actions.serve(spec, self._progress, parsed.get("engine"))
+        line = self._server_line()
+        self._log(line)
+        return f"Serving {self.actions.served(spec.name) or spec.name}. {line}"
+
+    def _do_predict(self, parsed: dict[str, Any]) -> str:
+        answer = fields.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
+        stale = self.actions.stale(self.served)
+        return f"{answer}\nWarning: {stale}" if stale else answer
+
+    def _do_explain(self, parsed: dict[str, Any]) -> str:
+        answer = self._ask_server(self.actions.explain, parsed["payload"])
+        self.chart = bars_html(answer)
+        stale = self.actions.stale(self.served)
+        return fields.pretty(answer) + (f"\nWarning: {stale}" if stale else "")
+
+    def _ask_server(self, ask: Callable[[str, Any], Any], payload: Any) -> Any:
+        """The served model's answer to ``payload``; a server that died after Serve says so."""
+        if self.actions.server_state()[0] and self.served:
+            try:
+                return ask(self.served, payload)
+            except MsnbError:
+                if self.actions.server_state()[0]:
+                    raise  # the server is up: its own error (bad input, handler failure) says more
+        raise MsnbError(
+            "The local TorchServe is no longer running: it stopped or died after Serve.",
+            "click Serve to start it again (the log below has its last lines).",
+            self._tail(),
+        )
+
+    def _do_logs(self, parsed: dict[str, Any]) -> str:
+        text = self.actions.logs(self.served)
+        self._log(text)
+        return f"Worker log of {self.served!r}: the newest lines are in the log below."
+
+    def _do_stop(self, parsed: dict[str, Any]) -> str:
+        self.actions.stop()
+        return "Server stopped."
+
+    # ------------------------------------------------------------ reporting
+    def _progress(self, step: str, fraction: float) -> None:
+        self.progress = (step, float(fraction))
+        phase = _ELAPSED.sub("", step)  # a phase ticks every second: the log gets its line once
+        if phase != self._last_phase:
+            self._log(f"[{self.running}] {step}")
+            self._last_phase = phase
+        self.on_change()
+
+    _last_phase = ""
+
+    def _log(self, line: str) -> None:
+        self.log = (self.log + str(line).splitlines())[-200:]
+
+    def _set_result(self, text: str, ok: bool) -> None:
+        self.result, self.result_ok = text, ok
+        if self.running != "explain" or not ok:
+            self.chart = ""
+
+    def _finish_error(self, err: MsnbError) -> None:
+        text = err.render(details=False)
+        self._set_result(text, ok=False)
+        self._log(f"error: {err.message}")
+        details = err.details or (self._tail() if self.running in ("serve", "predict", "explain") else "")
+        if details:
+            self._log(details)
+        self.progress, self.outcome = (f"{self.running or 'loading'} failed", self.progress[1]), "failed"
+
+    def _tail(self) -> str:
+        try:
+            return self.actions.log_tail() or ""
+        except Exception:  # noqa: BLE001 - a log tail is a courtesy; never hide the real error behind it
+            return ""
+
+    def _server_line(self) -> str:
+        running, line = self.actions.server_state()
+        name = self.served
+        served = f" serving {self.actions.served(name)};" if running and name else ""
+        stale = self.actions.stale(name) if running and name else None
+        return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
+
+
+def _server_state(server: Any) -> tuple[bool, str]:
+    if server is None or not server.running:
+        return False, "no local TorchServe running."
+    engine = "Ray Serve" if hasattr(server, "model_log") else "TorchServe"
+    return True, (
+        f"{engine} running at {getattr(server, 'inference_url', '?')} "
+        f"(pid {getattr(server, 'pid', '?')}, workdir {getattr(server, 'workdir', '?')})."
+    )
+
+
+def _log_tail(server: Any) -> str:
+    return "\n".join(user_frames(server.log_tail(40).splitlines())) if server is not None else ""
