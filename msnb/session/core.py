@@ -172,7 +172,7 @@ class Session:
         if served is not None and served.digest == spec.digest():
             report(f"already serving {served.line()}", 1.0)
             return server
-        detail = _worker_detail(server, spec.name)
+        detail = server.progress_detail(spec.name)
         files = taken.taken_by(spec)  # as the build below copies them
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
@@ -231,23 +231,14 @@ class Session:
 
     def logs(self, name: str, lines: int = 40) -> str:
         """The last ``lines`` lines the workers of ``name`` wrote to model_log.log."""
-        from msnb.engines.torchserve.logs import model_lines
-
         server = self.server(create=False)
         if server is None:
-            raise MsnbError("No local TorchServe has run in this session.", f"run %ms_serve {name} first.")
-        if hasattr(server, "model_log"):  # Ray Serve: the replicas' own log files
-            found = server.model_log(name, lines)
-            if not found:
-                raise MsnbError(
-                    f"No replica log lines for {name!r} in {server.log_dir}.", f"serve it: %ms_serve {name}."
-                )
-            return "\n".join(found)
-        log = server.layout.model_log
-        text = log.read_text(errors="replace") if log.exists() else ""
-        found = model_lines(text, name, lines)
+            raise MsnbError("No local server has run in this session.", f"run %ms_serve {name} first.")
+        found = server.model_log(name, lines)
         if not found:
-            raise MsnbError(f"No worker log lines for {name!r} in {log}.", f"serve it first: %ms_serve {name}.")
+            raise MsnbError(
+                f"No {server.label} log lines for {name!r} in {server.log_dir}.", f"serve it: %ms_serve {name}."
+            )
         return "\n".join(found)
 
     def predict(
@@ -339,8 +330,7 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
     """
     from msnb.engines.torchserve.store import safe_name
 
-    free_version = getattr(server, "free_version", None) or server.client.free_version  # Ray's, or TorchServe's
-    version = free_version(spec.name, spec.version)
+    version = server.free_version(spec.name, spec.version)
     if version != spec.version:
         spec = spec.replace(version=version)
     path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
@@ -370,7 +360,7 @@ def _serving(server: Any, name: str) -> str:
     """What the server serves of ``name`` now, e.g. 'the server still runs; it serves mnist 1.0 (default)'."""
     if not server.running:
         return "the server was stopped"
-    versions = [m.version + (" (default)" if m.is_default else "") for m in server.client.versions(name)]
+    versions = [m.version + (" (default)" if m.is_default else "") for m in server.versions(name)]
     if not versions:
         return f"the server still runs; {name} is not registered"
     return f"the server still runs; it serves {name} {', '.join(versions)}"
@@ -386,30 +376,12 @@ def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> d
 def _server_info(server: Any, running: bool) -> dict[str, Any]:
     known = server is not None
     return {
-        "engine": "ray" if known and hasattr(server, "model_log") else "torchserve",
+        "engine": server.kind if known else ENGINES[0],
         "running": running,
         "url": server.inference_url if running else None,
         "log_dir": str(server.log_dir) if known else None,
-        "key_file": str(server.layout.key_file) if known and getattr(server, "auth", False) else None,
+        "key_file": str(server.key_file) if known and server.key_file else None,
     }
-
-
-def _worker_detail(server: Any, name: str) -> Callable[[], str]:
-    """What the model's worker is doing, from the newest line of its log (for the registration's progress)."""
-    if not hasattr(server, "layout"):  # Ray Serve: replicas log per replica, no worker log to follow
-        return lambda: "waiting for a replica"
-    log = server.layout.model_log
-    start = log.stat().st_size if log.exists() else 0
-
-    def detail() -> str:
-        from msnb.engines.torchserve.logs import model_lines
-
-        with log.open("rb") as f:
-            f.seek(start)
-            lines = model_lines(f.read().decode("utf-8", "replace"), name, 1)
-        return f"worker: {lines[-1][:70]}" if lines else "waiting for a worker"
-
-    return detail
 
 
 _default: Session | None = None

@@ -15,6 +15,7 @@ import shutil
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,6 @@ REPLICA_CPUS = 0.5
 
 class LocalRay:
     """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
-
-    auth = False  # Serve's HTTP proxy has no authentication: it binds loopback only
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2):
         self.http_port, self.num_cpus = http_port, num_cpus
@@ -177,6 +176,16 @@ class LocalRay:
 
     def explain(self, name: str, data: Any, **kwargs: Any) -> Any:
         return self.client.explain(name, data, **kwargs)
+
+    # ------------------------------------------------------------------ the rest of the Engine protocol
+    kind, label = "ray", "Ray Serve"
+    key_file = None  # Serve's HTTP proxy takes no inference key
+
+    def versions(self, name: str) -> list[ModelStatus]:
+        return [self.status(name)] if name in self._folders else []
+
+    def progress_detail(self, name: str) -> Callable[[], str]:
+        return lambda: "waiting for a replica"  # replicas log per replica: no worker log to follow
 
     def model_log(self, name: str, lines: int = 40) -> list[str]:
         """The newest lines the replicas of ``name`` wrote (Serve's replica logs of that application)."""

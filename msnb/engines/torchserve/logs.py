@@ -6,6 +6,7 @@ import functools
 import re
 import sysconfig
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from msnb.engines.torchserve.config import FRONTEND_LOG, MODEL_LOG
@@ -120,6 +121,19 @@ def model_lines(text: str, name: str, lines: int) -> list[str]:
     """The last ``lines`` lines a model's workers wrote (any version), prefixes stripped."""
     mine = [strip_prefix(line) for line in text.splitlines() if (m := _WORKER.match(line)) and m.group(1) == name]
     return mine[-lines:]
+
+
+def worker_progress(log: Path, name: str) -> Callable[[], str]:
+    """What ``name``'s worker does now: the newest line it wrote to ``log`` since this call (for a progress bar)."""
+    start = log.stat().st_size if log.exists() else 0
+
+    def detail() -> str:
+        with log.open("rb") as f:
+            f.seek(start)
+            lines = model_lines(f.read().decode("utf-8", "replace"), name, 1)
+        return f"worker: {lines[-1][:70]}" if lines else "waiting for a worker"
+
+    return detail
 
 
 def frontend_errors(text: str) -> list[str]:

@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve import deploy, watchdog
 from msnb.engines.torchserve.auth import Keys
 from msnb.engines.torchserve.client import TorchServeClient
-from msnb.engines.torchserve.logs import tail
+from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.torchserve.models import ModelStatus
 from msnb.engines.torchserve.store import ModelStore
 from msnb.engines.torchserve.watchdog import TEMP_PREFIX
@@ -238,6 +239,27 @@ class LocalServer:
 
     def metrics(self) -> dict:
         return self.client.metrics()
+
+    # ------------------------------------------------------------------ the Engine protocol (msnb.engines.protocol)
+    kind, label = "torchserve", "TorchServe"
+
+    @property
+    def key_file(self) -> Path | None:
+        return self.layout.key_file if self.auth else None
+
+    def free_version(self, name: str, version: str) -> str:
+        return self.client.free_version(name, version)
+
+    def versions(self, name: str) -> list[ModelStatus]:
+        return self.client.versions(name)
+
+    def model_log(self, name: str, lines: int = 40) -> list[str]:
+        """The newest lines the workers of ``name`` wrote to model_log.log (any version)."""
+        log = self.layout.model_log
+        return model_lines(log.read_text(errors="replace"), name, lines) if log.exists() else []
+
+    def progress_detail(self, name: str) -> Callable[[], str]:
+        return worker_progress(self.layout.model_log, name)
 
     def __repr__(self) -> str:
         state = f"running pid {self.pid}, {self.inference_url}" if self.running else "stopped"

@@ -305,11 +305,7 @@ class Controller:
 def _server_state(server: Any) -> tuple[bool, str]:
     if server is None or not server.running:
         return False, "no local TorchServe running."
-    engine = "Ray Serve" if hasattr(server, "model_log") else "TorchServe"
-    return True, (
-        f"{engine} running at {getattr(server, 'inference_url', '?')} "
-        f"(pid {getattr(server, 'pid', '?')}, workdir {getattr(server, 'workdir', '?')})."
-    )
+    return True, f"{server.label} running at {server.inference_url} (pid {server.pid}, workdir {server.workdir})."
 
 
 def _log_tail(server: Any) -> str:

@@ -1,0 +1,71 @@
+"""``Engine``: what the session, the widget and the CLI ask of a serving engine; TorchServe and Ray Serve implement it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from msnb.engines.torchserve.models import ModelStatus
+from msnb.engines.torchserve.store import ModelStore
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A local engine this process starts, deploys model folders to, asks, and stops.
+
+    ``kind`` is the session's engine name (``msnb.session.ENGINES``), ``label`` the name a person reads.
+    """
+
+    kind: str
+    label: str
+    store: ModelStore  # the folder deploys are built into
+
+    def start(self) -> Engine: ...
+
+    def stop(self) -> None: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def pid(self) -> int | None:
+        """The serving process: a new pid is a new server (what it served is gone)."""
+
+    @property
+    def inference_url(self) -> str: ...
+
+    @property
+    def log_dir(self) -> Path: ...
+
+    @property
+    def workdir(self) -> Path | None: ...
+
+    @property
+    def key_file(self) -> Path | None:
+        """The file holding the inference key clients must send; None when requests need no key."""
+
+    def free_version(self, name: str, version: str) -> str:
+        """``version``, or a fresh ``version-rN`` when ``name`` already serves it."""
+
+    def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
+        """Serve the model folder (or archive) at ``path`` as its model's version, replacing the old one."""
+
+    def models(self) -> list[ModelStatus]: ...
+
+    def versions(self, name: str) -> list[ModelStatus]: ...
+
+    def predict(self, name: str, data: Any, **kwargs: Any) -> Any: ...
+
+    def explain(self, name: str, data: Any, **kwargs: Any) -> Any: ...
+
+    def model_log(self, name: str, lines: int = 40) -> list[str]:
+        """The newest lines the workers (replicas) of ``name`` wrote."""
+
+    def log_tail(self, lines: int = 40) -> str: ...
+
+    def progress_detail(self, name: str) -> Callable[[], str]:
+        """While ``name`` loads: a call that says what its worker does now (for the progress bar)."""
+
+
+__all__ = ["Engine"]

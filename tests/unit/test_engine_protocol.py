@@ -1,0 +1,34 @@
+"""Both engines implement the one ``Engine`` protocol the session, the widget and the CLI call."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from msnb.engines.protocol import Engine
+from msnb.engines.ray.engine import LocalRay
+from msnb.engines.torchserve import LocalServer
+
+MEMBERS = sorted(
+    {n for n in vars(Engine) if not n.startswith("_")} | set(inspect.get_annotations(Engine)),
+)
+
+
+@pytest.mark.parametrize("make", [lambda d: LocalServer(d), lambda d: LocalRay()], ids=["torchserve", "ray"])
+@pytest.mark.parametrize("member", MEMBERS)
+def test_every_engine_has_every_member_of_the_protocol(make, member, tmp_path):
+    assert hasattr(make(tmp_path), member)
+
+
+def test_the_protocol_names_what_the_session_calls():
+    assert {"redeploy", "free_version", "model_log", "progress_detail", "key_file", "versions"} <= set(MEMBERS)
+
+
+def test_each_engine_says_its_kind_and_label():
+    assert (LocalServer.kind, LocalServer.label) == ("torchserve", "TorchServe")
+    assert (LocalRay.kind, LocalRay.label) == ("ray", "Ray Serve")
+
+
+def test_an_unstarted_engine_is_an_engine(tmp_path):
+    assert isinstance(LocalServer(tmp_path), Engine) and isinstance(LocalRay(), Engine)
