@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.harness import Settings, interleave, ratio, summary, timed
 from msnb.capture.cells import capture
-from msnb.package import archive
+from msnb.package import archive, formats
 
 SIZES = {"50 KB": 50_000, "5 MB": 5_000_000}
 GOAL_RATIO = 2.0
@@ -33,7 +33,7 @@ def run(settings: Settings) -> dict:
 
 
 def _build(text: str, out: Path) -> None:
-    archive.build(capture("big", text, []), out, fmt=archive.DEV_FORMAT)
+    archive.build(capture("big", text, []), out, fmt=formats.DEV_FORMAT)
 
 
 def report(stats: dict) -> dict:

@@ -64,8 +64,9 @@ def _variant(kind: str, mib: int, checkpoint: Path, work: Path):
 def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) -> None:
     """In a fresh process: hash and copy (or link) the checkpoint alone, then build the no-archive model dir."""
     import msnb.spec
+    from msnb import files
     from msnb.files import clone_file, link_or_copy
-    from msnb.package import archive, taken
+    from msnb.package import archive, formats, taken
 
     scratch = Path(store).parent / f".{name}.part"
     start = time.perf_counter()
@@ -75,12 +76,12 @@ def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) ->
     (clone_file if kind == "copy" else link_or_copy)(checkpoint, scratch)
     copied = time.perf_counter()
     os.unlink(scratch)
-    taken._hash.cache_clear()  # the build below hashes again, as a fresh kernel's first build does
+    files._hash.cache_clear()  # the build below hashes again, as a fresh kernel's first build does
     if kind == "link":  # the build as it was: the checkpoint hard-linked, the digest from its stat
         archive.clone_file = link_or_copy
         msnb.spec.fingerprint = lambda path: str(os.stat(path).st_mtime_ns)
     spec = models.blob_spec(name, int(mib), Path(checkpoint))
-    build = timed(lambda: archive.build(spec, Path(store), fmt=archive.SERVE_FORMAT, archive_name=name))
+    build = timed(lambda: archive.build(spec, Path(store), fmt=formats.SERVE_FORMAT, archive_name=name))
     print(json.dumps({"hash s": hashed - start, "copy s": copied - hashed, "build s": build}))
 
 

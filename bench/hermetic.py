@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.harness import Settings, interleave, summary
 from msnb.capture import local_code, requirements
 from msnb.capture.cells import capture
-from msnb.package import archive
+from msnb.package import archive, formats
 
 MODULES = 20
 GOAL_S = 0.2
@@ -69,7 +69,7 @@ def run(settings: Settings) -> dict:
 
 
 def _build(spec, out: Path) -> None:
-    archive.build(spec, out, fmt=archive.DEV_FORMAT)
+    archive.build(spec, out, fmt=formats.DEV_FORMAT)
 
 
 def _timed(fn):

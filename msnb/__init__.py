@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msnb.ui import quiet
 
-quiet.install()  # before anything imports TorchServe's base handler (see msnb.ui.quiet)
+if TYPE_CHECKING:
+    from msnb.spec import HandlerSpec
 
-from msnb.errors import MsnbError  # noqa: E402
-from msnb.spec import HandlerSpec, SourceBlock  # noqa: E402
+quiet.install()  # before anything imports TorchServe's base handler (see msnb.ui.quiet)
 
 __version__ = "0.1.0"
 
-# Heavier parts (torch, TorchServe, ipywidgets) load on first use: `%load_ext msnb` stays fast.
+# Everything loads on first use: `import msnb` imports neither torch nor IPython, so a process that needs one small
+# part (the TorchServe watchdog, `msnb --help`) stays light, and `%load_ext msnb` stays fast.
 _LAZY = {
+    "MsnbError": "msnb.errors",
+    "HandlerSpec": "msnb.spec",
+    "SourceBlock": "msnb.spec",
     "LocalServer": "msnb.engines.torchserve",
     "TorchServeClient": "msnb.engines.torchserve",
     "BuildWidget": "msnb.ui.widget",
@@ -41,7 +45,7 @@ def build(
 ):
     """Validate the handler in-process and build its archive into ``export_path``; returns its path.
 
-    ``fmt`` is one of ``msnb.package.archive.FORMATS`` (default ``mar``); ``dev=True`` means the fast ``zip-store``.
+    ``fmt`` is one of ``msnb.package.formats.FORMATS`` (default ``mar``); ``dev=True`` means the fast ``zip-store``.
     """
     from msnb.session.core import current
 

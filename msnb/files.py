@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
+import hashlib
 import os
 import shutil
 import tempfile
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from msnb.errors import BuildError, MsnbError
+
+HASH = "sha256"  # hashlib's fastest here with SHA-NI (~1.4 GB/s; blake2b ~0.6 GB/s)
 
 _DISK_HINTS = {
     errno.ENOSPC: "free space on that disk (df -h {folder}) or choose a folder on another disk",
@@ -157,3 +161,15 @@ def disk_error(final: Path, err: OSError, error: type[MsnbError] = BuildError) -
         f"Could not write {final}: {err.strerror or err}{where}. Nothing half-written was left there.",
         hint.format(folder=folder),
     )
+
+
+def fingerprint(path: str | Path) -> str:
+    """The content hash of the file at ``path``, cached per (inode, size, mtime): read again only after a write."""
+    st = os.stat(path)
+    return _hash(str(Path(path).resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _hash(path: str, *stat_key: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, HASH).hexdigest()

@@ -9,14 +9,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from msnb.capture.kernel_values import Values
 from msnb.engines.torchserve.store import SEGMENT_RULE, valid_segment
+
+if TYPE_CHECKING:  # a spec carries values; making them needs torch, reading a spec does not
+    from msnb.capture.kernel_values import Values
 from msnb.errors import SpecError
+from msnb.files import fingerprint
 from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
-from msnb.package.taken import fingerprint
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
 
 

@@ -18,7 +18,7 @@ from msnb.capture.notebook import handler_cells, load_handlers, read_notebook
 from msnb.cli.export import write_archive
 from msnb.errors import MsnbError
 from msnb.options import parse_handler_line
-from msnb.package.archive import EXPORT_FORMAT
+from msnb.package.formats import EXPORT_FORMAT
 
 
 @contextmanager

@@ -13,13 +13,14 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from typing import TYPE_CHECKING
 
 from msnb.errors import MsnbError
-from msnb.spec import HandlerSpec
+
+if TYPE_CHECKING:  # nbformat and nbclient load when a notebook runs: `msnb --help` stays light
+    from nbclient import NotebookClient
+
+    from msnb.spec import HandlerSpec
 
 DEFAULT_TIMEOUT_S = 600  # per cell, as nbclient counts it
 SPECS_FILE = "specs.pkl"
@@ -36,9 +37,12 @@ def executed_specs(notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S) -> It
 
     Live checkpoints are saved in a temp folder that lasts as long as the ``with`` block.
     """
-    path = Path(notebook).resolve()
+    import nbformat
+    from nbclient import NotebookClient
+
     from msnb.capture.notebook import read_notebook
 
+    path = Path(notebook).resolve()
     nb = read_notebook(path)
     client = NotebookClient(
         nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(path.parent)}}
@@ -61,6 +65,8 @@ def executed_specs(notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S) -> It
 
 
 def _run(client: NotebookClient, index: int, path: Path, label: str, store_history: bool = True) -> None:
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
     try:
         client.execute_cell(client.nb.cells[index], index, store_history=store_history)
     except CellTimeoutError:

@@ -28,7 +28,7 @@ from msnb.engines.torchserve.config import (
 )
 from msnb.errors import BuildError, MsnbError
 from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
-from msnb.package import archive
+from msnb.package import archive, formats
 from msnb.package.import_check import check_imports
 from msnb.spec import HandlerSpec
 from msnb.trial import runner
@@ -66,10 +66,10 @@ class Report:
 
 def export_notebook(
     notebook: str | Path,
-    outdir: str | Path | None = archive.DEFAULT_EXPORT,
+    outdir: str | Path | None = formats.DEFAULT_EXPORT,
     *,
     handlers: Iterable[str] | None = None,
-    fmt: str = archive.EXPORT_FORMAT,
+    fmt: str = formats.EXPORT_FORMAT,
     check: bool = False,
     kserve: str | Path | None = None,
     overrides: dict | None = None,
@@ -109,9 +109,9 @@ def _refuse_early(fmt: str, kserve, ray) -> None:
     """What export refuses before it reads the notebook or writes anything."""
     if ray is not None:
         require_ray()
-    if fmt not in archive.FORMATS:
-        raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(archive.FORMATS)}.")
-    if kserve is not None and fmt == archive.SERVE_FORMAT:
+    if fmt not in formats.FORMATS:
+        raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(formats.FORMATS)}.")
+    if kserve is not None and fmt == formats.SERVE_FORMAT:
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
 
 
@@ -204,7 +204,7 @@ def write_archive(spec: HandlerSpec, outdir: Path, fmt: str) -> Path:
 def write_kserve(
     specs: list[HandlerSpec],
     root: Path,
-    fmt: str = archive.EXPORT_FORMAT,
+    fmt: str = formats.EXPORT_FORMAT,
     built: dict[str, Path] | None = None,
     limits: Limits | None = None,
 ) -> Path:

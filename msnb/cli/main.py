@@ -20,7 +20,7 @@ from msnb.engines.torchserve.config import (
     Limits,
 )
 from msnb.errors import MsnbError, OptionError, ServerError
-from msnb.package.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
+from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has

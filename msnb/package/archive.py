@@ -6,7 +6,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,33 +17,12 @@ from msnb.capture import requirement_rules
 from msnb.errors import BuildError, SpecError
 from msnb.files import clone_file, clone_tree, disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import ROLES_FORM
+from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
 from msnb.templates.msnb_values import VALUES_FILE
 
-
-@dataclass(frozen=True)
-class Format:
-    """An archive format: msnb's name for it, torch-model-archiver's, and what it is for."""
-
-    name: str
-    archiver: str
-    help: str
-
-
-EXPORT_FORMAT, DEV_FORMAT, SERVE_FORMAT = "mar", "zip-store", "no-archive"
-# The one vocabulary of archive formats (the magics, the widget, the CLI and the server use these names);
-# the second field is torch-model-archiver's --archive-format.
-FORMATS = {
-    f.name: f
-    for f in (
-        Format(EXPORT_FORMAT, "default", "the archiver's standard compressed .mar (export, sharing)"),
-        Format(DEV_FORMAT, "zip-store", "an uncompressed .mar, fast to build (the dev loop)"),
-        Format(SERVE_FORMAT, "no-archive", "a model folder; what the local server registers"),
-    )
-}
-DEFAULT_EXPORT = "model_store"  # the folder %ms_build, msnb.build and `msnb export` write to
 CHECKPOINT = "model.pt"
 CONFIG = "model-config.yaml"
 REQUIREMENTS = "requirements.txt"

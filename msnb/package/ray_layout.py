@@ -13,15 +13,14 @@ from pathlib import Path
 
 import yaml
 
-from msnb.engines.ray import require
+from msnb.engines.ray import ROUTER_APP, require
 from msnb.errors import BuildError
 from msnb.files import move_into
-from msnb.package import archive
+from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = "msnb_ray"
-ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router)
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
 RAY_IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 
@@ -83,7 +82,7 @@ def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, 
     staging = Path(tempfile.mkdtemp(prefix=".msnb-ray-", dir=outdir))
     try:
         for spec in specs:
-            archive.build(spec, staging, fmt=archive.SERVE_FORMAT)
+            archive.build(spec, staging, fmt=formats.SERVE_FORMAT)
         for src in adapter_files():
             shutil.copy2(src, staging / src.name)
         (staging / SERVE_CONFIG).write_text(

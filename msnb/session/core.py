@@ -18,14 +18,14 @@ from msnb.capture.kernel_values import values_changed
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
-from msnb.package import archive, taken
+from msnb.package import archive, formats, taken
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
 from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
 from msnb.spec import HandlerSpec
 from msnb.trial import processes, runner
 
-DEFAULT_EXPORT = archive.DEFAULT_EXPORT
+DEFAULT_EXPORT = formats.DEFAULT_EXPORT
 # The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
 ENGINES = ("torchserve", "ray")
 STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
@@ -53,6 +53,18 @@ class Session:
         self._engine_port: int | None = None
 
     # ------------------------------------------------------------ specs
+    def capture(
+        self, name: str, cell: str, pool: Any, origin: Any, namespace: Mapping[str, Any], cwd: Path, **config: Any
+    ) -> HandlerSpec:
+        """Capture a handler cell run in this kernel (``pool``: the cells run before it) and keep its spec."""
+        from msnb.capture.cells import capture
+        from msnb.capture.local_code import search_path
+
+        spec = capture(
+            name, cell, pool, cell_origin=origin, search_path=search_path(cwd), namespace=namespace, **config
+        )
+        return self.add(spec, namespace)
+
     def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:
         """Store (or replace) a spec under its name; ``namespace`` holds the live values its snapshot came from."""
         self.specs[spec.name] = spec
@@ -106,7 +118,7 @@ class Session:
         report = progress or silent
         report("validating handler in-process", 0.1)
         runner.validate(spec)
-        fmt = fmt or (archive.DEV_FORMAT if dev else archive.EXPORT_FORMAT)
+        fmt = fmt or (formats.DEV_FORMAT if dev else formats.EXPORT_FORMAT)
         kept = keep_aside(Path(export_path).expanduser() / f"{spec.name}.mar", spec.version)
         if kept is not None:
             report(f"kept the archive of another version as {kept}", 0.3)
@@ -333,7 +345,7 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
     version = server.free_version(spec.name, spec.version)
     if version != spec.version:
         spec = spec.replace(version=version)
-    path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
+    path = archive.build(spec, server.store.root, fmt=formats.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
     try:
         if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.session.reload)
             prepare(path)
@@ -385,6 +397,11 @@ def _server_info(server: Any, running: bool) -> dict[str, Any]:
 
 
 _default: Session | None = None
+
+
+def warm_up() -> None:
+    """Start the test processes' fork server now, so it has imported torch before the first ``%ms_test``."""
+    processes.warm_up()
 
 
 def current() -> Session:

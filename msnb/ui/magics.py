@@ -13,10 +13,9 @@ from IPython.display import display
 
 from msnb import options
 from msnb.errors import MsnbError, OptionError
-from msnb.package.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
-from msnb.session.core import ENGINES, current
+from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
+from msnb.session.core import ENGINES, current, warm_up
 from msnb.spec import HandlerSpec, Origin
-from msnb.trial import fork_server
 from msnb.ui import display as views
 from msnb.ui import help as magic_help
 from msnb.ui.attributions import Explanation
@@ -74,22 +73,11 @@ class MsnbMagics(Magics):
                 f"Handler {args.name!r} was not captured: its cell failed (see the error above).",
                 "fix the cell and run it again.",
             )
-        from msnb.capture.cells import capture
-        from msnb.capture.local_code import search_path
-
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
         pool, origin = self._executed_cells()
-        namespace = self.shell.user_ns  # runtime values are snapshotted from it (and checked again for staleness)
-        spec = capture(
-            args.name,
-            cell,
-            pool,
-            cell_origin=origin,
-            search_path=search_path(Path.cwd()),
-            namespace=namespace,
-            **config,
-        )
-        return current().add(spec, namespace)  # shown as a summary by the HandlerSpec formatter
+        # runtime values are snapshotted from the namespace (and checked again for staleness); the spec is shown
+        # as a summary by the HandlerSpec formatter
+        return current().capture(args.name, cell, pool, origin, self.shell.user_ns, Path.cwd(), **config)
 
     @line_magic
     @magic_arguments()
@@ -236,7 +224,7 @@ def load_ipython_extension(ip: Any) -> None:
     HandlerSpec as its summary."""
     ip.register_magics(MsnbMagics)
     ip.set_custom_exc((MsnbError,), show_error)
-    fork_server.warm_up()  # the test processes' fork server imports torch meanwhile
+    warm_up()  # the test processes' fork server imports torch meanwhile
     names = lambda: current().specs  # noqa: E731 - read at completion time
     for magic in ("ms_handler", "ms_test", "ms_build", "ms_serve", "ms_predict", "ms_logs", "ms_widget"):
         method = getattr(MsnbMagics, magic)

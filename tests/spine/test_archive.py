@@ -14,13 +14,13 @@ import torch
 from helpers import MLP_SOURCE
 
 from msnb.errors import BuildError, HandlerRunError, SpecError
-from msnb.package import archive
+from msnb.package import archive, formats
 from msnb.session.core import Session
 from msnb.spec import spec_from_source
 from msnb.trial.runner import predict_in_process
 
 
-def validated_build(spec, export_path, fmt=archive.EXPORT_FORMAT):
+def validated_build(spec, export_path, fmt=formats.EXPORT_FORMAT):
     """What %ms_build and msnb.build do: run the handler on its example in-process, then pack."""
     return Session().build(spec, export_path, fmt=fmt)
 

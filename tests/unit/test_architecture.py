@@ -1,4 +1,5 @@
-"""The layout is the architecture: every module imports, msnb/ has no import cycle, and the layers point one way."""
+"""The layout is the architecture: every module imports, no import cycle, and each folder imports only the folders
+below it (the rules below are the ones docs/architecture.md states, folder by folder)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,28 @@ import msnb
 import msnb.templates
 
 PACKAGE = Path(msnb.__file__).parent
-# The TorchServe side serves any archive: it knows nothing of cells, specs or packaging.
-TORCHSERVE_MAY_IMPORT = ("msnb.engines.torchserve", "msnb.errors", "msnb.files")
-# Packing never runs user code: only localtest (called by session/export) does, through the test process it
-# starts (the modules that load and drive the handler there).
-RUNS_USER_CODE = {
-    "msnb.trial.runner",
-    "msnb.trial.batches",
-    "msnb.trial.processes",
-    "msnb.trial.child",
-    "msnb.trial.worker",
-}
 TEMPLATES = Path(msnb.templates.__file__).parent
 MAX_FUNCTION_LINES = 40
+MAX_MODULE_LINES = 500
+# The shared vocabulary at the top of msnb/: every step speaks it; it imports only itself, the engines' constants
+# and the shipped runtime.
+VOCABULARY = {"msnb.errors", "msnb.files", "msnb.options", "msnb.spec", "msnb.roles", "msnb.forms"}
+BASE = ("msnb.errors", "msnb.files", "msnb.templates")
+# Each folder, top to bottom, and what it may import besides itself: every arrow points down.
+MAY_IMPORT = {
+    "msnb.engines": BASE,
+    "vocabulary": (*VOCABULARY, "msnb.engines", "msnb.templates"),
+    "msnb.capture": (*VOCABULARY, "msnb.engines", "msnb.templates"),
+    "msnb.package": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture"),
+    "msnb.trial": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package"),
+    "msnb.session": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial"),
+    "msnb.ui": (*VOCABULARY, "msnb.engines", "msnb.session", "msnb.package.formats", "msnb.capture.requirement_rules"),
+    "msnb.cli": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial",
+                 "msnb.session"),
+}  # fmt: skip
+# Only these run user code (in the test process they start); only the session and export decide to.
+RUNS_USER_CODE = "msnb.trial"
+DECIDES_TO_RUN_USER_CODE = {"msnb.session.core", "msnb.cli.export"}
 
 
 def module_name(path: Path) -> str:
@@ -34,10 +44,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """The msnb modules a file imports, at module level or inside functions."""
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks (annotations only: never imported at run time)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            found |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return found
+
+
+def imports_of(path: Path) -> set[str]:
+    """The msnb modules a file imports at run time, at module level or inside functions."""
+    tree = ast.parse(path.read_text())
+    skip, found = _type_checking_only(tree), set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("msnb")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("msnb") and not node.level:
@@ -48,7 +70,14 @@ def imports_of(path: Path) -> set[str]:
 
 def graph() -> dict[str, set[str]]:
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: {m for m in imports_of(path) if m in files and m != name} for name, path in files.items()}
+    known = set(files) | {"msnb.templates"}
+    return {name: {m for m in imports_of(path) if m in known and m != name} for name, path in files.items()}
+
+
+def folder_of(module: str) -> str:
+    if module in VOCABULARY:
+        return "vocabulary"
+    return ".".join(module.split(".")[:2])
 
 
 MODULES = sorted(graph())
@@ -73,7 +102,7 @@ def test_there_is_no_import_cycle_inside_msnb():
 
     def visit(node: str, path: list[str]) -> None:
         state[node] = 1
-        for nxt in sorted(edges[node]):
+        for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
                 raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt) :] + [nxt]))
             if nxt not in state:
@@ -85,24 +114,52 @@ def test_there_is_no_import_cycle_inside_msnb():
             visit(node, [node])
 
 
-def test_the_torchserve_package_imports_nothing_from_the_notebook_or_packaging_side():
+def test_the_top_of_msnb_is_the_vocabulary_and_the_step_folders():
+    top = sorted(p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__")))
+    folders = {name.split(".")[1] for name in MAY_IMPORT if name.startswith("msnb.")}
+    modules = {m.split(".")[1] + ".py" for m in VOCABULARY}
+    assert set(top) == folders | modules | {"__init__.py"}, top
+    assert len(top) < 15
+
+
+@pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
+def test_each_folder_imports_only_the_folders_below_it(folder):
     for name, deps in graph().items():
-        if name.startswith("msnb.engines.torchserve"):
-            bad = [d for d in deps if not d.startswith(TORCHSERVE_MAY_IMPORT)]
-            assert not bad, f"{name} imports {bad}"
+        if name == "msnb" or folder_of(name) != folder:
+            continue
+        own = () if folder == "vocabulary" else (folder,)
+        bad = sorted(d for d in deps if d != "msnb" and not d.startswith((*MAY_IMPORT[folder], *own)))
+        assert not bad, f"{name} ({folder}) imports {bad}: only {MAY_IMPORT[folder]} may be imported there"
 
 
-def test_only_the_session_and_export_layers_decide_to_run_user_code():
-    users = {name for name, deps in graph().items() if deps & RUNS_USER_CODE and name not in RUNS_USER_CODE}
-    assert users <= {"msnb.session.core", "msnb.cli.export"}, users
-    assert "msnb.trial.runner" not in graph()["msnb.package.archive"]
+def test_only_the_session_and_export_decide_to_run_user_code():
+    users = {n for n, deps in graph().items() if any(d.startswith(RUNS_USER_CODE) for d in deps)}
+    assert {u for u in users if not u.startswith(RUNS_USER_CODE)} <= DECIDES_TO_RUN_USER_CODE, users
 
 
-def test_surfaces_hold_no_step_of_their_own():
-    """The magics, the widget and the CLI reach the steps through Session / export / the torchserve client."""
-    steps = {"msnb.capture.cells", "msnb.package.render", "msnb.trial.runner"}
-    for surface in ("msnb.ui.magics", "msnb.ui.widget.view", "msnb.ui.widget.controller", "msnb.cli.main"):
-        assert not graph()[surface] & (steps - {"msnb.capture.cells"}), surface
+def test_the_surfaces_hold_no_step_of_their_own():
+    """The magics and the widget reach the steps through the session; they import no step module."""
+    steps = {"msnb.capture.cells", "msnb.capture.notebook", "msnb.package.render", "msnb.package.archive"}
+    for name, deps in graph().items():
+        if name.startswith("msnb.ui"):
+            assert not deps & steps and not any(d.startswith(RUNS_USER_CODE) for d in deps), name
+
+
+def test_import_msnb_loads_neither_torch_nor_ipython():
+    code = "import sys, msnb; print(sorted(m for m in ('torch', 'IPython', 'ts') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_watchdog_process_imports_only_the_standard_library_and_psutil():
+    code = (
+        "import runpy, sys; sys.argv = ['watchdog', '--help']\n"
+        "import msnb.engines.torchserve.watchdog\n"
+        "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'IPython', 'yaml', 'requests', 'ts', 'numpy')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def long_functions(root: Path) -> list[tuple[str, int]]:
@@ -120,3 +177,9 @@ def long_functions(root: Path) -> list[tuple[str, int]]:
 def test_no_function_is_over_40_lines_in_the_package_and_the_templates():
     too_long = long_functions(PACKAGE) + long_functions(TEMPLATES)
     assert not too_long, f"split these into functions of <= {MAX_FUNCTION_LINES} lines: {too_long}"
+
+
+def test_no_module_is_over_500_lines():
+    long = [(p.name, n) for p in [*PACKAGE.rglob("*.py"), *TEMPLATES.rglob("*.py")]
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]  # fmt: skip
+    assert not long, long

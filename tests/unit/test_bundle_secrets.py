@@ -10,7 +10,7 @@ from pathlib import Path
 from msnb.capture.cells import capture
 from msnb.capture.local_code import search_path
 from msnb.options import handler_config, parse_handler_line
-from msnb.package import archive
+from msnb.package import archive, formats
 
 CELL = "import torch\nimport mypkg\n\ndef init_function():\n    return torch.nn.Linear(mypkg.N, 1)\n"
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -40,7 +40,7 @@ def capture_in(root: Path, options: str = ""):
 
 
 def archived(spec, out: Path) -> set[str]:
-    path = archive.build(spec, out, fmt=archive.DEV_FORMAT)
+    path = archive.build(spec, out, fmt=formats.DEV_FORMAT)
     with zipfile.ZipFile(path) as z:
         return set(z.namelist())
 

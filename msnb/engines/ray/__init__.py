@@ -25,6 +25,7 @@ ENV = {
     "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30",
     "RAY_prestart_worker_first_driver": "0",  # no idle workers started for a driver (Serve starts its own)
 }
+ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
 
 

@@ -19,14 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from msnb.engines.ray import require
+from msnb.engines.ray import ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started
 from msnb.engines.torchserve import watchdog
 from msnb.engines.torchserve.config import STORE_DIR
 from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
 from msnb.engines.torchserve.store import ModelStore, read_manifest
 from msnb.errors import ServerError
-from msnb.package.ray_layout import ROUTER_APP
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"

@@ -20,9 +20,6 @@ from pathlib import Path
 
 import psutil
 
-from msnb.engines.torchserve.config import STORE_DIR
-from msnb.files import write_atomic
-
 TEMP_PREFIX = "msnb-server-"  # a LocalServer's temporary workdir: tempfile.mkdtemp(prefix=TEMP_PREFIX)
 OWNER_FILE = "msnb-owner.json"
 TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
@@ -101,6 +98,8 @@ def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None) -> None:
 
 def mark_owner(workdir: Path) -> None:
     """Record this process as the owner of a temporary workdir (``sweep_stale`` reads it)."""
+    from msnb.files import write_atomic  # here, not at the top: the watchdog process imports only psutil
+
     me = psutil.Process()
     # Atomic: another process's sweep_stale must never read a half-written file as "owner gone".
     write_atomic(workdir / OWNER_FILE, json.dumps({"pid": me.pid, "started": me.create_time()}))
@@ -108,6 +107,8 @@ def mark_owner(workdir: Path) -> None:
 
 def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
     """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
+    from msnb.engines.torchserve.config import STORE_DIR  # here: the watchdog process imports only psutil
+
     swept = []
     for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):
         workdir = owner_file.parent

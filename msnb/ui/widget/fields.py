@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.options import DEFAULTS, INT_OPTIONS, OPTIONS
-from msnb.package.archive import DEFAULT_EXPORT, DEV_FORMAT, FORMATS, SERVE_FORMAT
+from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.ui.widget.devices import Inventory
 
 # field -> the label the widget shows (its ``description``); the handler options' labels come from their table.

@@ -1,0 +1,39 @@
+"""docs/architecture.md is the map of the code: it names every module, and names none that does not exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "architecture.md"
+
+
+def code_files() -> set[str]:
+    """msnb/ and templates/ modules, as the page writes them (a folder's __init__.py is the folder's own line)."""
+    found = {p.relative_to(ROOT).as_posix() for d in ("msnb", "templates") for p in (ROOT / d).rglob("*.py")}
+    return {f for f in found if not f.endswith("__init__.py")}
+
+
+def named_on_the_page() -> set[str]:
+    """The modules the layout block names: full paths, and `  name.py` lines under a `folder/` line."""
+    block = PAGE.read_text().split("## Layout", 1)[1].split("```", 2)[1]
+    named, folder = set(), ""
+    for line in block.splitlines():
+        if m := re.match(r"^((?:msnb|templates)/(?:\S*/)?)\s", line + " "):
+            folder = m.group(1)
+        if m := re.match(r"^((?:msnb|templates)/\S+\.py)\s", line + " "):
+            named.add(m.group(1))
+        elif m := re.match(r"^  (\w+\.py)\s", line):
+            named.add(folder + m.group(1))
+    return named
+
+
+def test_the_page_names_every_module():
+    missing = sorted(code_files() - named_on_the_page())
+    assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+def test_the_page_names_no_module_that_does_not_exist():
+    ghosts = sorted(named_on_the_page() - code_files() - {"msnb/__init__.py"})
+    assert not ghosts, f"docs/architecture.md names {ghosts}, which do not exist"
