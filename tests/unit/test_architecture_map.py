@@ -37,3 +37,11 @@ def test_the_page_names_every_module():
 def test_the_page_names_no_module_that_does_not_exist():
     ghosts = sorted(named_on_the_page() - code_files() - {"msnb/__init__.py"})
     assert not ghosts, f"docs/architecture.md names {ghosts}, which do not exist"
+
+
+def test_the_site_draws_its_diagrams_without_a_script_from_elsewhere():
+    """A ```mermaid block needs mermaid.js from a CDN: offline it shows as raw text. Pictures are committed images."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    assert not [p.name for p in pages if "```mermaid" in p.read_text()]
+    assert "](images/pipeline.svg)" in (ROOT / "docs" / "index.md").read_text()
+    assert (ROOT / "docs" / "images" / "pipeline.svg").read_text().lstrip().startswith("<?xml")

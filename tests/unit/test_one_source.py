@@ -94,3 +94,25 @@ def test_each_option_default_is_said_once_and_comes_from_the_options_table():
             repeated = re.search(rf"default:? {re.escape(str(option.default))}\b", option.help)
             assert not repeated, f"{option.flag}: the help repeats its default; the OPTIONS row says it"
             assert f"(default: {option.default})" in help_text, option.flag
+
+
+def module_level_assignments(path: Path) -> list[tuple[str, int]]:
+    """(name, line) of every module-level ``NAME = ...`` (annotated or not), in order."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for target in targets:
+            for leaf in ast.walk(target):
+                if isinstance(leaf, ast.Name) and leaf.id.isupper():
+                    found.append((leaf.id, node.lineno))
+    return found
+
+
+def test_no_module_assigns_one_constant_twice_in_the_package_or_the_shipped_runtime():
+    for path in [*PACKAGE.rglob("*.py"), *TEMPLATES.rglob("*.py")]:
+        seen: dict[str, int] = {}
+        for name, line in module_level_assignments(path):
+            assert name not in seen, f"{path.name} assigns {name} twice (lines {seen[name]} and {line}): keep one"
+            seen[name] = line
