@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import msnb.session
+import msnb.session.core
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def ip():
 @pytest.fixture
 def session(monkeypatch):
     """A fresh msnb session for the test (specs, archives, server), stopped afterwards."""
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
     yield fresh
     fresh.stop()

@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 
 import msnb
 import msnb.errors
-import msnb.session
+import msnb.session.core
 from msnb.spec import HandlerSpec
 from msnb.ui.display import Status
 

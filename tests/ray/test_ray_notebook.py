@@ -14,7 +14,7 @@ import torch
 from helpers import mlp_class, poll, processes_naming
 from IPython.utils.capture import capture_output
 
-import msnb.session
+import msnb.session.core
 from msnb.engines.ray import INSTALL_HINT
 from msnb.errors import MsnbError
 
@@ -48,8 +48,8 @@ def expected(x: list[float], scale: float = 1.0) -> int:
 
 @pytest.fixture
 def session(monkeypatch):
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
     yield fresh
     fresh.stop()
 
