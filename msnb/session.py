@@ -389,8 +389,13 @@ def _server_info(server: Any, running: bool) -> dict[str, Any]:
         "running": running,
         "url": server.inference_url if running else None,
         "log_dir": str(server.log_dir) if known else None,
-        "key_file": str(server.layout.key_file) if known and getattr(server, "auth", False) else None,
+        "key_file": str(_key_file(server)) if known and getattr(server, "auth", False) else None,
     }
+
+
+def _key_file(server: Any) -> Any:
+    """Where the engine keeps its inference key: TorchServe's key_file.json, or Ray's router key in that format."""
+    return server.layout.key_file if hasattr(server, "layout") else server.key_file
 
 
 def _worker_detail(server: Any, name: str) -> Callable[[], str]:

@@ -3,8 +3,9 @@
 It offers what the session asks of an engine, as ``LocalServer`` does for TorchServe: ``start``, ``stop``,
 ``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (TorchServe's REST client: the
 URLs are the same), ``redeploy(folder)``, ``models``, ``predict``, ``explain``, ``model_log``. Ray runs on
-loopback in a private temp dir (no dashboard, no usage stats); ``stop()``, interpreter exit and, when this
-process is killed, Ray's own reaper plus msnb's watchdog leave no process and no file behind.
+loopback in a private temp dir (no dashboard, no usage stats) with Ray's token authentication on, and its router
+asks every request for the session's inference key (``key_file``, TorchServe's format); ``stop()``, interpreter
+exit and, when this process is killed, msnb's watchdog leave no process and no file behind.
 """
 
 from __future__ import annotations
@@ -21,21 +22,23 @@ from typing import Any
 from msnb.errors import ServerError
 from msnb.ray import require
 from msnb.ray.layout import ROUTER_APP
-from msnb.ray.nodes import LOOPBACK, free_port, node_args, started
+from msnb.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.torchserve import watchdog
-from msnb.torchserve.config import STORE_DIR
+from msnb.torchserve.auth import Keys, write_key_file
+from msnb.torchserve.config import DEFAULT_MAX_BYTES, STORE_DIR
 from msnb.torchserve.models import ModelStatus, WorkerStatus
 from msnb.torchserve.store import ModelStore, read_manifest
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
+KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 REPLICA_CPUS = 0.5
 
 
 class LocalRay:
     """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
 
-    auth = False  # Serve's HTTP proxy has no authentication: it binds loopback only
+    auth = True  # the router asks for the inference key in key_file, as TorchServe's inference API does
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2):
         self.http_port, self.num_cpus = http_port, num_cpus
@@ -75,11 +78,12 @@ class LocalRay:
         self._watchdog = watchdog.spawn(self.pid, self.root)  # this process killed: Ray's tree and files go
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
-        serve.run(msnb_ray.router({}), name=ROUTER_APP, route_prefix="/")
+        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": DEFAULT_MAX_BYTES}
+        serve.run(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         from msnb.torchserve import TorchServeClient
 
-        self.client = TorchServeClient.connect(self.inference_url)
+        self.client = TorchServeClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
 
     def stop(self) -> None:
@@ -88,6 +92,7 @@ class LocalRay:
             _LIVE.discard(self)
             if self._cluster is not None:
                 _shutdown(self._cluster)
+                use_token(None)  # this process's Ray environment as it was before start()
             if self._watchdog is not None:
                 self._watchdog.stdin.close()  # the watchdog finds nothing left and deletes the temp dir
                 self._watchdog.wait(30)
@@ -113,6 +118,11 @@ class LocalRay:
     @property
     def workdir(self) -> Path | None:
         return self.root
+
+    @property
+    def key_file(self) -> Path | None:
+        """The session's inference key (TorchServe's key_file.json format: ``msnb predict --token-file``)."""
+        return self.root / KEY_FILE if self.root else None
 
     def log_tail(self, lines: int = 40) -> str:
         """The newest lines of every replica's log (what a failing load or request wrote)."""
