@@ -75,7 +75,8 @@ class LocalRay:
 
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
-        self._watchdog = watchdog.spawn(self.pid, self.root)  # this process killed: Ray's tree and files go
+        # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
+        self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
         router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": DEFAULT_MAX_BYTES}
@@ -236,10 +237,11 @@ def _shutdown(cluster: Any) -> None:
     import ray
     from ray import serve
 
-    try:
-        serve.shutdown()
-    except Exception:  # noqa: BLE001 - Ray may already be gone (stopped, or died)
-        pass
+    if ray.is_initialized():  # at interpreter exit Ray's own atexit has disconnected us first: then
+        try:  # serve.shutdown() would connect again, and wait on a GCS that is gone
+            serve.shutdown()
+        except Exception:  # noqa: BLE001 - Ray may already be gone (stopped, or died)
+            pass
     ray.shutdown()
     cluster.shutdown()
 
