@@ -27,9 +27,13 @@ from starlette.responses import Response
 # module name, so a top-level msnb_ray_context that happens to be importable in the kernel (an exported folder on
 # sys.path) must not be picked, or every replica fails with "No module named 'msnb_ray_context'".
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
+    from . import msnb_ray_guard as guard
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
 else:  # msnb_ray, beside its model folders (an exported application)
+    import msnb_ray_guard as guard
     from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+
+guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
 MANIFEST, CONFIG, REQUIREMENTS = "MAR-INF/MANIFEST.json", "model-config.yaml", "requirements.txt"
 TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default
@@ -83,7 +87,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
     if content_type.startswith(JSON_TYPE):
         try:
             return json.loads(body.decode("utf-8"))
-        except ValueError:
+        except Exception:  # RecursionError (a deeply nested body) included, as TorchServe's worker catches
             return body  # TorchServe forwards a body it cannot decode as it is
     if content_type.startswith("text"):
         try:
@@ -196,22 +200,32 @@ class MsnbModel:
 
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
 class MsnbRouter:
-    """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``."""
+    """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``.
+    Every path asks for the inference key as TorchServe's inference API does (``args``: see ``router``)."""
 
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        refusal = guard.refused(headers, self.key)
+        if refusal:
+            return reply(*error_reply(*refusal))
         if parts == ["ping"]:
             return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
         if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
             return reply(
                 *error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {request.url.path}")
             )
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        body = await request.body()
+        body = await read_body(request, headers, self.max_request_size)
+        if isinstance(body, tuple):
+            return reply(*error_reply(*body))
         return reply(*await self.forward(parts[1], parts[0] == "explanations", body, headers))
 
-    def __init__(self):
+    def __init__(self, args: dict | None = None):
+        args = args or {}
         self.handles: dict[str, Any] = {}
+        self.key = guard.inference_key(args)
+        limit = args.get("max_request_size")
+        self.max_request_size = int(limit) if limit else None
 
     async def forward(self, name: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         # A handle follows its application across redeploys; looking one up while the application is
@@ -229,6 +243,21 @@ class MsnbRouter:
                 if attempt == 2 or "Actor" not in type(err).__name__:
                     return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
         raise AssertionError("unreachable")
+
+
+async def read_body(request: Request, headers: dict, limit: int | None) -> bytes | tuple[int, str, str]:
+    """The request body, or the 413 refusal once it is over ``limit`` (read no further than the limit)."""
+    declared = headers.get("content-length", "")
+    refusal = guard.too_large(int(declared), limit) if declared.isdigit() else None
+    if refusal:
+        return refusal
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        refusal = guard.too_large(len(body), limit)
+        if refusal:
+            return refusal
+    return bytes(body)
 
 
 def reply(status: int, headers: dict, body: bytes) -> Response:
@@ -251,11 +280,14 @@ def model(args: dict) -> Any:
 
 def router(args: dict | None = None) -> Any:
     """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
-    it to the nodes that run an HTTP proxy)."""
+    it to the nodes that run an HTTP proxy; ``max_request_size`` in bytes (413 above it); the inference key:
+    ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
+    ``auth: false`` to answer without one)."""
     args = args or {}
+    door = {k: args[k] for k in ("key_file", "auth", "max_request_size") if k in args}
     options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
-    return MsnbRouter.options(**options).bind()
+    return MsnbRouter.options(**options).bind(door)

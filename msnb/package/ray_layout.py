@@ -14,15 +14,19 @@ from pathlib import Path
 import yaml
 
 from msnb.engines.ray import ROUTER_APP, require
+from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
 from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
+from msnb.templates.msnb_ray_guard import KEY_VAR
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = "msnb_ray"
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
 RAY_IMAGE = "rayproject/ray:2.60.0-py311-cpu"
+# The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (msnb_ray_guard).
+KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
 def adapter_files() -> list[Path]:
@@ -35,12 +39,16 @@ def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = D
     """One Serve application per model folder (name -> version; no HTTP route of its own) and the router at ``/``.
 
     The version is an argument so that a new export of a changed handler is a changed config: Serve rolls it out.
+    The router refuses bodies over TorchServe's default max_request_size and asks for an inference key, which it
+    reads where it runs ($MSNB_INFERENCE_KEY, $MSNB_INFERENCE_KEY_FILE or a ``key_file`` argument; ``auth: false``
+    turns the check off): the config itself holds no secret.
     """
     apps = [
         {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model", "args": {"model_dir": n, "version": v}}
         for n, v in models.items()
     ]
-    apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": {}})
+    router = {"max_request_size": DEFAULT_MAX_BYTES}
+    apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
 
 
@@ -61,15 +69,19 @@ def rayservice(config: dict, name: str = "msnb") -> dict:
     head = {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": {"spec": {"containers": [_container()]}}}
     workers = [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 4, "rayStartParams": {},
                 "template": {"spec": {"containers": [_container()]}}}]  # fmt: skip
+    # authOptions (KubeRay >= 1.5.1): the operator makes a token Secret and sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on
+    # every Ray container, so Ray's gRPC, dashboard and agents refuse callers without it.
     spec = {"serveConfigV2": yaml.safe_dump(v2, sort_keys=False), "rayClusterConfig": {
-        "rayVersion": "2.60.0", "headGroupSpec": head, "workerGroupSpecs": workers}}  # fmt: skip
+        "rayVersion": "2.60.0", "authOptions": {"mode": "token"}, "headGroupSpec": head,
+        "workerGroupSpecs": workers}}  # fmt: skip
     return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name}, "spec": spec}
 
 
 def _container() -> dict:
     # The exported folder is the image's working directory (see docs/ray.md: an image, or a zip URI).
+    key = {"name": KEY_VAR, "valueFrom": {"secretKeyRef": KEY_SECRET}}  # the router's inference key
     return {"name": "ray", "image": "REGISTRY/msnb-models:TAG  # FROM " + RAY_IMAGE + ", COPY OUTDIR /serve",
-            "workingDir": "/serve", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
+            "workingDir": "/serve", "env": [key], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
 
 
 def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Path:

@@ -9,6 +9,7 @@ import yaml
 from helpers import handler, run, standard
 
 from msnb.engines.ray import INSTALL_HINT
+from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
 
 
 def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path, capsys):
@@ -19,7 +20,8 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     code, out, err = run(capsys, "export", nb, "--ray", tmp_path / "ray")
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
-    assert names == ["first", "msnb_ray.py", "msnb_ray_context.py", "rayservice.yaml", "second", "serve_config.yaml"]
+    assert names == ["first", "msnb_ray.py", "msnb_ray_context.py", "msnb_ray_guard.py", "rayservice.yaml", "second",
+                     "serve_config.yaml"]  # fmt: skip
     assert "serve run serve_config.yaml" in out
     for name in ("first", "second"):  # the engine-neutral model folder, as TorchServe registers it
         folder = tmp_path / "ray" / name
@@ -35,8 +37,16 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         apps["second"]["args"] == {"model_dir": "second", "version": "2.1"} and apps["second"]["route_prefix"] is None
     )
     assert apps["msnb-router"]["route_prefix"] == "/"
+    # the router asks for a key read on the cluster (no secret in the config) and refuses TorchServe's large bodies
+    assert apps["msnb-router"]["args"] == {"max_request_size": DEFAULT_MAX_BYTES}
     service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
     assert service["kind"] == "RayService"
+    cluster = service["spec"]["rayClusterConfig"]
+    assert cluster["authOptions"] == {"mode": "token"}  # Ray's own token authentication, by the operator
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        env = group["template"]["spec"]["containers"][0]["env"]
+        assert {"name": "MSNB_INFERENCE_KEY", "valueFrom": {"secretKeyRef": {"name": "msnb-inference-key",
+                                                                             "key": "key"}}} in env  # fmt: skip
     assert yaml.safe_load(service["spec"]["serveConfigV2"])["applications"] == config["applications"]
 
 

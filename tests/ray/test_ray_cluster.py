@@ -17,7 +17,9 @@ from helpers import BODY, NET, handler, poll, run, standard
 
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import TorchServeClient
+from msnb.engines.torchserve.auth import write_key_file
 from msnb.engines.torchserve.models import PredictionError
+from msnb.templates.msnb_ray_guard import read_key
 
 pytestmark = pytest.mark.xdist_group("ray-cluster")  # one cluster per module: keep its tests on one worker
 MLP_OPTIONS = "--workers 2 --batch-size 8 --max-batch-delay 50"
@@ -38,7 +40,8 @@ def expected(folder: Path, x: list[float]) -> dict:
 
 def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, mlp_body: str = BODY, version: str = "1.0"):
     """`msnb export --ray`, then the edits a user makes for this machine: the port, one proxy (two nodes on one
-    machine would share its port), fractional CPUs, one replica per node, the router beside the proxy."""
+    machine would share its port), fractional CPUs, one replica per node, the router beside the proxy and its
+    inference key in a file (as a mounted secret)."""
     nb = standard(
         folder, handler("mlp", f"{MLP_OPTIONS} --version {version}", mlp_body), handler("text", body=TEXT_BODY)
     )
@@ -48,10 +51,20 @@ def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, mlp_body: s
     config["http_options"]["port"], config["proxy_location"] = port, "HeadOnly"
     for app in config["applications"]:
         if app["name"] == "msnb-router":
-            app["args"] = {"resources": pin}
+            app["args"] |= {"resources": pin, "key_file": str(key_file(outdir))}
         else:
             app["args"] |= {"num_cpus": 0.25, "max_replicas_per_node": 1}
     (outdir / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def key_file(outdir: Path) -> Path:
+    """The router's inference key, beside the exported folder (TorchServe's key_file.json format)."""
+    path = outdir.parent / "key_file.json"
+    return path if path.exists() else write_key_file(path)
+
+
+def authorised(outdir: Path) -> dict[str, str]:
+    return {"Authorization": f"Bearer {read_key(key_file(outdir))}"}
 
 
 class Served:
@@ -60,7 +73,7 @@ class Served:
     def __init__(self, two_nodes, folder: Path, outdir: Path, port: int):
         self.nodes, self.folder, self.outdir = two_nodes, folder, outdir
         self.url = f"http://127.0.0.1:{port}"
-        self.client = TorchServeClient.connect(self.url)
+        self.client = TorchServeClient.connect(self.url, key_file(outdir))
         self.log = outdir.parent / "serve-run.log"
         self.process = self.serve("run")
 
@@ -112,7 +125,7 @@ def clients(served: Served, stop: threading.Event, n: int = 8) -> tuple[list, li
     answers, failures = [], []
 
     def client(i: int) -> None:
-        session = TorchServeClient.connect(served.url)
+        session = TorchServeClient.connect(served.url, key_file(served.outdir))
         while not stop.is_set():
             try:
                 answers.append(session.predict("mlp", {"x": [i, 1, 2, 3]}, timeout=60))
@@ -151,10 +164,11 @@ def test_a_bad_sample_among_8_concurrent_requests_gets_its_own_400(served):
 
 
 def test_a_str_answer_keeps_its_content_type_and_unknown_models_get_404(served):
-    resp = requests.post(f"{served.url}/predictions/text", json={"x": [1, 2, 3, 4]}, timeout=30)
+    headers = authorised(served.outdir)
+    resp = requests.post(f"{served.url}/predictions/text", json={"x": [1, 2, 3, 4]}, headers=headers, timeout=30)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
     assert resp.text == f"label {expected(served.folder, [1, 2, 3, 4])['label']}"
-    missing = requests.post(f"{served.url}/predictions/nope", json={}, timeout=30)
+    missing = requests.post(f"{served.url}/predictions/nope", json={}, headers=headers, timeout=30)
     assert missing.status_code == 404 and missing.json()["type"] == "ModelNotFoundException"
 
 

@@ -3,8 +3,9 @@
 It offers what the session asks of an engine, as ``LocalServer`` does for TorchServe: ``start``, ``stop``,
 ``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (TorchServe's REST client: the
 URLs are the same), ``redeploy(folder)``, ``models``, ``predict``, ``explain``, ``model_log``. Ray runs on
-loopback in a private temp dir (no dashboard, no usage stats); ``stop()``, interpreter exit and, when this
-process is killed, Ray's own reaper plus msnb's watchdog leave no process and no file behind.
+loopback in a private temp dir (no dashboard, no usage stats) with Ray's token authentication on, and its router
+asks every request for the session's inference key (``key_file``, TorchServe's format); ``stop()``, interpreter
+exit and, when this process is killed, msnb's watchdog leave no process and no file behind.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from msnb.engines.ray import ROUTER_APP, require
-from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started
+from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.torchserve import watchdog
-from msnb.engines.torchserve.config import STORE_DIR
+from msnb.engines.torchserve.auth import Keys, write_key_file
+from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, STORE_DIR
 from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
 from msnb.engines.torchserve.store import ModelStore, read_manifest
 from msnb.errors import ServerError
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
+KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 REPLICA_CPUS = 0.5
 
 
@@ -70,14 +73,16 @@ class LocalRay:
 
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
-        self._watchdog = watchdog.spawn(self.pid, self.root)  # this process killed: Ray's tree and files go
+        # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
+        self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
-        serve.run(msnb_ray.router({}), name=ROUTER_APP, route_prefix="/")
+        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": DEFAULT_MAX_BYTES}
+        serve.run(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         from msnb.engines.torchserve import TorchServeClient
 
-        self.client = TorchServeClient.connect(self.inference_url)
+        self.client = TorchServeClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
 
     def stop(self) -> None:
@@ -86,6 +91,7 @@ class LocalRay:
             _LIVE.discard(self)
             if self._cluster is not None:
                 _shutdown(self._cluster)
+                use_token(None)  # this process's Ray environment as it was before start()
             if self._watchdog is not None:
                 self._watchdog.stdin.close()  # the watchdog finds nothing left and deletes the temp dir
                 self._watchdog.wait(30)
@@ -111,6 +117,11 @@ class LocalRay:
     @property
     def workdir(self) -> Path | None:
         return self.root
+
+    @property
+    def key_file(self) -> Path | None:
+        """The session's inference key (TorchServe's key_file.json format: ``msnb predict --token-file``)."""
+        return self.root / KEY_FILE if self.root else None
 
     def log_tail(self, lines: int = 40) -> str:
         """The newest lines of every replica's log (what a failing load or request wrote)."""
@@ -178,7 +189,6 @@ class LocalRay:
 
     # ------------------------------------------------------------------ the rest of the Engine protocol
     kind, label = "ray", "Ray Serve"
-    key_file = None  # Serve's HTTP proxy takes no inference key
 
     def versions(self, name: str) -> list[ModelStatus]:
         return [self.status(name)] if name in self._folders else []
@@ -234,10 +244,11 @@ def _shutdown(cluster: Any) -> None:
     import ray
     from ray import serve
 
-    try:
-        serve.shutdown()
-    except Exception:  # noqa: BLE001 - Ray may already be gone (stopped, or died)
-        pass
+    if ray.is_initialized():  # at interpreter exit Ray's own atexit has disconnected us first: then
+        try:  # serve.shutdown() would connect again, and wait on a GCS that is gone
+            serve.shutdown()
+        except Exception:  # noqa: BLE001 - Ray may already be gone (stopped, or died)
+            pass
     ray.shutdown()
     cluster.shutdown()
 

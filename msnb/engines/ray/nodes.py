@@ -1,4 +1,4 @@
-"""Start Ray nodes the way msnb needs them: loopback only, a private temp dir, no dashboard, no usage stats.
+"""Start Ray nodes the way msnb needs them: loopback only, token authentication, a private temp dir, no dashboard.
 
 Used by the kernel's local Ray (``msnb.engines.ray.engine``) and by the two-node test cluster, so both start alike.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,9 @@ from msnb.engines.ray import ENV, require
 
 LOOPBACK = "127.0.0.1"
 AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
+TOKEN_FILE = "ray_auth_token"  # Ray's token (RAY_AUTH_TOKEN_PATH), mode 0600, in the temp root: gone with it
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_outside: dict[str, str | None] = {}  # the auth variables as they were before our first node started
 
 
 def free_port() -> int:
@@ -25,8 +29,45 @@ def free_port() -> int:
 
 
 def environment(temp_root: Path) -> dict[str, str]:
-    """The variables every Ray process of ours gets: ``RAY_TMPDIR`` keeps Ray's files under ``temp_root``."""
-    return {**ENV, "RAY_TMPDIR": str(temp_root)}
+    """The variables every Ray process of ours gets: ``RAY_TMPDIR`` keeps Ray's files under ``temp_root``;
+    ``RAY_AUTH_MODE=token`` makes every Ray gRPC server (GCS, raylet, core workers, Serve's inter-deployment
+    server) and the agents' HTTP servers refuse a caller without the token in ``temp_root``."""
+    from msnb.templates.msnb_ray_guard import GRPC_HOST_VAR
+
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(temp_root / TOKEN_FILE)}
+    return {**ENV, "RAY_TMPDIR": str(temp_root), **token, GRPC_HOST_VAR: LOOPBACK}
+
+
+def write_token(temp_root: Path) -> Path:
+    """A fresh random token for one Ray, readable by this user only (kept if it is already there)."""
+    path = temp_root / TOKEN_FILE
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+    return path
+
+
+def use_token(temp_root: Path | None) -> None:
+    """Point this process's Ray at ``temp_root``'s token (None: put the auth variables back as they were).
+
+    Ray caches its config and the token in C++: both are re-read, config first (Ray's own tests do the same)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    if temp_root is not None:
+        for key in AUTH_VARS:
+            _outside.setdefault(key, os.environ.get(key))
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # it would win over our file
+        os.environ.update(environment(temp_root))
+    else:
+        for key, value in _outside.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _outside.clear()
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def node_args(temp_root: Path, num_cpus: float, head: bool) -> dict[str, Any]:
@@ -49,7 +90,8 @@ def started(temp_root: Path) -> Iterator[None]:
     from ray._private import services
 
     (temp_root / "ray").mkdir(parents=True, exist_ok=True)
-    os.environ.update(environment(temp_root))  # kept: later calls (ray.init(address), shutdown) read them too
+    write_token(temp_root)
+    use_token(temp_root)  # kept: later calls (ray.init(address), shutdown) read them too
     original = services.start_ray_process
 
     def start(command: list[str], *args: Any, **kwargs: Any) -> Any:

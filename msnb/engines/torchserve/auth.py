@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Mapping
@@ -16,6 +18,7 @@ from requests.adapters import HTTPAdapter
 from msnb.errors import ServerError
 
 RENEW_MARGIN_S = 300.0  # renew a key 5 min before it expires (half its life for short-lived keys)
+NEVER = "9999-12-31T23:59:59Z"  # the expiry of keys that do not expire (an engine without key renewal)
 
 
 class Keys:
@@ -99,6 +102,17 @@ class Keys:
             self._expires[kind] = expires
         self._keys = keys
         return True
+
+
+def write_key_file(path: Path) -> Path:
+    """A new key_file.json in TorchServe's format (inference, management and API keys that never expire),
+    readable by this user only: how an engine other than TorchServe keeps its keys, read back by ``Keys``."""
+    keys = {kind: {"key": secrets.token_urlsafe(24), "expiration time": NEVER} for kind in ("management", "inference")}
+    keys["API"] = {"key": secrets.token_urlsafe(24)}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(keys, out)
+    return Path(path)
 
 
 def _parse_time(text: str) -> float:

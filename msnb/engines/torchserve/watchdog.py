@@ -1,5 +1,5 @@
-"""Stop a TorchServe process tree; run as `python -m msnb.engines.torchserve.watchdog PID [MODEL_STORE]` to stop it when
-the owner dies.
+"""Stop a TorchServe process tree; run as `python -m msnb.engines.torchserve.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
+it when the owner dies (KEY=VALUE: also every Ray process whose environment holds it, see ``marked``).
 
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
 normal exit, SIGKILL of a Jupyter kernel), the pipe closes, the watchdog reads EOF, stops
@@ -23,6 +23,7 @@ import psutil
 TEMP_PREFIX = "msnb-server-"  # a LocalServer's temporary workdir: tempfile.mkdtemp(prefix=TEMP_PREFIX)
 OWNER_FILE = "msnb-owner.json"
 TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
+MARKED_GRACE_S = 2.0  # Ray's processes left by a dead owner: SIGTERM, then SIGKILL (all gone within 10 s)
 POLL_S = 0.5
 
 
@@ -59,27 +60,57 @@ def _signal(procs: list[psutil.Process], how: str) -> None:
             pass
 
 
-def spawn(pid: int, model_store: Path | None = None) -> subprocess.Popen:
+def marked(key: str, value: str) -> list[psutil.Process]:
+    """Every live Ray process (a ``ray::`` actor or agent, a raylet, a GCS, a Ray Python script) that belongs to the
+    node started with ``key=value`` (``RAY_TMPDIR=ROOT``): its environment holds it, or (agents rewrite their
+    environment with their title) it has a file open under ``value``, or it descends from such a process. Never
+    this process nor its parent (the owner, on ``stop()``)."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        command = " ".join(proc.info["cmdline"] or ())
+        if proc.pid in (os.getpid(), os.getppid()) or not (command.startswith("ray::") or "/ray/" in command):
+            continue
+        try:
+            if _belongs(proc, key, value):
+                found |= {p.pid: p for p in process_tree(proc)}
+        except psutil.Error:
+            pass
+    return list(found.values())
+
+
+def _belongs(proc: psutil.Process, key: str, value: str) -> bool:
+    if proc.environ().get(key) == value:
+        return True
+    return any(f.path.startswith(value.rstrip("/") + "/") for f in proc.open_files())
+
+
+def stop_all(procs: list[psutil.Process], grace_s: float = MARKED_GRACE_S) -> None:
+    """SIGTERM every process at once, SIGKILL those still running after ``grace_s``."""
+    _signal(procs, "terminate")
+    _, survivors = psutil.wait_procs(procs, timeout=grace_s)
+    _signal(survivors, "kill")
+    psutil.wait_procs(survivors, timeout=5.0)
+
+
+def spawn(pid: int, model_store: Path | None = None, marker: tuple[str, str] | None = None) -> subprocess.Popen:
     """Start a watchdog for ``pid``; keep the returned Popen (its stdin) alive as long as the server.
 
-    ``model_store`` (a temporary workdir's own) is deleted once the owner is gone.
+    ``model_store`` (a temporary workdir's own) is deleted once the owner is gone; ``marker`` (KEY, VALUE): every
+    Ray process whose environment holds it is stopped first (see ``marked``).
     """
+    extra = [str(model_store)] if model_store else []
+    extra += ["=".join(marker)] if marker and model_store else []
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "msnb.engines.torchserve.watchdog",
-            str(pid),
-            *([str(model_store)] if model_store else []),
-        ],
+        [sys.executable, "-m", "msnb.engines.torchserve.watchdog", str(pid), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # survives a signal sent to the owner's process group
     )
 
 
-def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None) -> None:
-    """Block until the owner's pipe closes, then stop ``pid``'s tree (if it still runs) and delete ``model_store``."""
+def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None, marker: tuple[str, str] | None = None) -> None:
+    """Block until the owner's pipe closes, then stop ``pid``'s tree (if it still runs) and the processes ``marker``
+    names, and delete ``model_store``."""
     try:
         java: psutil.Process | None = psutil.Process(pid)
     except psutil.NoSuchProcess:
@@ -90,7 +121,10 @@ def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None) -> None:
             break
         if java is not None and not alive(java):
             java = None  # died by itself: the owner restarts or stops it; keep watching the owner
-    if java is not None:
+    if marker is not None:  # a Ray node: all its processes at once, found before any goes (agents lose their parent)
+        procs = [*(process_tree(java) if java is not None else []), *marked(*marker)]
+        stop_all(list({p.pid: p for p in procs}.values()))
+    elif java is not None:
         stop_tree(java)
     if model_store is not None:
         shutil.rmtree(model_store, ignore_errors=True)
@@ -136,4 +170,5 @@ def alive(proc: psutil.Process) -> bool:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), model_store=Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+    mark = tuple(sys.argv[3].split("=", 1)) if len(sys.argv) > 3 else None
+    watch(int(sys.argv[1]), model_store=Path(sys.argv[2]) if len(sys.argv) > 2 else None, marker=mark)

@@ -1,0 +1,88 @@
+"""The doors of a Ray Serve application kept as TorchServe keeps its own: the inference key, the body size limit,
+and Serve's inter-deployment gRPC server on loopback.
+
+Depends on the standard library (and ``ray`` once a replica binds its gRPC server), never on msnb.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+# The notebook's Ray sets it to 127.0.0.1 on every node: Serve's replicas then bind their gRPC server there.
+GRPC_HOST_VAR = "MSNB_RAY_GRPC_HOST"
+KEY_VAR, KEY_FILE_VAR = "MSNB_INFERENCE_KEY", "MSNB_INFERENCE_KEY_FILE"
+# TorchServe's answer to a missing or wrong key (its frontend's InvalidKeyException), word for word.
+INVALID_KEY = (400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not "
+               "provided correctly")  # fmt: skip
+KEY_HINT = (
+    f"give the router an inference key: the environment variable {KEY_VAR}, a file named by {KEY_FILE_VAR} or "
+    "the router's key_file argument (a mounted secret); or turn the check off explicitly with auth: false"
+)
+
+
+class KeyMissingError(RuntimeError):
+    """The router was asked to check an inference key and none was given."""
+
+
+def bind_replica_grpc(host: str | None = None) -> None:
+    """Bind Serve's inter-deployment gRPC server to ``host`` (default: ``$MSNB_RAY_GRPC_HOST``; unset: Ray's own
+    ``[::]:0``). Ray 2.60 hard-codes ``[::]:0`` (ray/serve/_private/replica.py) and binds it after the
+    deployment's module is imported, so replacing the helper it calls here is enough."""
+    host = host or os.environ.get(GRPC_HOST_VAR)
+    if not host:
+        return
+    from ray.serve._private import replica
+
+    original = replica.add_port_to_grpc_server
+    if getattr(original, "msnb_host", None) == host:
+        return
+
+    def add_port(server: Any, address: str) -> int:
+        return original(server, f"{host}:0" if address == "[::]:0" else address)
+
+    add_port.msnb_host = host
+    replica.add_port_to_grpc_server = add_port
+
+
+def inference_key(args: dict) -> str | None:
+    """The key requests must carry (``Authorization: Bearer KEY``), None when ``args`` says ``auth: false``.
+
+    From, in order: ``args["key_file"]``, ``$MSNB_INFERENCE_KEY_FILE`` (a file holding the key, or TorchServe's
+    key_file.json whose ``inference`` key is used), ``$MSNB_INFERENCE_KEY``. None of them: ``KeyMissingError``."""
+    if args.get("auth") is False or str(args.get("auth")).lower() == "false":
+        return None
+    path = args.get("key_file") or os.environ.get(KEY_FILE_VAR)
+    key = read_key(Path(path)) if path else os.environ.get(KEY_VAR, "").strip()
+    if not key:
+        raise KeyMissingError(f"The msnb router has no inference key. Hint: {KEY_HINT}.")
+    return key
+
+
+def read_key(path: Path) -> str:
+    """The key in ``path``: TorchServe's key_file.json (its inference key) or a file that holds only the key."""
+    text = path.read_text().strip()
+    if text.startswith("{"):
+        return json.loads(text)["inference"]["key"]
+    return text
+
+
+def refused(headers: dict, key: str | None) -> tuple[int, str, str] | None:
+    """TorchServe's 400 InvalidKeyException when ``key`` is set and the request does not carry it; else None."""
+    if key is None:
+        return None
+    sent = headers.get("authorization", "")
+    scheme, _, token = sent.partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+        return None
+    return INVALID_KEY
+
+
+def too_large(size: int, limit: int | None) -> tuple[int, str, str] | None:
+    """413 for a body over ``limit`` bytes (TorchServe's max_request_size); None when it fits or no limit."""
+    if limit is None or size <= limit:
+        return None
+    return 413, "RequestEntityTooLarge", f"The request body ({size} bytes) is over max_request_size ({limit} bytes)"

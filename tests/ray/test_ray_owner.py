@@ -1,0 +1,81 @@
+"""Nothing is left when the notebook that owns a Ray ends: killed (started with piped output, as Jupyter starts a
+kernel, and without), or exiting normally, its Ray processes (the agents included) and its temp dir are gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import poll
+
+pytestmark = pytest.mark.xdist_group("ray-notebook")
+GONE_WITHIN_S = 10  # the promise: every process of the session and its temp dir gone 10 s after the owner
+OWNER = textwrap.dedent(
+    """
+    import sys
+    from msnb.engines.ray.engine import LocalRay
+
+    server = LocalRay().start()
+    print("root:", server.root, flush=True)
+    sys.stdin.readline()  # the test closes our stdin to end us normally
+    """
+)
+
+
+def start_owner(tmp_path: Path, piped: bool) -> tuple[subprocess.Popen, Path, list[psutil.Process]]:
+    """The owner, its Ray up; returns it, the Ray temp root and every process it started (agents included)."""
+    script, log = tmp_path / "owner.py", tmp_path / "owner.log"
+    script.write_text(OWNER)
+    out = subprocess.PIPE if piped else log.open("w")
+    owner = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=out,
+                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    if piped:  # read the pipe as Jupyter does; Serve's log lines come first
+        line = poll(lambda: _root_line(owner.stdout.readline()), 300, "the owner's Ray to start")
+    else:
+        line = poll(lambda: next((x for x in log.read_text().splitlines() if _root_line(x)), ""), 300,
+                    "the owner's Ray to start", interval=0.5, log=log.read_text)  # fmt: skip
+    root = Path(line.split(":", 1)[1].strip())
+    started = psutil.Process(owner.pid).children(recursive=True)
+    commands = [" ".join(p.cmdline()) for p in started]
+    for agent in ("ray::DashboardAgent", "ray::RuntimeEnvAgent"):  # what outlived a killed owner before
+        assert any(c.startswith(agent) for c in commands), commands
+    return owner, root, started
+
+
+def _root_line(line: str) -> str:
+    return line if line.startswith("root:") else ""
+
+
+def left(procs: list[psutil.Process], root: Path) -> list[str]:
+    running = [" ".join(p.cmdline())[:60] for p in procs if _alive(p)]
+    return running + ([str(root)] if root.exists() else [])
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("piped", [True, False], ids=["piped-like-jupyter", "no-pipes"])
+def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path, piped):
+    owner, root, started = start_owner(tmp_path, piped)
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait(30)
+    poll(lambda: not left(started, root), GONE_WITHIN_S, "the session's Ray processes and temp dir to go",
+         interval=0.2, log=lambda: "\n".join(left(started, root)))  # fmt: skip
+
+
+def test_an_owner_that_exits_normally_leaves_nothing(tmp_path):
+    owner, root, started = start_owner(tmp_path, piped=False)
+    owner.stdin.close()
+    owner.wait(120)
+    poll(lambda: not left(started, root), GONE_WITHIN_S, "the session's Ray processes and temp dir to go",
+         interval=0.2, log=lambda: "\n".join(left(started, root)))  # fmt: skip
