@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from msnb import requirement_check, secret_files
+from msnb import requirement_check, secret_files, secret_scan
 from msnb import requirements as reqs
 from msnb.errors import CaptureError
 from msnb.imports import Imported, imports_of
@@ -194,10 +194,25 @@ def _add_file(spec, parts: list[str], out: Bundle) -> list[tuple[Imported, str]]
         _add_data(Path(spec.origin).parent, "/".join(parts), out)
     package = ".".join(parts if is_package else parts[:-1])
     text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    _refuse_secret(text, spec.origin, arcname, out)
     try:
         return [(imp, arcname) for imp in imports_of(text, package)]
     except SyntaxError as err:
         raise CaptureError(f"Local module {arcname} does not parse: {err}.", f"fix {spec.origin}.") from None
+
+
+def _refuse_secret(text: str, origin: str, arcname: str, out: Bundle) -> None:
+    """A module holding a secret is refused, not left out: the code that imports it would break on the server."""
+    if os.path.abspath(origin) in out.include or not origin.endswith(".py"):
+        return
+    found = secret_scan.scan_text(text, origin)
+    if found:
+        raise CaptureError(
+            f"The local module {arcname} holds a secret ({found}); msnb does not ship secrets, and leaving the "
+            "module out would break the code that imports it.",
+            f"move the secret out of {origin}: read it on the server from an environment variable or a file "
+            "provided there. To ship the module as it is anyway, name it with --include-file.",
+        )
 
 
 def _add_data(folder: Path, prefix: str, out: Bundle) -> None:
