@@ -226,7 +226,9 @@ def _add_data(folder: Path, prefix: str, out: Bundle) -> None:
             if name.endswith((".py", ".pyc")) or name.endswith(_EXTENSIONS):
                 continue
             arcname = f"{prefix}/{src.relative_to(folder).as_posix()}"
-            why = None if os.path.abspath(src) in out.include else secret_files.why_left_out(src, folder)
+            why = secret_files.unsafe_name(arcname)
+            if not why and os.path.abspath(src) not in out.include:
+                why = secret_files.why_left_out(src, folder)
             if why:
                 out.left_out[arcname] = why
             elif not name.startswith(".") and src.is_file():

@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 
 from msnb import serve_state
 from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
+from msnb.display import shown
 from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.torchserve.config import (
@@ -213,7 +214,7 @@ def _export(args: argparse.Namespace) -> int:
     _print_export(report, format_table(report))
     _print_layouts(report, args)
     for name, err in report.failed.items():
-        print(f"error: {name}: {err.render()}", file=sys.stderr)
+        print(shown(f"error: {name}: {err.render()}", lines=True), file=sys.stderr)
     return OK if report.ok else FAILED
 
 
@@ -221,12 +222,12 @@ def _print_export(report, table: str) -> None:
     """Each exported handler's warnings and check answer, the table, then the export's own warnings."""
     for item in report.exported:
         for warning in item.spec.warnings:
-            print(f"warning: {item.spec.name}: {warning}", file=sys.stderr)
+            print(shown(f"warning: {item.spec.name}: {warning}", lines=True), file=sys.stderr)
         if item.spec.name in report.checked:
             print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")
-    print(table)
+    print(shown(table, lines=True))
     for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(shown(f"warning: {warning}", lines=True), file=sys.stderr)
 
 
 def _print_layouts(report, args: argparse.Namespace) -> None:
@@ -391,7 +392,7 @@ def _fail(err: Exception, code: int) -> int:
     text = err.render() if isinstance(err, MsnbError) else str(err)
     if isinstance(err, UsageError) and "Hint:" not in text:
         text += "\nHint: see `msnb --help`."
-    print(f"error: {text}", file=sys.stderr)
+    print(shown(f"error: {text}", lines=True), file=sys.stderr)
     return code
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
 
 from msnb.errors import MsnbError
@@ -12,6 +13,17 @@ from msnb.requirement_check import LISTED, summarise
 from msnb.spec import HandlerSpec
 
 _MAX = 200  # characters of an example / prediction shown inline
+# Characters a name may hold that would act on a terminal or a page instead of showing: C0 and C1 controls, DEL,
+# and the bidirectional overrides that reorder a line. Shown escaped (\x1b, \u202e) wherever msnb shows text.
+_BEYOND_C0 = "\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_ANY_CONTROL = re.compile("[\x00-\x1f" + _BEYOND_C0 + "]")
+_INLINE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f" + _BEYOND_C0 + "]")  # keeps tabs and newlines
+
+
+def shown(text: Any, lines: bool = False) -> str:
+    """``text`` safe to print: control characters escaped (``lines``: newlines and tabs kept, as in a message)."""
+    pattern = _INLINE_CONTROL if lines else _ANY_CONTROL
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 class View:
@@ -23,9 +35,9 @@ class View:
         self.title, self.rows, self.pre = title, list(rows), pre
 
     def text(self) -> str:
-        lines = [self.title] + [f"  {label}: {value}" for label, value in self.rows]
+        lines = [shown(self.title, lines=True)] + [f"  {shown(label)}: {shown(value)}" for label, value in self.rows]
         if self.pre:
-            lines.append(self.pre.rstrip())
+            lines.append(shown(self.pre.rstrip(), lines=True))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -51,7 +63,7 @@ class ErrorView(View):
 
     def text(self) -> str:
         lines = [self.title] + [f"Hint: {hint}" for _, hint in self.rows]
-        return "\n".join(lines + ([self.pre.rstrip()] if self.pre else []))
+        return shown("\n".join(lines + ([self.pre.rstrip()] if self.pre else [])), lines=True)
 
     def _repr_html_(self) -> str:
         hint = f"<div><b>Hint:</b> {_escaped(self.rows[0][1])}</div>" if self.rows else ""
@@ -218,5 +230,5 @@ def _short(text: str, limit: int = _MAX) -> str:
 
 
 def _escaped(text: Any) -> str:
-    """``text`` as HTML text (its str(), with <, >, & and quotes escaped)."""
-    return html.escape(str(text))
+    """``text`` as HTML text (its str(), with <, >, & and quotes escaped, control characters shown escaped)."""
+    return html.escape(shown(text, lines=True))

@@ -4,6 +4,7 @@ leaving the package or pointing at a file that would not travel."""
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 
 from msnb import secret_scan
@@ -29,6 +30,14 @@ SECRET_NAMES = (
     "*api_key*",
     "*apikey*",
 )
+# A name an archive must not hold: a backslash (a separator on Windows, a traversal when unpacked there) or a
+# control character (it would act on the terminal that lists the archive).
+UNSAFE_NAME = re.compile(r"[\\\x00-\x1f\x7f-\x9f]")
+
+
+def unsafe_name(name: str) -> str | None:
+    """Why ``name`` may not be stored in an archive, or None."""
+    return "a name with a backslash or a control character" if UNSAFE_NAME.search(name) else None
 
 
 def why_left_out(path: Path, package: Path) -> str | None:

@@ -13,7 +13,8 @@ import torch
 from msnb import archive, secret_scan
 from msnb.bundle import search_path
 from msnb.capture import capture
-from msnb.errors import CaptureError
+from msnb.display import SpecSummary
+from msnb.errors import CaptureError, SpecError
 from msnb.options import handler_config, parse_handler_line
 
 CELL = "import torch\nimport mypkg\n\ndef init_function():\n    return torch.nn.Linear(mypkg.N, 1)\n"
@@ -133,3 +134,29 @@ def test_the_secret_scan_of_a_500_file_package_reads_every_file(tmp_path):
     for i in range(500):
         (tmp_path / f"mod{i}.py").write_text("\n".join(source[(i * 7) % 200 : (i * 7) % 200 + 60]))
     assert [secret_scan.scan(p) for p in sorted(tmp_path.iterdir())] == [None] * 500
+
+
+def test_file_names_with_control_characters_are_shown_escaped_and_never_archived(tmp_path):
+    root = make_project(tmp_path / "nb")
+    for name in [*SECRETS, "mypkg/passwd.txt"]:
+        (root / name).unlink()
+    (root / "mypkg" / "\x1b[31mred.txt").write_text("a\n")
+    (root / "mypkg" / "split\nline.txt").write_text("b\n")
+    (root / "mypkg" / "back\\slash.txt").write_text("c\n")
+    spec = capture_in(root)
+    names = archived(spec, tmp_path / "out")
+    assert not [n for n in names if "red" in n or "split" in n or "slash" in n]
+    text = SpecSummary(spec).text()
+    assert "\x1b" not in text and "split\n" not in text and "mypkg/\\x1b[31mred.txt (a name with a backslash" in text
+    assert "mypkg/split\\nline.txt (a name with" in text and all(
+        line.startswith("  ") for line in text.splitlines()[1:]
+    )
+    assert "\x1b" not in SpecSummary(spec)._repr_html_()
+
+
+def test_an_extra_file_named_with_a_control_character_is_refused(tmp_path):
+    root = make_project(tmp_path / "nb")
+    (root / "bell\x07.txt").write_text("x")
+    with pytest.raises(SpecError, match=r"Extra file .*bell\\x07.txt.* has a name with a backslash or a control"):
+        archive.stage(capture_in(root, "--extra-files 'bell\x07.txt'"), tmp_path / "model")
+    assert not (tmp_path / "model").exists()
