@@ -15,6 +15,7 @@ from msnb.archive import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.display import shown
 from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
+from msnb.named_files import ALLOW_FLAG
 from msnb.torchserve.config import (
     DEFAULT_MAX_BYTES,
     KSERVE_CONFIG_DIR,
@@ -106,6 +107,14 @@ def _add_export(sub) -> None:
         "--check",
         action="store_true",
         help="run each handler in-process on its --example before writing anything (without it, no user code runs)",
+    )
+    exp.add_argument(
+        ALLOW_FLAG,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder outside the notebook's own that its --checkpoint / --extra-files / requirements / @example "
+        "files may come from (repeatable; without it such a file is refused)",
     )
     _add_layouts(exp)
     _add_execute(exp)
@@ -208,6 +217,7 @@ def _export(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             ray=args.ray,
             ray_host=args.ray_host,
+            allow_files=args.allow_files,
         )
     except ExecuteError as err:  # the notebook itself failed, not the command line
         return _fail(err, FAILED)

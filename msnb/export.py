@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from msnb import archive, localtest
+from msnb import archive, localtest, named_files
 from msnb.errors import BuildError, MsnbError
 from msnb.execute import DEFAULT_TIMEOUT_S, executed_specs, select
 from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
@@ -77,6 +77,7 @@ def export_notebook(
     timeout: int = DEFAULT_TIMEOUT_S,
     ray: str | Path | None = None,
     ray_host: str | None = None,
+    allow_files: Iterable[str | Path] = (),
 ) -> Report:
     """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel run with ``timeout``
     s per cell) and write one archive each; a failing handler is reported and skipped.
@@ -93,6 +94,7 @@ def export_notebook(
         created += [t for t in targets if archive.ensure_writable(t)]
         with ExitStack() as stack:
             items = _captured(notebook, handlers, overrides, execute, timeout, stack)
+            items = [_own_files_only(item, Path(notebook), [Path(a) for a in allow_files]) for item in items]
             specs = _checked(items, check, report)
             _write(specs, outdir, kserve, fmt, report, limits)
             if ray is not None and specs and not report.failed:
@@ -120,6 +122,15 @@ def _captured(notebook, handlers, overrides, execute: bool, timeout: int, stack:
         return load_handlers(notebook, handlers, overrides)
     specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
     return [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
+
+
+def _own_files_only(item: Captured, notebook: Path, allowed: list[Path]) -> Captured:
+    """The item, or its refusal when the notebook names a file outside its folder and the ``allow_files`` ones (or
+    one holding a secret): ``named_files``."""
+    if item.spec is None:
+        return item
+    error = named_files.refusal(item.spec, item.cell.line if item.cell else None, notebook, allowed)
+    return item if error is None else Captured(item.cell, spec=item.spec, error=error)
 
 
 def _write(specs: list[HandlerSpec], outdir, kserve, fmt: str, report: Report, limits: Limits | None) -> None:

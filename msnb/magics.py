@@ -73,6 +73,7 @@ class MsnbMagics(Magics):
                 f"Handler {args.name!r} was not captured: its cell failed (see the error above).",
                 "fix the cell and run it again.",
             )
+        from msnb import named_files
         from msnb.bundle import search_path
         from msnb.capture import capture
 
@@ -88,6 +89,7 @@ class MsnbMagics(Magics):
             namespace=namespace,
             **config,
         )
+        spec = spec.replace(warnings=spec.warnings + named_files.kernel_warnings(spec, Path.cwd()))
         return current().add(spec, namespace)  # shown as a summary by the HandlerSpec formatter
 
     @line_magic

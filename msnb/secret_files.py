@@ -52,6 +52,11 @@ def why_left_out(path: Path, package: Path) -> str | None:
         why = why_left_out(target, package)
         if why:
             return f"a symlink to a file left out: {why}"
+    return why_secret(path)
+
+
+def why_secret(path: Path) -> str | None:
+    """Why a file looks like a secret by its name or holds one by its content (``secret_scan``), or None."""
     name = path.name.lower()
     for pattern in SECRET_NAMES:
         if fnmatch.fnmatchcase(name, pattern):
