@@ -93,8 +93,7 @@ def export_notebook(
     try:
         created += [t for t in targets if archive.ensure_writable(t)]
         with ExitStack() as stack:
-            items = _captured(notebook, handlers, overrides, execute, timeout, stack)
-            items = [_own_files_only(item, Path(notebook), [Path(a) for a in allow_files]) for item in items]
+            items = _captured(notebook, handlers, overrides, (execute, timeout, allow_files), stack)
             specs = _checked(items, check, report)
             _write(specs, outdir, kserve, fmt, report, limits)
             if ray is not None and specs and not report.failed:
@@ -116,21 +115,26 @@ def _refuse_early(fmt: str, kserve, ray) -> None:
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
 
 
-def _captured(notebook, handlers, overrides, execute: bool, timeout: int, stack: ExitStack) -> list[Captured]:
-    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook."""
+def _captured(notebook, handlers, overrides, how: tuple, stack: ExitStack) -> list[Captured]:
+    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook; ``how`` is
+    (execute, timeout, allow_files)."""
+    execute, timeout, allow_files = how
     if not execute:
-        return load_handlers(notebook, handlers, overrides)
+        return _own_files_only(load_handlers(notebook, handlers, overrides), notebook, allow_files)
     specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
-    return [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
+    items = [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
+    return _own_files_only(items, notebook, allow_files)
 
 
-def _own_files_only(item: Captured, notebook: Path, allowed: list[Path]) -> Captured:
-    """The item, or its refusal when the notebook names a file outside its folder and the ``allow_files`` ones (or
+def _own_files_only(items: list[Captured], notebook, allow_files: Iterable) -> list[Captured]:
+    """Each item, or its refusal when its notebook names a file outside its folder and the ``allow_files`` ones (or
     one holding a secret): ``named_files``."""
-    if item.spec is None:
-        return item
-    error = named_files.refusal(item.spec, item.cell.line if item.cell else None, notebook, allowed)
-    return item if error is None else Captured(item.cell, spec=item.spec, error=error)
+    allowed, kept = [Path(a) for a in allow_files], []
+    for item in items:
+        line = item.cell.line if item.cell else None
+        error = named_files.refusal(item.spec, line, Path(notebook), allowed) if item.spec else None
+        kept.append(item if error is None else Captured(item.cell, spec=item.spec, error=error))
+    return kept
 
 
 def _write(specs: list[HandlerSpec], outdir, kserve, fmt: str, report: Report, limits: Limits | None) -> None:
