@@ -66,7 +66,9 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
         shutil.copy2(src, model_dir / src.name)
     (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
     if spec.requirements:
-        (model_dir / REQUIREMENTS).write_text("\n".join(requirement_check.check(spec.requirements)) + "\n")
+        (model_dir / REQUIREMENTS).write_text(
+            "\n".join(requirement_check.check(spec.requirements, spec.max_requirements)) + "\n"
+        )
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)

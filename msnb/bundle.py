@@ -60,7 +60,7 @@ def environment_dirs() -> tuple[str, ...]:
 def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str] = ()) -> HandlerSpec:
     """``spec`` with the local modules its code imports bundled and its third-party imports pinned; ``include``
     names package data files that travel although they look like secrets."""
-    given = requirement_check.check(spec.requirements)
+    given = requirement_check.check(spec.requirements, spec.max_requirements)
     found = collect(spec.source, path, include)
     requirements, warnings = reqs.pin(found.third_party, found.missing, given)
     warnings += secret_files.left_out_lines(found.left_out)
