@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from IPython.core.error import UsageError
+
+# Characters a name may hold that would act on a terminal or a page instead of showing: C0 and C1 controls, DEL,
+# and the bidirectional overrides that reorder a line. Shown escaped (\x1b, \u202e) wherever msnb shows text.
+_BEYOND_C0 = "\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_ANY_CONTROL = re.compile("[\x00-\x1f" + _BEYOND_C0 + "]")
+_INLINE_CONTROL = re.compile("[\x00-\x08\x0b-\x1f" + _BEYOND_C0 + "]")  # keeps tabs and newlines
+
+
+def shown(text: Any, lines: bool = False) -> str:
+    """``text`` safe to print: control characters escaped (``lines``: newlines and tabs kept, as in a message)."""
+    pattern = _INLINE_CONTROL if lines else _ANY_CONTROL
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 class MsnbError(Exception):

@@ -94,6 +94,13 @@ OPTIONS: tuple[Option, ...] = (
         int,
         1,
     ),
+    Option(
+        "max_requirements",
+        "most requirement entries the archive may carry (pip installs each at registration)",
+        200,
+        int,
+        1,
+    ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
 )
 OPTION = {o.dest: o for o in OPTIONS}

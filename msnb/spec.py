@@ -111,6 +111,7 @@ class HandlerSpec:
     example: Any = None
     values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
     max_value_mb: int = DEFAULTS["max_value_mb"]
+    max_requirements: int = DEFAULTS["max_requirements"]
     origin: Origin = Origin("<python>")
     warnings: tuple[str, ...] = ()
 

@@ -4,7 +4,8 @@ Rules (the contract users rely on):
 
 * ``request_body(request)`` — TorchServe hands each request as a dict: its ``data`` or ``body`` value
   (parsed JSON, a ``bytearray`` for octet-stream or invalid JSON, a ``str`` for text/plain) is the sample;
-  a multipart request (one key per field) is passed whole.
+  a multipart request (one key per field) is passed whole. ``not_json(request, context, idx)`` is the JSON
+  parser's message for a body sent as ``application/json`` that does not parse (TorchServe forwards its bytes).
 
 * ``collate(samples)`` — tensors (and numpy arrays) of one shape and dtype are stacked along a new
   leading dim; dicts with the same keys and tuples/lists of the same length that hold tensors are
@@ -22,9 +23,15 @@ Rules (the contract users rely on):
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
+
+try:
+    from msnb_content import JSON_TYPE
+except ImportError:  # imported as msnb.templates.msnb_collate instead of from a model dir
+    from .msnb_content import JSON_TYPE
 
 
 class CollateError(ValueError):
@@ -54,6 +61,31 @@ def request_body(request: Any) -> Any:
         if key in request:
             return request[key]
     return dict(request)
+
+
+def not_json(request: Any, context: Any, idx: int) -> str | None:
+    """The parser's message when a body sent with a JSON Content-Type is not JSON; None otherwise."""
+    key = next((k for k in ("data", "body") if isinstance(request, dict) and k in request), None)
+    if key is None or not isinstance(request[key], (bytes, bytearray)):
+        return None
+    if not _content_type(context, idx, key).startswith(JSON_TYPE):
+        return None
+    try:
+        json.loads(bytes(request[key]).decode("utf-8"))
+    except ValueError as err:  # UnicodeDecodeError is one
+        return str(err)[:500]
+    return None
+
+
+def _content_type(context: Any, idx: int, key: str) -> str:
+    """TorchServe gives each body its own header ({"content-type": ...}); Ray's adapter the request's."""
+    try:
+        part = context.get_request_header(idx, key)
+        whole = context.get_request_header(idx, "content-type") or context.get_request_header(idx, "Content-Type")
+    except Exception:  # a context without request headers
+        return ""
+    found = part.get("content-type") if isinstance(part, dict) else whole
+    return str(found or "").lower()
 
 
 def has_tensor(obj: Any) -> bool:

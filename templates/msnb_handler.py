@@ -24,7 +24,7 @@ import torch
 
 try:
     from msnb_budget import ExplainBudget
-    from msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from msnb_collate import CollateError, collate, json_safe, not_json, request_body, split, to_device
     from msnb_content import content_type
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
@@ -41,7 +41,7 @@ try:
     from msnb_metrics import MetricsWindow
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_budget import ExplainBudget
-    from .msnb_collate import CollateError, collate, json_safe, request_body, split, to_device
+    from .msnb_collate import CollateError, collate, json_safe, not_json, request_body, split, to_device
     from .msnb_content import content_type
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
@@ -230,13 +230,30 @@ class BatchHandler:
         """Answer a batch: one item per request, errors as per-request answers with their own status."""
         # A customized describe is a job in the worker's queue too (a redeploy's drain barrier): answer it apart.
         describe = {idx for idx in range(len(data)) if _is_describe(context, idx)}
-        kept = [idx for idx in range(len(data)) if idx not in describe]
+        refused = {idx: self._not_json(idx, data[idx], context) for idx in range(len(data)) if idx not in describe}
+        refused = {idx: answer for idx, answer in refused.items() if answer is not None}
+        kept = [idx for idx in range(len(data)) if idx not in describe and idx not in refused]
         asked = {pos for pos, idx in enumerate(kept) if wants_explanation(context, idx)}  # sent to /explanations
         samples = [request_body(data[idx]) for idx in kept]
         answered = iter(self.answer_samples(samples, context, explain=asked) if samples else [])
-        answers = [self._describe() if idx in describe else next(answered) for idx in range(len(data))]
+        answers = [
+            self._describe() if idx in describe else refused[idx] if idx in refused else next(answered)
+            for idx in range(len(data))
+        ]
         _set_statuses(context, answers)
         return answers
+
+    def _not_json(self, idx: int, request: Any, context: Any) -> dict | None:
+        """A 400 for a body sent as JSON that does not parse, before preprocess sees its bytes."""
+        problem = not_json(request, context, idx)
+        if problem is None:
+            return None
+        err = ValueError(f"the request body is not JSON: {problem}")
+        hint = "send a valid JSON body with Content-Type: application/json, or another Content-Type for raw bytes."
+        answer = _ErrorAnswer(error=str(err), hint=hint, stage="request", type="BadRequest")
+        answer.status = 400
+        logger.warning("msnb handler: request %d: %s", idx, err)
+        return answer
 
     def _describe(self) -> dict:
         return {"model": type(self.model).__name__, "device": str(self.device)}

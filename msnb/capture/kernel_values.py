@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from msnb.capture.value_walk import WAYS, check
 from msnb.errors import CaptureError
 from msnb.options import DEFAULTS, OPTION
 from msnb.templates.msnb_values import VALUES_FILE
 
-SCALARS = (bool, int, float, str, bytes, type(None))
-CONTAINERS = (list, tuple, dict, OrderedDict)
 _MB = 2**20
 # Types people hold such values in, and the plain form that travels.
 TYPE_WAYS = {
@@ -66,9 +64,12 @@ class Values:
 
     def changed(self, namespace: Mapping[str, Any]) -> list[str]:
         """The names whose value in ``namespace`` differs from the snapshot now (or is gone)."""
-        return [
-            i.name for i in self.items if i.name not in namespace or _digest(_serialise(namespace[i.name])) != i.digest
-        ]
+        return [i.name for i in self.items if i.name not in namespace or _differs(namespace[i.name], i)]
+
+
+def _differs(value: Any, info: ValueInfo) -> bool:
+    """Serialised again only when the walk finds it could still be the same (never a value grown huge)."""
+    return check(value, 2 * info.size + _MB) is not None or _digest(_serialise(value)) != info.digest
 
 
 def values_changed(spec: Any, namespace: Mapping[str, Any] | None) -> str | None:
@@ -93,7 +94,7 @@ def snapshot(needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb: in
             refused.append((name, where, "is not defined in the kernel"))
             continue
         value = namespace[name]
-        problem = unsupported(value) or _too_big(value, limit)
+        problem = check(value, limit)
         data = None if problem else _serialise(value)
         if data is not None and len(data) > limit:
             problem = f"is {human(len(data))}, over the {limit // _MB} MB limit"
@@ -109,51 +110,9 @@ def snapshot(needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb: in
     return Values(data, tuple(infos))
 
 
-def unsupported(value: Any, path: str = "") -> str | None:
+def unsupported(value: Any) -> str | None:
     """Why ``value`` cannot travel as data (naming the part and its type), or None when it can."""
-    if isinstance(value, torch.nn.Module):
-        return f"is an nn.Module ({type(value).__name__})"
-    if isinstance(value, torch.Tensor):
-        return None if type(value) in (torch.Tensor, torch.nn.Parameter) else _is_a(value, path)
-    if type(value) in SCALARS:
-        return None
-    if type(value) in (list, tuple):
-        return next((p for i, v in enumerate(value) if (p := unsupported(v, f"{path}[{i}]"))), None)
-    if type(value) in (dict, OrderedDict):
-        for key, item in value.items():
-            if not _plain_key(key):
-                return f"has a key {key!r} of type {type(key).__name__}" + (f" (in {path})" if path else "")
-            if problem := unsupported(item, f"{path}[{key!r}]"):
-                return problem
-        return None
-    return _is_a(value, path)
-
-
-def _is_a(value: Any, path: str) -> str:
-    kind = type(value).__module__ + "." + type(value).__qualname__ if type(value).__module__ != "builtins" else ""
-    kind = kind or type(value).__name__
-    return f"{'holds ' + path + ', ' if path else 'is '}a {kind}"
-
-
-def _plain_key(key: Any) -> bool:
-    return type(key) in SCALARS or (type(key) is tuple and all(_plain_key(k) for k in key))
-
-
-def _too_big(value: Any, limit: int) -> str | None:
-    """Refuse before serialising when the tensors alone are over the limit (a 200 MB tensor is not copied)."""
-    size = sum(t.nbytes for t in _tensors(value))
-    return f"holds {human(size)} of tensors, over the {limit // _MB} MB limit" if size > limit else None
-
-
-def _tensors(value: Any):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
+    return check(value)
 
 
 def _compact(value: Any) -> Any:
@@ -210,7 +169,7 @@ def _refused(refused: list[tuple[str, str, str]], limit_mb: int) -> CaptureError
         hints.append(f"raise the limit with {OPTION['max_value_mb'].flag} (now {limit_mb}) or ship the data as a file")
     if "not defined in the kernel" in problems:
         hints.append("run the cell that binds it first")
-    hints += [way for kind, way in TYPE_WAYS.items() if kind in problems]
+    hints += [way for kind, way in {**TYPE_WAYS, **WAYS}.items() if kind in problems]
     hints.append(WAYS_OUT)
     return CaptureError(
         f"These runtime values cannot travel with the handler as data ({VALUES_FILE}): {listed}.",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from msnb.capture import requirement_rules, secret_rules
+from msnb.capture import requirement_rules, secret_rules, secret_scan
 from msnb.capture import requirements as reqs
 from msnb.capture.imports import Imported, imports_of
 from msnb.errors import CaptureError
@@ -60,7 +60,7 @@ def environment_dirs() -> tuple[str, ...]:
 def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str] = ()) -> HandlerSpec:
     """``spec`` with the local modules its code imports bundled and its third-party imports pinned; ``include``
     names package data files that travel although they look like secrets."""
-    given = requirement_rules.check(spec.requirements)
+    given = requirement_rules.check(spec.requirements, spec.max_requirements)
     found = collect(spec.source, path, include)
     requirements, warnings = reqs.pin(found.third_party, found.missing, given)
     warnings += secret_rules.left_out_lines(found.left_out)
@@ -194,10 +194,25 @@ def _add_file(spec, parts: list[str], out: Bundle) -> list[tuple[Imported, str]]
         _add_data(Path(spec.origin).parent, "/".join(parts), out)
     package = ".".join(parts if is_package else parts[:-1])
     text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    _refuse_secret(text, spec.origin, arcname, out)
     try:
         return [(imp, arcname) for imp in imports_of(text, package)]
     except SyntaxError as err:
         raise CaptureError(f"Local module {arcname} does not parse: {err}.", f"fix {spec.origin}.") from None
+
+
+def _refuse_secret(text: str, origin: str, arcname: str, out: Bundle) -> None:
+    """A module holding a secret is refused, not left out: the code that imports it would break on the server."""
+    if os.path.abspath(origin) in out.include or not origin.endswith(".py"):
+        return
+    found = secret_scan.scan_text(text, origin)
+    if found:
+        raise CaptureError(
+            f"The local module {arcname} holds a secret ({found}); msnb does not ship secrets, and leaving the "
+            "module out would break the code that imports it.",
+            f"move the secret out of {origin}: read it on the server from an environment variable or a file "
+            "provided there. To ship the module as it is anyway, name it with --include-file.",
+        )
 
 
 def _add_data(folder: Path, prefix: str, out: Bundle) -> None:
@@ -211,7 +226,9 @@ def _add_data(folder: Path, prefix: str, out: Bundle) -> None:
             if name.endswith((".py", ".pyc")) or name.endswith(_EXTENSIONS):
                 continue
             arcname = f"{prefix}/{src.relative_to(folder).as_posix()}"
-            why = None if os.path.abspath(src) in out.include else secret_rules.why_left_out(src, folder)
+            why = secret_rules.unsafe_name(arcname)
+            if not why and os.path.abspath(src) not in out.include:
+                why = secret_rules.why_left_out(src, folder)
             if why:
                 out.left_out[arcname] = why
             elif not name.startswith(".") and src.is_file():

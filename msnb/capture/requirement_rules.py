@@ -8,6 +8,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from msnb.capture.requirements import SERVING, canonical, serving_distributions
 from msnb.errors import SpecError
+from msnb.options import DEFAULTS, OPTION
 
 SHOWN = 3  # refused entries quoted in a message; the rest are counted
 SHOWN_CHARS = 60  # characters quoted of one entry
@@ -18,6 +19,10 @@ REASONS = {
     "option": ("pip options", f"give requirements only (name and version, e.g. numpy==1.26.4); {INDEX_HINT}"),
     "url": ("URLs", f"give a name and version from the package index; {LOCAL_HINT}, or {INDEX_HINT}"),
     "path": ("local paths", f"{LOCAL_HINT}, or ship data with --extra-files"),
+    "env": (
+        "environment-variable references",
+        "write the value itself: pip expands ${VAR} on the server from the server's environment (its secrets included)",
+    ),
     "invalid": ("not PEP 508 requirements", "write one requirement per entry, e.g. numpy==1.26.4 or pandas>=2,<3"),
     "serving": (
         "torch, TorchServe or one of their dependencies",
@@ -27,9 +32,18 @@ REASONS = {
 }
 
 
-def check(entries: Iterable[str]) -> tuple[str, ...]:
-    """The entries, each a PEP 508 requirement the serving image does not provide; else a SpecError."""
+def check(entries: Iterable[str], most: int | None = None) -> tuple[str, ...]:
+    """The entries (at most ``most``), each a PEP 508 requirement the serving image does not provide; else a
+    SpecError that summarises them."""
     entries = tuple(e.strip() for e in entries if e.strip())
+    most = most or DEFAULTS["max_requirements"]
+    if len(entries) > most:
+        raise SpecError(
+            f"--requirements holds {len(entries):,} entries, more than the {most} an archive may carry "
+            f"({summarise(entries)}): the server's pip would install every one at registration.",
+            "list only what the handler needs (msnb pins the third-party modules it imports itself), or raise "
+            f"the cap with {OPTION['max_requirements'].flag} N.",
+        )
     refused: dict[str, list[str]] = {}
     for entry in entries:
         kind = classify(entry)
@@ -49,6 +63,8 @@ def classify(entry: str) -> str | None:
     """Why ``entry`` is refused (a key of REASONS), or None for a requirement an archive may carry."""
     if entry.startswith("-"):
         return "option"
+    if "${" in entry:  # pip expands ${VAR} in requirement files
+        return "env"
     try:
         req = Requirement(entry)
     except InvalidRequirement:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from msnb.capture import named_files
 from msnb.capture.kernel_values import human
 from msnb.capture.notebook import Captured, load_handlers
 from msnb.cli.execute import DEFAULT_TIMEOUT_S, executed_specs, select
@@ -78,6 +79,7 @@ def export_notebook(
     timeout: int = DEFAULT_TIMEOUT_S,
     ray: str | Path | None = None,
     ray_host: str | None = None,
+    allow_files: Iterable[str | Path] = (),
 ) -> Report:
     """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel run with ``timeout``
     s per cell) and write one archive each; a failing handler is reported and skipped.
@@ -93,7 +95,7 @@ def export_notebook(
     try:
         created += [t for t in targets if archive.ensure_writable(t)]
         with ExitStack() as stack:
-            items = _captured(notebook, handlers, overrides, execute, timeout, stack)
+            items = _captured(notebook, handlers, overrides, (execute, timeout, allow_files), stack)
             specs = _checked(items, check, report)
             _write(specs, outdir, kserve, fmt, report, limits)
             if ray is not None and specs and not report.failed:
@@ -115,12 +117,26 @@ def _refuse_early(fmt: str, kserve, ray) -> None:
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
 
 
-def _captured(notebook, handlers, overrides, execute: bool, timeout: int, stack: ExitStack) -> list[Captured]:
-    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook."""
+def _captured(notebook, handlers, overrides, how: tuple, stack: ExitStack) -> list[Captured]:
+    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook; ``how`` is
+    (execute, timeout, allow_files)."""
+    execute, timeout, allow_files = how
     if not execute:
-        return load_handlers(notebook, handlers, overrides)
+        return _own_files_only(load_handlers(notebook, handlers, overrides), notebook, allow_files)
     specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
-    return [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
+    items = [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
+    return _own_files_only(items, notebook, allow_files)
+
+
+def _own_files_only(items: list[Captured], notebook, allow_files: Iterable) -> list[Captured]:
+    """Each item, or its refusal when its notebook names a file outside its folder and the ``allow_files`` ones (or
+    one holding a secret): ``named_files``."""
+    allowed, kept = [Path(a) for a in allow_files], []
+    for item in items:
+        line = item.cell.line if item.cell else None
+        error = named_files.refusal(item.spec, line, Path(notebook), allowed) if item.spec else None
+        kept.append(item if error is None else Captured(item.cell, spec=item.spec, error=error))
+    return kept
 
 
 def _write(specs: list[HandlerSpec], outdir, kserve, fmt: str, report: Report, limits: Limits | None) -> None:

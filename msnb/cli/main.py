@@ -10,6 +10,7 @@ from pathlib import Path
 
 from IPython.core.error import UsageError
 
+from msnb.capture.named_files import ALLOW_FLAG
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.engines.torchserve.config import (
@@ -19,7 +20,7 @@ from msnb.engines.torchserve.config import (
     LIMIT_OPTIONS,
     Limits,
 )
-from msnb.errors import MsnbError, OptionError, ServerError
+from msnb.errors import MsnbError, OptionError, ServerError, shown
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 
 OK, FAILED, USAGE = 0, 1, 2
@@ -105,6 +106,14 @@ def _add_export(sub) -> None:
         "--check",
         action="store_true",
         help="run each handler in-process on its --example before writing anything (without it, no user code runs)",
+    )
+    exp.add_argument(
+        ALLOW_FLAG,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder outside the notebook's own that its --checkpoint / --extra-files / requirements / @example "
+        "files may come from (repeatable; without it such a file is refused)",
     )
     _add_layouts(exp)
     _add_execute(exp)
@@ -207,13 +216,14 @@ def _export(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             ray=args.ray,
             ray_host=args.ray_host,
+            allow_files=args.allow_files,
         )
     except ExecuteError as err:  # the notebook itself failed, not the command line
         return _fail(err, FAILED)
     _print_export(report, format_table(report))
     _print_layouts(report, args)
     for name, err in report.failed.items():
-        print(f"error: {name}: {err.render()}", file=sys.stderr)
+        print(shown(f"error: {name}: {err.render()}", lines=True), file=sys.stderr)
     return OK if report.ok else FAILED
 
 
@@ -221,12 +231,12 @@ def _print_export(report, table: str) -> None:
     """Each exported handler's warnings and check answer, the table, then the export's own warnings."""
     for item in report.exported:
         for warning in item.spec.warnings:
-            print(f"warning: {item.spec.name}: {warning}", file=sys.stderr)
+            print(shown(f"warning: {item.spec.name}: {warning}", lines=True), file=sys.stderr)
         if item.spec.name in report.checked:
             print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")
-    print(table)
+    print(shown(table, lines=True))
     for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(shown(f"warning: {warning}", lines=True), file=sys.stderr)
 
 
 def _print_layouts(report, args: argparse.Namespace) -> None:
@@ -391,7 +401,7 @@ def _fail(err: Exception, code: int) -> int:
     text = err.render() if isinstance(err, MsnbError) else str(err)
     if isinstance(err, UsageError) and "Hint:" not in text:
         text += "\nHint: see `msnb --help`."
-    print(f"error: {text}", file=sys.stderr)
+    print(shown(f"error: {text}", lines=True), file=sys.stderr)
     return code
 
 

@@ -13,7 +13,7 @@ import yaml
 from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
-from msnb.capture import requirement_rules
+from msnb.capture import requirement_rules, secret_rules
 from msnb.errors import BuildError, SpecError
 from msnb.files import clone_file, clone_tree, disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import ROLES_FORM
@@ -37,17 +37,19 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     staging dir (packed into a zip, which copies them, or a local test) links them instead.
     """
     model_dir = Path(model_dir)
+    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})  # before any write
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / f"{HANDLER_MODULE}.py").write_text(render_handler(spec))
     for src in shared_handler_files():
         shutil.copy2(src, model_dir / src.name)
     (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
     if spec.requirements:
-        (model_dir / REQUIREMENTS).write_text("\n".join(requirement_rules.check(spec.requirements)) + "\n")
+        (model_dir / REQUIREMENTS).write_text(
+            "\n".join(requirement_rules.check(spec.requirements, spec.max_requirements)) + "\n"
+        )
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
-    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
     for item in spec.bundle:
@@ -167,6 +169,11 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
     seen: set[str] = set()
     for extra in extra_files:
         name = Path(extra).expanduser().name
+        if secret_rules.unsafe_name(name):
+            raise SpecError(
+                f"Extra file {extra!r} has {secret_rules.unsafe_name(name)}: archives never store such names.",
+                "rename the file (letters, digits, dots, dashes and underscores are always safe).",
+            )
         if name in generated or name in seen:
             what = "a bundled local module or a file msnb writes" if name in generated else "another extra file"
             raise SpecError(

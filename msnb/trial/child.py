@@ -39,6 +39,9 @@ def main(conn: Any) -> None:
     """Wait for ``(model_dir, spec, streams)``, load the handler, say so, then answer ``(samples, explain)``
     requests until ``None`` or the pipe closes (a spare process waits here before its first handler)."""
     _die_with_parent()
+    # Jupyter interrupts a kernel's whole process group (at every shutdown too): the kernel, not this process,
+    # decides what an interrupt ends (it closes a busy test process), so no KeyboardInterrupt traceback here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         setup = conn.recv()
     except EOFError:

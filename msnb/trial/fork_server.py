@@ -3,10 +3,13 @@ process forked from it, started in the background, waiting for the next handler 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import json
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import shutil
 import sys
@@ -21,10 +24,13 @@ from typing import Any
 CHILD_MODULE = "msnb.trial.child"  # a test process runs its main(); the fork server imports it once (torch, ts)
 PRELOAD = [CHILD_MODULE]
 READY_ENV = "MSNB_FORKSERVER_READY"  # a file the fork server touches when its imports are done
+LEFTOVERS_ENV = "MSNB_FORKSERVER_LEFTOVERS"  # the owner's pid and folders the fork server removes if it outlives it
+DIR_PREFIX = "msnb-forkserver-"  # one folder per owner: the ready marker and every test process's files
 READY_WAIT_S = 300.0  # how long a background refill waits for the fork server's imports
 _LOCK = threading.Lock()
 _MAIN_LOCK = threading.Lock()
-_STATE: dict[str, Any] = {"ready": None, "spare": None, "filling": False}
+_DIR_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {"ready": None, "spare": None, "filling": False, "dir": None}
 
 
 def warm_up() -> None:
@@ -33,17 +39,30 @@ def warm_up() -> None:
         server = multiprocessing.forkserver._forkserver  # noqa: SLF001 - the stdlib's one fork server
         if server._forkserver_pid is None:  # noqa: SLF001
             multiprocessing.set_forkserver_preload(PRELOAD)
-            marker = Path(tempfile.mkdtemp(prefix="msnb-forkserver-")) / "ready"
+            marker = workdir() / "ready"
+            # The listener socket's folder (pymp-*) and ours go when the owner does, even when it is SIGKILLed.
+            leftovers = [str(workdir()), multiprocessing.util.get_temp_dir()]
             os.environ[READY_ENV] = str(marker)
+            os.environ[LEFTOVERS_ENV] = json.dumps({"owner": os.getpid(), "paths": leftovers})
             try:
                 with no_main():
                     multiprocessing.forkserver.ensure_running()
             finally:
                 os.environ.pop(READY_ENV, None)
+                os.environ.pop(LEFTOVERS_ENV, None)
             _STATE["ready"] = marker
         if _STATE["spare"] is None and not _STATE["filling"]:
             _STATE["filling"] = True
             threading.Thread(target=_refill, name="msnb-test-spare", daemon=True).start()
+
+
+def workdir() -> Path:
+    """This process's folder for test-process files (made once, again if something removed it; gone at exit)."""
+    with _DIR_LOCK:
+        if _STATE["dir"] is None or not _STATE["dir"].is_dir():
+            _STATE["dir"] = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
+            atexit.register(shutil.rmtree, _STATE["dir"], ignore_errors=True)
+        return _STATE["dir"]
 
 
 def spare_ready() -> bool:
@@ -103,7 +122,7 @@ def _wait_ready() -> None:
     while marker is not None and not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)  # polling a file another process writes, with a bound
     if marker is not None and marker.exists():
-        shutil.rmtree(marker.parent, ignore_errors=True)
+        marker.unlink(missing_ok=True)
         _STATE["ready"] = None
 
 
@@ -122,6 +141,18 @@ def no_main() -> Iterator[None]:
 
 def mark_ready() -> None:
     """Called by the fork server when its imports are done (``testchild`` at import)."""
+    leftovers = os.environ.pop(LEFTOVERS_ENV, None)
+    if leftovers:
+        atexit.register(_remove_if_orphaned, **json.loads(leftovers))
     marker = os.environ.pop(READY_ENV, None)
     if marker:
         Path(marker).touch()
+
+
+def _remove_if_orphaned(owner: int, paths: list[str]) -> None:
+    """At the fork server's exit (its owner has gone: multiprocessing ends it then): remove what a killed owner
+    could not. An owner that is still there (the fork server was stopped alone) keeps its folders."""
+    if os.getppid() == owner:
+        return
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)

@@ -85,7 +85,7 @@ class TestWorker:
 
     def __init__(self, spec: HandlerSpec, key: str):
         self.spec, self.key = spec, key
-        self.tmp = tempfile.TemporaryDirectory(prefix="msnb-test-")
+        self.tmp = tempfile.TemporaryDirectory(prefix="msnb-test-", dir=fork_server.workdir())
         root = Path(self.tmp.name)
         self.streams = Streams(*(str(root / f"{s}.txt") for s in Streams._fields))
         self.read_at = dict.fromkeys(Streams._fields, 0)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from msnb.capture.requirement_rules import LISTED, summarise
-from msnb.errors import MsnbError
+from msnb.errors import MsnbError, shown
 from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
 
@@ -23,9 +23,9 @@ class View:
         self.title, self.rows, self.pre = title, list(rows), pre
 
     def text(self) -> str:
-        lines = [self.title] + [f"  {label}: {value}" for label, value in self.rows]
+        lines = [shown(self.title, lines=True)] + [f"  {shown(label)}: {shown(value)}" for label, value in self.rows]
         if self.pre:
-            lines.append(self.pre.rstrip())
+            lines.append(shown(self.pre.rstrip(), lines=True))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -51,7 +51,7 @@ class ErrorView(View):
 
     def text(self) -> str:
         lines = [self.title] + [f"Hint: {hint}" for _, hint in self.rows]
-        return "\n".join(lines + ([self.pre.rstrip()] if self.pre else []))
+        return shown("\n".join(lines + ([self.pre.rstrip()] if self.pre else [])), lines=True)
 
     def _repr_html_(self) -> str:
         hint = f"<div><b>Hint:</b> {_escaped(self.rows[0][1])}</div>" if self.rows else ""
@@ -218,5 +218,5 @@ def _short(text: str, limit: int = _MAX) -> str:
 
 
 def _escaped(text: Any) -> str:
-    """``text`` as HTML text (its str(), with <, >, & and quotes escaped)."""
-    return html.escape(str(text))
+    """``text`` as HTML text (its str(), with <, >, & and quotes escaped, control characters shown escaped)."""
+    return html.escape(shown(text, lines=True))

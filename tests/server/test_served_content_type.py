@@ -51,3 +51,13 @@ def test_json_text_and_bytes_answers_carry_their_content_type(own_server):
     ctype, body = answer_of(own_server, "ownfn", {"png": False})
     assert ctype.startswith("application/json") and json.loads(body) == {"n": 1}
     assert answer_of(own_server, "ownfn", {"png": True}) == ("image/png", PNG)
+
+
+def test_a_body_that_is_not_json_is_answered_400_with_the_parsers_message(own_server):
+    deploy(own_server, spec_from_source("js", MLP_SOURCE))
+    url = f"{own_server.inference_url}/predictions/js"
+    resp = own_server.client.call(
+        "POST", url, "inference", data=b'{"x": [1, 2', headers={"Content-Type": "application/json"}
+    )
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"].startswith("the request body is not JSON: Expecting ")

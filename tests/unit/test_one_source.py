@@ -104,8 +104,8 @@ def module_level_assignments(path: Path) -> list[tuple[str, int]]:
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
         for target in targets:
-            for leaf in ast.walk(target):
-                if isinstance(leaf, ast.Name) and leaf.id.isupper():
+            for leaf in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                if isinstance(leaf, ast.Name) and leaf.id.isupper():  # NAME.attr = ... sets an attribute, not NAME
                     found.append((leaf.id, node.lineno))
     return found
 

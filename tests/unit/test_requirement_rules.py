@@ -49,11 +49,11 @@ def test_requirements_with_versions_markers_and_extras_pass(tmp_path):
 
 
 def test_a_long_file_with_bad_lines_is_summarised_not_echoed(tmp_path):
-    lines = [f"-r /etc/secret{i}" for i in range(10_000)]
+    lines = [f"-r /etc/secret{i}" for i in range(150)]
     (tmp_path / "reqs.txt").write_text("numpy==1.26.4\n" + "\n".join(lines) + "\n")
     with pytest.raises(SpecError) as err:
         capture_with(tmp_path, "reqs.txt")
-    assert "and 9997 more" in err.value.message and len(str(err.value)) < 600
+    assert "and 147 more" in err.value.message and len(str(err.value)) < 600
     with pytest.raises(SpecError, match="'xxxxxxxx.*\\.\\.\\.'"):
         check(["x" * 200 + " @@"])  # one long entry is cut short too
 
@@ -84,3 +84,19 @@ def test_given_entries_win_over_inferred_pins(tmp_path):
     config = handler_config(parse_handler_line("m --requirements 'PyYAML>=6'"), {}, tmp_path)
     spec = capture("m", cell, [], search_path=search_path(tmp_path), **config)
     assert spec.requirements == ("PyYAML>=6",)
+
+
+def test_ten_thousand_valid_lines_are_over_the_cap_summarised_and_the_option_raises_it(tmp_path):
+    (tmp_path / "reqs.txt").write_text("".join(f"pkg{i}==1.0\n" for i in range(10_000)))
+    with pytest.raises(SpecError) as err:
+        capture_with(tmp_path, "reqs.txt")
+    assert "--requirements holds 10,000 entries, more than the 200 an archive may carry" in err.value.message
+    assert "'pkg0==1.0', 'pkg1==1.0', 'pkg2==1.0' and 9997 more" in err.value.message and len(str(err.value)) < 600
+    assert "--max-requirements N" in err.value.hint
+    assert len(check([f"pkg{i}==1.0" for i in range(300)], 300)) == 300
+
+
+def test_an_environment_variable_reference_is_refused_before_pip_could_expand_it():
+    with pytest.raises(SpecError) as err:
+        check(['numpy==1.26.4; platform_release == "${AWS_SECRET_ACCESS_KEY}"'])
+    assert "environment-variable references" in err.value.message and "pip expands ${VAR}" in err.value.hint

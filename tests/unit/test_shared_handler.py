@@ -191,6 +191,24 @@ def test_request_bodies_are_read_from_data_body_or_the_multipart_fields(tmp_path
     assert seen == [{"k": 1}, bytearray(b"\xff"), {"file": bytearray(b"x"), "name": "n"}]
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [{"body": {"content-type": "application/json"}}, {"content-type": "application/json; charset=utf-8"}],
+    ids=["torchserve-part-header", "ray-request-header"],
+)
+def test_a_body_sent_as_json_that_does_not_parse_is_a_400_with_the_parsers_message(tmp_path, headers):
+    seen = []
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=lambda s: seen.append(s) or torch.zeros(1))
+    ctx.request_processor = [RequestProcessor(headers), RequestProcessor({})]
+    ctx.request_ids = {0: "bad", 1: "raw"}
+    ctx.metrics.request_ids = ctx.request_ids
+    answers = handle([{"body": bytearray(b'{"x": [1, 2')}, {"body": bytearray(b"{raw")}], ctx)
+    assert ctx.get_response_status(0)[0] == 400 and ctx.get_response_status(1)[0] == 200
+    assert answers[0]["error"].startswith("the request body is not JSON: Expecting ")
+    assert "line 1 column" in answers[0]["error"] and "Content-Type" in answers[0]["hint"]
+    assert seen == [bytearray(b"{raw")]  # preprocess never saw the bad body; octet-stream bytes still pass
+
+
 # ---------------------------------------------------------------- per-sample isolation
 def test_bad_input_gets_its_own_400_and_the_rest_of_the_batch_succeeds(tmp_path, caplog):
     handle, ctx, model = loaded(tmp_path, preprocess_function=to_x)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -113,27 +116,56 @@ def test_what_the_handler_prints_is_shown_and_the_process_state_is_kept(capsys, 
 
 
 KILLED_KERNEL = """
+import signal
 import sys
 import msnb
 from msnb.spec import spec_from_source
 from msnb.trial import fork_server
 print(msnb.test_handler(spec_from_source("k", sys.argv[1]), [[1.0]])[0]["pid"], flush=True)
+signal.signal(signal.SIGINT, lambda *_: None)  # as an idle ipykernel: an interrupt ends no cell
 sys.stdin.read()
 """
+LEFTOVER_PREFIXES = ("msnb-forkserver-", "pymp-", "msnb-test-")
 
 
-def test_a_killed_kernel_leaves_no_test_process_behind():
+@pytest.mark.parametrize(
+    ("end", "stdio"),
+    [("SIGKILL", subprocess.PIPE), ("SIGKILL", None), ("interrupt, then exit", subprocess.PIPE)],
+    ids=["sigkill-piped", "sigkill-inherited", "jupyter-shutdown-piped"],
+)
+def test_the_test_processes_end_with_their_kernel_quietly_and_leave_no_folder(short_tmp, end, stdio):
+    """Jupyter starts a kernel with piped stdio in its own session and interrupts its process group at shutdown."""
     kernel = subprocess.Popen(
-        [sys.executable, "-c", KILLED_KERNEL, BATCH_PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", KILLED_KERNEL, BATCH_PROBE],
+        **{"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": stdio, "text": True},
+        env={**os.environ, "TMPDIR": str(short_tmp)},
+        start_new_session=True,
     )
     try:
-        pid = int(kernel.stdout.readline())
-        children = psutil.Process(kernel.pid).children(recursive=True)
-        assert pid in {c.pid for c in children}
+        line = kernel.stdout.readline()
+        assert line, kernel.stderr and kernel.stderr.read()
+        pid = int(line)
+        children = psutil.Process(kernel.pid).children(recursive=True)  # fork server, resource tracker, tests
+        assert pid in {c.pid for c in children} and len(children) >= 3
     finally:
-        kernel.send_signal(signal.SIGKILL)
-        kernel.wait()
-    poll(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 30, "no child left")
+        if end == "SIGKILL":
+            kernel.send_signal(signal.SIGKILL)
+        else:
+            os.killpg(kernel.pid, signal.SIGINT)  # what jupyter_client does before a shutdown
+    _, err = kernel.communicate(
+        timeout=10
+    )  # stdin closed: the kernel exits unless killed; every holder of the pipes gone: the fork server included
+    poll(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 10, "none left")
+    assert not [p.name for p in short_tmp.iterdir() if p.name.startswith(LEFTOVER_PREFIXES)]
+    assert "Traceback" not in (err or "") and "KeyboardInterrupt" not in (err or "")
+
+
+@pytest.fixture
+def short_tmp():
+    """A kernel's TMPDIR short enough for the fork server's socket path (AF_UNIX allows 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="k"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_stopping_the_session_ends_its_test_processes():
