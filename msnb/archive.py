@@ -21,6 +21,7 @@ from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
+from msnb.templates.msnb_hf import HF_DIR
 from msnb.templates.msnb_values import VALUES_FILE
 
 
@@ -69,6 +70,8 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
+    if spec.objects is not None:  # Hugging Face objects saved at capture (rebound by msnb_hf.py)
+        spec.objects.write(model_dir)
     _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
@@ -176,6 +179,7 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
         REQUIREMENTS,
         CHECKPOINT,
         VALUES_FILE,
+        HF_DIR,
         "MAR-INF",
         *(p.name for p in shared_handler_files()),
     }

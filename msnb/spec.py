@@ -13,6 +13,7 @@ from typing import Any
 
 from msnb.errors import SpecError
 from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
+from msnb.hf_objects import SavedObjects
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
 from msnb.taken import fingerprint
@@ -108,6 +109,7 @@ class HandlerSpec:
     max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
     values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
+    objects: SavedObjects | None = None  # Hugging Face objects saved from the kernel (hf_objects/)
     max_value_mb: int = DEFAULTS["max_value_mb"]
     origin: Origin = Origin("<python>")
     warnings: tuple[str, ...] = ()
@@ -237,6 +239,7 @@ class HandlerSpec:
                     self.extra_files,
                     [(f.arcname, _file_stamp(f.source)) for f in self.bundle],
                     self.values and self.values.digest,
+                    self.objects and self.objects.digest,
                 ],
                 sort_keys=True,
                 default=str,
