@@ -206,3 +206,17 @@ def test_encodings_of_one_text_collate_into_the_keywords_forward_takes(kernel):
     assert {k: tuple(v.shape) for k, v in batch.items()} == {"input_ids": (3, 16), "attention_mask": (3, 16)}
     assert takes_keywords(model, batch)
     assert not takes_keywords(torch.nn.Linear(2, 2), {"a": torch.ones(2)})  # forward(input): the dict itself
+
+
+def test_the_mar_the_kserve_and_the_ray_layouts_carry_the_objects_unchanged(kernel, tmp_path):
+    import zipfile
+
+    from msnb.export import write_kserve
+    from msnb.ray.layout import write_ray
+
+    spec = run(HANDLER, kernel)
+    saved = {f"{HF_DIR}/{path}": data for path, data in spec.objects.files}
+    with zipfile.ZipFile(write_kserve([spec], tmp_path / "kserve") / "model-store" / "cls.mar") as z:
+        assert {name: z.read(name) for name in z.namelist() if name.startswith(HF_DIR)} == saved
+    ray = write_ray([spec], tmp_path / "ray") / "cls"
+    assert {p.relative_to(ray).as_posix(): p.read_bytes() for p in (ray / HF_DIR).rglob("*") if p.is_file()} == saved
