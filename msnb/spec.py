@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from msnb.engines.torchserve.store import SEGMENT_RULE, valid_segment
 
 if TYPE_CHECKING:  # a spec carries values; making them needs torch, reading a spec does not
+    from msnb.capture.hf_objects import SavedObjects
     from msnb.capture.kernel_values import Values
 from msnb.errors import SpecError
 from msnb.files import fingerprint
@@ -110,6 +111,7 @@ class HandlerSpec:
     max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
     values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
+    objects: SavedObjects | None = None  # Hugging Face objects saved from the kernel (hf_objects/)
     max_value_mb: int = DEFAULTS["max_value_mb"]
     max_requirements: int = DEFAULTS["max_requirements"]
     origin: Origin = Origin("<python>")
@@ -240,6 +242,7 @@ class HandlerSpec:
                     self.extra_files,
                     [(f.arcname, _file_stamp(f.source)) for f in self.bundle],
                     self.values and self.values.digest,
+                    self.objects and self.objects.digest,
                 ],
                 sort_keys=True,
                 default=str,

@@ -12,7 +12,12 @@ Rules (the contract users rely on):
   collated element-wise; values that hold no tensor at all are passed as a plain Python list of the
   samples (the model then receives ``[sample0, sample1, ...]``). Anything else (ragged shapes, mixed
   types) raises ``CollateError`` and the handler runs one forward per sample instead.
-* ``split(output, n)`` — a tensor is unbound along dim 0 (which must have length ``n``); a dict or a
+  A tokenizer's encoding of one text (a ``BatchEncoding``, ``return_tensors="pt"``) is that sample's dict,
+  its leading batch dim of 1 dropped; any other mapping is collated as a dict.
+* ``takes_keywords(model, batch)`` — a collated dict whose keys all name parameters of ``model.forward``
+  (``input_ids``, ``attention_mask``) is passed as keyword arguments: ``model(**batch)``.
+* ``split(output, n)`` — a tensor is unbound along dim 0 (which must have length ``n``); a dict (a
+  ``transformers`` ``ModelOutput`` too: each sample gets one of the same type, ``output["logits"]``) or a
   tuple/list of batched tensors is split element-wise; any other list of length ``n`` is already one
   item per sample. With ``n == 1`` an output that cannot be split is that one sample's output.
 * ``json_safe(obj)`` — tensors, numpy arrays and numpy scalars become lists/numbers, recursively
@@ -23,7 +28,9 @@ Rules (the contract users rely on):
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -32,6 +39,7 @@ try:
     from msnb_content import JSON_TYPE
 except ImportError:  # imported as msnb.templates.msnb_collate instead of from a model dir
     from .msnb_content import JSON_TYPE
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 class CollateError(ValueError):
@@ -50,7 +58,40 @@ def _is_numpy(obj: Any) -> bool:
 def _leaf(obj: Any) -> Any:
     if _is_numpy(obj) and getattr(obj, "ndim", 0) > 0:
         return torch.as_tensor(obj)
+    if isinstance(obj, Mapping) and not isinstance(obj, dict):
+        return _one_encoding(dict(obj)) if type(obj).__name__ == "BatchEncoding" else dict(obj)
     return obj
+
+
+def _one_encoding(encoding: dict) -> dict:
+    """A tokenizer's encoding of ONE text holds a batch of one: its tensors without that leading dim."""
+    if encoding and all(isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == 1 for v in encoding.values()):
+        return {k: v[0] for k, v in encoding.items()}
+    return encoding
+
+
+def _like(obj: dict, items: dict) -> dict:
+    """``items`` as a mapping of ``obj``'s type where it can be built from keywords (a ModelOutput), else a dict."""
+    if type(obj) is dict or not all(isinstance(k, str) for k in items):
+        return items
+    try:
+        return type(obj)(**items)
+    except Exception:
+        return items
+
+
+def takes_keywords(model: Any, batch: Any) -> bool:
+    """True when ``batch`` is a dict whose keys all name parameters of ``model``'s forward (which takes several):
+    call ``model(**batch)``."""
+    if type(batch) is not dict or not batch or not all(isinstance(k, str) for k in batch):
+        return False
+    try:
+        parameters = inspect.signature(getattr(model, "forward", model)).parameters
+    except (TypeError, ValueError):
+        return False
+    named = {n for n, p in parameters.items() if p.kind in _NAMED}
+    # A forward of one parameter takes the dict itself (``forward(self, x)`` reading ``x["x"]``), as it always did.
+    return len(named) > 1 and set(batch) <= named
 
 
 def request_body(request: Any) -> Any:
@@ -153,7 +194,7 @@ def _split(output: Any, n: int) -> list:
         return list(output.unbind(0))
     if isinstance(output, dict):
         columns = {k: _split(v, n) for k, v in output.items()}
-        return [{k: col[i] for k, col in columns.items()} for i in range(n)]
+        return [_like(output, {k: col[i] for k, col in columns.items()}) for i in range(n)]
     if isinstance(output, (list, tuple)) and output and all(_is_batched(v, n) for v in output):
         columns = [_split(v, n) for v in output]
         return [type(output)(col[i] for col in columns) for i in range(n)]
@@ -167,7 +208,7 @@ def to_device(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
+        return _like(obj, {k: to_device(v, device) for k, v in obj.items()})
     if isinstance(obj, (list, tuple)):
         return type(obj)(to_device(v, device) for v in obj)
     return obj

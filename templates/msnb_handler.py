@@ -24,7 +24,16 @@ import torch
 
 try:
     from msnb_budget import ExplainBudget
-    from msnb_collate import CollateError, collate, json_safe, not_json, request_body, split, to_device
+    from msnb_collate import (
+        CollateError,
+        collate,
+        json_safe,
+        not_json,
+        request_body,
+        split,
+        takes_keywords,
+        to_device,
+    )
     from msnb_content import content_type
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
@@ -41,7 +50,16 @@ try:
     from msnb_metrics import MetricsWindow
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_budget import ExplainBudget
-    from .msnb_collate import CollateError, collate, json_safe, not_json, request_body, split, to_device
+    from .msnb_collate import (
+        CollateError,
+        collate,
+        json_safe,
+        not_json,
+        request_body,
+        split,
+        takes_keywords,
+        to_device,
+    )
     from .msnb_content import content_type
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
@@ -336,7 +354,9 @@ class BatchHandler:
 
     def _run(self, batch: Any) -> Any:
         # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
-        return to_device(self.model(to_device(batch, self.device)), torch.device("cpu"))
+        batch = to_device(batch, self.device)
+        output = self.model(**batch) if takes_keywords(self.model, batch) else self.model(batch)
+        return to_device(output, torch.device("cpu"))
 
     def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any], model_input: Any = None) -> Any:
         if isinstance(output, _Failed):

@@ -46,13 +46,11 @@ def capture(
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     handler, pulled, needed, warnings = _handler_and_closure(stmts, others, cell, cell_origin)
-    values = values_of(needed, namespace, config.get("max_value_mb"))
+    config |= values_of(needed, namespace, config.get("max_value_mb"))  # values (values.pt), objects (hf_objects/)
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
     blocks = (*pulled, handler)
-    spec = HandlerSpec(
-        name, blocks, roles, form=form.kind, entry=form.entry, warnings=warnings, values=values, **config
-    )
+    spec = HandlerSpec(name, blocks, roles, form=form.kind, entry=form.entry, warnings=warnings, **config)
     if search_path is None:
         return spec
     from msnb.capture.local_code import make_hermetic

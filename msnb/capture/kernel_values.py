@@ -74,9 +74,12 @@ def _differs(value: Any, info: ValueInfo) -> bool:
 
 def values_changed(spec: Any, namespace: Mapping[str, Any] | None) -> str | None:
     """Which snapshotted values of ``spec`` differ in ``namespace`` now (``vocab``, ``mean``), or None."""
-    if spec.values is None or namespace is None:
+    if namespace is None:
         return None
-    changed = spec.values.changed(namespace)
+    changed = [
+        *(spec.values.changed(namespace) if spec.values else ()),
+        *(spec.objects.changed(namespace) if spec.objects else ()),
+    ]
     return ", ".join(f"`{n}`" for n in changed) or None
 
 
@@ -163,8 +166,9 @@ def _refused(refused: list[tuple[str, str, str]], limit_mb: int) -> CaptureError
     listed = "; ".join(f"`{name}` ({where}) {problem}" for name, where, problem in refused)
     problems = " ".join(p for _, _, p in refused)
     hints = []
-    if "nn.Module" in problems:
-        hints.append("a model's weights go in --checkpoint (the model itself comes from init_function)")
+    modules = [(name, problem) for name, _, problem in refused if problem.startswith("is an nn.Module")]
+    if modules:
+        hints.append(_module_hint(*modules[0]))
     if "limit" in problems:
         hints.append(f"raise the limit with {OPTION['max_value_mb'].flag} (now {limit_mb}) or ship the data as a file")
     if "not defined in the kernel" in problems:
@@ -174,4 +178,14 @@ def _refused(refused: list[tuple[str, str, str]], limit_mb: int) -> CaptureError
     return CaptureError(
         f"These runtime values cannot travel with the handler as data ({VALUES_FILE}): {listed}.",
         "; ".join(dict.fromkeys(hints)) + ".",
+    )
+
+
+def _module_hint(name: str, problem: str) -> str:
+    """The two lines that ship a kernel's plain nn.Module: its class in init_function, its weights by --checkpoint."""
+    cls = problem.partition("(")[2].rstrip(")")
+    return (
+        f"a model travels as code and weights, in two lines: `return {cls}(...)` in init_function (its class, with "
+        f"the arguments it was built with) and `--checkpoint {name}` on the %%ms_handler line (it saves the kernel "
+        "variable's weights)"
     )

@@ -61,7 +61,7 @@ def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str]
     """``spec`` with the local modules its code imports bundled and its third-party imports pinned; ``include``
     names package data files that travel although they look like secrets."""
     given = requirement_rules.check(spec.requirements, spec.max_requirements)
-    found = collect(spec.source, path, include)
+    found = collect(spec.source + (spec.objects.imports if spec.objects else ""), path, include)
     requirements, warnings = reqs.pin(found.third_party, found.missing, given)
     warnings += secret_rules.left_out_lines(found.left_out)
     tops = dict.fromkeys(f.top for f in found.files.values() if f.module)

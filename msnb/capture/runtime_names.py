@@ -81,11 +81,14 @@ def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
     return {n.name: f"used on {n.used}" for n in needed.values()}
 
 
-def values_of(needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None):
-    """The snapshot of ``needed`` from ``namespace`` (None when nothing is needed); refused without a kernel."""
+def values_of(needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None) -> dict:
+    """The spec's ``values`` (``needed`` snapshotted from ``namespace``) and ``objects`` (its Hugging Face objects,
+    saved: ``msnb.capture.hf_objects``), each None when there is none; refused without a kernel."""
     if namespace is None:
         refuse_without_kernel(needed)
-        return None
+        return {"values": None, "objects": None}
+    from msnb.capture.hf_objects import save_objects, split_objects
     from msnb.capture.kernel_values import snapshot
 
-    return snapshot(where_bound(needed), namespace, max_mb)
+    objects, plain = split_objects(where_bound(needed), namespace)
+    return {"values": snapshot(plain, namespace, max_mb), "objects": save_objects(objects, namespace, max_mb)}

@@ -21,6 +21,7 @@ from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
+from msnb.templates.msnb_hf import HF_DIR
 from msnb.templates.msnb_values import VALUES_FILE
 
 CHECKPOINT = "model.pt"
@@ -50,6 +51,8 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
+    if spec.objects is not None:  # Hugging Face objects saved at capture (rebound by msnb_hf.py)
+        spec.objects.write(model_dir)
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
     for item in spec.bundle:
@@ -156,6 +159,7 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
         REQUIREMENTS,
         CHECKPOINT,
         VALUES_FILE,
+        HF_DIR,
         "MAR-INF",
         *(p.name for p in shared_handler_files()),
     }

@@ -63,8 +63,9 @@ def _body(spec: HandlerSpec) -> str:
 
 def _values(spec: HandlerSpec) -> str:
     """Bind the runtime values snapshotted from the kernel before any user code runs (empty without values)."""
+    objects = spec.objects.render() if spec.objects is not None else ""
     if spec.values is None:
-        return ""
+        return objects
     names = spec.values.names
     lines = [
         f"# --- msnb: runtime values snapshotted from the kernel ({VALUES_FILE}): {', '.join(names)} ---",
@@ -74,7 +75,7 @@ def _values(spec: HandlerSpec) -> str:
         *(f"{n} = _msnb_values[{n!r}]" for n in names),
         "del _msnb_values",
     ]
-    return "\n".join(lines) + "\n\n"
+    return "\n".join(lines) + "\n\n" + objects
 
 
 def _own_entry(spec: HandlerSpec) -> dict[str, str]:

@@ -75,6 +75,8 @@ class SpecSummary(View):
         rows.append(("checkpoint", describe_checkpoint(spec.checkpoint, spec.form)))
         if spec.values is not None:
             rows += [("value", f"{v.line()} (snapshotted from the kernel)") for v in spec.values.items]
+        if spec.objects is not None:
+            rows += [("object", f"{o.line()} (saved from the kernel)") for o in spec.objects.items]
         rows.append(("config", ", ".join(f"{k}={v}" for k, v in spec.model_config().items())))
         if spec.requirements:
             rows.append(("requirements", summarise(spec.requirements, LISTED, quote=False)))

@@ -207,7 +207,101 @@ BYTES_BATCHING = [
     ("code", "%ms_stop"),
 ]
 
-ALL = {"quickstart.ipynb": QUICKSTART, "text_classifier.ipynb": TEXT_CLASSIFIER, "bytes_batching.ipynb": BYTES_BATCHING}
+HF_TEXT_CLASSIFIER = [
+    (
+        "md",
+        "# Hugging Face objects travel: a tokenizer trained here, a tiny BERT built from its config\n\n"
+        "No hub, no files to write: the handler uses the kernel's `tokenizer` and `model` by name. msnb saves "
+        "them at capture (`save_pretrained`: safetensors and JSON, never a pickle) and the server loads them with "
+        "their own class's `from_pretrained`. Every answer is compared with the notebook's own "
+        "`model(**tokenizer(...)).logits`.",
+    ),
+    (
+        "code",
+        "import json\n\n"
+        "import torch\n"
+        "from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers\n"
+        "from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast\n\n"
+        "torch.manual_seed(0);",
+    ),
+    ("md", "A WordPiece tokenizer trained on a few local sentences, wrapped for `transformers`."),
+    (
+        "code",
+        'sentences = ["a good movie with great acting", "a wonderful and moving film", "i loved the story and the music",\n'
+        '             "a bad film with a terrible plot", "boring slow and far too long", "i hated the ending and the acting"]\n'
+        "labels = torch.tensor([1, 1, 1, 0, 0, 0])\n"
+        'backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))\n'
+        "backend.normalizer = normalizers.BertNormalizer(lowercase=True)\n"
+        "backend.pre_tokenizer = pre_tokenizers.Whitespace()\n"
+        'specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]\n'
+        "backend.train_from_iterator(sentences, trainers.WordPieceTrainer(vocab_size=120, special_tokens=specials))\n"
+        'tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")\n'
+        "tokenizer.vocab_size",
+    ),
+    ("md", "A tiny BERT from a config (random weights), trained a few steps in the kernel."),
+    (
+        "code",
+        "config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, "
+        "num_attention_heads=2,\n"
+        "                    intermediate_size=64, max_position_embeddings=32, num_labels=2)\n"
+        "model = BertForSequenceClassification(config)\n"
+        'batch = tokenizer(sentences, padding="max_length", max_length=16, truncation=True, return_tensors="pt")\n'
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "model.train()\n"
+        "for step in range(20):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = model(**batch, labels=labels).loss\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "model.eval()\n"
+        'print(f"final loss {loss.item():.3f}")',
+    ),
+    ("md", "The notebook's own answers, with unknown words and an empty string: what the server must return."),
+    (
+        "code",
+        'texts = ["a wonderful film", "zyzzyva quux xylophone", "", "boring plot", "great acting and music"]\n'
+        "with torch.no_grad():\n"
+        '    expected = model(**tokenizer(texts, padding="max_length", max_length=16, truncation=True, '
+        'return_tensors="pt")).logits\n'
+        "expected",
+    ),
+    ("code", "%load_ext msnb"),
+    (
+        "code",
+        "%%ms_handler bert_sentiment --batch-size 4\n"
+        "def init_function():\n"
+        "    return model                      # the kernel's trained model\n\n"
+        "def preprocess(text):\n"
+        '    return tokenizer(text, padding="max_length", max_length=16, truncation=True, return_tensors="pt")\n\n'
+        "def postprocess(output):\n"
+        '    logits = output["logits"]\n'
+        '    return {"label": ["negative", "positive"][int(logits.argmax())], "logits": logits.tolist()}',
+    ),
+    (
+        "code",
+        "import msnb\n\n"
+        'local = msnb.test_handler("bert_sentiment", texts)  # in-process, in batches of 4 as the server runs them\n'
+        'torch.testing.assert_close(torch.tensor([a["logits"] for a in local]), expected, atol=1e-4, rtol=0)\n'
+        "local[0]",
+    ),
+    ("code", "server = %ms_serve bert_sentiment"),
+    (
+        "code",
+        'served = server.predict_many("bert_sentiment", texts)  # concurrent clients: TorchServe batches them\n'
+        'torch.testing.assert_close(torch.tensor([a["logits"] for a in served]), expected, atol=1e-4, rtol=0)\n'
+        "result = %ms_predict bert_sentiment --data '\"zyzzyva quux xylophone\"'\n"
+        'torch.testing.assert_close(torch.tensor(result["logits"]), expected[1], atol=1e-4, rtol=0)\n'
+        f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))",
+    ),
+    ("code", "%ms_stop"),
+]
+
+ALL = {
+    "quickstart.ipynb": QUICKSTART,
+    "text_classifier.ipynb": TEXT_CLASSIFIER,
+    "bytes_batching.ipynb": BYTES_BATCHING,
+    "hf_text_classifier.ipynb": HF_TEXT_CLASSIFIER,
+}
 
 
 def build(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:

@@ -1,0 +1,73 @@
+"""Saved Hugging Face objects for the handler's code: rebind each with its own class's ``from_pretrained``.
+
+``handler_model.py`` calls ``load_object(__file__, NAME, "module:Qual.Name", dtype)`` before the user's code
+runs: the object saved at capture (``save_pretrained``, safetensors and JSON only) under ``hf_objects/NAME/``
+in the model dir is read back with local files only (no hub access) and never with ``trust_remote_code``.
+A model comes back in ``eval()`` mode with the dtype it had in the kernel. Depends only on the standard
+library (and, when a saved object is loaded, on the package its class comes from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from pathlib import Path
+from typing import Any
+
+HF_DIR = "hf_objects"  # beside handler_model.py in the model dir: one folder per saved object, by name
+
+
+class ObjectLoadError(RuntimeError):
+    """A saved object cannot be read back on the server; the message ends with a ``Hint:`` line."""
+
+
+def import_class(qualified: str) -> type:
+    """The class named ``module:Qual.Name``, imported from its installed package."""
+    module_name, _, qualname = qualified.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as err:
+        top = module_name.split(".")[0]
+        raise ObjectLoadError(
+            f"The class {qualified} of a saved object cannot be imported: {type(err).__name__}: {err}\n"
+            f"Hint: install the requirements of the archive ({top} at the notebook's version, see requirements.txt)."
+        ) from None
+    return found
+
+
+def load_object(module_file: str, name: str, qualified: str, dtype: str | None = None) -> Any:
+    """The object saved as ``name``, rebound with ``from_pretrained(folder, local_files_only=True)``."""
+    folder = Path(module_file).resolve().parent / HF_DIR / name
+    cls = import_class(qualified)
+    try:
+        with quiet_progress():
+            obj = cls.from_pretrained(str(folder), local_files_only=True)
+    except Exception as err:
+        raise ObjectLoadError(
+            f"{qualified}.from_pretrained({folder}) failed for `{name}`: {type(err).__name__}: {err}\n"
+            f"Hint: rebuild the archive from the notebook; {HF_DIR}/{name} travels beside handler_model.py."
+        ) from None
+    if dtype is not None:  # a model: the kernel's dtype, in eval mode
+        import torch
+
+        obj = obj.to(getattr(torch, dtype)).eval()
+    return obj
+
+
+@contextlib.contextmanager
+def quiet_progress():
+    """No ``transformers`` progress bars ("Loading weights", "Writing model shards") while an object is moved."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()

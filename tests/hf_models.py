@@ -1,0 +1,85 @@
+"""A tokenizer trained on local sentences and a tiny BERT built from a config, trained a few steps (no hub access).
+
+The tests' Hugging Face objects, and their truth: ``logits(model, tokenizer, texts)`` is the plain transformers
+call ``model(**tokenizer(texts, ...)).logits``, never an msnb path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SENTENCES = [
+    ("a good movie with great acting", 1),
+    ("a wonderful and moving film", 1),
+    ("i loved the story and the music", 1),
+    ("a bad film with a terrible plot", 0),
+    ("boring slow and far too long", 0),
+    ("i hated the ending and the acting", 0),
+]
+MAX_LENGTH = 16
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_tokenizer():
+    """A WordPiece tokenizer trained on SENTENCES with ``tokenizers``, wrapped as PreTrainedTokenizerFast."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.train_from_iterator(
+        [s for s, _ in SENTENCES], trainers.WordPieceTrainer(vocab_size=120, special_tokens=SPECIALS)
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
+    )
+
+
+def tiny_bert(vocab_size: int, hidden: int = 32, layers: int = 2):
+    """A BertForSequenceClassification built from a BertConfig (random weights, seeded)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=MAX_LENGTH * 2,
+        num_labels=2,
+    )
+    return BertForSequenceClassification(config)
+
+
+def encode(tokenizer, texts):
+    return tokenizer(texts, padding="max_length", max_length=MAX_LENGTH, truncation=True, return_tensors="pt")
+
+
+def train(model, tokenizer, steps: int = 3) -> None:
+    """A few optimizer steps on SENTENCES; the model is left in eval mode."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = encode(tokenizer, [s for s, _ in SENTENCES])
+    labels = torch.tensor([y for _, y in SENTENCES])
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(**batch, labels=labels).loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def trained():
+    """(tokenizer, model): the notebook's objects."""
+    tokenizer = train_tokenizer()
+    model = tiny_bert(tokenizer.vocab_size)
+    train(model, tokenizer)
+    return tokenizer, model
+
+
+def logits(model, tokenizer, texts, keys=None) -> torch.Tensor:
+    """The truth: the plain transformers call on the kernel's objects (``keys``: only those of the encoding)."""
+    encoding = encode(tokenizer, list(texts))
+    with torch.no_grad():
+        return model(**{k: v for k, v in encoding.items() if keys is None or k in keys}).logits
