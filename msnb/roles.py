@@ -23,6 +23,7 @@ ROLES: dict[str, tuple[str, int | None]] = {
     "install_packages": ("install_packages", 0),
     "unpack_dependencies": ("unpack_dependencies", 0),
     "explain": ("explain_function", 2),
+    "inference": ("inference_function", 2),
 }
 # Aliases a user may write instead of the role name (the model-servers helper spelling).
 ROLE_ALIASES = {
@@ -41,6 +42,9 @@ TYPOS = {
     "preprocess_fn": "preprocess",
     "output_fn": "postprocess",
     "postprocess_fn": "postprocess",
+    "forward": "inference",
+    "predict": "inference",
+    "infer": "inference",
 }
 SIGNATURES = {
     "init_function": "def init_function(**kwargs) -> torch.nn.Module",
@@ -49,6 +53,7 @@ SIGNATURES = {
     "install_packages": "def install_packages()",
     "unpack_dependencies": "def unpack_dependencies()",
     "explain": "def explain(model, model_input) (or explain(model, model_input, target=None))",
+    "inference": "def inference(model, batch) (a plain function or a generator; default: model(batch))",
 }
 
 
