@@ -220,3 +220,22 @@ def _short(text: str, limit: int = _MAX) -> str:
 def _escaped(text: Any) -> str:
     """``text`` as HTML text (its str(), with <, >, & and quotes escaped)."""
     return html.escape(str(text))
+
+
+def print_chunks(chunks: Any, out: Any = None) -> list:
+    """Print a streamed answer's chunks as they arrive (text appended in place, other values one JSON line each)
+    and return them as a list; an error that ends the stream propagates after the chunks before it."""
+    import sys
+
+    out = out or sys.stdout
+    got: list = []
+    try:
+        for chunk in chunks:
+            got.append(chunk)
+            text = chunk if isinstance(chunk, str) else json.dumps(chunk) + "\n"
+            out.write(text)
+            out.flush()
+    finally:
+        if got and isinstance(got[-1], str) and not got[-1].endswith("\n"):
+            out.write("\n")  # the text stream's line ends here, before any error is shown
+    return got

@@ -39,6 +39,9 @@ CHUNK_HINTS = {
     "from the generator, e.g. `yield str(x)` or `yield {{'value': ...}}` instead of a {kind}.",
     "text": "a stream whose first chunk is a str sends text: yield str chunks only (or dicts only, as JSON lines).",
     "non-finite": "strict JSON has no NaN or Infinity: map non-finite numbers before yielding them.",
+    "inference": "the generator inference(model, batch) raised while streaming (each yield must be a batch output "
+    "whose first dimension is the batch); run it in the notebook on this input, e.g. "
+    "`for out in inference(model, batch): print(out)`.",
 }
 
 
@@ -107,8 +110,8 @@ def json_line(chunk: Any, number: int = 0) -> str:
 class Failure:
     """A request whose stream failed at ``stage`` (a source yields it in place of its chunks)."""
 
-    def __init__(self, stage: str, error: BaseException):
-        self.stage, self.error = stage, error
+    def __init__(self, stage: str, error: BaseException, hint: str | None = None):
+        self.stage, self.error, self.hint = stage, error, hint
 
 
 class Source:
@@ -171,7 +174,7 @@ def _inference_steps(handler: Any, positions: list[int], batch: Any) -> Iterator
             pieces = split(to_device(output, CPU), len(positions))
             yield {pos: _postprocessed(handler, piece) for pos, piece in zip(positions, pieces)}
     except Exception as err:
-        yield {pos: Failure("inference", err) for pos in positions}
+        yield {pos: Failure("inference", err, CHUNK_HINTS["inference"]) for pos in positions}
     finally:
         if steps is not None:
             steps.close()  # a stream that ends early (every request failed) stops the model's generator
@@ -225,7 +228,7 @@ def _wire(handler: Any, stream: RequestStream, chunks: Any) -> str:
     if stream.ended:
         return ""
     if isinstance(chunks, Failure):
-        stream.failure = handler.error(stream.idx, chunks.stage, chunks.error)
+        stream.failure = handler.error(stream.idx, chunks.stage, chunks.error, hint=chunks.hint)
         return ""
     out = []
     for chunk in chunks:
