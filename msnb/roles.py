@@ -57,6 +57,27 @@ SIGNATURES = {
 }
 
 
+STREAMING_ROLES = ("inference", "postprocess")  # a generator here streams the answer (templates/msnb_stream.py)
+
+
+def streaming_roles(tree: ast.Module, roles: Mapping[str, str]) -> tuple[str, ...]:
+    """The roles whose (last) definition in ``tree`` is a generator function: their answers stream."""
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return tuple(r for r in STREAMING_ROLES if r in roles and roles[r] in defs and _yields(defs[roles[r]]))
+
+
+def _yields(fn: ast.FunctionDef) -> bool:
+    """Whether ``fn`` itself yields (a yield inside a nested function or class is not its own)."""
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def find_roles(tree: ast.Module) -> dict[str, str]:
     """Map each role to the top-level function implementing it (aliases accepted)."""
     roles: dict[str, str] = {}

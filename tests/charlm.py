@@ -14,7 +14,7 @@ MODEL_SOURCE = textwrap.dedent(
     import torch
 
     CHARS = {CHARS!r}
-    STOI = {{c: i for i, c in enumerate(CHARS)}}
+    STOI = {dict((c, i) for i, c in enumerate(CHARS))!r}
 
     class CharLM(torch.nn.Module):
         def __init__(self, vocab, hidden=32):
