@@ -15,7 +15,8 @@ import msnb.templates
 
 PACKAGE = Path(msnb.__file__).parent
 # The TorchServe side serves any archive: it knows nothing of cells, specs or packaging.
-TORCHSERVE_MAY_IMPORT = ("msnb.torchserve", "msnb.errors", "msnb.files")
+# msnb.chunks: how a client cuts a streamed answer (a leaf: only the wire format constants of templates/)
+TORCHSERVE_MAY_IMPORT = ("msnb.torchserve", "msnb.errors", "msnb.files", "msnb.chunks")
 # Packing never runs user code: only localtest (called by session/export) does, through the test process it
 # starts (the modules that load and drive the handler there).
 RUNS_USER_CODE = {"msnb.localtest", "msnb.batchtest", "msnb.testworker", "msnb.testchild", "msnb.workerload"}
