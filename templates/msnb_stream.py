@@ -9,7 +9,8 @@ document per line (``application/jsonl``). A failure mid-stream ends that reques
 
 On TorchServe each chunk is an intermediate response (``ts.handler_utils.utils.send_intermediate_predict_response``:
 the HTTP answer is chunked, the handler's return value is each request's last piece). Another engine's context
-carries its own ``msnb_send_chunks(pieces, context)``. Depends only on torch, the standard library and
+carries its own ``msnb_send_chunks(pieces, types)``, which returns the requests whose clients went away: their
+streams end, and a generator no request reads any more is closed. Depends only on torch, the standard library and
 (optionally) TorchServe, never on msnb.
 """
 
@@ -64,10 +65,11 @@ class RequestStream:
     def __init__(self, idx: int):
         self.idx, self.mode, self.sent = idx, None, 0
         self.failure: dict | None = None  # the error answer that ended it
+        self.gone = False  # its client went away (an engine that can tell: Ray Serve)
 
     @property
     def ended(self) -> bool:
-        return self.failure is not None
+        return self.failure is not None or self.gone
 
     def encode(self, chunk: Any) -> str:
         """The chunk as it goes on the wire (str or one JSON line); the first one fixes the stream's format."""
@@ -217,7 +219,9 @@ def pump(handler: Any, feeding: list[Source], streams: dict[int, RequestStream],
                 pieces = {idx: text for idx, text in pieces.items() if text}
                 if pieces:
                     types = {stream.idx: stream.mode for stream in streams.values() if stream.idx in pieces}
-                    send(pieces, types)
+                    gone = send(pieces, types) or ()  # the requests whose clients went away
+                    for stream in streams.values():
+                        stream.gone = stream.gone or stream.idx in gone
             if step is None or all(streams[pos].ended for pos in source.positions):
                 source.close()
                 active.remove(source)
