@@ -235,19 +235,22 @@ class BatchHandler:
         kept = [idx for idx in range(len(data)) if idx not in describe]
         asked = {pos for pos, idx in enumerate(kept) if wants_explanation(context, idx)}  # sent to /explanations
         samples = [request_body(data[idx]) for idx in kept]
-        answered = iter(self._answer_batch(samples, kept, asked, context))
+        if self.streaming:
+            answered = iter(self._stream_batch(samples, kept, asked, context))
+        else:
+            answered = iter(self.answer_samples(samples, context, explain=asked) if samples else [])
         answers = [self._describe() if idx in describe else next(answered) for idx in range(len(data))]
         _set_statuses(context, answers)
         return answers
 
-    def _answer_batch(self, samples: list, kept: list[int], asked: set[int], context: Any) -> list:
-        """Every sample's answer: streamed (a generator role; see msnb_stream) or whole; explanations always whole."""
-        if not self.streaming or not samples:
-            return self.answer_samples(samples, context, explain=asked) if samples else []
+    def _stream_batch(self, samples: list, kept: list[int], asked: set[int], context: Any) -> list:
+        """Every sample's answer streamed (a generator role; see msnb_stream); explanations are answered whole."""
         answers: list = [None] * len(samples)
         streamed = [pos for pos in range(len(samples)) if pos not in asked]
         parts = [samples[pos] for pos in streamed]
-        for pos, answer in zip(streamed, stream_samples(self, parts, [kept[pos] for pos in streamed], context)):
+        for pos, answer in zip(
+            streamed, stream_samples(self, parts, [kept[pos] for pos in streamed], context) if parts else []
+        ):
             answers[pos] = answer
         explained = sorted(asked)
         whole = [samples[pos] for pos in explained]
