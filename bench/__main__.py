@@ -32,6 +32,7 @@ BENCHMARKS = (
     "beside_litserve",
     "ts_settings",
     "ray_serve",
+    "streaming",
 )
 
 

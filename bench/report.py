@@ -33,6 +33,8 @@ PANELS = [
     ("beside_litserve", "batched p99 ms", "9. Batched MLP p99, 16 clients", "ms"),
     ("beside_litserve", "PSS after load MiB", "9. Server PSS after the tiny load", "MiB"),
     ("ray_serve", "rps", "Ray Serve vs TorchServe, 16 clients", "req/s"),
+    ("streaming", "first chunk ms", "Streaming: time to first chunk", "ms"),
+    ("streaming", "per chunk ms", "Streaming: time per chunk", "ms"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")

@@ -23,6 +23,7 @@ ROLES: dict[str, tuple[str, int | None]] = {
     "install_packages": ("install_packages", 0),
     "unpack_dependencies": ("unpack_dependencies", 0),
     "explain": ("explain_function", 2),
+    "inference": ("inference_function", 2),
 }
 # Aliases a user may write instead of the role name (the model-servers helper spelling).
 ROLE_ALIASES = {
@@ -41,6 +42,9 @@ TYPOS = {
     "preprocess_fn": "preprocess",
     "output_fn": "postprocess",
     "postprocess_fn": "postprocess",
+    "forward": "inference",
+    "predict": "inference",
+    "infer": "inference",
 }
 SIGNATURES = {
     "init_function": "def init_function(**kwargs) -> torch.nn.Module",
@@ -49,7 +53,29 @@ SIGNATURES = {
     "install_packages": "def install_packages()",
     "unpack_dependencies": "def unpack_dependencies()",
     "explain": "def explain(model, model_input) (or explain(model, model_input, target=None))",
+    "inference": "def inference(model, batch) (a plain function or a generator; default: model(batch))",
 }
+
+
+STREAMING_ROLES = ("inference", "postprocess")  # a generator here streams the answer (templates/msnb_stream.py)
+
+
+def streaming_roles(tree: ast.Module, roles: Mapping[str, str]) -> tuple[str, ...]:
+    """The roles whose (last) definition in ``tree`` is a generator function: their answers stream."""
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    return tuple(r for r in STREAMING_ROLES if r in roles and roles[r] in defs and _yields(defs[roles[r]]))
+
+
+def _yields(fn: ast.FunctionDef) -> bool:
+    """Whether ``fn`` itself yields (a yield inside a nested function or class is not its own)."""
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def find_roles(tree: ast.Module) -> dict[str, str]:

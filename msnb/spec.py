@@ -20,7 +20,7 @@ from msnb.errors import SpecError
 from msnb.files import fingerprint
 from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
-from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
+from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,6 +192,13 @@ class HandlerSpec:
     def source(self) -> str:
         """The user's code as one module body (pulled-in definitions first)."""
         return "\n\n".join(b.source.rstrip() for b in self.blocks) + "\n"
+
+    @property
+    def streaming(self) -> tuple[str, ...]:
+        """The roles that are generators, so that answers stream (empty: answers are whole)."""
+        if self.form != ROLES_FORM or not self.blocks:
+            return ()
+        return streaming_roles(ast.parse(self.blocks[-1].source), self.roles)
 
     @property
     def handled_by(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
 BYTES_TYPE = "application/octet-stream"
+JSONL_TYPE = "application/jsonl"  # a streamed answer whose chunks are not str: one JSON document per line
 # Leading bytes of the binary answers a postprocess returns most often; any other bytes are octet-stream.
 SNIFF = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),

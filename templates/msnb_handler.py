@@ -4,7 +4,8 @@
 module-level name ``handle`` that TorchServe calls. Depends only on torch, the standard library and
 (optionally) TorchServe, never on msnb. Ships with ``msnb_load.py`` (loading), ``msnb_collate.py``
 (collate/split/JSON rules), ``msnb_envelope.py`` (KServe's request envelopes), ``msnb_explain.py``
-(explanations) and ``msnb_metrics.py`` (custom metrics) beside it.
+(explanations), ``msnb_metrics.py`` (custom metrics) and ``msnb_stream.py`` (generator roles' streamed answers)
+beside it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ try:
         unpack_extra_files,
     )
     from msnb_metrics import MetricsWindow
+    from msnb_stream import Failure, is_streaming, stream_batch
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
     from .msnb_budget import ExplainBudget
     from .msnb_collate import (
@@ -74,6 +76,7 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
         unpack_extra_files,
     )
     from .msnb_metrics import MetricsWindow
+    from .msnb_stream import Failure, is_streaming, stream_batch
 
 logger = logging.getLogger(__name__)
 HINTS = {
@@ -95,11 +98,7 @@ HINTS = {
 }
 
 
-class _Failed:
-    """A sample that failed at some stage; becomes an error answer with its own status."""
-
-    def __init__(self, stage: str, error: BaseException):
-        self.stage, self.error = stage, error
+_Failed = Failure  # a sample that failed at some stage; becomes an error answer with its own status
 
 
 class _ErrorAnswer(dict):
@@ -145,12 +144,15 @@ class BatchHandler:
         unpack_dependencies: Callable | None = None,
         init_kwargs: dict | None = None,
         explain_function: Callable | None = None,
+        inference_function: Callable | None = None,
     ):
         if not callable(init_function):
             raise TypeError(f"init_function must be callable, got {type(init_function).__name__}")
         self.init_function, self.init_kwargs = init_function, dict(init_kwargs or {})
         self.preprocess = preprocess_function or _identity
         self.postprocess = postprocess_function or _identity
+        self.inference = inference_function or _call_model
+        self.streaming = is_streaming(inference_function, postprocess_function)  # answers go out as chunks
         self.setup_steps = {"unpack_dependencies": unpack_dependencies, "install_packages": install_packages}
         self.device_facts = DeviceFacts()
         self.model: torch.nn.Module | None = None
@@ -253,7 +255,10 @@ class BatchHandler:
         kept = [idx for idx in range(len(data)) if idx not in describe and idx not in refused]
         asked = {pos for pos, idx in enumerate(kept) if wants_explanation(context, idx)}  # sent to /explanations
         samples = [request_body(data[idx]) for idx in kept]
-        answered = iter(self.answer_samples(samples, context, explain=asked) if samples else [])
+        if self.streaming:
+            answered = iter(stream_batch(self, samples, kept, asked, context))
+        else:
+            answered = iter(self.answer_samples(samples, context, explain=asked) if samples else [])
         answers = [
             self._describe() if idx in describe else refused[idx] if idx in refused else next(answered)
             for idx in range(len(data))
@@ -303,9 +308,9 @@ class BatchHandler:
             try:
                 inputs[idx] = self.preprocess(sample)
             except Exception as err:
-                answers[idx] = self._error(idx, "preprocess", err)
+                answers[idx] = self.error(idx, "preprocess", err)
         marks.append(time.perf_counter())
-        outputs = self._forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
+        outputs = self.forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
         asked = {idx: x for idx, x in inputs.items() if idx in explain}
         explained = self._explain_within_budget(asked, samples)
         marks.append(time.perf_counter())
@@ -330,7 +335,7 @@ class BatchHandler:
         finally:
             self.explain_budget.spend(time.perf_counter() - start)
 
-    def _forward(self, inputs: dict[int, Any], context: Any = None) -> dict[int, Any]:
+    def forward(self, inputs: dict[int, Any], context: Any = None) -> dict[int, Any]:
         """One forward for the whole batch; one per sample when it cannot be collated, run or split (the
         last two counted and logged as a batch fallback: msnb_fallback)."""
         if not inputs:
@@ -354,43 +359,41 @@ class BatchHandler:
 
     def _run(self, batch: Any) -> Any:
         # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
-        batch = to_device(batch, self.device)
-        output = self.model(**batch) if takes_keywords(self.model, batch) else self.model(batch)
-        return to_device(output, torch.device("cpu"))
+        return to_device(self.inference(self.model, to_device(batch, self.device)), torch.device("cpu"))
 
     def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any], model_input: Any = None) -> Any:
         if isinstance(output, _Failed):
             if output.stage == "inference" and _input_fault(output.error):  # the request is at fault: 400
-                return self._error(idx, output.stage, output.error, hint=HINTS["input"], status=400)
-            return self._error(idx, output.stage, output.error)
+                return self.error(idx, output.stage, output.error, hint=HINTS["input"], status=400)
+            return self.error(idx, output.stage, output.error)
         try:
             result = self.postprocess(output)
         except Exception as err:
-            return self._error(idx, "postprocess", err)
+            return self.error(idx, "postprocess", err)
         try:
             return encode(idx, result)
         except NonFiniteError as err:
             if _non_finite(model_input):
-                return self._error(idx, "serialise", err, hint=HINTS["non-finite input"], status=400)
-            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
+                return self.error(idx, "serialise", err, hint=HINTS["non-finite input"], status=400)
+            return self.error(idx, "serialise", err, hint=HINTS["non-finite"])
         except (TypeError, ValueError) as err:
-            return self._error(idx, "serialise", err)
+            return self.error(idx, "serialise", err)
 
     def _explanation(self, idx: int, explanation: Any, encode: Callable[[int, Any], Any]) -> Any:
         """An explanation goes out as it is (encoded like an answer); postprocess is for predictions only."""
         if isinstance(explanation, Exception):
             default = self.explainer.explain_function is None and not isinstance(explanation, ExplainError)
-            answer = self._error(idx, "explain", explanation, hint=HINTS["explain-default"] if default else None)
+            answer = self.error(idx, "explain", explanation, hint=HINTS["explain-default"] if default else None)
             answer.headers = getattr(explanation, "headers", {})  # a refusal's Retry-After (msnb_budget)
             return answer
         try:
             return encode(idx, explanation)
         except NonFiniteError as err:
-            return self._error(idx, "serialise", err, hint=HINTS["non-finite"])
+            return self.error(idx, "serialise", err, hint=HINTS["non-finite"])
         except (TypeError, ValueError) as err:
-            return self._error(idx, "serialise", err)
+            return self.error(idx, "serialise", err)
 
-    def _error(
+    def error(
         self, idx: int, stage: str, err: BaseException, hint: str | None = None, status: int | None = None
     ) -> dict:
         # An ExplainError is a refusal with its own hint (the input cannot be explained), not a crash: no traceback.
@@ -419,6 +422,7 @@ def handler_factory(
     install_packages: Callable | None = None,
     unpack_dependencies: Callable | None = None,
     explain_function: Callable | None = None,
+    inference_function: Callable | None = None,
     **init_kwargs: Any,
 ) -> BatchHandler:
     """The ``handle`` callable for one model: ``handle(None, context)`` loads, ``handle(batch, context)`` answers."""
@@ -430,11 +434,18 @@ def handler_factory(
         unpack_dependencies,
         init_kwargs,
         explain_function,
+        inference_function,
     )
 
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _call_model(model: torch.nn.Module, batch: Any) -> Any:
+    """The default inference role: one forward of the whole batch (a dict of tensors as forward's keywords when
+    forward takes them: a tokenizer's whole encoding)."""
+    return model(**batch) if takes_keywords(model, batch) else model(batch)
 
 
 # What torch says when a tensor's shape or size does not fit a layer (a request's fault, not the model's).

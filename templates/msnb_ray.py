@@ -29,9 +29,11 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+    from .msnb_ray_stream import StreamRoutes, answer_whole, relay, stream_batch, streams
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+    from msnb_ray_stream import StreamRoutes, answer_whole, relay, stream_batch, streams
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
@@ -186,8 +188,9 @@ class MsnbModel:
 
         self.model = LoadedModel(enter(resolve(model_dir)), name, replica_gpu_id(ray.get_gpu_ids()))
         size, wait_s = batch_settings(self.model.config)
-        self._batch.set_max_batch_size(size)
-        self._batch.set_batch_wait_timeout_s(wait_s)
+        for batched in (self._batch, self._stream):  # whole answers, streamed answers (msnb_ray_stream)
+            batched.set_max_batch_size(size)
+            batched.set_batch_wait_timeout_s(wait_s)
 
     async def infer(self, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         return await self._batch((explain, body, headers))
@@ -195,7 +198,20 @@ class MsnbModel:
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _batch(self, requests: list) -> list:
         # handle() is synchronous user code: run it off the replica's event loop.
-        return await asyncio.to_thread(self.model.answer, requests)
+        return await asyncio.to_thread(answer_whole, self.model, requests)
+
+    def streams(self) -> bool:
+        return streams(self.model.entry)
+
+    async def infer_stream(self, body: bytes, headers: dict):
+        """One prediction's answer as items of msnb_ray_stream (called with ``handle.options(stream=True)``)."""
+        async for item in relay(self._stream, body, headers):
+            yield item
+
+    @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
+    async def _stream(self, requests: list):
+        async for items in stream_batch(self.model, requests):
+            yield items
 
 
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
@@ -218,7 +234,11 @@ class MsnbRouter:
         body = await read_body(request, headers, self.max_request_size)
         if isinstance(body, tuple):
             return reply(*error_reply(*body))
-        return reply(*await self.forward(parts[1], parts[0] == "explanations", body, headers))
+        streamed = await self.stream(parts[1], parts[0] == "explanations", body, headers)
+        if streamed is not None:
+            return streamed
+        status, head, answer = await self.forward(parts[1], parts[0] == "explanations", body, headers)
+        return reply(status, self.streams.note(parts[1], head), answer)
 
     def __init__(self, args: dict | None = None):
         args = args or {}
@@ -226,6 +246,21 @@ class MsnbRouter:
         self.key = guard.inference_key(args)
         limit = args.get("max_request_size")
         self.max_request_size = int(limit) if limit else None
+        self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
+
+    async def stream(self, name: str, explain: bool, body: bytes, headers: dict) -> Response | None:
+        """A streaming model's prediction passed on as it comes; None: ``forward`` answers it whole."""
+        if explain:
+            return None
+        if name not in self.handles:
+            try:
+                self.handles[name] = serve.get_app_handle(name)
+            except Exception:  # no such application: forward says so
+                return None
+        try:
+            return await self.streams.answer(name, self.handles[name], body, headers)
+        except Exception as err:
+            return reply(*error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}"))
 
     async def forward(self, name: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         # A handle follows its application across redeploys; looking one up while the application is

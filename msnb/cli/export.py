@@ -230,6 +230,7 @@ def write_kserve(
     archives built, so a failure leaves ROOT as it was. An archive already ``built`` (name -> .mar,
     the -o copy) is linked (or copied), not built again.
     """
+    _refuse_streaming(specs)
     root.mkdir(parents=True, exist_ok=True)
     for sub in (KSERVE_STORE_DIR, KSERVE_CONFIG_DIR):
         if (root / sub).exists() and not (root / sub).is_dir():
@@ -251,6 +252,24 @@ def write_kserve(
         raise _write_error(root, err) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _refuse_streaming(specs: list[HandlerSpec]) -> None:
+    """KServe's v1 and v2 protocols answer a request with one JSON document (``predictions`` / ``outputs``), which
+    TorchServe's KServe envelopes build from the handler's whole return value: no stream can travel in them."""
+    streaming = [
+        f"{s.name} ({' and '.join(s.streaming)} yield{'s' if len(s.streaming) == 1 else ''})"
+        for s in specs
+        if s.streaming
+    ]
+    if streaming:
+        raise BuildError(
+            f"--kserve cannot carry streamed answers: {', '.join(streaming)}. KServe's v1/v2 protocols answer each "
+            "request with one JSON document (predictions / outputs), built from the handler's whole answer.",
+            "serve a streaming handler on TorchServe's own inference API (msnb export -o DIR, then msnb serve DIR) or "
+            "on Ray Serve (--ray); for KServe, export a variant whose inference and postprocess return instead of "
+            "yield.",
+        )
 
 
 # KServe's envelopes (kserve for v1, kservev2 for v2) in TorchServe 0.12 read only the first request of a

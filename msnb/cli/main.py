@@ -179,6 +179,7 @@ def _add_predict(sub) -> None:
     pre.add_argument("--token-file", type=Path, help="TorchServe's key_file.json, used with --url")
     pre.add_argument("--state", type=Path, help="the state file `msnb serve` wrote")
     pre.add_argument("--server", metavar="PID|FOLDER", help="which running `msnb serve` answers (when several run)")
+    pre.add_argument("--stream", action="store_true", help="print a streamed answer's chunks as they arrive")
     pre.set_defaults(run=_predict)
 
 
@@ -327,7 +328,13 @@ def _predict(args: argparse.Namespace) -> int:
         token_file=args.token_file,
         state=args.state,
         server=args.server,
+        stream=args.stream,
     )
+    if args.stream:
+        from msnb.engines.chunks import print_chunks
+
+        print_chunks(answer)
+        return OK
     if isinstance(answer, (bytes, bytearray)):
         sys.stdout.buffer.write(bytes(answer))
     else:
@@ -353,8 +360,9 @@ def find_archives(paths: list[str]) -> list[Path]:
     return found
 
 
-def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None):
-    """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer."""
+def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None, stream=False):
+    """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer (``stream``:
+    an iterator over its chunks as they arrive)."""
     from msnb.engines.torchserve import TorchServeClient
     from msnb.engines.torchserve.auth import Keys
 
@@ -366,8 +374,18 @@ def send(name: str, data, *, version=None, url=None, token_file=None, state=None
         )
     else:  # a server given by --url: its key is used as given, never renewed
         client = TorchServeClient.connect(url, token_file)
+    if stream:
+        return _streamed(client, client.predict_stream(name, data, version=version))
     try:
         return client.predict(name, data, version=version)
+    finally:
+        client.close()
+
+
+def _streamed(client, chunks):
+    """The chunks, then the client closed (when they end, fail or are no longer read)."""
+    try:
+        yield from chunks
     finally:
         client.close()
 

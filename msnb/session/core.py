@@ -258,6 +258,19 @@ class Session:
     ) -> Any:
         """Ask the local server (``/explanations`` with ``explain``); ``data`` None sends the handler's example;
         warns when the cell changed since."""
+        server, data = self._serving(name, data, warn)
+        with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
+            if explain:
+                return server.explain(name, data, version=version)
+            return server.predict(name, data, version=version)
+
+    def predict_stream(self, name: str, data: Any = None, version: str | None = None, *, warn: bool = True):
+        """Ask the local server and iterate over the answer's chunks as they arrive (see ``predict``)."""
+        server, data = self._serving(name, data, warn)
+        return server.predict_stream(name, data, version=version)
+
+    def _serving(self, name: str, data: Any, warn: bool) -> tuple[Any, Any]:
+        """The server that serves ``name`` and the input to send it (the example when ``data`` is None)."""
         if data is None:
             data = self.get(name).example
             if data is None:
@@ -277,11 +290,8 @@ class Session:
             )
         stale = self.stale(name) if warn else None
         if stale:
-            warnings.warn(stale, StaleModelWarning, stacklevel=2)
-        with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
-            if explain:
-                return server.explain(name, data, version=version)
-            return server.predict(name, data, version=version)
+            warnings.warn(stale, StaleModelWarning, stacklevel=3)
+        return server, data
 
     def explain(self, name: str, data: Any = None, version: str | None = None) -> Any:
         """Ask the local server's ``/explanations`` for the attributions of ``data`` (default: the example)."""

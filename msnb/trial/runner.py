@@ -63,8 +63,9 @@ def _raise_first_failure(
             continue
         body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
         details = "\n".join(last_traceback(log))
+        streamed = "" if not answer.chunks else f" (after {len(answer.chunks)} chunks were sent)"
         raise HandlerRunError(
-            f"{what.format(i=i, status=answer.status)}: {body.get('error')}",
+            f"{what.format(i=i, status=answer.status)}{streamed}: {body.get('error')}",
             body.get("hint") or default_hint,
             details=details or None,
         )

@@ -19,6 +19,7 @@ import yaml
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
+from msnb.engines.chunks import RecordedSocket, read_stream
 from msnb.engines.torchserve.logs import user_frames
 from msnb.engines.torchserve.models import encode
 from msnb.errors import HandlerRunError
@@ -35,6 +36,7 @@ class Answer:
 
     status: int
     body: Any
+    chunks: tuple | None = None  # a streamed answer's chunks (body is their list, or the error that ended them)
 
     @property
     def ok(self) -> bool:
@@ -140,11 +142,22 @@ class LoadedHandler:
         self.context.request_processor = [RequestProcessor({"explain": str(bool(f))}) for f in flags]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
         self.context.metrics.request_ids = self.context.request_ids
+        self.context.cl_socket = RecordedSocket()  # a streaming handler's intermediate responses (msnb_stream)
         with self._capturing(), self.imports:
             out = self._handle(batch)
         if not isinstance(out, list) or len(out) != len(batch):
             raise HandlerRunError(*_batch_mismatch(self.spec, out, len(batch)))
-        return [Answer(self.context.get_response_status(i)[0], _as_response(o)) for i, o in enumerate(out)]
+        return [self._answer(i, o) for i, o in enumerate(out)]
+
+    def _answer(self, idx: int, out: Any) -> Answer:
+        """One request's answer; a streaming handler's answer is its chunks as a client reads them (msnb.engines.chunks)."""
+        status = self.context.get_response_status(idx)[0]
+        pieces = self.context.cl_socket.pieces().get(self.context.request_ids[idx], [])
+        streaming = pieces or (getattr(self.module.handle, "streaming", False) and status < 400)
+        if not streaming:
+            return Answer(status, _as_response(out))
+        chunks, error = read_stream(pieces, out)
+        return Answer(500, error, tuple(chunks)) if error else Answer(200, chunks, tuple(chunks))
 
     def _handle(self, batch: list[dict]) -> Any:
         if self.spec.form == ROLES_FORM:  # the shared handler answers every sample, failed ones included

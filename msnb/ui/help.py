@@ -12,11 +12,14 @@ from msnb.roles import SIGNATURES
 ROLE_HELP = {
     "init_function": "required: build and return the torch.nn.Module (the handler loads --checkpoint into it)",
     "preprocess": "one request's decoded body -> the model's input for that sample",
-    "postprocess": "one sample's output -> the answer (JSON-able, str or bytes)",
+    "postprocess": "one sample's output -> the answer (JSON-able, str or bytes); a generator streams that "
+    "request's chunks",
     "install_packages": "run once in the worker before init_function (e.g. pip installs)",
     "unpack_dependencies": "run once in the worker before init_function (e.g. unpack an --extra-files archive)",
     "explain": "one sample's attributions for /explanations and %ms_explain (JSON-able); without it, Captum's "
     "Integrated Gradients on the predicted class",
+    "inference": "the loaded model and the collated batch -> the batch output (default: model(batch)); a generator "
+    "streams: each yield is one chunk of every request's answer (split per sample, then postprocess)",
 }
 EXAMPLE = """\
     %%ms_handler tiny --version 1.0 --example '{"x": [1, 2, 3, 4]}'

@@ -12,6 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from msnb import options
+from msnb.engines.chunks import print_chunks
 from msnb.errors import MsnbError, OptionError
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.core import ENGINES, current, warm_up
@@ -138,11 +139,16 @@ class MsnbMagics(Magics):
     @argument("name", help="the served model's name")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
     @argument("--version", help="a model version (default: the served one)")
+    @argument("--stream", action="store_true", help="print the answer's chunks as they arrive; returns their list")
     def ms_predict(self, line: str) -> Any:
-        """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
+        """%ms_predict NAME [--data ...] [--version V] [--stream]: ask the local TorchServe; returns the answer
+        (with --stream: prints each chunk as it arrives and returns the list of chunks)."""
         args = parse_argstring(self.ms_predict, line)
         data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
-        answer = current().predict(args.name, data, version=args.version, warn=False)
+        if args.stream:
+            answer = print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
+        else:
+            answer = current().predict(args.name, data, version=args.version, warn=False)
         stale = current().stale(args.name)
         if stale and args.version is None:
             display(views.WarningView(stale))

@@ -20,8 +20,16 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     code, out, err = run(capsys, "export", nb, "--ray", tmp_path / "ray")
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
-    assert names == ["first", "msnb_ray.py", "msnb_ray_context.py", "msnb_ray_guard.py", "rayservice.yaml", "second",
-                     "serve_config.yaml"]  # fmt: skip
+    assert names == [
+        "first",
+        "msnb_ray.py",
+        "msnb_ray_context.py",
+        "msnb_ray_guard.py",
+        "msnb_ray_stream.py",
+        "rayservice.yaml",
+        "second",
+        "serve_config.yaml",
+    ]
     assert "serve run serve_config.yaml" in out
     for name in ("first", "second"):  # the engine-neutral model folder, as TorchServe registers it
         folder = tmp_path / "ray" / name

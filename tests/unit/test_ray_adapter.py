@@ -163,3 +163,97 @@ def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exporte
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["msnb.templates.msnb_ray_context"] * 2
+
+
+def test_a_streaming_handler_answered_whole_gathers_its_chunks_and_tells_the_router_to_stream(loaded):
+    from charlm import HANDLER_BODY, MODEL_SOURCE, char_lm, greedy
+
+    from msnb.templates.msnb_ray_stream import STREAM_HEADER, StreamRoutes, answer_whole, streams
+
+    seeded = HANDLER_BODY.replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")
+    model = loaded(spec_from_source("rgen", MODEL_SOURCE + seeded))
+    assert streams(model.entry)
+    [(status, headers, body)] = answer_whole(model, [request(b"the cat", "text/plain")])
+    torch.manual_seed(0)
+    assert status == 200 and body.decode() == "".join(greedy(char_lm()(29).eval(), "the cat"))
+    routes = StreamRoutes()
+    assert STREAM_HEADER not in routes.note("rgen", headers) and routes.streaming["rgen"]
+
+
+def test_a_batched_stream_yields_each_requests_chunks_then_ends_each_one(loaded):
+    import asyncio
+    import threading
+
+    from charlm import HANDLER_BODY, MODEL_SOURCE, char_lm, greedy
+
+    from msnb.templates.msnb_ray_stream import CHUNK, stream_batch
+
+    seeded = HANDLER_BODY.replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")
+    model = loaded(spec_from_source("rgen2", MODEL_SOURCE + seeded, batch_size=2))
+    prompts = ["the cat", "a dog sat"]
+    batch = [(*request(p.encode(), "text/plain"), threading.Event()) for p in prompts]
+
+    async def collect() -> list:
+        return [items async for items in stream_batch(model, batch)]
+
+    steps = asyncio.run(collect())
+    assert steps[-1] == [StopIteration, StopIteration]
+    texts = [
+        "".join(item[3].decode() for item in column if item not in (None, StopIteration)) for column in zip(*steps)
+    ]
+    assert all(item[0] == CHUNK for column in zip(*steps[:-1]) for item in column if item is not None)
+    torch.manual_seed(0)
+    lm = char_lm()(29).eval()
+    assert texts == ["".join(greedy(lm, p)) for p in prompts]
+
+
+def test_a_request_whose_client_left_gets_no_more_chunks_and_its_generator_is_closed(loaded):
+    import asyncio
+    import threading
+
+    from charlm import MODEL_SOURCE, char_lm, greedy
+
+    from msnb.templates.msnb_ray_stream import stream_batch
+
+    closing = textwrap.dedent(
+        """
+        CLOSED = []
+
+        def init_function():
+            torch.manual_seed(0)
+            return CharLM(len(CHARS))
+
+        def preprocess(prompt):
+            return torch.tensor([STOI.get(c, 0) for c in prompt.lower()])
+
+        def inference(model, batch):
+            ids = batch
+            try:
+                for _ in range(24):
+                    nxt = model(ids)[:, -1].argmax(-1, keepdim=True)
+                    ids = torch.cat([ids, nxt], 1)
+                    yield nxt[:, 0]
+            finally:
+                CLOSED.append(ids.shape[1])
+
+        def postprocess(step):
+            return CHARS[int(step)]
+        """
+    )
+    model = loaded(spec_from_source("rgone", MODEL_SOURCE + closing, batch_size=2))
+    prompts = ["the cat", "a dog sat"]
+    batch = [(*request(p.encode(), "text/plain"), threading.Event()) for p in prompts]
+    batch[0][3].set()  # the first request's client has gone
+
+    async def collect() -> list:
+        return [items async for items in stream_batch(model, batch)]
+
+    steps = asyncio.run(collect())
+    texts = [
+        "".join(item[3].decode() for item in column if item not in (None, StopIteration)) for column in zip(*steps)
+    ]
+    torch.manual_seed(0)
+    lm = char_lm()(29).eval()
+    assert texts == ["".join(greedy(lm, prompts[0])[:1]), "".join(greedy(lm, prompts[1]))]
+    closed = sys.modules["handler_model"].CLOSED
+    assert sorted(closed) == [len(prompts[0]) + 1, len(prompts[1]) + 24]  # the first generator stopped after 1 step

@@ -241,3 +241,24 @@ def test_a_phase_ticking_its_seconds_logs_one_line(fake):
     c._progress("registering mlp (0 s)", 0.5)
     assert c.log == ["[serve] starting TorchServe (Java) (0 s)", "[serve] registering mlp (0 s)"]
     assert c.progress == ("registering mlp (0 s)", 0.5)  # the bar and step still follow every tick
+
+
+def test_predict_of_a_streaming_model_shows_each_chunk_before_the_next_is_produced(fake):
+    shown_before_next: list[str] = []
+
+    def stream(name, data):
+        for chunk in ("the", " cat", " sat"):
+            yield chunk
+            shown_before_next.append(c.result)  # runs only when the widget asks for the next chunk
+
+    c = Controller("mlp", dataclasses.replace(fake.actions(), predict_stream=stream), CPU_ONLY)
+    assert c.run("serve") and c.run("predict")
+    assert shown_before_next == ["the", "the cat", "the cat sat"] and c.result == "the cat sat" and c.result_ok
+
+
+def test_predict_of_json_lines_shows_one_per_line_and_a_whole_answer_pretty(fake):
+    chunks = {"lines": [{"step": 1}, {"step": 2}], "whole": [{"label": 3}]}
+    for kind, expected in (("lines", '{"step": 1}\n{"step": 2}'), ("whole", '{\n  "label": 3\n}')):
+        actions = dataclasses.replace(fake.actions(), predict_stream=lambda name, data, k=kind: iter(chunks[k]))
+        c = Controller("mlp", actions, CPU_ONLY)
+        assert c.run("serve") and c.run("predict") and c.result == expected

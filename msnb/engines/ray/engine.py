@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,10 @@ class LocalRay:
 
     def predict(self, name: str, data: Any, **kwargs: Any) -> Any:
         return self.client.predict(name, data, **kwargs)
+
+    def predict_stream(self, name: str, data: Any, **kwargs: Any) -> Iterator[Any]:
+        """The answer's chunks as they arrive (see TorchServeClient.predict_stream)."""
+        return self.client.predict_stream(name, data, **kwargs)
 
     def explain(self, name: str, data: Any, **kwargs: Any) -> Any:
         return self.client.explain(name, data, **kwargs)

@@ -7,14 +7,16 @@ model store is the server's job.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from msnb.engines.chunks import ChunkReader, is_stream
 from msnb.engines.torchserve.auth import AuthorisedSession, Keys
 from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S, LIMIT_OPTIONS, Limits
 from msnb.engines.torchserve.logs import LogCursor
@@ -208,6 +210,47 @@ class TorchServeClient:
     def explain(self, name: str, data: Any, *, version: str | None = None, timeout: float | None = None) -> Any:
         return self._infer("explanations", name, data, version, timeout)
 
+    def predict_stream(
+        self, name: str, data: Any, *, version: str | None = None, timeout: float | None = None
+    ) -> Iterator[Any]:
+        """POST one input and yield its answer's chunks as they arrive (text pieces, or one JSON value per line:
+        msnb.engines.chunks); an answer that is not streamed is yielded whole. The handler's error line at the end of a
+        stream raises a PredictionError after the chunks before it. Closing the iterator early closes the
+        connection."""
+        body, ctype = encode(data)
+        timeout = timeout or self.predict_timeout(name, version)
+        cursor = self.log_cursor()
+        url = f"{self.inference_url}/predictions/{name}" + (f"/{version}" if version else "")
+        headers = {"Content-Type": ctype}
+        resp = self.call("POST", url, "inference", data=body, headers=headers, timeout=timeout, stream=True)
+        with contextlib.closing(resp):
+            if not resp.ok:
+                self._failed(resp, name, version, body, cursor)
+            answer = resp.headers.get("content-type", "")
+            if not (is_stream(answer) or answer.startswith("text/")):
+                yield decode(resp)
+                return
+            reader, sent = ChunkReader(answer), 0
+            for piece in resp.iter_content(None):
+                for chunk in reader.feed(piece):
+                    sent += 1
+                    yield chunk
+            yield from reader.close()
+            if reader.error is not None:
+                raise self._stream_error(name, version, reader.error, sent, cursor)
+
+    def _stream_error(
+        self, name: str, version: str | None, error: dict, sent: int, cursor: LogCursor | None
+    ) -> PredictionError:
+        where = f"{name}" + (f" {version}" if version else "")
+        return PredictionError(
+            f"{where}'s stream ended with an error after {sent} chunks: {error.get('error')}",
+            error.get("hint") or "check the worker log (server.log_tail()).",
+            details=_details(cursor),
+            status=500,
+            body=error,
+        )
+
     def predict_many(
         self, name: str, inputs: list, *, version: str | None = None, return_exceptions: bool = False
     ) -> list:
@@ -244,6 +287,10 @@ class TorchServeClient:
         resp = self.call("POST", url, "inference", data=body, headers={"Content-Type": ctype}, timeout=timeout)
         if resp.ok:
             return decode(resp)
+        self._failed(resp, name, version, body, cursor)
+
+    def _failed(self, resp, name: str, version: str | None, body: bytes, cursor: LogCursor | None) -> NoReturn:
+        """An inference call answered with an error status: say which, why, and the worker's lines."""
         message, hint, payload = error_body(resp)
         if resp.status_code == 404 and isinstance(payload, dict) and "NotFound" in str(payload.get("type")):
             raise self.not_found(name, version)

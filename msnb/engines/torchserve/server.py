@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +221,10 @@ class LocalServer:
     # ------------------------------------------------------------------ the client's calls, for convenience
     def predict(self, name: str, data: Any, **kwargs: Any) -> Any:
         return self.client.predict(name, data, **kwargs)
+
+    def predict_stream(self, name: str, data: Any, **kwargs: Any) -> Iterator[Any]:
+        """The answer's chunks as they arrive (see TorchServeClient.predict_stream)."""
+        return self.client.predict_stream(name, data, **kwargs)
 
     def predict_many(self, name: str, inputs: list, **kwargs: Any) -> list:
         return self.client.predict_many(name, inputs, **kwargs)

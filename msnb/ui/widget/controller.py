@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class Actions:
     logs: Callable[[str], str] = lambda name: ""  # name -> the newest lines of its worker log
     subscribe: Callable[[Callable], Callable[[], None]] = lambda callback: lambda: None  # session events
     explain: Callable[[str, Any], Any] | None = None  # (name, data) -> explanation; None: no Explain action
+    predict_stream: Callable[[str, Any], Any] | None = None  # (name, data) -> the answer's chunks as they arrive
 
     @classmethod
     def from_session(cls, session: Any = None) -> "Actions":
@@ -69,6 +71,7 @@ class Actions:
             logs=session.logs,
             subscribe=session.subscribe,
             explain=session.explain,
+            predict_stream=session.predict_stream,
         )
 
 
@@ -227,9 +230,23 @@ class Controller:
         return f"Serving {self.actions.served(spec.name) or spec.name}. {line}"
 
     def _do_predict(self, parsed: dict[str, Any]) -> str:
-        answer = fields.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
+        if self.actions.predict_stream is None:
+            answer = fields.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
+        else:  # a streamed answer shows its chunks as they come; a whole one arrives as one chunk
+            answer = self._ask_server(
+                lambda name, data: self._show(self.actions.predict_stream(name, data)), parsed["payload"]
+            )
         stale = self.actions.stale(self.served)
         return f"{answer}\nWarning: {stale}" if stale else answer
+
+    def _show(self, chunks: Any) -> str:
+        """Show the chunks in the result as each arrives; returns the whole answer's text."""
+        got: list = []
+        for chunk in chunks:
+            got.append(chunk)
+            self.result, self.result_ok = chunks_text(got), True
+            self.on_change()
+        return chunks_text(got)
 
     def _do_explain(self, parsed: dict[str, Any]) -> str:
         answer = self._ask_server(self.actions.explain, parsed["payload"])
@@ -300,6 +317,15 @@ class Controller:
         served = f" serving {self.actions.served(name)};" if running and name else ""
         stale = self.actions.stale(name) if running and name else None
         return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
+
+
+def chunks_text(chunks: list) -> str:
+    """A streamed answer so far: text chunks joined, other chunks one JSON line each; a whole answer pretty."""
+    if len(chunks) == 1 and not isinstance(chunks[0], str):
+        return fields.pretty(chunks[0])
+    if all(isinstance(c, str) for c in chunks):
+        return "".join(chunks)
+    return "\n".join(json.dumps(c) if not isinstance(c, str) else c for c in chunks)
 
 
 def _server_state(server: Any) -> tuple[bool, str]:

@@ -1,0 +1,147 @@
+"""Streamed answers on Ray Serve: replicas run a streaming handler's batch and yield each request's chunks as the
+handler sends them (the context's ``msnb_send_chunks``, see msnb_stream.py), the router passes them on as a
+``StreamingResponse`` (``handle.options(stream=True)``); batching is kept (a batched async generator).
+
+A replica item is ``(kind, status, headers, body)``: kind ``whole`` is a complete answer (not streamed), ``chunk``
+a piece of a stream (the first one's status and headers are the answer's). A client that goes away marks its
+request gone, so the handler stops sending to it and closes a generator no request reads any more.
+Depends on ray[serve], starlette and the standard library, never on msnb.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.responses import Response, StreamingResponse
+
+STREAM_HEADER = "x-msnb-stream"  # on a whole answer whose handler streams: the router streams the next ones
+WHOLE, CHUNK = "whole", "chunk"
+
+
+def streams(entry: Any) -> bool:
+    """Whether a loaded handler streams (the shared handler's ``streaming``; a dev entry's current generation's)."""
+    current = getattr(entry, "current", None)
+    return bool(getattr(current.handle if current is not None else entry, "streaming", False))
+
+
+def _lock(model: Any) -> threading.Lock:
+    """One batch at a time on a model's context (whole and streamed batches come from two batch queues)."""
+    if getattr(model, "msnb_lock", None) is None:
+        model.msnb_lock = threading.Lock()
+    return model.msnb_lock
+
+
+def answer_whole(model: Any, requests: list) -> list[tuple[int, dict, bytes]]:
+    """``model.answer`` for whole answers: a streaming handler's chunks are gathered into its answer, marked with
+    STREAM_HEADER so that the router streams the next requests."""
+    gathered: dict[int, list[str]] = {}
+    kinds: dict[int, str] = {}
+
+    def gather(pieces: dict[int, str], types: dict[int, str]) -> tuple:
+        for idx, text in pieces.items():
+            gathered.setdefault(idx, []).append(text)
+        kinds.update(types)
+        return ()
+
+    with _lock(model):
+        model.context.msnb_send_chunks = gather
+        replies = model.answer(requests)
+    out = []
+    for idx, (status, headers, body) in enumerate(replies):
+        if idx in gathered:
+            headers = {**headers, "content-type": kinds.get(idx, "text/plain"), STREAM_HEADER: "1"}
+            status, body = 200, "".join(gathered[idx]).encode() + body
+        out.append((status, headers, body))
+    return out
+
+
+def _answer_sending(model: Any, requests: list, send: Callable) -> list[tuple[int, dict, bytes]]:
+    with _lock(model):
+        model.context.msnb_send_chunks = send
+        return model.answer(requests)
+
+
+async def stream_batch(model: Any, requests: list) -> AsyncIterator[list]:
+    """The body of a batched generator: ``requests`` are ``(explain, body, headers, gone)``; yields one item per
+    request each time the handler sends chunks (None: nothing for that request), then each one's last piece."""
+    loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+
+    def send(pieces: dict[int, str], types: dict[int, str]) -> set[int]:  # in the handler's thread
+        loop.call_soon_threadsafe(queue.put_nowait, (pieces, types))
+        return {idx for idx, request in enumerate(requests) if request[3].is_set()}
+
+    task = asyncio.ensure_future(asyncio.to_thread(_answer_sending, model, [r[:3] for r in requests], send))
+    task.add_done_callback(lambda _: queue.put_nowait(None))
+    started: set[int] = set()
+    while (item := await queue.get()) is not None:
+        pieces, types = item
+        yield [_chunk(idx, pieces, types, started) for idx in range(len(requests))]
+    replies = task.result()
+    yield [_last(idx, reply, started) for idx, reply in enumerate(replies)]
+    yield [StopIteration] * len(requests)
+
+
+def _chunk(idx: int, pieces: dict[int, str], types: dict[int, str], started: set[int]) -> Any:
+    if idx not in pieces:
+        return None
+    started.add(idx)
+    return CHUNK, 200, {"content-type": types.get(idx, "text/plain")}, pieces[idx].encode()
+
+
+def _last(idx: int, reply: tuple[int, dict, bytes], started: set[int]) -> Any:
+    status, headers, body = reply
+    if idx not in started:
+        return WHOLE, status, headers, body  # nothing was streamed: an ordinary answer (an early error, say)
+    return (CHUNK, 200, {}, body) if body else None
+
+
+async def relay(batched: Callable, body: bytes, headers: dict) -> AsyncIterator[tuple]:
+    """One request through the batched generator ``batched``; when its reader stops (the client went away), the
+    request is marked gone so the handler sends it nothing more."""
+    gone = threading.Event()
+    try:
+        async for item in batched((False, body, headers, gone)):
+            if item is not None:
+                yield item
+    finally:
+        gone.set()
+
+
+class StreamRoutes:
+    """The router's part for streaming models: which models stream (asked once, corrected by their answers) and
+    their answers passed on as they come."""
+
+    def __init__(self) -> None:
+        self.streaming: dict[str, bool] = {}
+
+    async def answer(self, name: str, handle: Any, body: bytes, headers: dict) -> Response | None:
+        """The streamed answer, or None when ``name`` answers whole (the router's own path)."""
+        if name not in self.streaming:
+            self.streaming[name] = bool(await handle.streams.remote())
+        if not self.streaming[name]:
+            return None
+        replies = handle.options(stream=True).infer_stream.remote(body, headers)
+        try:
+            kind, status, head, first = await replies.__anext__()
+        except StopAsyncIteration:
+            return Response(b"", status_code=200)
+        if kind == WHOLE:
+            self.streaming[name] = STREAM_HEADER in head or status >= 400  # an early error: still a streaming model
+            return Response(first, status_code=status, headers=head)
+
+        async def rest() -> AsyncIterator[bytes]:
+            yield first
+            async for _, _, _, piece in replies:
+                yield piece
+
+        return StreamingResponse(rest(), status_code=status, headers=head)
+
+    def note(self, name: str, headers: dict) -> dict:
+        """A whole answer's headers: one marked STREAM_HEADER makes the next requests of ``name`` stream."""
+        if STREAM_HEADER in headers:
+            self.streaming[name] = True
+            headers = {k: v for k, v in headers.items() if k != STREAM_HEADER}
+        return headers
