@@ -16,6 +16,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes a
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
 KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 REPLICA_CPUS = 0.5
+ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: minutes on a loaded machine
 
 
 class LocalRay:
@@ -45,6 +47,7 @@ class LocalRay:
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
         self.client = None
         self._cluster = self._watchdog = None
+        self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._lock = threading.RLock()
 
@@ -78,7 +81,10 @@ class LocalRay:
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
         router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": DEFAULT_MAX_BYTES}
-        serve.run(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")
+        # Not waited for here: its replica starts while the first model's does (see _router_running).
+        serve.run_many([serve.RunTarget(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")],
+                       wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
+        self._router_up = False
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         from msnb.engines.torchserve import TorchServeClient
 
@@ -151,12 +157,27 @@ class LocalRay:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
         except Exception as err:  # noqa: BLE001 - Serve's RuntimeError names the deployment, not the cause
             raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
+        self._router_running()
         previous, self._folders[name] = self._folders.get(name), folder
         if previous is not None and previous != folder:
             shutil.rmtree(previous, ignore_errors=True)
         return self.status(name)
 
     register = redeploy
+
+    def _router_running(self, timeout_s: float = ROUTER_WAIT_S) -> None:
+        """Wait (once per start) until the router application runs: deployed at start without waiting, so that its
+        replica and the first model's start at the same time."""
+        from ray import serve
+
+        deadline = time.monotonic() + timeout_s
+        while not self._router_up:
+            app = serve.status().applications.get(ROUTER_APP)
+            self._router_up = app is not None and app.status == "RUNNING"
+            if not self._router_up and (time.monotonic() > deadline or (app and app.status == "DEPLOY_FAILED")):
+                raise ServerError(f"Ray Serve's router did not start: {app and app.message}",
+                                  "stop and serve again (%ms_stop); the Ray logs are in server.log_dir.")  # fmt: skip
+            time.sleep(0 if self._router_up else 0.1)
 
     def free_version(self, name: str, version: str) -> str:
         """``version``, or ``version-rN`` when ``name`` already serves it: each deploy is a new folder, so Serve
