@@ -1,4 +1,5 @@
-"""A full disk while serving a new version: an msnb error with a hint, no partial folder, the old version answers."""
+"""A full disk while serving a new version or reloading one: an msnb error with a hint, no partial folder, the old
+version (generation) answers."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import subprocess
 
 import pytest
 import torch
-from helpers import ANSWER_SOURCE
+from helpers import ANSWER_SOURCE, MLP_MODEL, mlp_model
 
 from msnb.errors import BuildError, ServerError
-from msnb.session import deploy
+from msnb.session import Session, deploy
 from msnb.spec import spec_from_source
 from msnb.torchserve import LocalServer
 from msnb.torchserve.store import safe_name
@@ -58,3 +59,40 @@ def test_registering_an_archive_on_a_full_disk_store_leaves_nothing(small_disk, 
             server.register(folder)
         assert "No space left on device" in err.value.message and "Hint" in str(err.value)
         assert listing(small_disk / "store") == []
+
+
+def fill(disk, leave: int) -> None:
+    """Fill ``disk`` until it has about ``leave`` bytes free."""
+    with open(disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    with open(disk / "filler", "r+b") as f:
+        f.truncate(max(0, (disk / "filler").stat().st_size - leave))
+
+
+def test_a_reload_on_a_full_disk_leaves_no_half_generation_and_the_old_one_answers(small_disk, tmp_path):
+    checkpoint = tmp_path / "mlp.pt"
+    torch.save(mlp_model(8).state_dict(), checkpoint)
+    server = LocalServer(tmp_path / "server", model_store=small_disk / "store")
+    session = Session(lambda: server)
+    try:
+        source = MLP_MODEL + (
+            "\ndef preprocess(sample):\n    return torch.tensor(sample['x'], dtype=torch.float32)\n"
+            "\ndef postprocess(output):\n    return {'tag': TAG}\n"
+        )
+        session.serve(session.add(spec_from_source("mlp", source.replace("TAG", "1"), checkpoint=str(checkpoint))))
+        known = session.reloads.models["mlp"]
+        fill(small_disk, leave=16 * 1024)  # the handler's own files fit, the checkpoint's copy does not
+        with pytest.raises(ServerError) as err:
+            session.serve(session.add(spec_from_source("mlp", source.replace("TAG", "2"), checkpoint=str(checkpoint))))
+        assert "No space left on device" in err.value.message and "generations/2" in err.value.message
+        assert "Generation 1 keeps serving" in err.value.message and "free space on that disk" in err.value.hint
+        generations = known.model_dir / "generations"
+        assert not generations.exists() or listing(generations) == [], "no generation, no partial folder"
+        assert server.predict("mlp", {"x": [1.0, -2.0, 0.5, 3.0]}) == {"tag": 1}
+    finally:
+        session.stop()
