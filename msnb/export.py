@@ -15,7 +15,7 @@ import torch
 
 from msnb import archive, localtest, named_files
 from msnb.errors import BuildError, MsnbError
-from msnb.execute import DEFAULT_TIMEOUT_S, executed_specs, select
+from msnb.execute import DEFAULT_TIMEOUT_S, executed_specs, saved_by_msnb, select
 from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.importcheck import check_imports
 from msnb.notebook import Captured, load_handlers
@@ -123,7 +123,8 @@ def _captured(notebook, handlers, overrides, how: tuple, stack: ExitStack) -> li
         return _own_files_only(load_handlers(notebook, handlers, overrides), notebook, allow_files)
     specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
     items = [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
-    return _own_files_only(items, notebook, allow_files)
+    handoff = [folder for s in specs if (folder := saved_by_msnb(s)) is not None]  # live checkpoints msnb saved
+    return _own_files_only(items, notebook, [*allow_files, *handoff])
 
 
 def _own_files_only(items: list[Captured], notebook, allow_files: Iterable) -> list[Captured]:

@@ -3,7 +3,9 @@ version (generation) answers."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -96,3 +98,32 @@ def test_a_reload_on_a_full_disk_leaves_no_half_generation_and_the_old_one_answe
         assert server.predict("mlp", {"x": [1.0, -2.0, 0.5, 3.0]}) == {"tag": 1}
     finally:
         session.stop()
+
+
+BUILD_ON_FULL_TMP = """
+import sys
+import msnb
+from msnb.errors import MsnbError
+from msnb.spec import spec_from_source
+try:
+    msnb.build(spec_from_source("calc", sys.argv[1]), sys.argv[2])
+except MsnbError as err:
+    print(type(err).__name__, "|", err.message, "|", err.hint)
+"""
+
+
+def test_ms_build_with_a_full_tmpdir_is_an_msnb_error_and_leaves_nothing(small_disk, tmp_path):
+    (small_disk / "tmp").mkdir()
+    fill(small_disk, leave=16 * 1024)  # the fork server's socket fits, a staged handler does not
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD_ON_FULL_TMP, ANSWER_SOURCE.format(answer="x"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(small_disk / "tmp")},
+        timeout=300,
+    )
+    assert done.stdout.startswith("HandlerRunError | Could not write "), done.stdout + done.stderr
+    assert "No space left on device" in done.stdout and "free space on that disk" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists() or listing(tmp_path / "out") == []
+    assert listing(small_disk / "tmp") == []  # the test-process folder went with the process
