@@ -62,7 +62,7 @@ def refusal(spec: Any, line: str | None, notebook: Path, allowed: Sequence[Path]
     if not found:
         return None
     return SpecError(
-        f"{spec.name}: {'; '.join(found)}. Export takes only the notebook's own files, and never secrets.",
+        f"{'; '.join(found)}. Export takes only the notebook's own files, and never secrets.",
         f"move the file into the notebook's folder ({folder}), or, if you trust this notebook, allow the folder "
         f"with {ALLOW_FLAG} DIR; a file holding a secret never travels (keep secrets on the server).",
     )

@@ -20,9 +20,9 @@ _FLAT = frozenset((bool, int, float, type(None)))  # an entry's cost is all they
 MAX_DEPTH = 100  # torch.save pickles recursively: far below the depth where it would fail
 MAX_ITEMS = 1_000_000  # entries walked at most: a bigger collection travels as a tensor or a file
 ENTRY_BYTES = 4  # the least one entry (a number, a None, a key) takes in values.pt
+PATH_SHOWN = 90  # characters of a part's path in a message (the middle of a longer one elided)
 TEXT_CHUNK = 1 << 20  # non-ASCII text is measured in chunks of this many characters
 _MB = 2**20
-PATH_CHARS = 100  # a value's path in a message: longer ones keep their ends
 _LEAVE = object()  # on the walk's stack: every entry of this container has been walked
 _SHORT = reprlib.Repr()
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel = 40, 40, 2
@@ -163,7 +163,7 @@ def _holds(path: Any) -> str:
     return f"holds {render(path)}, " if path is not None else "is "
 
 
-def render(path: Any, most: int = PATH_CHARS) -> str:
+def render(path: Any, most: int = PATH_SHOWN) -> str:
     """``[0]['a'][2]`` from the walk's (parent, key) chain; the middle of a long one elided."""
     keys = []
     while path is not None:

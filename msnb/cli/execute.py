@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # nbformat and nbclient load when a notebook runs: `msnb --he
     from msnb.spec import HandlerSpec
 
 DEFAULT_TIMEOUT_S = 600  # per cell, as nbclient counts it
+HANDOFF_PREFIX = "msnb-execute-"  # the temp folder the kernel hands its specs and live checkpoints over in
 SPECS_FILE = "specs.pkl"
 _SETUP = "get_ipython().run_line_magic('load_ext', 'msnb')"
 
@@ -47,7 +48,7 @@ def executed_specs(notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S) -> It
     client = NotebookClient(
         nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(path.parent)}}
     )
-    handoff = Path(tempfile.mkdtemp(prefix="msnb-execute-"))
+    handoff = Path(tempfile.mkdtemp(prefix=HANDOFF_PREFIX))
     # nbclient stores outputs by cell index: msnb's two cells (load the extension, hand the specs over) go
     # into the notebook object; the first runs outside the history so In[N] counts the notebook's cells.
     nb.cells = [nbformat.v4.new_code_cell(_SETUP), *nb.cells, nbformat.v4.new_code_cell(_handoff_code(handoff))]
@@ -104,6 +105,14 @@ def hand_off(folder: str) -> None:
     specs = [_portable(spec, folder_path) for spec in current().specs.values()]
     with (folder_path / SPECS_FILE).open("wb") as f:
         pickle.dump(specs, f)
+
+
+def saved_by_msnb(spec: HandlerSpec) -> Path | None:
+    """The hand-off folder when ``spec``'s checkpoint is a live one msnb saved there (``_portable``), else None."""
+    ckpt = Path(spec.checkpoint) if isinstance(spec.checkpoint, (str, Path)) else None
+    if ckpt is None or ckpt.name != f"{spec.name}.checkpoint.pt" or not ckpt.parent.name.startswith(HANDOFF_PREFIX):
+        return None
+    return ckpt.parent if ckpt.parent.parent.resolve() == Path(tempfile.gettempdir()).resolve() else None
 
 
 def _portable(spec: HandlerSpec, folder: Path) -> HandlerSpec:

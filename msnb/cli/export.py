@@ -16,7 +16,7 @@ import torch
 from msnb.capture import named_files
 from msnb.capture.kernel_values import human
 from msnb.capture.notebook import Captured, load_handlers
-from msnb.cli.execute import DEFAULT_TIMEOUT_S, executed_specs, select
+from msnb.cli.execute import DEFAULT_TIMEOUT_S, executed_specs, saved_by_msnb, select
 from msnb.engines.ray import require as require_ray
 from msnb.engines.torchserve.config import (
     KSERVE_CONFIG_DIR,
@@ -125,7 +125,8 @@ def _captured(notebook, handlers, overrides, how: tuple, stack: ExitStack) -> li
         return _own_files_only(load_handlers(notebook, handlers, overrides), notebook, allow_files)
     specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
     items = [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
-    return _own_files_only(items, notebook, allow_files)
+    handoff = [folder for s in specs if (folder := saved_by_msnb(s)) is not None]  # live checkpoints msnb saved
+    return _own_files_only(items, notebook, [*allow_files, *handoff])
 
 
 def _own_files_only(items: list[Captured], notebook, allow_files: Iterable) -> list[Captured]:

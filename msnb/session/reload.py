@@ -24,7 +24,7 @@ from msnb.engines.torchserve.client import _details
 from msnb.engines.torchserve.models import ModelStatus
 from msnb.engines.torchserve.store import MANIFEST
 from msnb.errors import ServerError
-from msnb.files import remove
+from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.package import archive
 from msnb.spec import HandlerSpec
 from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
@@ -135,18 +135,16 @@ class Reloads:
     def reload(self, server: Any, known: DevModel, spec: HandlerSpec) -> ModelStatus:
         """Stage generation N+1, ask the worker to load it; the old generation serves until it has."""
         number = known.generation + 1
-        folder = known.model_dir / GENERATIONS / str(number)
-        remove(folder)
-        archive.stage(spec.replace(version=known.version), folder)
-        reuse_bytecode(
-            known.model_dir / GENERATIONS / str(known.generation) if known.generation > 1 else known.model_dir, folder
-        )
+        folder = stage_generation(known, spec, number)
         try:
             ask_reload(server, known, number)
         except BaseException:
             remove(folder)
             raise
-        mark_current(known.model_dir, number)
+        try:
+            mark_current(known.model_dir, number)
+        except OSError as err:  # the worker already serves the new generation: only a restart would miss it
+            raise disk_error(known.model_dir / GENERATIONS / CURRENT, err, ServerError) from None
         if known.generation > 1:
             remove(known.model_dir / GENERATIONS / str(known.generation))
         known.spec, known.generation, known.redeploy, known.why = spec, number, RELOAD, "only code or values changed"
@@ -167,6 +165,33 @@ class Reloads:
     def forget(self, name: str | None = None) -> None:
         for key in [name] if name else list(self.models):
             self.models.pop(key, None)
+
+
+def stage_generation(known: DevModel, spec: HandlerSpec, number: int) -> Path:
+    """Stage generation ``number`` whole in a hidden sibling and rename it into ``generations/N``: a full disk
+    leaves no half-written generation (the worker would load it at its next restart) and the current one serves."""
+    folder = known.model_dir / GENERATIONS / str(number)
+    remove(folder)
+    previous = known.model_dir / GENERATIONS / str(known.generation) if known.generation > 1 else known.model_dir
+
+    def write() -> None:
+        with partial_sibling(folder) as partial:
+            archive.stage(spec.replace(version=known.version), partial / folder.name)
+            reuse_bytecode(previous, partial / folder.name)
+            replace_tree(partial / folder.name, folder)
+
+    _written(write, folder, known)
+    return folder
+
+
+def _written(write: Callable[[], None], final: Path, known: DevModel) -> None:
+    """Run ``write``; an OSError (a full disk, a read-only store) is an msnb error that names ``final``."""
+    try:
+        write()
+    except OSError as err:
+        remove(final)
+        error = disk_error(final, err, ServerError)
+        raise ServerError(f"{error.message} Generation {known.generation} keeps serving.", error.hint) from None
 
 
 def ask_reload(server: Any, known: DevModel, number: int) -> None:
@@ -219,5 +244,8 @@ def mark_current(model_dir: Path, number: int) -> None:
     """Record the generation a restarted worker loads (written whole, then renamed into place)."""
     target = model_dir / GENERATIONS / CURRENT
     partial = target.with_name(f".{CURRENT}.partial")
-    partial.write_text(str(number))
-    os.replace(partial, target)
+    try:
+        partial.write_text(str(number))
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import HandlerRunError
+from msnb.files import disk_error
 from msnb.spec import HandlerSpec
 from msnb.trial import fork_server
 
@@ -101,9 +102,12 @@ class TestWorker:
         from msnb.package.archive import stage  # torch and TorchServe: imported when a test needs them
         from msnb.trial.child import Loadable
 
-        model_dir = stage(self.spec, Path(self.tmp.name) / "model", temporary=True)
-        for path in self.streams:
-            Path(path).touch(mode=0o600)
+        try:
+            model_dir = stage(self.spec, Path(self.tmp.name) / "model", temporary=True)
+            for path in self.streams:
+                Path(path).touch(mode=0o600)
+        except OSError as err:  # a full or read-only $TMPDIR: worker_for removes what was written
+            raise disk_error(Path(self.tmp.name) / "model", err, HandlerRunError) from None
         self.process, self.conn = fork_server.take()
         loadable = Loadable(self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry)
         self.conn.send((str(model_dir), loadable, self.streams))
