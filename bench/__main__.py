@@ -29,6 +29,7 @@ BENCHMARKS = (
     "file_copy",
     "capture_size",
     "runtime_values",
+    "hf_objects",
     "beside_litserve",
     "ts_settings",
     "ray_serve",
