@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from msnb import archive, localtest, taken, testworker
+from msnb import archive, localtest, server_packages, taken, testworker
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.progress import Phase, Progress, silent
@@ -340,8 +340,11 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
 
     free_version = getattr(server, "free_version", None) or server.client.free_version  # Ray's, or TorchServe's
     version = free_version(spec.name, spec.version)
-    if version != spec.version:
-        spec = spec.replace(version=version)
+    # Only what the server's environment lacks is installed (nothing, when it is the kernel's own): no model venv,
+    # no second copy of a package. An export keeps every pin: its server is unknown.
+    lacking = server_packages.missing(getattr(server, "python", None), spec.requirements)
+    if (version, lacking) != (spec.version, spec.requirements):
+        spec = spec.replace(version=version, requirements=lacking)
     path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
     try:
         if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.reload)

@@ -19,6 +19,13 @@ from msnb.taken import fingerprint
 from msnb.torchserve.store import SEGMENT_RULE, valid_segment
 from msnb.values import Values
 
+# TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
+# packages (``pip install -U --upgrade-strategy only-if-needed``), and the worker runs in it: only what the server
+# lacks is installed. Without it, ``pip install -t MODEL_DIR`` ignores what is installed and a requirement that
+# depends on torch (captum, peft, accelerate) puts a second, multi-GB torch in the model folder, which the worker
+# then imports instead of the server's. Written only with requirements: the venv costs ~2-3 s per registration.
+USE_VENV = "useVenv"
+
 
 @dataclass(frozen=True, eq=False)
 class Origin:
@@ -270,6 +277,8 @@ class HandlerSpec:
             system["maxGPUMemory"] = self.max_gpu_memory
         if system:
             cfg["system"] = system
+        if self.requirements:
+            cfg[USE_VENV] = True
         return cfg
 
 

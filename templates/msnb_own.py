@@ -18,10 +18,10 @@ from typing import Any
 
 try:
     from msnb_content import label
-    from msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
+    from msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
 except ImportError:  # imported as msnb.templates.msnb_own instead of from a model dir
     from .msnb_content import label
-    from .msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
+    from .msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
 
 TORCHSCRIPT_HINT = (
     "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
@@ -70,6 +70,7 @@ def _labelled(context: Any, answers: Any) -> Any:
 
 def _load(what: str, call: Any, context: Any, cls: type | None = None) -> Any:
     settings = LoadSettings.from_context(context)
+    check_server_torch(settings.model_dir)
     unpack_extra_files(settings.model_dir, settings.extra_files)
     try:
         return call()

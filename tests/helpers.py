@@ -409,6 +409,25 @@ OWN_FUNCTION = textwrap.dedent("""
 """)
 
 
+# A TorchServe module-level handler importing captum (whose requirements name torch): it answers which torch the
+# worker imported and where its model folder is, so a test can check that no second torch was installed there.
+OWN_CAPTUM_REPORT = textwrap.dedent("""
+    import captum
+    import torch
+
+    def handle(data, context):
+        if data is None:
+            return None
+        where = context.system_properties["model_dir"]
+        return [{"torch": torch.__version__, "file": torch.__file__, "model_dir": where} for _ in data]
+""")
+
+
+def torch_packages(folder: str | Path) -> list[Path]:
+    """Every torch package under ``folder`` (a model folder that should hold none)."""
+    return sorted(Path(folder).rglob("torch/__init__.py"))
+
+
 def scripted_mlp(path: Path) -> Path:
     """A TorchScript 4 -> 3 MLP saved at ``path`` (what BaseHandler.initialize loads)."""
     torch.manual_seed(1)

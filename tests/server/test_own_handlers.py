@@ -4,9 +4,25 @@ answering exactly what the in-process test answered."""
 
 from __future__ import annotations
 
-from helpers import IMPORTS, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_CLASS, make_notebook, run, scripted_mlp
+from pathlib import Path
 
-from msnb import localtest
+import torch
+from helpers import (
+    IMPORTS,
+    NET,
+    OWN_BASE_HANDLER,
+    OWN_CAPTUM_REPORT,
+    OWN_FUNCTION,
+    OWN_IMAGE_CLASS,
+    make_notebook,
+    run,
+    scripted_mlp,
+    torch_packages,
+)
+
+from msnb import archive, localtest
+from msnb.bundle import search_path
+from msnb.capture import capture
 from msnb.notebook import load_handlers
 from msnb.session import deploy
 from msnb.spec import SourceBlock
@@ -55,3 +71,19 @@ def test_a_redeploy_of_an_own_handler_replaces_the_served_version(tmp_path, own_
     deploy(own_server, changed)
     after = own_server.predict("bg", INPUTS["bg"][0])
     assert before != after and after == localtest.predict_in_process(changed, INPUTS["bg"])[0]
+
+
+def test_a_handler_importing_captum_runs_on_the_servers_torch_and_its_model_folder_holds_none(tmp_path, own_server):
+    spec = capture("ct", OWN_CAPTUM_REPORT, [], search_path=search_path(tmp_path))
+    assert [line.split("==")[0] for line in spec.requirements] == ["captum"], "captum requires torch: see below"
+    mar = archive.build(spec, tmp_path / "store", fmt=archive.EXPORT_FORMAT)  # every pin, as `msnb export` writes
+    own_server.register(mar)
+    answer = own_server.predict("ct", {"x": 1})
+    assert (answer["torch"], answer["file"]) == (torch.__version__, torch.__file__)
+    assert (Path(answer["model_dir"]) / "venv").is_dir(), "TorchServe made the model venv (useVenv: true)"
+    assert torch_packages(answer["model_dir"]) == []
+
+    served = deploy(own_server, spec.replace(name="ct2"))  # %ms_serve: the server is the kernel's environment
+    answer = own_server.predict(served.name, {"x": 1})
+    assert (answer["torch"], answer["file"]) == (torch.__version__, torch.__file__)
+    assert not (Path(answer["model_dir"]) / "venv").exists() and torch_packages(answer["model_dir"]) == []

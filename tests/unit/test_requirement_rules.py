@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
+import venv
 from importlib import metadata
 
 import pytest
 from helpers import handler, run, standard
 
 from msnb import requirements as reqs
+from msnb import server_packages
 from msnb.bundle import search_path
 from msnb.capture import capture
 from msnb.errors import SpecError
@@ -84,3 +87,25 @@ def test_given_entries_win_over_inferred_pins(tmp_path):
     config = handler_config(parse_handler_line("m --requirements 'PyYAML>=6'"), {}, tmp_path)
     spec = capture("m", cell, [], search_path=search_path(tmp_path), **config)
     assert spec.requirements == ("PyYAML>=6",)
+
+
+def test_an_archive_with_requirements_asks_for_a_model_venv_that_sees_the_servers_packages(tmp_path):
+    with_reqs = capture("m", "import captum\n" + CELL, [], search_path=search_path(tmp_path))
+    assert with_reqs.requirements == (f"captum=={metadata.version('captum')}",)
+    assert with_reqs.model_config()["useVenv"] is True, "TorchServe then installs only what the server lacks"
+    assert "useVenv" not in capture("m", CELL, [], search_path=search_path(tmp_path)).model_config()
+
+
+def test_only_the_requirements_the_serving_environment_lacks_are_installed():
+    captum, numpy = f"captum=={metadata.version('captum')}", f"numpy>={metadata.version('numpy')}"
+    lines = (captum, numpy, "six==0.0.1", "msnb-no-such-dist==1.0", "pandas; python_version < '3'")
+    assert server_packages.missing(None, lines) == ("six==0.0.1", "msnb-no-such-dist==1.0")
+    assert server_packages.missing(sys.executable, (captum,)) == ()
+
+
+def test_a_server_interpreter_is_asked_for_its_versions_and_one_that_cannot_answer_lacks_everything(tmp_path):
+    captum = f"captum=={metadata.version('captum')}"
+    bare = tmp_path / "bare"
+    venv.EnvBuilder(with_pip=False).create(bare)  # no site-packages of ours: captum is missing there
+    assert server_packages.missing(str(bare / "bin" / "python"), (captum, "six==0.0.1")) == (captum, "six==0.0.1")
+    assert server_packages.missing(str(tmp_path / "no-python"), (captum,)) == (captum,)
