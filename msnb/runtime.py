@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msnb.errors import CaptureError
+from msnb.forms import CLASS_FORM, FUNCTION_FORM, ROLES_FORM
 from msnb.mutations import Mutation, mutations
 from msnb.scope import Stmt
 
@@ -21,6 +22,12 @@ RUNTIME_HINT = (
     "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
     "Weights go in --checkpoint, values in --init-kwargs"
 )
+
+# Where an own TorchServe handler builds what it needs once (it has no init_function).
+LOAD_STEP = {
+    CLASS_FORM: "your handler's initialize(self, context)",
+    FUNCTION_FORM: "the load call of your handle (data is None once, before the first request)",
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,13 @@ class Changes:
         later = [m for n in stmt.defines for m in self.by_name.get(n, ()) if m.pos > stmt.pos]
         return min(later, key=lambda m: m.pos, default=None)
 
+    def as_code(self, rebuild: Any) -> Any:
+        """``rebuild.as_code`` (msnb.rebuild.Rebuild) told which names a statement binds are changed later."""
+        return lambda stmt: rebuild.as_code(stmt, [n for n in stmt.defines if self._changed_after(n, stmt.pos)])
+
+    def _changed_after(self, name: str, pos: tuple[int, int]) -> bool:
+        return any(m.pos > pos for m in self.by_name.get(name, ()))
+
     def runtime(self, stmt: Stmt) -> bool:
         """True for a statement capture may not copy: computed at run time, or a literal changed later."""
         return stmt.kind == "runtime" or self.after(stmt) is not None
@@ -63,7 +77,7 @@ class Changes:
         return Needed(name, user.where(name), how)
 
 
-def refuse_without_kernel(needed: Mapping[str, Needed]) -> None:
+def refuse_without_kernel(needed: Mapping[str, Needed], form: str = ROLES_FORM) -> None:
     """Without a kernel there is no value to copy: every such name is refused, in one error."""
     if not needed:
         return
@@ -71,9 +85,15 @@ def refuse_without_kernel(needed: Mapping[str, Needed]) -> None:
     raise CaptureError(
         f"{listed}: the notebook file holds only the code, not the value"
         f"{'s' if len(needed) > 1 else ''} the kernel computed, and msnb copies only imports, def, class and "
-        "literal constants that are never changed.",
-        RUNTIME_HINT,
+        "literal constants that are never changed, and rebuilds a logger, a lock or a compiled pattern by the "
+        "statement that binds it.",
+        hint_for(form, RUNTIME_HINT),
     )
+
+
+def hint_for(form: str, hint: str) -> str:
+    """``hint`` for a handler of ``form``: an own handler builds things in its load step, not in init_function."""
+    return hint.replace("init_function", LOAD_STEP[form]) if form in LOAD_STEP else hint
 
 
 def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
@@ -81,11 +101,16 @@ def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
     return {n.name: f"used on {n.used}" for n in needed.values()}
 
 
-def values_of(needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None):
+def values_of(
+    needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None, form: str = ROLES_FORM
+):
     """The snapshot of ``needed`` from ``namespace`` (None when nothing is needed); refused without a kernel."""
     if namespace is None:
-        refuse_without_kernel(needed)
+        refuse_without_kernel(needed, form)
         return None
     from msnb.values import snapshot
 
-    return snapshot(where_bound(needed), namespace, max_mb)
+    try:
+        return snapshot(where_bound(needed), namespace, max_mb)
+    except CaptureError as err:
+        raise CaptureError(err.message, hint_for(form, err.hint)) from None

@@ -423,6 +423,28 @@ OWN_CAPTUM_REPORT = textwrap.dedent("""
 """)
 
 
+# A module-level entry point as TorchServe's custom-service page writes one: a module logger, a lock, a compiled
+# pattern and a constant computed by a call, all bound at module level.
+TS_MODULE_LEVEL = textwrap.dedent("""
+    import logging
+    import re
+    import threading
+
+    logger = logging.getLogger(__name__)
+    lock = threading.Lock()
+    WORD = re.compile(r"[a-z]+")
+    STOP = frozenset(["the", "a"])
+    N_STOP = len(STOP)
+
+    def handle(data, context):
+        if data is None:
+            return None
+        with lock:
+            logger.info("batch of %d", len(data))
+        return [[w for w in WORD.findall(str(row.get("body"))) if w not in STOP][:N_STOP] for row in data]
+""")
+
+
 def torch_packages(folder: str | Path) -> list[Path]:
     """Every torch package under ``folder`` (a model folder that should hold none)."""
     return sorted(Path(folder).rglob("torch/__init__.py"))

@@ -14,6 +14,8 @@ from helpers import (
     OWN_CAPTUM_REPORT,
     OWN_FUNCTION,
     OWN_IMAGE_CLASS,
+    TS_MODULE_LEVEL,
+    build_mar,
     make_notebook,
     run,
     scripted_mlp,
@@ -87,3 +89,17 @@ def test_a_handler_importing_captum_runs_on_the_servers_torch_and_its_model_fold
     answer = own_server.predict(served.name, {"x": 1})
     assert (answer["torch"], answer["file"]) == (torch.__version__, torch.__file__)
     assert not (Path(answer["model_dir"]) / "venv").exists() and torch_packages(answer["model_dir"]) == []
+
+
+def test_module_level_logger_lock_and_pattern_are_served_like_plain_torchserve_serves_the_same_file(
+    tmp_path, capsys, own_server
+):
+    truth = build_mar(tmp_path / "plain", "plain", TS_MODULE_LEVEL)  # torch-model-archiver --handler file.py
+    own_server.register(truth)
+    nb = make_notebook(tmp_path / "nb", "%%ms_handler pasted\n" + TS_MODULE_LEVEL, weights=False)
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")  # the notebook file only: no kernel
+    assert code == 0, err
+    own_server.register(tmp_path / "out" / "pasted.mar")
+    for text in ("the cat and a dog", "A b c"):
+        assert own_server.predict("pasted", text) == own_server.predict("plain", text)
+    assert own_server.predict("pasted", "the cat and a dog") == ["cat", "and"]
