@@ -48,16 +48,20 @@ def folder_size(folder: str) -> int:
 
 
 def measure(server: LocalServer, serve) -> dict:
-    """One serve: seconds until a worker answers, what torch it runs, how big its model folder is."""
+    """One serve: seconds until a worker answers, what torch it runs, how big its model folder is (the folder the
+    handler sees plus what TorchServe made for it under its own models folder: where pip installs)."""
+    made = server.workdir / "tmp" / "models"
+    old = set(made.iterdir()) if made.is_dir() else set()
     start = time.perf_counter()
     name = serve()
     answer = server.predict(name, {"x": 1})
     seconds = time.perf_counter() - start
+    folders = {Path(answer["model_dir"]).resolve(), *(p.resolve() for p in set(made.iterdir()) - old)}
     return {
         "seconds": seconds,
         "torch": answer["torch"],
         "torch_file": answer["file"],
-        "folder_bytes": folder_size(answer["model_dir"]),
+        "folder_bytes": sum(folder_size(str(f)) for f in folders),
     }
 
 

@@ -44,7 +44,7 @@ def capture(
     include = config.pop("include_files", ())  # package data named to travel (see bundle.make_hermetic)
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
-    form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
+    form, roles = _form(tree, cell_origin, handler_class_names(others.trees), config.pop("handler", None))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     handler, pulled, needed, warnings = _handler_and_closure(stmts, others, cell, cell_origin, namespace)
     values = values_of(needed, namespace, config.get("max_value_mb"), form.kind)
@@ -252,9 +252,9 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
         ) from None
 
 
-def _form(tree: ast.Module, origin: str, known: set[str]) -> tuple[Form, dict[str, str]]:
+def _form(tree: ast.Module, origin: str, known: set[str], entry: str | None) -> tuple[Form, dict[str, str]]:
     try:
-        form, roles = form_and_roles(tree, known)
+        form, roles = form_and_roles(tree, known, entry)
     except SpecError as err:
         raise CaptureError(err.message.replace("The cell", _cap(origin_phrase(origin)), 1), err.hint) from None
     if form.kind == ROLES_FORM and "init_function" not in roles:

@@ -23,6 +23,9 @@ FORMS = {
     FUNCTION_FORM: "your module-level handle(data, context)",
 }
 ENTRY_FUNCTION = "handle"
+ENTRY_PARAMETERS = ("data", "context")
+# TorchServe's default handlers (ts/torch_handler/), which `--handler NAME` names as torch-model-archiver does.
+DEFAULT_HANDLERS = ("base_handler", "image_classifier", "text_classifier", "object_detector", "image_segmenter")
 TS_HANDLER_MODULE = "ts.torch_handler"
 CHOOSE = (
     "use one form per handler cell: either init_function (+ preprocess/postprocess), "
@@ -42,31 +45,68 @@ class Form:
         return {CLASS_FORM: f"class {self.entry}", FUNCTION_FORM: f"{self.entry}(data, context)"}.get(self.kind, "")
 
 
-def detect(tree: ast.Module, roles: Mapping[str, str], known: Collection[str] = ()) -> Form:
-    """The form of a parsed cell, given the roles it defines and the handler classes other cells define
-    (``known``, see ``handler_class_names``); a mixed or ambiguous cell is a SpecError."""
+def detect(tree: ast.Module, roles: Mapping[str, str], known: Collection[str] = (), entry: str | None = None) -> Form:
+    """The form of a parsed cell, given the roles it defines, the handler classes other cells define
+    (``known``, see ``handler_class_names``) and the entry point the user named (``--handler NAME``, as
+    torch-model-archiver's ``--handler file:NAME``); a mixed or ambiguous cell is a SpecError."""
     ts_names = _imported_from_ts(tree) | set(known)
     classes = handler_classes(tree, ts_names)
-    function = next((n for n in _functions(tree) if n.name == ENTRY_FUNCTION), None)
-    own = [f"handler class `{c.name}`" for c in classes] + (["a module-level `handle`"] if function else [])
+    if entry:
+        return _named_entry(tree, entry, ts_names)
+    function = _entry_function(tree, roles, classes)
+    own = [f"handler class `{c.name}`" for c in classes] + ([f"a module-level `{function.name}`"] if function else [])
     if "init_function" in roles and own:
         raise SpecError(f"The cell defines both init_function (roles) and {own[0]}.", CHOOSE + ".")
-    if classes and function:
-        raise SpecError(f"The cell defines both {own[0]} and a module-level `handle`.", CHOOSE + ".")
+    if function:  # TorchServe calls a module-level handle before it looks for a class
+        check_function(function)
+        return Form(FUNCTION_FORM, function.name)
     if len(classes) > 1:
         names = ", ".join(f"`{c.name}`" for c in classes)
         raise SpecError(
             f"The cell defines {len(classes)} handler classes ({names}); TorchServe can call only one.",
             "keep the class TorchServe should call in this cell and move the other one (e.g. a base class) "
-            "to a cell above: msnb pulls it in when the handler uses it.",
+            "to a cell above (msnb pulls it in when the handler uses it), or name it with --handler NAME.",
         )
     if classes:
         check_class(classes[0], ts_names)
         return Form(CLASS_FORM, classes[0].name)
-    if function:
-        check_function(function)
-        return Form(FUNCTION_FORM, function.name)
     return Form(ROLES_FORM)
+
+
+def _entry_function(
+    tree: ast.Module, roles: Mapping[str, str], classes: list[ast.ClassDef]
+) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """A module-level ``handle``; else, in a cell with no handler class and no init_function, the one function
+    taking ``(data, context)`` (TorchServe's ``--handler file:NAME`` entry point of any name)."""
+    functions = _functions(tree)
+    handle = next((n for n in functions if n.name == ENTRY_FUNCTION), None)
+    if handle is not None or classes or "init_function" in roles:
+        return handle
+    found = [n for n in functions if [a.arg for a in n.args.posonlyargs + n.args.args] == list(ENTRY_PARAMETERS)]
+    if len(found) > 1:
+        names = ", ".join(f"`{n.name}`" for n in found)
+        raise SpecError(
+            f"The cell defines {len(found)} functions taking (data, context) ({names}); TorchServe calls one.",
+            f"name the entry point with --handler {found[0].name} (torch-model-archiver's --handler file:NAME).",
+        )
+    return found[0] if found else None
+
+
+def _named_entry(tree: ast.Module, entry: str, ts_names: set[str]) -> Form:
+    """The function or class ``--handler NAME`` names, checked like any entry point."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry:
+            check_function(node)
+            return Form(FUNCTION_FORM, entry)
+        if isinstance(node, ast.ClassDef) and node.name == entry:
+            check_class(node, ts_names)
+            return Form(CLASS_FORM, entry)
+    defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    raise SpecError(
+        f"--handler {entry}: the cell defines no function or class named `{entry}`.",
+        f"name one the cell defines ({', '.join(defined) or 'none'}), or one of TorchServe's default handlers "
+        f"({', '.join(DEFAULT_HANDLERS)}).",
+    )
 
 
 def handler_classes(tree: ast.Module, ts_names: set[str]) -> list[ast.ClassDef]:

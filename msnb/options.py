@@ -95,6 +95,11 @@ OPTIONS: tuple[Option, ...] = (
         1,
     ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
+    Option(
+        "handler",
+        "the entry point TorchServe calls: a function or class of the cell (torch-model-archiver's --handler "
+        "file:NAME), or one of TorchServe's default handlers by name",
+    ),
 )
 OPTION = {o.dest: o for o in OPTIONS}
 DEFAULTS = {o.dest: o.default for o in OPTIONS}
@@ -153,6 +158,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     }
     if args.example is not None:
         config["example"] = parse_data(args.example, namespace, base, option="--example")
+    if args.handler:
+        config["handler"] = args.handler
     return config
 
 

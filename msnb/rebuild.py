@@ -5,8 +5,9 @@ A module-level ``NAME = <call>`` (``logger = logging.getLogger(__name__)``, ``lo
 it is the last binding of NAME and nothing changes NAME in place later; every name it reads travels with the handler;
 it reads no file (``open``, ``*.load``: the value a kernel read is data, see RUNTIME_HINT); and either the kernel's
 value cannot travel as data (a Logger, a Lock; data wins where it can: it is the value the notebook used, exactly) or,
-with no kernel (``msnb export``), every call in it is a builtin or comes from a module whose calls rebuild the same
-object (REBUILT_BY) — never a notebook class, which could be a model with fresh random weights.
+with no kernel (``msnb export``), every call in it is a builtin, comes from a module whose calls rebuild the same
+object (REBUILT_BY) or creates a notebook class with no base but ``object`` (TorchServe's ``_service =
+ModelHandler()``) — never another notebook class, which could be a model with fresh random weights.
 """
 
 from __future__ import annotations
@@ -55,13 +56,17 @@ class Rebuild:
     namespace: Mapping[str, Any] | None = None
     bound: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     modules: dict[str, str] = field(default_factory=dict)  # local name -> the top-level module it imports
+    plain: set[str] = field(default_factory=set)  # notebook classes with no base but object: never a model
 
     def __post_init__(self) -> None:
         for stmt in self.stmts:
             for name in stmt.defines:
                 self.bound.setdefault(name, []).append(stmt.pos)
+                self.plain.discard(name)
             if stmt.kind == "import":
                 self.modules.update(_imported_modules(stmt.node))
+            if isinstance(stmt.node, ast.ClassDef) and all(ast.unparse(b) == "object" for b in stmt.node.bases):
+                self.plain.add(stmt.node.name)
 
     def as_code(self, stmt: Stmt, changed_later: Iterable[str] = ()) -> bool:
         """True when ``stmt`` travels as code (see the module's rules); ``changed_later``: names it binds that a
@@ -86,6 +91,8 @@ class Rebuild:
             return False
         if root.id in self.modules:
             return self.modules[root.id] in REBUILT_BY
+        if root.id in self.plain:  # TorchServe's `_service = ModelHandler()`: a plain object, built the same way
+            return True
         return root.id in BUILTINS and root.id not in self.bound
 
 

@@ -167,9 +167,16 @@ IMPORT_ERROR = "import msnb_no_such_module_xyz\n\ndef handle(data, context):\n  
 
 
 def build_mar(
-    directory: Path, name: str, source: str, *, version: str = "1.0", requirements: list[str] | None = None
+    directory: Path,
+    name: str,
+    source: str,
+    *,
+    version: str = "1.0",
+    requirements: list[str] | None = None,
+    entry: str | None = None,
 ) -> Path:
-    """A .mar built by the torch-model-archiver CLI from a one-module handler."""
+    """A .mar built by the torch-model-archiver CLI from a one-module handler (``--handler file:ENTRY`` with an
+    ``entry``: the module's path without .py, as TorchServe's README writes it)."""
     directory.mkdir(parents=True, exist_ok=True)
     handler = directory / f"{name}_handler.py"
     handler.write_text(source)
@@ -180,7 +187,7 @@ def build_mar(
         "--version",
         version,
         "--handler",
-        str(handler),
+        f"{handler.with_suffix('')}:{entry}" if entry else str(handler),
         "--export-path",
         str(directory),
         "-f",
@@ -442,6 +449,51 @@ TS_MODULE_LEVEL = textwrap.dedent("""
         with lock:
             logger.info("batch of %d", len(data))
         return [[w for w in WORD.findall(str(row.get("body"))) if w not in STOP][:N_STOP] for row in data]
+""")
+
+
+# TorchServe's custom-service page: a module-level entry point with its own name, archived with
+# `--handler custom_handler:entry_point_function_name`; and the class entry point served through a module-level
+# handle that creates the class once (the same page's second example).
+TS_NAMED_ENTRY = textwrap.dedent("""
+    import torch
+
+    model = None
+
+    def entry_point_function_name(data, context):
+        global model
+        if data is None:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(3, 2)
+            return None
+        rows = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+        return [[round(v, 5) for v in out.tolist()] for out in model(rows)]
+""")
+TS_SERVICE_OBJECT = textwrap.dedent("""
+    import torch
+
+    class ModelHandler(object):
+        def __init__(self):
+            self.initialized = False
+            self.model = None
+
+        def initialize(self, context):
+            torch.manual_seed(0)
+            self.model = torch.nn.Linear(3, 2)
+            self.initialized = True
+
+        def handle(self, data, context):
+            rows = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+            return [[round(v, 5) for v in out.tolist()] for out in self.model(rows)]
+
+    _service = ModelHandler()
+
+    def handle(data, context):
+        if not _service.initialized:
+            _service.initialize(context)
+        if data is None:
+            return None
+        return _service.handle(data, context)
 """)
 
 

@@ -15,6 +15,8 @@ from helpers import (
     OWN_FUNCTION,
     OWN_IMAGE_CLASS,
     TS_MODULE_LEVEL,
+    TS_NAMED_ENTRY,
+    TS_SERVICE_OBJECT,
     build_mar,
     make_notebook,
     run,
@@ -103,3 +105,24 @@ def test_module_level_logger_lock_and_pattern_are_served_like_plain_torchserve_s
     for text in ("the cat and a dog", "A b c"):
         assert own_server.predict("pasted", text) == own_server.predict("plain", text)
     assert own_server.predict("pasted", "the cat and a dog") == ["cat", "and"]
+
+
+def test_entry_points_of_any_name_and_a_service_object_answer_like_plain_torchserve(tmp_path, capsys, own_server):
+    own_server.register(build_mar(tmp_path / "p1", "named", TS_NAMED_ENTRY, entry="entry_point_function_name"))
+    own_server.register(build_mar(tmp_path / "p2", "service", TS_SERVICE_OBJECT))
+    nb = make_notebook(
+        tmp_path / "nb",
+        "%%ms_handler named2\n" + TS_NAMED_ENTRY,
+        "%%ms_handler service2\n" + TS_SERVICE_OBJECT,
+        weights=False,
+    )
+    code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0, err
+    assert "your entry_point_function_name(data, context)" in out
+    for name in ("named", "service"):
+        own_server.register(tmp_path / "out" / f"{name}2.mar")
+        for x in ([1, 2, 3], [0.5, -1, 4]):
+            assert own_server.predict(f"{name}2", {"x": x}) == own_server.predict(name, {"x": x}), name
+    torch.manual_seed(0)
+    expected = [round(v, 5) for v in torch.nn.Linear(3, 2)(torch.tensor([1.0, 2.0, 3.0])).tolist()]
+    assert own_server.predict("named2", {"x": [1, 2, 3]}) == expected

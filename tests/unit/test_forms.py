@@ -61,11 +61,6 @@ def test_a_module_level_handle_pulls_in_the_model_class_from_another_cell():
             "one form per handler cell",
         ),
         (
-            OWN_IMAGE_CLASS + "\ndef handle(data, context):\n    return data\n",
-            "both handler class `BackgroundRemover` and a module-level `handle`",
-            "one form per handler cell",
-        ),
-        (
             OWN_BASE_HANDLER + "\nclass Other(Classifier):\n    pass\n",
             "2 handler classes (`Classifier`, `Other`)",
             "move the other one (e.g. a base class) to a cell above",
@@ -73,7 +68,7 @@ def test_a_module_level_handle_pulls_in_the_model_class_from_another_cell():
         ("def handle(data):\n    return data\n", "wrong signature", "def handle(data, context)"),
         ("import torch\nx = 1\n", "defines no handler", "a BaseHandler subclass"),
     ],
-    ids=["no-initialize", "roles-and-class", "class-and-handle", "two-classes", "handle-arity", "nothing"],
+    ids=["no-initialize", "roles-and-class", "two-classes", "handle-arity", "nothing"],
 )
 def test_a_cell_that_is_not_one_clear_form_is_refused_at_capture(cell, message, hint):
     with pytest.raises(CaptureError) as err:
@@ -207,3 +202,27 @@ def test_a_refusal_in_a_notebook_cell_names_the_cell():
             cell_origin=Origin("nb.ipynb, cell 4", "nb.ipynb", 4),
         )
     assert err.value.message.startswith("Handler class `H`") and "initialize" in err.value.message
+
+
+def test_a_module_level_entry_point_of_any_name_is_the_one_data_context_function_or_the_one_named():
+    cell = "def helper(x):\n    return x\n\ndef entry_point_function_name(data, context):\n    return data\n"
+    spec = capture("fn", cell, POOL)
+    assert (spec.form, spec.entry) == ("function", "entry_point_function_name")
+    two = cell + "\ndef other(data, context):\n    return data\n"
+    with pytest.raises(CaptureError) as err:
+        capture("fn", two, POOL)
+    assert "2 functions taking (data, context)" in err.value.message
+    assert "--handler entry_point_function_name" in err.value.hint
+    assert capture("fn", two, POOL, handler="other").entry == "other"
+
+
+def test_a_module_level_handle_beside_a_handler_class_is_what_torchserve_calls():
+    spec = capture("both", OWN_IMAGE_CLASS + "\ndef handle(data, context):\n    return data\n", POOL)
+    assert (spec.form, spec.entry) == ("function", "handle")
+
+
+def test_handler_names_an_entry_the_cell_lacks_and_the_refusal_lists_torchserves_default_handlers():
+    with pytest.raises(CaptureError) as err:
+        capture("fn", OWN_FUNCTION, POOL, handler="no_such_handler")
+    assert "no function or class named `no_such_handler`" in err.value.message
+    assert "text_classifier" in err.value.hint and "image_classifier" in err.value.hint
