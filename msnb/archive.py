@@ -15,6 +15,7 @@ from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb import requirement_check
+from msnb.eager import MODEL_FILE
 from msnb.errors import BuildError, SpecError
 from msnb.files import clone_file, clone_tree, disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import ROLES_FORM
@@ -67,6 +68,9 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     if spec.requirements:
         (model_dir / REQUIREMENTS).write_text("\n".join(requirement_check.check(spec.requirements)) + "\n")
     _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
+    model_file = spec.model_file()
+    if model_file is not None:  # eager BaseHandler: the manifest's modelFile (see msnb.eager)
+        (model_dir / MODEL_FILE).write_text(model_file)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
     _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
@@ -125,6 +129,7 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
         handler=f"{HANDLER_MODULE}.py",
         version=spec.version,
         serialized_file=CHECKPOINT if (staged / CHECKPOINT).exists() else None,
+        model_file=MODEL_FILE if (staged / MODEL_FILE).exists() else None,
         requirements_file=REQUIREMENTS if spec.requirements else None,
         config_file=CONFIG,
         export_path=str(export_path),
@@ -175,6 +180,7 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
         CONFIG,
         REQUIREMENTS,
         CHECKPOINT,
+        MODEL_FILE,
         VALUES_FILE,
         "MAR-INF",
         *(p.name for p in shared_handler_files()),

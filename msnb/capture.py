@@ -46,7 +46,9 @@ def capture(
     others = Pool(pool)
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees), config.pop("handler", None))
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
-    handler, pulled, needed, warnings = _handler_and_closure(stmts, others, cell, cell_origin, namespace)
+    handler, pulled, needed, warnings = _handler_and_closure(
+        stmts, others, cell, cell_origin, namespace, _model_class(config.pop("model_file", None))
+    )
     values = values_of(needed, namespace, config.get("max_value_mb"), form.kind)
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
@@ -61,8 +63,25 @@ def capture(
     return make_hermetic(spec, search_path, include)
 
 
+def _model_class(name: Any) -> tuple[str, ...]:
+    """--model-file CLASS: eager mode's model class travels although the handler never names it."""
+    if name is None:
+        return ()
+    if not str(name).isidentifier():
+        raise CaptureError(
+            f"--model-file {name}: give the name of the notebook's nn.Module class.",
+            "e.g. --model-file TinyNet; it becomes the archive's model file (msnb writes it).",
+        )
+    return (str(name),)
+
+
 def _handler_and_closure(
-    stmts: list[Stmt], others: "Pool", cell: str, origin: Any, namespace: Mapping[str, Any] | None = None
+    stmts: list[Stmt],
+    others: "Pool",
+    cell: str,
+    origin: Any,
+    namespace: Mapping[str, Any] | None = None,
+    also: tuple[str, ...] = (),
 ) -> tuple[SourceBlock, tuple[SourceBlock, ...], dict[str, Needed], tuple[str, ...]]:
     """The handler cell's kept code, the definitions pulled in, the names whose values come from the kernel, warnings.
 
@@ -82,6 +101,7 @@ def _handler_and_closure(
             break
         kept = [s for s in stmts if s in kept or s in rebuilt]
     star = any(s.kind == "star" for s in kept)
+    wanted += [(n, kept[-1]) for n in also if n not in bound and kept]  # named by an option (--model-file)
     pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed, as_code)
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), origin, names)

@@ -161,7 +161,7 @@ def check_checkpoint(tree: ast.Module, entry: str, checkpoint: Any) -> None:
     if checkpoint is None or not _loads_like_base_handler(tree, entry):
         return
     what = _not_torchscript(checkpoint)
-    if what:
+    if what and not _model_classes(tree):  # with one, eager mode: it becomes the model file (msnb.eager)
         from msnb.templates.msnb_own import TORCHSCRIPT_HINT  # the hint the worker gives when it fails there
 
         raise SpecError(
@@ -169,6 +169,23 @@ def check_checkpoint(tree: ast.Module, entry: str, checkpoint: Any) -> None:
             f"torch.jit.load, and {what} is not TorchScript.",
             TORCHSCRIPT_HINT,
         )
+
+
+def eager(tree: ast.Module, entry: str, checkpoint: Any) -> bool:
+    """True when BaseHandler.initialize will load an eager model: the handler keeps it, the checkpoint is not
+    TorchScript and the code defines a model class (msnb.eager writes it as the model file)."""
+    return (
+        checkpoint is not None
+        and _loads_like_base_handler(tree, entry)
+        and _not_torchscript(checkpoint) is not None
+        and bool(_model_classes(tree))
+    )
+
+
+def _model_classes(tree: ast.Module) -> list[ast.ClassDef]:
+    from msnb.eager import model_classes
+
+    return model_classes(tree)
 
 
 def _loads_like_base_handler(tree: ast.Module, entry: str) -> bool:

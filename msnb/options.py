@@ -96,6 +96,11 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
     Option(
+        "model_file",
+        "the notebook's nn.Module class that BaseHandler's eager mode loads (torch-model-archiver's --model-file): "
+        "it becomes the archive's model file and --checkpoint its state_dict",
+    ),
+    Option(
         "handler",
         "the entry point TorchServe calls: a function or class of the cell (torch-model-archiver's --handler "
         "file:NAME), or one of TorchServe's default handlers by name",
@@ -160,6 +165,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
         config["example"] = parse_data(args.example, namespace, base, option="--example")
     if args.handler:
         config["handler"] = args.handler
+    if args.model_file:
+        config["model_file"] = args.model_file
     return config
 
 

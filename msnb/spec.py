@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
-from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
+from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint, eager, handler_class_names
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
 from msnb.taken import fingerprint
@@ -172,6 +172,16 @@ class HandlerSpec:
             check_init_kwargs(tree, self.roles["init_function"], self.init_kwargs)
         if self.form == CLASS_FORM:
             check_checkpoint(tree, self.entry, self.checkpoint)
+            self.model_file()  # refuses two model classes, as TorchServe would
+
+    def model_file(self) -> str | None:
+        """The eager model file's source (msnb.eager) when BaseHandler.initialize loads an eager model, else None."""
+        tree = ast.parse(self.source)
+        if self.form != CLASS_FORM or not eager(tree, self.entry, self.checkpoint):
+            return None
+        from msnb.eager import model_file_source
+
+        return model_file_source(self.source, handler_class_names([tree]))
 
     def _validate_form(self) -> None:
         if self.form not in FORMS:

@@ -20,6 +20,7 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from msnb.archive import CHECKPOINT, CONFIG, shared_handler_files
+from msnb.eager import MODEL_FILE
 from msnb.errors import HandlerRunError
 from msnb.forms import ROLES_FORM
 from msnb.render import HANDLER_MODULE
@@ -87,6 +88,8 @@ class LoadedHandler:
         manifest = {"model": {"modelName": spec.name, "handler": f"{HANDLER_MODULE}.py"}}
         if (self.model_dir / CHECKPOINT).exists():
             manifest["model"]["serializedFile"] = CHECKPOINT
+        if (self.model_dir / MODEL_FILE).exists():  # an eager BaseHandler's model class (msnb.eager)
+            manifest["model"]["modelFile"] = MODEL_FILE
         config = yaml.safe_load((self.model_dir / CONFIG).read_text()) or {}
         self.context = Context(
             spec.name,

@@ -25,7 +25,9 @@ except ImportError:  # imported as msnb.templates.msnb_own instead of from a mod
 
 TORCHSCRIPT_HINT = (
     "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
-    "scripted module itself), or override initialize to build the model and load a state_dict."
+    "scripted module itself); or, for BaseHandler's eager mode, name the notebook's nn.Module class with "
+    "--model-file CLASS (it becomes the archive's model file, the checkpoint its state_dict); or override "
+    "initialize to build the model and load a state_dict."
 )
 CHECKPOINT_HINT = (
     "the checkpoint comes with --checkpoint (it is the manifest's serializedFile, model.pt in the archive: "

@@ -174,6 +174,7 @@ def build_mar(
     version: str = "1.0",
     requirements: list[str] | None = None,
     entry: str | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Path:
     """A .mar built by the torch-model-archiver CLI from a one-module handler (``--handler file:ENTRY`` with an
     ``entry``: the module's path without .py, as TorchServe's README writes it)."""
@@ -191,6 +192,7 @@ def build_mar(
         "--export-path",
         str(directory),
         "-f",
+        *extra_args,
     ]
     if requirements:
         req = directory / f"{name}_requirements.txt"
@@ -494,6 +496,32 @@ TS_SERVICE_OBJECT = textwrap.dedent("""
         if data is None:
             return None
         return _service.handle(data, context)
+""")
+
+
+# BaseHandler's eager mode as TorchServe's README archives it: the model class in model.py (--model-file), its
+# state_dict (--serialized-file), and a handler file holding only the BaseHandler subclass.
+TS_EAGER_MODEL = textwrap.dedent("""
+    import torch
+
+    class TinyNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+""")
+TS_EAGER_HANDLER = textwrap.dedent("""
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+    class Classifier(BaseHandler):
+        def preprocess(self, data):
+            return torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+
+        def postprocess(self, output):
+            return [[round(v, 4) for v in o.tolist()] for o in output]
 """)
 
 

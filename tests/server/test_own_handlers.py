@@ -14,6 +14,8 @@ from helpers import (
     OWN_CAPTUM_REPORT,
     OWN_FUNCTION,
     OWN_IMAGE_CLASS,
+    TS_EAGER_HANDLER,
+    TS_EAGER_MODEL,
     TS_MODULE_LEVEL,
     TS_NAMED_ENTRY,
     TS_SERVICE_OBJECT,
@@ -126,3 +128,30 @@ def test_entry_points_of_any_name_and_a_service_object_answer_like_plain_torchse
     torch.manual_seed(0)
     expected = [round(v, 5) for v in torch.nn.Linear(3, 2)(torch.tensor([1.0, 2.0, 3.0])).tolist()]
     assert own_server.predict("named2", {"x": [1, 2, 3]}) == expected
+
+
+def test_a_base_handler_in_eager_mode_is_served_like_plain_torchserve_serves_model_file_and_state_dict(
+    tmp_path, capsys, own_server
+):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "model.py").write_text(TS_EAGER_MODEL)
+    torch.manual_seed(0)
+    namespace: dict = {}
+    exec(TS_EAGER_MODEL, namespace)
+    net = namespace["TinyNet"]()
+    torch.save(net.state_dict(), plain / "w.pt")
+    args = ("--model-file", str(plain / "model.py"), "--serialized-file", str(plain / "w.pt"))
+    own_server.register(build_mar(plain, "eager", TS_EAGER_HANDLER, extra_args=args))
+    nb = make_notebook(
+        tmp_path / "nb",
+        TS_EAGER_MODEL,
+        f"%%ms_handler eager2 --checkpoint {plain / 'w.pt'} --model-file TinyNet\n" + TS_EAGER_HANDLER,
+        weights=False,
+    )
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0, err
+    own_server.register(tmp_path / "out" / "eager2.mar")
+    for x in ([1, 2, 3, 4], [0.5, -1, 4, 2]):
+        expected = [round(v, 4) for v in net(torch.tensor(x, dtype=torch.float32)).tolist()]
+        assert own_server.predict("eager2", {"x": x}) == own_server.predict("eager", {"x": x}) == expected

@@ -100,10 +100,16 @@ def test_a_base_handler_without_a_model_file_names_the_file_and_the_option():
     assert "--checkpoint" in err.value.hint
 
 
+# BaseHandler with no model class in the captured code: no eager model file can be written, so TorchScript it is.
+NO_MODEL_CLASS = OWN_BASE_HANDLER.replace(
+    "class Scale(torch.nn.Module):\n    def forward(self, x):", "class Scale:\n    def __call__(self, x):"
+)
+
+
 def test_a_state_dict_given_to_base_handler_is_refused_at_capture_saying_it_needs_torchscript(tmp_path):
     torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
     with pytest.raises(SpecError) as err:
-        capture("clf", OWN_BASE_HANDLER, POOL, checkpoint=tmp_path / "weights.pt")
+        capture("clf", NO_MODEL_CLASS, POOL, checkpoint=tmp_path / "weights.pt")
     assert "torch.jit.load" in err.value.message and "'weights.pt' is not TorchScript" in err.value.message
     assert err.value.hint == TORCHSCRIPT_HINT and "torch.jit.script" in err.value.hint
 
@@ -114,12 +120,12 @@ def test_a_state_dict_given_to_base_handler_is_refused_at_capture_saying_it_need
 )
 def test_a_live_eager_model_given_to_base_handler_is_refused_at_capture(checkpoint, named):
     with pytest.raises(SpecError, match=f"{named}.* is not TorchScript[\\s\\S]*Hint: pass a TorchScript"):
-        spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=checkpoint)
+        spec_from_source("clf", NO_MODEL_CLASS, checkpoint=checkpoint)
 
 
 def test_a_base_handler_subclass_of_a_subclass_is_refused_but_an_own_initialize_takes_a_state_dict(tmp_path):
     torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
-    pool = [("cell In[1]", OWN_BASE_HANDLER)]
+    pool = [("cell In[1]", NO_MODEL_CLASS)]
     with pytest.raises(SpecError, match="`Child` keeps BaseHandler's initialize"):
         capture("clf", "class Child(Classifier):\n    pass\n", pool, checkpoint=tmp_path / "weights.pt")
     own_loading = OWN_BASE_HANDLER.replace(
@@ -226,3 +232,45 @@ def test_handler_names_an_entry_the_cell_lacks_and_the_refusal_lists_torchserves
         capture("fn", OWN_FUNCTION, POOL, handler="no_such_handler")
     assert "no function or class named `no_such_handler`" in err.value.message
     assert "text_classifier" in err.value.hint and "image_classifier" in err.value.hint
+
+
+EAGER = textwrap.dedent("""
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+    class TinyNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Classifier(BaseHandler):
+        def preprocess(self, data):
+            return torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+
+        def postprocess(self, output):
+            return [[round(v, 4) for v in o.tolist()] for o in output]
+""")
+
+
+def test_base_handlers_eager_mode_loads_the_notebooks_model_class_from_the_model_file_with_a_state_dict(tmp_path):
+    torch.manual_seed(0)
+    namespace: dict = {}
+    exec(EAGER, namespace)
+    net = namespace["TinyNet"]()
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    spec = capture("clf", EAGER, POOL, checkpoint=tmp_path / "w.pt")
+    assert "class TinyNet" in spec.model_file() and "class Classifier" not in spec.model_file()
+    expected = [round(v, 4) for v in net(torch.tensor([1.0, 2, 3, 4])).tolist()]
+    assert localtest.predict_in_process(spec, [{"x": [1, 2, 3, 4]}]) == [expected]
+    assert capture("live", EAGER, POOL, checkpoint=net).model_file() is not None, "a live module: its state_dict"
+
+
+def test_eager_mode_with_two_model_classes_is_refused_as_torchserve_refuses_it_naming_both(tmp_path):
+    two = EAGER.replace("class Classifier", "class Head(torch.nn.Module):\n    pass\n\nclass Classifier")
+    with pytest.raises(SpecError) as err:
+        capture("clf", two, POOL, checkpoint=torch.nn.Linear(4, 3).state_dict())
+    assert "`TinyNet`, `Head`" in err.value.message and "Expected only one class" in err.value.message
+    assert "TorchScript --checkpoint" in err.value.hint
