@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from msnb.errors import CaptureError, SpecError
-from msnb.forms import ROLES_FORM, Form, handler_class_names
+from msnb.forms import ROLES_FORM, Form, default_handler_import, handler_class_names
 from msnb.rebuild import Rebuild
 from msnb.roles import SIGNATURES, did_you_mean, form_and_roles, typo_warnings
 from msnb.runtime import RUNTIME_HINT, Changes, Needed, values_of
@@ -44,7 +44,8 @@ def capture(
     include = config.pop("include_files", ())  # package data named to travel (see bundle.make_hermetic)
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
-    form, roles = _form(tree, cell_origin, handler_class_names(others.trees), config.pop("handler", None))
+    named = config.pop("handler", None)
+    form, roles = _form(tree, cell_origin, handler_class_names(others.trees), named)
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     handler, pulled, needed, warnings = _handler_and_closure(
         stmts, others, cell, cell_origin, namespace, _model_class(config.pop("model_file", None))
@@ -52,7 +53,8 @@ def capture(
     values = values_of(needed, namespace, config.get("max_value_mb"), form.kind)
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
-    blocks = (*pulled, handler)
+    default = default_handler_import(named) if named and form.entry not in handler.names else None
+    blocks = (*((SourceBlock(default, f"--handler {named}", (form.entry,)),) if default else ()), *pulled, handler)
     spec = HandlerSpec(
         name, blocks, roles, form=form.kind, entry=form.entry, warnings=warnings, values=values, **config
     )

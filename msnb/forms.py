@@ -24,8 +24,23 @@ FORMS = {
 }
 ENTRY_FUNCTION = "handle"
 ENTRY_PARAMETERS = ("data", "context")
-# TorchServe's default handlers (ts/torch_handler/), which `--handler NAME` names as torch-model-archiver does.
-DEFAULT_HANDLERS = ("base_handler", "image_classifier", "text_classifier", "object_detector", "image_segmenter")
+# TorchServe's default handlers (ts/torch_handler/<name>.py and its class), which `--handler NAME` names as
+# torch-model-archiver does. The vision ones import torchvision.
+DEFAULT_HANDLERS = {
+    "base_handler": "BaseHandler",
+    "image_classifier": "ImageClassifier",
+    "text_classifier": "TextClassifier",
+    "object_detector": "ObjectDetector",
+    "image_segmenter": "ImageSegmenter",
+}
+
+
+def default_handler_import(entry: str) -> str | None:
+    """``from ts.torch_handler.text_classifier import TextClassifier`` for a default handler's name, else None."""
+    cls = DEFAULT_HANDLERS.get(entry)
+    return f"from {TS_HANDLER_MODULE}.{entry} import {cls}" if cls else None
+
+
 TS_HANDLER_MODULE = "ts.torch_handler"
 CHOOSE = (
     "use one form per handler cell: either init_function (+ preprocess/postprocess), "
@@ -102,6 +117,8 @@ def _named_entry(tree: ast.Module, entry: str, ts_names: set[str]) -> Form:
             check_class(node, ts_names)
             return Form(CLASS_FORM, entry)
     defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if entry in DEFAULT_HANDLERS:  # TorchServe's own class; capture imports it (default_handler_import)
+        return Form(CLASS_FORM, DEFAULT_HANDLERS[entry])
     raise SpecError(
         f"--handler {entry}: the cell defines no function or class named `{entry}`.",
         f"name one the cell defines ({', '.join(defined) or 'none'}), or one of TorchServe's default handlers "
@@ -192,6 +209,8 @@ def _loads_like_base_handler(tree: ast.Module, entry: str) -> bool:
     """True when ``entry`` inherits ``initialize`` from a ts.torch_handler class (through classes of ``tree``)."""
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     ts_names, node, seen = _imported_from_ts(tree), classes.get(entry), set()
+    if node is None and entry in ts_names:  # a default handler by name: TorchServe's class itself
+        return True
     while node is not None and node.name not in seen and "initialize" not in _methods(node):
         if _has_ts_base(node, ts_names):
             return True

@@ -525,6 +525,21 @@ TS_EAGER_HANDLER = textwrap.dedent("""
 """)
 
 
+# A model for TorchServe's default text_classifier: forward(text, offsets) and an `embedding` (its Captum layer).
+TS_TEXT_MODEL = textwrap.dedent("""
+    import torch
+
+    class TextClassificationModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.EmbeddingBag(12, 8)
+            self.fc = torch.nn.Linear(8, 2)
+
+        def forward(self, text, offsets):
+            return self.fc(self.embedding(text, offsets))
+""")
+
+
 def torch_packages(folder: str | Path) -> list[Path]:
     """Every torch package under ``folder`` (a model folder that should hold none)."""
     return sorted(Path(folder).rglob("torch/__init__.py"))

@@ -4,10 +4,14 @@ answering exactly what the in-process test answered."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import (
+    ARCHIVER,
     IMPORTS,
     NET,
     OWN_BASE_HANDLER,
@@ -19,6 +23,7 @@ from helpers import (
     TS_MODULE_LEVEL,
     TS_NAMED_ENTRY,
     TS_SERVICE_OBJECT,
+    TS_TEXT_MODEL,
     build_mar,
     make_notebook,
     run,
@@ -155,3 +160,57 @@ def test_a_base_handler_in_eager_mode_is_served_like_plain_torchserve_serves_mod
     for x in ([1, 2, 3, 4], [0.5, -1, 4, 2]):
         expected = [round(v, 4) for v in net(torch.tensor(x, dtype=torch.float32)).tolist()]
         assert own_server.predict("eager2", {"x": x}) == own_server.predict("eager", {"x": x}) == expected
+
+
+def test_torchserves_default_text_classifier_by_name_is_served_like_plain_torchserve_serves_it(
+    tmp_path, capsys, own_server
+):
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "model.py").write_text(TS_TEXT_MODEL)
+    torch.manual_seed(0)
+    namespace: dict = {}
+    exec(TS_TEXT_MODEL, namespace)
+    net = namespace["TextClassificationModel"]()
+    torch.save(net.state_dict(), files / "model.pt")
+    vocab = {w: i for i, w in enumerate(["a", "good", "movie", "a good", "good movie", "bad", "bad movie"])}
+    torch.save(vocab, files / "source_vocab.pt")
+    (files / "index_to_name.json").write_text(json.dumps({"0": "neg", "1": "pos"}))
+    extra = f"{files / 'source_vocab.pt'},{files / 'index_to_name.json'}"
+    subprocess.run(  # as TorchServe's README archives a default handler with an eager model
+        [
+            str(ARCHIVER),
+            "--model-name",
+            "news",
+            "--version",
+            "1.0",
+            "--model-file",
+            str(files / "model.py"),
+            "--serialized-file",
+            str(files / "model.pt"),
+            "--handler",
+            "text_classifier",
+            "--extra-files",
+            extra,
+            "--export-path",
+            str(files),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    own_server.register(files / "news.mar")
+    line = (
+        f"%%ms_handler news2 --handler text_classifier --checkpoint {files / 'model.pt'} "
+        f"--extra-files {files / 'source_vocab.pt'} {files / 'index_to_name.json'}\n"
+    )
+    nb = make_notebook(tmp_path / "nb", line + TS_TEXT_MODEL, weights=False)
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0, err
+    own_server.register(tmp_path / "out" / "news2.mar")
+    for text in ("a good movie", "bad movie"):
+        assert own_server.predict("news2", text) == own_server.predict("news", text)
+    ids = torch.tensor([vocab[t] for t in ("a", "good", "movie", "a good", "good movie")])
+    probs = torch.softmax(net(ids, torch.tensor([0])), 1)[0].tolist()
+    answer = own_server.predict("news2", "a good movie")
+    assert answer == pytest.approx({"neg": probs[0], "pos": probs[1]})
