@@ -96,6 +96,11 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
     Option(
+        "config_file",
+        "your own model-config.yaml (torch-model-archiver's --config-file): its keys reach "
+        "context.model_yaml_config and win over the options (batchSize over --batch-size)",
+    ),
+    Option(
         "model_file",
         "the notebook's nn.Module class that BaseHandler's eager mode loads (torch-model-archiver's --model-file): "
         "it becomes the archive's model file and --checkpoint its state_dict",
@@ -167,6 +172,11 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
         config["handler"] = args.handler
     if args.model_file:
         config["model_file"] = args.model_file
+    if args.config_file:
+        from msnb import user_config
+
+        config["model_yaml"] = user_config.read(_path(args.config_file, base))
+        config |= user_config.options_from(config["model_yaml"])
     return config
 
 

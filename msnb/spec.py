@@ -17,6 +17,7 @@ from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memor
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles
 from msnb.taken import fingerprint
 from msnb.torchserve.store import SEGMENT_RULE, valid_segment
+from msnb.user_config import merged
 from msnb.values import Values
 
 # TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
@@ -118,6 +119,7 @@ class HandlerSpec:
     max_value_mb: int = DEFAULTS["max_value_mb"]
     origin: Origin = Origin("<python>")
     warnings: tuple[str, ...] = ()
+    model_yaml: Mapping[str, Any] = field(default_factory=dict)  # the user's --config-file (msnb.user_config)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
@@ -126,6 +128,7 @@ class HandlerSpec:
         object.__setattr__(self, "bundle", tuple(self.bundle))
         object.__setattr__(self, "roles", dict(self.roles))
         object.__setattr__(self, "init_kwargs", dict(self.init_kwargs or {}))
+        object.__setattr__(self, "model_yaml", dict(self.model_yaml or {}))
         object.__setattr__(self, "version", str(self.version))
         object.__setattr__(self, "origin", Origin.of(self.origin))
         self._validate()
@@ -289,7 +292,7 @@ class HandlerSpec:
             cfg["system"] = system
         if self.requirements:
             cfg[USE_VENV] = True
-        return cfg
+        return merged(cfg, self.model_yaml)
 
 
 # ---------------------------------------------------------------- helpers

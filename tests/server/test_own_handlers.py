@@ -214,3 +214,26 @@ def test_torchserves_default_text_classifier_by_name_is_served_like_plain_torchs
     probs = torch.softmax(net(ids, torch.tensor([0])), 1)[0].tolist()
     answer = own_server.predict("news2", "a good movie")
     assert answer == pytest.approx({"neg": probs[0], "pos": probs[1]})
+
+
+READS_CONFIG = """
+def handle(data, context):
+    if data is None:
+        return None
+    settings = context.model_yaml_config["handler"]
+    return [{"mode": settings["save_mode"], "n": settings["max_length"], "batch": len(data)} for _ in data]
+"""
+
+
+def test_a_handler_reading_its_model_config_section_answers_like_plain_torchserve_with_the_same_file(
+    tmp_path, capsys, own_server
+):
+    config = tmp_path / "model-config.yaml"
+    config.write_text("handler:\n  save_mode: pretrained\n  max_length: 8\nmaxBatchDelay: 5\n")
+    own_server.register(build_mar(tmp_path / "plain", "cfg", READS_CONFIG, extra_args=("--config-file", str(config))))
+    nb = make_notebook(tmp_path / "nb", f"%%ms_handler cfg2 --config-file {config}\n" + READS_CONFIG, weights=False)
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    assert code == 0, err
+    own_server.register(tmp_path / "out" / "cfg2.mar")
+    assert own_server.predict("cfg2", {"x": 1}) == own_server.predict("cfg", {"x": 1})
+    assert own_server.predict("cfg2", {"x": 1}) == {"mode": "pretrained", "n": 8, "batch": 1}
