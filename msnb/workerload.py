@@ -18,6 +18,7 @@ import ts
 import yaml
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+from ts.utils.util import PredictionException
 
 from msnb.archive import CHECKPOINT, CONFIG, shared_handler_files
 from msnb.eager import MODEL_FILE
@@ -154,6 +155,10 @@ class LoadedHandler:
             return self.module.handle(batch, self.context)
         try:
             return self.module.handle(batch, self.context)
+        except PredictionException as err:  # TorchServe answers every request of the batch with its status
+            for i in range(len(batch)):
+                self.context.set_response_status(err.error_code, err.message, i)
+            return [err.message] * len(batch)
         except Exception as err:
             raise HandlerRunError(
                 f"{self.spec.entry} raised {type(err).__name__}: {err}",

@@ -274,3 +274,17 @@ def test_eager_mode_with_two_model_classes_is_refused_as_torchserve_refuses_it_n
         capture("clf", two, POOL, checkpoint=torch.nn.Linear(4, 3).state_dict())
     assert "`TinyNet`, `Head`" in err.value.message and "Expected only one class" in err.value.message
     assert "TorchScript --checkpoint" in err.value.hint
+
+
+def test_a_prediction_exception_is_answered_with_its_own_status_and_message_as_torchserve_does():
+    cell = (
+        "from ts.utils.util import PredictionException\n\n"
+        "def handle(data, context):\n"
+        "    if data is None:\n"
+        "        return None\n"
+        "    raise PredictionException('the input is not a sentence', 513)\n"
+    )
+    spec = capture("pe", cell, POOL)
+    with pytest.raises(HandlerRunError) as err:
+        localtest.predict_in_process(spec, [{"x": 1}])
+    assert err.value.message == "Sample 0 failed with status 513: the input is not a sentence"
