@@ -109,3 +109,19 @@ def test_a_server_interpreter_is_asked_for_its_versions_and_one_that_cannot_answ
     venv.EnvBuilder(with_pip=False).create(bare)  # no site-packages of ours: captum is missing there
     assert server_packages.missing(str(bare / "bin" / "python"), (captum, "six==0.0.1")) == (captum, "six==0.0.1")
     assert server_packages.missing(str(tmp_path / "no-python"), (captum,)) == (captum,)
+
+
+def test_a_missing_import_inside_a_branch_is_said_to_be_conditional_not_a_certain_load_failure(tmp_path):
+    cell = (
+        "import msnb_missing_top_xyz\n\n"
+        "def handle(data, context):\n"
+        "    if data is None and context.model_yaml_config.get('bt'):\n"
+        "        import msnb_missing_inner_xyz\n"
+        "    return data\n"
+    )
+    warnings = capture("m", cell, [], search_path=search_path(tmp_path)).warnings
+    top = next(w for w in warnings if "msnb_missing_top_xyz" in w)
+    inner = next(w for w in warnings if "msnb_missing_inner_xyz" in w)
+    assert "the archive would fail to load" in top
+    assert "inside a branch or a function" in inner and "would fail where it runs" in inner
+    assert "fail to load" not in inner
