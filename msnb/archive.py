@@ -67,13 +67,13 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
     if spec.requirements:
         (model_dir / REQUIREMENTS).write_text("\n".join(requirement_check.check(spec.requirements)) + "\n")
-    _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
+    _stage_checkpoint(spec, model_dir / checkpoint_name(spec), temporary)
     model_file = spec.model_file()
     if model_file is not None:  # eager BaseHandler: the manifest's modelFile (see msnb.eager)
         (model_dir / MODEL_FILE).write_text(model_file)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
-    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})
+    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle}, checkpoint_name(spec))
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
     for item in spec.bundle:
@@ -128,7 +128,7 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
         model_name=spec.name,
         handler=f"{HANDLER_MODULE}.py",
         version=spec.version,
-        serialized_file=CHECKPOINT if (staged / CHECKPOINT).exists() else None,
+        serialized_file=checkpoint_name(spec) if (staged / checkpoint_name(spec)).exists() else None,
         model_file=MODEL_FILE if (staged / MODEL_FILE).exists() else None,
         requirements_file=REQUIREMENTS if spec.requirements else None,
         config_file=CONFIG,
@@ -149,6 +149,15 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
     except BaseException:
         (export_path / f"{partial}.mar").unlink(missing_ok=True)
         raise
+
+
+def checkpoint_name(spec: HandlerSpec) -> str:
+    """The checkpoint's name in the model dir: an own handler's checkpoint file keeps its name (a handler may load
+    ``model.safetensors`` by name, as on plain TorchServe); msnb's roles and objects from the kernel use CHECKPOINT."""
+    ckpt = spec.checkpoint
+    if spec.form != ROLES_FORM and isinstance(ckpt, (str, os.PathLike)):
+        return Path(ckpt).name
+    return CHECKPOINT
 
 
 def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
@@ -173,13 +182,13 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
     _take(path, dst, symlink_ok)
 
 
-def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
+def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str], checkpoint: str = CHECKPOINT) -> None:
     """Extra files keep their names in the model dir: none may replace a generated, bundled or other extra file."""
     generated = {
         f"{HANDLER_MODULE}.py",
         CONFIG,
         REQUIREMENTS,
-        CHECKPOINT,
+        checkpoint,
         MODEL_FILE,
         VALUES_FILE,
         "MAR-INF",

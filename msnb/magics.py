@@ -17,6 +17,7 @@ from msnb import options, testspare
 from msnb.archive import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.attributions import Explanation
 from msnb.errors import MsnbError, OptionError
+from msnb.raw_request import from_options
 from msnb.session import ENGINES, current
 from msnb.spec import HandlerSpec, Origin
 
@@ -149,10 +150,18 @@ class MsnbMagics(Magics):
     @argument("name", help="the served model's name")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
     @argument("--version", help="a model version (default: the served one)")
+    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
+    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
+    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
     def ms_predict(self, line: str) -> Any:
-        """%ms_predict NAME [--data ...] [--version V]: ask the local TorchServe; returns the answer."""
+        """%ms_predict NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V]: ask the
+        local TorchServe; returns the answer."""
         args = parse_argstring(self.ms_predict, line)
         data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
+        if args.data_binary is not None or args.header or args.content_type:
+            binary = args.data_binary is not None
+            ctype = args.content_type or (None if binary else "application/json")  # --data stays JSON
+            data = from_options(args.data_binary if binary else args.data, ctype, args.header, Path.cwd())
         answer = current().predict(args.name, data, version=args.version, warn=False)
         stale = current().stale(args.name)
         if stale and args.version is None:

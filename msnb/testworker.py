@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb import testspare
+from msnb.archive import checkpoint_name
 from msnb.errors import HandlerRunError
 from msnb.spec import HandlerSpec
 
@@ -105,7 +106,9 @@ class TestWorker:
         for path in self.streams:
             Path(path).touch(mode=0o600)
         self.process, self.conn = testspare.take()
-        loadable = Loadable(self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry)
+        loadable = Loadable(
+            self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry, checkpoint_name(self.spec)
+        )
         self.conn.send((str(model_dir), loadable, self.streams))
         with self.lock:
             self._reply("loading")

@@ -20,7 +20,7 @@ from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.utils.util import PredictionException
 
-from msnb.archive import CHECKPOINT, CONFIG, shared_handler_files
+from msnb.archive import CONFIG, checkpoint_name, shared_handler_files
 from msnb.eager import MODEL_FILE
 from msnb.errors import HandlerRunError
 from msnb.forms import ROLES_FORM
@@ -87,8 +87,9 @@ class LoadedHandler:
 
     def _load(self, spec: HandlerSpec) -> None:
         manifest = {"model": {"modelName": spec.name, "handler": f"{HANDLER_MODULE}.py"}}
-        if (self.model_dir / CHECKPOINT).exists():
-            manifest["model"]["serializedFile"] = CHECKPOINT
+        serialized = getattr(spec, "checkpoint_name", None) or checkpoint_name(spec)  # a test child's Loadable
+        if (self.model_dir / serialized).exists():
+            manifest["model"]["serializedFile"] = serialized
         if (self.model_dir / MODEL_FILE).exists():  # an eager BaseHandler's model class (msnb.eager)
             manifest["model"]["modelFile"] = MODEL_FILE
         config = yaml.safe_load((self.model_dir / CONFIG).read_text()) or {}

@@ -30,7 +30,7 @@ TORCHSCRIPT_HINT = (
     "initialize to build the model and load a state_dict."
 )
 CHECKPOINT_HINT = (
-    "the checkpoint comes with --checkpoint (it is the manifest's serializedFile, model.pt in the archive: "
+    "the checkpoint comes with --checkpoint (it is the manifest's serializedFile and keeps its file name: "
     "read it from context.manifest['model']['serializedFile'] as BaseHandler does); any other file with "
     "--extra-files (it keeps its name, in context.system_properties['model_dir'])"
 )

@@ -19,7 +19,7 @@ from msnb.errors import ServerError
 from msnb.torchserve.auth import AuthorisedSession, Keys
 from msnb.torchserve.config import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S, LIMIT_OPTIONS, Limits
 from msnb.torchserve.logs import LogCursor
-from msnb.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
+from msnb.torchserve.models import ModelStatus, PredictionError, RawRequest, decode, encode, error_body
 from msnb.torchserve.store import next_version
 
 REGISTER_TIMEOUT_S = 600.0
@@ -237,11 +237,15 @@ class TorchServeClient:
 
     # ------------------------------------------------------------------ internals
     def _infer(self, api: str, name: str, data: Any, version: str | None, timeout: float | None) -> Any:
-        body, ctype = encode(data)
+        if isinstance(data, RawRequest):  # sent as a client sends it (msnb.raw_request)
+            body, headers = data.body, data.http_headers()
+        else:
+            body, ctype = encode(data)
+            headers = {"Content-Type": ctype}
         timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/{api}/{name}" + (f"/{version}" if version else "")
-        resp = self.call("POST", url, "inference", data=body, headers={"Content-Type": ctype}, timeout=timeout)
+        resp = self.call("POST", url, "inference", data=body, headers=headers, timeout=timeout)
         if resp.ok:
             return decode(resp)
         message, hint, payload = error_body(resp)

@@ -35,6 +35,7 @@ from msnb import archive, localtest
 from msnb.bundle import search_path
 from msnb.capture import capture
 from msnb.notebook import load_handlers
+from msnb.raw_request import from_options
 from msnb.session import deploy
 from msnb.spec import SourceBlock
 
@@ -237,3 +238,28 @@ def test_a_handler_reading_its_model_config_section_answers_like_plain_torchserv
     own_server.register(tmp_path / "out" / "cfg2.mar")
     assert own_server.predict("cfg2", {"x": 1}) == own_server.predict("cfg", {"x": 1})
     assert own_server.predict("cfg2", {"x": 1}) == {"mode": "pretrained", "n": 8, "batch": 1}
+
+
+RAW = """
+def handle(data, context):
+    if data is None:
+        return None
+    out = []
+    for i, row in enumerate(data):
+        body = row.get("body") or row.get("data")
+        kind = type(body).__name__
+        text = body.decode() if isinstance(body, (bytes, bytearray)) else body
+        out.append({"kind": kind, "text": text, "seq": context.get_request_header(i, "ts_request_sequence_id")})
+    return out
+"""
+
+
+def test_a_files_raw_bytes_and_headers_reach_the_handler_as_curl_sends_them(tmp_path, own_server):
+    spec = capture("raw", RAW, [])
+    deploy(own_server, spec)
+    sample = tmp_path / "sample.txt"
+    sample.write_text('{"x": 1}')  # text that parses as JSON: still sent as the file's bytes
+    raw = from_options(f"@{sample}", None, ["ts_request_sequence_id:seq-1"], tmp_path)
+    assert own_server.predict("raw", raw) == {"kind": "bytearray", "text": '{"x": 1}', "seq": "seq-1"}
+    as_json = own_server.predict("raw", {"x": 1})
+    assert as_json["kind"] == "dict" and as_json["seq"] is None

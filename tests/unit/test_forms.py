@@ -3,13 +3,15 @@ run in-process with TorchServe's own Context; mixed or broken cells are refused 
 
 from __future__ import annotations
 
+import json
 import textwrap
+import zipfile
 
 import pytest
 import torch
 from helpers import MLP_SOURCE, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_CLASS, scripted_mlp
 
-from msnb import localtest
+from msnb import archive, localtest
 from msnb.capture import capture
 from msnb.display import SpecSummary
 from msnb.errors import CaptureError, HandlerRunError, SpecError
@@ -288,3 +290,22 @@ def test_a_prediction_exception_is_answered_with_its_own_status_and_message_as_t
     with pytest.raises(HandlerRunError) as err:
         localtest.predict_in_process(spec, [{"x": 1}])
     assert err.value.message == "Sample 0 failed with status 513: the input is not a sentence"
+
+
+def test_an_own_handlers_checkpoint_file_keeps_its_name_as_the_manifests_serialized_file(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    cell = (
+        "import os\n\n"
+        "def handle(data, context):\n"
+        "    if data is None:\n"
+        "        return None\n"
+        "    name = context.manifest['model']['serializedFile']\n"
+        "    where = os.path.join(context.system_properties['model_dir'], 'model.safetensors')\n"
+        "    return [{'serialized': name, 'read': open(where, 'rb').read().decode()} for _ in data]\n"
+    )
+    spec = capture("st", cell, POOL, checkpoint=str(tmp_path / "model.safetensors"))
+    assert localtest.predict_in_process(spec, [1]) == [{"serialized": "model.safetensors", "read": "weights"}]
+    mar = archive.build(spec, tmp_path / "out", fmt=archive.EXPORT_FORMAT)
+    with zipfile.ZipFile(mar) as zf:
+        assert "model.safetensors" in zf.namelist()
+        assert json.loads(zf.read("MAR-INF/MANIFEST.json"))["model"]["serializedFile"] == "model.safetensors"
