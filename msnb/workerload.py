@@ -24,7 +24,7 @@ from msnb.archive import CONFIG, checkpoint_name, shared_handler_files
 from msnb.eager import MODEL_FILE
 from msnb.errors import HandlerRunError
 from msnb.forms import ROLES_FORM
-from msnb.render import HANDLER_MODULE
+from msnb.render import BLOCK_MARKER, HANDLER_MODULE
 from msnb.spec import HandlerSpec
 from msnb.torchserve.logs import user_frames
 from msnb.torchserve.models import encode
@@ -228,11 +228,23 @@ def _import_isolated(path: Path):
     except Exception as err:
         sys.modules.pop(name, None)
         raise HandlerRunError(
-            f"Importing the rendered handler failed: {type(err).__name__}: {err}",
+            f"Importing the rendered handler failed{_where_in_cells(err, path)}: {type(err).__name__}: {err}",
             _missing_module_hint(err)
             or "an import or top-level definition in the handler cell fails outside the notebook.",
         ) from err
     return module
+
+
+def _where_in_cells(err: BaseException, path: Path) -> str:
+    """`` at `statement` (from cell In[3])``: the module-level line that failed, and the cell it came from."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path]
+    if not frames or not frames[-1].lineno:
+        return ""
+    lines = path.read_text().splitlines()
+    line = frames[-1].lineno
+    marker = next((t for t in reversed(lines[: line - 1]) if t.startswith(BLOCK_MARKER)), "")
+    origin = marker.removeprefix(BLOCK_MARKER).rstrip(" -")
+    return f" at `{lines[line - 1].strip()}`" + (f" (from {origin})" if origin else "")
 
 
 def _as_request_body(sample: Any) -> Any:

@@ -112,3 +112,17 @@ def test_the_refusal_hint_of_an_own_handler_names_its_load_step_not_init_functio
     with pytest.raises(CaptureError) as err:
         capture("own", cell, [])
     assert step in err.value.hint and "init_function" not in err.value.hint
+
+
+def test_a_rebuilt_statement_that_fails_on_the_server_is_shown_by_the_test_with_its_cell_before_serving():
+    from msnb import localtest
+    from msnb.errors import HandlerRunError
+
+    pool = [("cell In[1]", "import logging\nimport os\nlogger = logging.getLogger(os.environ['MSNB_KERNEL_ONLY'])\n")]
+    cell = "def handle(data, context):\n    logger.info('x')\n    return data\n"
+    namespace = {"logger": logging.getLogger("kernel")}
+    spec = capture("f", cell, pool, cell_origin="cell In[2]", namespace=namespace)
+    with pytest.raises(HandlerRunError) as err:
+        localtest.validate(spec)
+    assert "at `logger = logging.getLogger(os.environ['MSNB_KERNEL_ONLY'])` (from cell In[1]" in err.value.message
+    assert "KeyError" in err.value.message and err.value.hint
