@@ -2,7 +2,8 @@
 
 A module-level ``NAME = <call>`` (``logger = logging.getLogger(__name__)``, ``lock = threading.Lock()``,
 ``PATTERN = re.compile(...)``, ``N = len(LABELS)``) is rebuilt by running the same statement on the server when:
-it is the last binding of NAME and nothing changes NAME in place later; every name it reads travels with the handler;
+it is the last binding of NAME and no later module-level statement changes or even reads NAME (``est.fit(X)`` may
+change it); every name it reads travels with the handler;
 it reads no file (``open``, ``*.load``: the value a kernel read is data, see RUNTIME_HINT); and either the kernel's
 value cannot travel as data (a Logger, a Lock; data wins where it can: it is the value the notebook used, exactly) or,
 with no kernel (``msnb export``), every call in it is a builtin, comes from a module whose calls rebuild the same
@@ -76,12 +77,20 @@ class Rebuild:
             return False
         if any(self.bound[n][-1] != stmt.pos for n in stmt.defines):
             return False  # rebound later: the kernel's value is not this statement's
+        if self._used_later(stmt):
+            return False  # `est.fit(X)` after `est = Estimator()`: a method may have changed it
         if any(n not in BUILTINS and n not in self.bound for n in stmt.usage.uses):
             return False
         values = [self.namespace.get(n, _MISSING) for n in stmt.defines] if self.namespace is not None else []
         if values and _MISSING not in values:
             return all(_not_data(v) for v in values)
         return all(self._rebuilt_alike(call) for call in ast.walk(value) if isinstance(call, ast.Call))
+
+    def _used_later(self, stmt: Stmt) -> bool:
+        """Whether a later module-level statement may change a name ``stmt`` binds through a call: a method of it
+        (``est.fit(X)``, ``logger.setLevel(...)``) or a call statement it is passed to (``train(est)``)."""
+        later = [s for s in self.stmts if s.pos > stmt.pos and s.kind not in ("def", "import", "doc")]
+        return any(_calls_with(s.node, stmt.defines) for s in later)
 
     def _rebuilt_alike(self, call: ast.Call) -> bool:
         root = call.func
@@ -94,6 +103,18 @@ class Rebuild:
         if root.id in self.plain:  # TorchServe's `_service = ModelHandler()`: a plain object, built the same way
             return True
         return root.id in BUILTINS and root.id not in self.bound
+
+
+def _calls_with(node: ast.stmt, names: set[str]) -> bool:
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        root = call.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if call.func is not root and isinstance(root, ast.Name) and root.id in names:
+            return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        return any(isinstance(a, ast.Name) and a.id in names for a in node.value.args)
+    return False
 
 
 def _assigned(stmt: Stmt) -> ast.expr | None:

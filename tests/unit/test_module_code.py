@@ -82,6 +82,7 @@ def test_a_logger_from_a_cell_above_is_pulled_in_with_its_import():
         ("import collections\nseen = collections.OrderedDict()\nseen['a'] = 1\n", "changed in place later"),
         ("import torch\nclass Net(torch.nn.Module):\n    pass\nlock = Net()\n", "a notebook class: fresh weights"),
         ("import torch\nlock = torch.load('w.pt')\n", "reads a file"),
+        ("class Est(object):\n    def fit(self):\n        pass\nlock = Est()\nlock.fit()\n", "used (fitted) later"),
     ],
 )
 def test_a_statement_that_would_not_rebuild_the_kernels_value_is_still_refused_without_a_kernel(pool, why):
