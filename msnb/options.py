@@ -102,6 +102,21 @@ OPTIONS: tuple[Option, ...] = (
         1,
     ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
+    Option(
+        "config_file",
+        "your own model-config.yaml (torch-model-archiver's --config-file): its keys reach "
+        "context.model_yaml_config and win over the options (batchSize over --batch-size)",
+    ),
+    Option(
+        "model_file",
+        "the notebook's nn.Module class that BaseHandler's eager mode loads (torch-model-archiver's --model-file): "
+        "it becomes the archive's model file and --checkpoint its state_dict",
+    ),
+    Option(
+        "handler",
+        "the entry point TorchServe calls: a function or class of the cell (torch-model-archiver's --handler "
+        "file:NAME), or one of TorchServe's default handlers by name",
+    ),
 )
 OPTION = {o.dest: o for o in OPTIONS}
 DEFAULTS = {o.dest: o.default for o in OPTIONS}
@@ -160,6 +175,15 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     }
     if args.example is not None:
         config["example"] = parse_data(args.example, namespace, base, option="--example")
+    if args.handler:
+        config["handler"] = args.handler
+    if args.model_file:
+        config["model_file"] = args.model_file
+    if args.config_file:
+        from msnb.engines.torchserve import model_config as user_config
+
+        config["model_yaml"] = user_config.read(_path(args.config_file, base))
+        config |= user_config.options_from(config["model_yaml"])
     return config
 
 

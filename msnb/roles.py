@@ -141,9 +141,12 @@ def check_roles(tree: ast.Module) -> dict[str, str]:
     return roles
 
 
-def form_and_roles(tree: ast.Module, known: Collection[str] = ()) -> tuple[Form, dict[str, str]]:
-    """The cell's form (see msnb.forms; ``known``: handler classes of other cells) and its checked roles."""
-    form = detect(tree, find_roles(tree), known)
+def form_and_roles(
+    tree: ast.Module, known: Collection[str] = (), entry: str | None = None
+) -> tuple[Form, dict[str, str]]:
+    """The cell's form (see msnb.forms; ``known``: handler classes of other cells; ``entry``: the --handler the
+    user named) and its checked roles."""
+    form = detect(tree, find_roles(tree), known, entry)
     return form, check_roles(tree) if form.kind == ROLES_FORM else {}
 
 

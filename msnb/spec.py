@@ -16,11 +16,28 @@ from msnb.engines.torchserve.store import SEGMENT_RULE, valid_segment
 if TYPE_CHECKING:  # a spec carries values; making them needs torch, reading a spec does not
     from msnb.capture.hf_objects import SavedObjects
     from msnb.capture.kernel_values import Values
+from msnb.engines.torchserve.model_config import merged
 from msnb.errors import SpecError
 from msnb.files import fingerprint
-from msnb.forms import CLASS_FORM, FORMS, ROLES_FORM, Form, check_checkpoint
+from msnb.forms import (
+    CLASS_FORM,
+    FORMS,
+    ROLES_FORM,
+    Form,
+    check_checkpoint,
+    eager,
+    handler_class_names,
+    model_file_source,
+)
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
+
+# TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
+# packages (``pip install -U --upgrade-strategy only-if-needed``), and the worker runs in it: only what the server
+# lacks is installed. Without it, ``pip install -t MODEL_DIR`` ignores what is installed and a requirement that
+# depends on torch (captum, peft, accelerate) puts a second, multi-GB torch in the model folder, which the worker
+# then imports instead of the server's. Written only with requirements: the venv costs ~2-3 s per registration.
+USE_VENV = "useVenv"
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +133,9 @@ class HandlerSpec:
     max_requirements: int = DEFAULTS["max_requirements"]
     origin: Origin = Origin("<python>")
     warnings: tuple[str, ...] = ()
+    model_yaml: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # the user's --config-file (msnb.engines.torchserve.model_config)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
@@ -124,6 +144,7 @@ class HandlerSpec:
         object.__setattr__(self, "bundle", tuple(self.bundle))
         object.__setattr__(self, "roles", dict(self.roles))
         object.__setattr__(self, "init_kwargs", dict(self.init_kwargs or {}))
+        object.__setattr__(self, "model_yaml", dict(self.model_yaml or {}))
         object.__setattr__(self, "version", str(self.version))
         object.__setattr__(self, "origin", Origin.of(self.origin))
         self._validate()
@@ -170,6 +191,14 @@ class HandlerSpec:
             check_init_kwargs(tree, self.roles["init_function"], self.init_kwargs)
         if self.form == CLASS_FORM:
             check_checkpoint(tree, self.entry, self.checkpoint)
+            self.model_file()  # refuses two model classes, as TorchServe would
+
+    def model_file(self) -> str | None:
+        """The eager model file's source (msnb.forms) when BaseHandler.initialize loads an eager model, else None."""
+        tree = ast.parse(self.source)
+        if self.form != CLASS_FORM or not eager(tree, self.entry, self.checkpoint):
+            return None
+        return model_file_source(self.source, handler_class_names([tree]))
 
     def _validate_form(self) -> None:
         if self.form not in FORMS:
@@ -283,7 +312,9 @@ class HandlerSpec:
             system["maxGPUMemory"] = self.max_gpu_memory
         if system:
             cfg["system"] = system
-        return cfg
+        if self.requirements:
+            cfg[USE_VENV] = True
+        return merged(cfg, self.model_yaml)
 
 
 # ---------------------------------------------------------------- helpers

@@ -43,6 +43,7 @@ try:
         DeviceFacts,
         HandlerLoadError,
         LoadSettings,
+        check_server_torch,
         choose_device,
         gpu_memory_fraction,
         load_checkpoint,
@@ -70,6 +71,7 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
         DeviceFacts,
         HandlerLoadError,
         LoadSettings,
+        check_server_torch,
         choose_device,
         gpu_memory_fraction,
         load_checkpoint,
@@ -198,6 +200,7 @@ class BatchHandler:
             # A segfault or abort then leaves the Python stack in model_log.log (the worker's stderr).
             faulthandler.enable()
         settings = LoadSettings.from_context(context)
+        check_server_torch(settings.model_dir)
         self._setup_once(settings.model_dir, settings.extra_files)
         device = self.pick_device(context)
         model = self._build_model()

@@ -24,6 +24,7 @@ except ImportError:  # Windows
 
 logger = logging.getLogger(__name__)
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+SECOND_TORCH_DIRS = ("torch", "venv")  # where TorchServe's per-model pip install puts packages, under MODEL_DIR
 
 
 class HandlerLoadError(RuntimeError):
@@ -70,6 +71,24 @@ class DeviceFacts:
         torch.cuda.get_device_properties(device).total_memory / 2**20
     )
     set_memory_fraction: Callable[[float, torch.device], None] = torch.cuda.set_per_process_memory_fraction
+
+
+def check_server_torch(model_dir: Path, torch_file: str | None = None) -> None:
+    """Refuse to serve with a torch that TorchServe's per-model install put in the model folder: ``pip install -t
+    MODEL_DIR`` (a TorchServe without ``useVenv``) writes MODEL_DIR/torch, a model venv MODEL_DIR/venv/...; either
+    way a requirement's dependency brought a second torch, which is not the server's (nor the notebook's)."""
+    where = Path(torch_file or torch.__file__).resolve()
+    try:
+        first = where.relative_to(Path(model_dir).resolve()).parts[0]
+    except ValueError:
+        return
+    if first in SECOND_TORCH_DIRS:
+        raise HandlerLoadError(
+            f"The worker imported torch {torch.__version__} from the model folder ({where.parent}), not the "
+            "server's own: a requirement's dependency installed a second torch there.",
+            "serve on TorchServe 0.10 or later, which honours the archive's `useVenv: true` and installs only what "
+            "the server lacks, with the torch the notebook used; or install the requirements in the serving image.",
+        )
 
 
 def choose_device(gpu_id: Any, device_type: str | None, cuda_available: bool) -> torch.device:

@@ -18,17 +18,19 @@ from typing import Any
 
 try:
     from msnb_content import label
-    from msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
+    from msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
 except ImportError:  # imported as msnb.templates.msnb_own instead of from a model dir
     from .msnb_content import label
-    from .msnb_load import HandlerLoadError, LoadSettings, unpack_extra_files
+    from .msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
 
 TORCHSCRIPT_HINT = (
     "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "
-    "scripted module itself), or override initialize to build the model and load a state_dict."
+    "scripted module itself); or, for BaseHandler's eager mode, name the notebook's nn.Module class with "
+    "--model-file CLASS (it becomes the archive's model file, the checkpoint its state_dict); or override "
+    "initialize to build the model and load a state_dict."
 )
 CHECKPOINT_HINT = (
-    "the checkpoint comes with --checkpoint (it is the manifest's serializedFile, model.pt in the archive: "
+    "the checkpoint comes with --checkpoint (it is the manifest's serializedFile and keeps its file name: "
     "read it from context.manifest['model']['serializedFile'] as BaseHandler does); any other file with "
     "--extra-files (it keeps its name, in context.system_properties['model_dir'])"
 )
@@ -70,6 +72,7 @@ def _labelled(context: Any, answers: Any) -> Any:
 
 def _load(what: str, call: Any, context: Any, cls: type | None = None) -> Any:
     settings = LoadSettings.from_context(context)
+    check_server_torch(settings.model_dir)
     unpack_extra_files(settings.model_dir, settings.extra_files)
     try:
         return call()

@@ -136,13 +136,41 @@ class RayMetrics:
             self._metrics[name, kind] = cls(name, description=f"msnb handler metric {name}", tag_keys=("model_name",))
         return self._metrics[name, kind]
 
-    def add_time(self, name: str, value: float, idx: Any = None, unit: str = "ms", dimensions: Any = None, *_: Any):
+    def add_time(self, name: str, value: float, idx: Any = None, unit: str = "ms", dimensions: Any = None, *_, **__):
         self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
 
-    def add_metric(self, name: str, value: float, unit: str = "count", idx: Any = None, dimensions: Any = None, *_):
+    def add_metric(
+        self, name: str, value: float, unit: str = "count", idx: Any = None, dimensions: Any = None, *_, **__
+    ):
         self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
 
-    def add_counter(self, name: str, value: float = 1, idx: Any = None, dimensions: Any = None, *_: Any):
+    def add_counter(self, name: str, value: float = 1, idx: Any = None, dimensions: Any = None, *_: Any, **__: Any):
         self._metric(name, "counter").inc(float(value), tags={"model_name": self.model_name})
 
     add_size = add_percent = add_metric
+
+    def add_metric_to_cache(self, metric_name: str, unit: str = "count", dimension_names: Any = None,
+                            metric_type: Any = "counter") -> "CachedMetric":  # fmt: skip
+        """TorchServe's metrics cache API (``metric_type`` a ``ts.metrics.metric_type_enum.MetricTypes`` or its
+        name): the metric, whose ``add_or_update`` / ``update`` set a gauge or increase a counter."""
+        return self.get_metric(metric_name, metric_type)
+
+    def get_metric(self, metric_name: str, metric_type: Any = "counter") -> "CachedMetric":
+        kind = "counter" if str(getattr(metric_type, "value", metric_type)).lower().endswith("counter") else "gauge"
+        return CachedMetric(self._metric(metric_name, kind), kind, self.model_name)
+
+
+class CachedMetric:
+    """One metric of TorchServe's metrics cache API over a Ray gauge or counter."""
+
+    def __init__(self, metric: Any, kind: str, model_name: str):
+        self.metric, self.kind, self.tags = metric, kind, {"model_name": model_name}
+
+    def add_or_update(self, value: float, dimension_values: Any = None, request_id: str = "") -> None:
+        if self.kind == "counter":
+            self.metric.inc(float(value), tags=self.tags)
+        else:
+            self.metric.set(float(value), tags=self.tags)
+
+    def update(self, value: float, request_id: str = "", dimensions: Any = None) -> None:
+        self.add_or_update(value)

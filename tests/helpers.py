@@ -167,9 +167,17 @@ IMPORT_ERROR = "import msnb_no_such_module_xyz\n\ndef handle(data, context):\n  
 
 
 def build_mar(
-    directory: Path, name: str, source: str, *, version: str = "1.0", requirements: list[str] | None = None
+    directory: Path,
+    name: str,
+    source: str,
+    *,
+    version: str = "1.0",
+    requirements: list[str] | None = None,
+    entry: str | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Path:
-    """A .mar built by the torch-model-archiver CLI from a one-module handler."""
+    """A .mar built by the torch-model-archiver CLI from a one-module handler (``--handler file:ENTRY`` with an
+    ``entry``: the module's path without .py, as TorchServe's README writes it)."""
     directory.mkdir(parents=True, exist_ok=True)
     handler = directory / f"{name}_handler.py"
     handler.write_text(source)
@@ -180,10 +188,11 @@ def build_mar(
         "--version",
         version,
         "--handler",
-        str(handler),
+        f"{handler.with_suffix('')}:{entry}" if entry else str(handler),
         "--export-path",
         str(directory),
         "-f",
+        *extra_args,
     ]
     if requirements:
         req = directory / f"{name}_requirements.txt"
@@ -407,6 +416,133 @@ OWN_FUNCTION = textwrap.dedent("""
         batch = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
         return [{"label": int(o.argmax())} for o in _model(batch)]
 """)
+
+
+# A TorchServe module-level handler importing captum (whose requirements name torch): it answers which torch the
+# worker imported and where its model folder is, so a test can check that no second torch was installed there.
+OWN_CAPTUM_REPORT = textwrap.dedent("""
+    import captum
+    import torch
+
+    def handle(data, context):
+        if data is None:
+            return None
+        where = context.system_properties["model_dir"]
+        return [{"torch": torch.__version__, "file": torch.__file__, "model_dir": where} for _ in data]
+""")
+
+
+# A module-level entry point as TorchServe's custom-service page writes one: a module logger, a lock, a compiled
+# pattern and a constant computed by a call, all bound at module level.
+TS_MODULE_LEVEL = textwrap.dedent("""
+    import logging
+    import re
+    import threading
+
+    logger = logging.getLogger(__name__)
+    lock = threading.Lock()
+    WORD = re.compile(r"[a-z]+")
+    STOP = frozenset(["the", "a"])
+    N_STOP = len(STOP)
+
+    def handle(data, context):
+        if data is None:
+            return None
+        with lock:
+            logger.info("batch of %d", len(data))
+        return [[w for w in WORD.findall(str(row.get("body"))) if w not in STOP][:N_STOP] for row in data]
+""")
+
+
+# TorchServe's custom-service page: a module-level entry point with its own name, archived with
+# `--handler custom_handler:entry_point_function_name`; and the class entry point served through a module-level
+# handle that creates the class once (the same page's second example).
+TS_NAMED_ENTRY = textwrap.dedent("""
+    import torch
+
+    model = None
+
+    def entry_point_function_name(data, context):
+        global model
+        if data is None:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(3, 2)
+            return None
+        rows = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+        return [[round(v, 5) for v in out.tolist()] for out in model(rows)]
+""")
+TS_SERVICE_OBJECT = textwrap.dedent("""
+    import torch
+
+    class ModelHandler(object):
+        def __init__(self):
+            self.initialized = False
+            self.model = None
+
+        def initialize(self, context):
+            torch.manual_seed(0)
+            self.model = torch.nn.Linear(3, 2)
+            self.initialized = True
+
+        def handle(self, data, context):
+            rows = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+            return [[round(v, 5) for v in out.tolist()] for out in self.model(rows)]
+
+    _service = ModelHandler()
+
+    def handle(data, context):
+        if not _service.initialized:
+            _service.initialize(context)
+        if data is None:
+            return None
+        return _service.handle(data, context)
+""")
+
+
+# BaseHandler's eager mode as TorchServe's README archives it: the model class in model.py (--model-file), its
+# state_dict (--serialized-file), and a handler file holding only the BaseHandler subclass.
+TS_EAGER_MODEL = textwrap.dedent("""
+    import torch
+
+    class TinyNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+""")
+TS_EAGER_HANDLER = textwrap.dedent("""
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+    class Classifier(BaseHandler):
+        def preprocess(self, data):
+            return torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+
+        def postprocess(self, output):
+            return [[round(v, 4) for v in o.tolist()] for o in output]
+""")
+
+
+# A model for TorchServe's default text_classifier: forward(text, offsets) and an `embedding` (its Captum layer).
+TS_TEXT_MODEL = textwrap.dedent("""
+    import torch
+
+    class TextClassificationModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.EmbeddingBag(12, 8)
+            self.fc = torch.nn.Linear(8, 2)
+
+        def forward(self, text, offsets):
+            return self.fc(self.embedding(text, offsets))
+""")
+
+
+def torch_packages(folder: str | Path) -> list[Path]:
+    """Every torch package under ``folder`` (a model folder that should hold none)."""
+    return sorted(Path(folder).rglob("torch/__init__.py"))
 
 
 def scripted_mlp(path: Path) -> Path:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from msnb.capture.rebuild import Rebuild
 from msnb.capture.runtime_names import RUNTIME_HINT, Changes, Needed, values_of
 from msnb.capture.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, origin_phrase
 from msnb.errors import CaptureError, SpecError
-from msnb.forms import ROLES_FORM, Form, handler_class_names
+from msnb.forms import ROLES_FORM, Form, default_handler_import, handler_class_names
 from msnb.roles import SIGNATURES, did_you_mean, form_and_roles, typo_warnings
 from msnb.spec import HandlerSpec, SourceBlock
 
@@ -43,13 +44,18 @@ def capture(
     include = config.pop("include_files", ())  # package data named to travel (see bundle.make_hermetic)
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
-    form, roles = _form(tree, cell_origin, handler_class_names(others.trees))
+    named = config.pop("handler", None)
+    form, roles = _form(tree, cell_origin, handler_class_names(others.trees), named)
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
-    handler, pulled, needed, warnings = _handler_and_closure(stmts, others, cell, cell_origin)
-    config |= values_of(needed, namespace, config.get("max_value_mb"))  # values (values.pt), objects (hf_objects/)
+    handler, pulled, needed, warnings = _handler_and_closure(
+        stmts, others, cell, cell_origin, namespace, _model_class(config.pop("model_file", None))
+    )
+    # values (values.pt) and objects (hf_objects/)
+    config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind)
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
-    blocks = (*pulled, handler)
+    default = default_handler_import(named) if named and form.entry not in handler.names else None
+    blocks = (*((SourceBlock(default, f"--handler {named}", (form.entry,)),) if default else ()), *pulled, handler)
     spec = HandlerSpec(name, blocks, roles, form=form.kind, entry=form.entry, warnings=warnings, **config)
     if search_path is None:
         return spec
@@ -58,17 +64,46 @@ def capture(
     return make_hermetic(spec, search_path, include)
 
 
+def _model_class(name: Any) -> tuple[str, ...]:
+    """--model-file CLASS: eager mode's model class travels although the handler never names it."""
+    if name is None:
+        return ()
+    if not str(name).isidentifier():
+        raise CaptureError(
+            f"--model-file {name}: give the name of the notebook's nn.Module class.",
+            "e.g. --model-file TinyNet; it becomes the archive's model file (msnb writes it).",
+        )
+    return (str(name),)
+
+
 def _handler_and_closure(
-    stmts: list[Stmt], others: "Pool", cell: str, origin: Any
+    stmts: list[Stmt],
+    others: "Pool",
+    cell: str,
+    origin: Any,
+    namespace: Mapping[str, Any] | None = None,
+    also: tuple[str, ...] = (),
 ) -> tuple[SourceBlock, tuple[SourceBlock, ...], dict[str, Needed], tuple[str, ...]]:
-    """The handler cell's kept code, the definitions pulled in, the names whose values come from the kernel, warnings."""
+    """The handler cell's kept code, the definitions pulled in, the names whose values come from the kernel, warnings.
+
+    A statement binding a runtime name the kept code needs travels as code when ``msnb.capture.rebuild`` says so; it joins
+    the kept code, and what it reads is resolved in turn.
+    """
     changes = Changes([*others.stmts, *stmts])
+    as_code = changes.as_code(Rebuild([*others.stmts, *stmts], namespace))
     kept = [s for s in stmts if s.kind != "future" and not changes.runtime(s)]
-    bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
-    wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
-    needed = _bound_by_dropped(wanted, [s for s in stmts if s not in kept and s.kind != "future"], changes)
+    while True:
+        bound = set().union(*(s.usage.binds | s.usage.global_binds for s in kept))
+        wanted = [(n, s) for s in kept for n in sorted(s.usage.uses - bound)]
+        dropped = [s for s in stmts if s not in kept and s.kind != "future"]
+        needed = _bound_by_dropped(wanted, dropped, changes)
+        rebuilt = [s for s in dropped if s.usage.binds & needed.keys() and as_code(s)]
+        if not rebuilt:
+            break
+        kept = [s for s in stmts if s in kept or s in rebuilt]
     star = any(s.kind == "star" for s in kept)
-    pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed)
+    wanted += [(n, kept[-1]) for n in also if n not in bound and kept]  # named by an option (--model-file)
+    pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed, as_code)
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), origin, names)
     return handler, pulled, needed, _dropped_warnings([s for s in stmts if s not in kept], cell, set(needed)) + warnings
@@ -121,14 +156,21 @@ class Pool:
                     self.stars.append(stmt)
 
     def closure(
-        self, wanted: list[tuple[str, Stmt]], bound: set[str], star: bool, changes: Changes, needed: dict[str, Needed]
+        self,
+        wanted: list[tuple[str, Stmt]],
+        bound: set[str],
+        star: bool,
+        changes: Changes,
+        needed: dict[str, Needed],
+        as_code: Callable[[Stmt], bool] = lambda stmt: False,
     ) -> tuple[tuple[SourceBlock, ...], tuple[str, ...]]:
         """Resolve ``wanted`` (name, statement using it) transitively; blocks in source order, warnings.
 
         A name read when a pulled statement runs (a base class, a decorator, a default) resolves to
         the latest binding *before* that statement, as it did in the notebook; any other name to
         the latest binding, or to the handler cell when ``bound`` there. A name whose binding runs code (or a
-        literal changed later, see ``changes``) is added to ``needed``: its value comes from the kernel.
+        literal changed later, see ``changes``) is added to ``needed``: its value comes from the kernel, unless
+        ``as_code`` says the statement itself travels (``msnb.capture.rebuild``).
         """
         chosen: dict[tuple[int, int], tuple[Stmt, set[str]]] = {}
         queue = [(n, user, False) for n, user in wanted]
@@ -144,11 +186,12 @@ class Pool:
             if stmt is None:
                 self._not_found(name, user, eager, bound, missing)
                 continue
-            if changes.runtime(stmt):
+            code = changes.runtime(stmt) and as_code(stmt)
+            if changes.runtime(stmt) and not code:
                 needed.setdefault(name, changes.needed(name, user, stmt))
                 continue
             chosen.setdefault(stmt.pos, (stmt, set()))[1].add(name)
-            if stmt.kind in ("def", "const"):
+            if stmt.kind in ("def", "const") or code:
                 queue.extend((n, stmt, n in stmt.usage.eager) for n in sorted(stmt.usage.uses))
         warnings += self._unresolved(missing, chosen, star)
         return _blocks(chosen), tuple(dict.fromkeys(warnings))
@@ -230,9 +273,9 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
         ) from None
 
 
-def _form(tree: ast.Module, origin: str, known: set[str]) -> tuple[Form, dict[str, str]]:
+def _form(tree: ast.Module, origin: str, known: set[str], entry: str | None) -> tuple[Form, dict[str, str]]:
     try:
-        form, roles = form_and_roles(tree, known)
+        form, roles = form_and_roles(tree, known, entry)
     except SpecError as err:
         raise CaptureError(err.message.replace("The cell", _cap(origin_phrase(origin)), 1), err.hint) from None
     if form.kind == ROLES_FORM and "init_function" not in roles:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 
 _DYNAMIC = {("importlib", "import_module"), ("", "__import__"), ("", "import_module")}
+# Statements whose body may not run (or whose failure is handled) when the module loads.
+_BRANCHES = (ast.If, ast.Try, ast.TryStar, ast.For, ast.While, ast.With, ast.FunctionDef, ast.AsyncFunctionDef)
+CONDITIONAL = " (inside a branch or a function: it runs only when reached)"
 
 
 @dataclass(frozen=True)
@@ -15,6 +19,7 @@ class Imported:
     module: str
     line: int
     dynamic: bool = False
+    conditional: bool = False  # inside an if / try / loop / with / function: loading may never run it
 
     @property
     def top(self) -> str:
@@ -30,8 +35,9 @@ def imports_of(source: str, package: str | None = None) -> list[Imported]:
     ``importlib.import_module(x)`` / ``__import__(x)`` with a literal string is an import; with a
     computed name it is listed as ``dynamic`` (it cannot be resolved statically).
     """
+    tree = ast.parse(source)
     found: list[Imported] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [Imported(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -46,7 +52,20 @@ def imports_of(source: str, package: str | None = None) -> list[Imported]:
                 found.append(Imported(arg.value, node.lineno))
             else:
                 found.append(Imported(ast.unparse(arg) if arg is not None else "?", node.lineno, dynamic=True))
-    return found
+    certain = _unconditional_lines(tree)
+    return [i if i.line in certain else dataclasses.replace(i, conditional=True) for i in found]
+
+
+def _unconditional_lines(tree: ast.Module) -> set[int]:
+    """Lines of statements that run whenever the module loads (not nested in a branch, loop, try or function)."""
+    nested = {
+        n.lineno
+        for b in ast.walk(tree)
+        if isinstance(b, _BRANCHES)
+        for n in ast.walk(b)
+        if n is not b and hasattr(n, "lineno")
+    }
+    return {n.lineno for n in ast.walk(tree) if hasattr(n, "lineno")} - nested
 
 
 def _absolute(node: ast.ImportFrom, package: str | None) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from msnb.capture import requirement_rules, secret_rules, secret_scan
 from msnb.capture import requirements as reqs
-from msnb.capture.imports import Imported, imports_of
+from msnb.capture.imports import CONDITIONAL, Imported, imports_of
 from msnb.errors import CaptureError
 from msnb.spec import BundledFile, HandlerSpec
 
@@ -93,7 +93,9 @@ def collect(source: str, path: Sequence[str], include: Sequence[str] = ()) -> Bu
             continue
         kind = classify(imp.top, tuple(path))
         if kind in (THIRD_PARTY, MISSING):
-            (out.third_party if kind == THIRD_PARTY else out.missing).setdefault(imp.top, f"{where}, line {imp.line}")
+            (out.third_party if kind == THIRD_PARTY else out.missing).setdefault(
+                imp.top, f"{where}, line {imp.line}" + (CONDITIONAL if imp.conditional else "")
+            )
         elif kind == LOCAL and imp.module not in seen:
             seen.add(imp.module)
             queue += _bundle_module(imp.module, tuple(path), out)

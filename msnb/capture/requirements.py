@@ -13,6 +13,8 @@ from importlib import metadata
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from msnb.capture.imports import CONDITIONAL
+
 # The serving image provides these and their own dependencies; a pinned torch would pull a multi-GB build.
 SERVING = ("torch", "torchserve", "torch-model-archiver")
 # Import names whose distribution differs, for packages that are not installed here (installed ones are looked up).
@@ -167,9 +169,10 @@ def pin(third_party: dict[str, str], missing: dict[str, str], given: tuple[str, 
     for top, where in sorted(missing.items()):
         if provided(top, names):
             continue
+        fails = "the archive would fail to load" if not where.endswith(CONDITIONAL) else "it would fail where it runs"
         warnings.append(
-            f"`import {top}` ({where}) is not installed in this kernel, so msnb cannot pin it and the archive "
-            f"would fail to load: install it here (msnb then pins its version) or add it to --requirements."
+            f"`import {top}` ({where}) is not installed in this kernel, so msnb cannot pin it and {fails}: "
+            "install it here (msnb then pins its version) or add it to --requirements."
         )
     return tuple(lines), warnings
 

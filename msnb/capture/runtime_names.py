@@ -13,6 +13,7 @@ from typing import Any
 from msnb.capture.mutations import Mutation, mutations
 from msnb.capture.scope import Stmt
 from msnb.errors import CaptureError
+from msnb.forms import CLASS_FORM, FUNCTION_FORM, ROLES_FORM
 
 RUNTIME_HINT = (
     "run `msnb export --execute` to run the notebook in a fresh kernel and ship these values as data; or compute "
@@ -21,6 +22,12 @@ RUNTIME_HINT = (
     "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
     "Weights go in --checkpoint, values in --init-kwargs"
 )
+
+# Where an own TorchServe handler builds what it needs once (it has no init_function).
+LOAD_STEP = {
+    CLASS_FORM: "your handler's initialize(self, context)",
+    FUNCTION_FORM: "the load call of your handle (data is None once, before the first request)",
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,13 @@ class Changes:
         later = [m for n in stmt.defines for m in self.by_name.get(n, ()) if m.pos > stmt.pos]
         return min(later, key=lambda m: m.pos, default=None)
 
+    def as_code(self, rebuild: Any) -> Any:
+        """``rebuild.as_code`` (msnb.capture.rebuild.Rebuild) told which names a statement binds are changed later."""
+        return lambda stmt: rebuild.as_code(stmt, [n for n in stmt.defines if self._changed_after(n, stmt.pos)])
+
+    def _changed_after(self, name: str, pos: tuple[int, int]) -> bool:
+        return any(m.pos > pos for m in self.by_name.get(name, ()))
+
     def runtime(self, stmt: Stmt) -> bool:
         """True for a statement capture may not copy: computed at run time, or a literal changed later."""
         return stmt.kind == "runtime" or self.after(stmt) is not None
@@ -63,7 +77,7 @@ class Changes:
         return Needed(name, user.where(name), how)
 
 
-def refuse_without_kernel(needed: Mapping[str, Needed]) -> None:
+def refuse_without_kernel(needed: Mapping[str, Needed], form: str = ROLES_FORM) -> None:
     """Without a kernel there is no value to copy: every such name is refused, in one error."""
     if not needed:
         return
@@ -71,9 +85,15 @@ def refuse_without_kernel(needed: Mapping[str, Needed]) -> None:
     raise CaptureError(
         f"{listed}: the notebook file holds only the code, not the value"
         f"{'s' if len(needed) > 1 else ''} the kernel computed, and msnb copies only imports, def, class and "
-        "literal constants that are never changed.",
-        RUNTIME_HINT,
+        "literal constants that are never changed, and rebuilds a logger, a lock or a compiled pattern by the "
+        "statement that binds it.",
+        hint_for(form, RUNTIME_HINT),
     )
+
+
+def hint_for(form: str, hint: str) -> str:
+    """``hint`` for a handler of ``form``: an own handler builds things in its load step, not in init_function."""
+    return hint.replace("init_function", LOAD_STEP[form]) if form in LOAD_STEP else hint
 
 
 def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
@@ -81,14 +101,20 @@ def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
     return {n.name: f"used on {n.used}" for n in needed.values()}
 
 
-def values_of(needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None) -> dict:
+def values_of(
+    needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None, form: str = ROLES_FORM
+) -> dict:
     """The spec's ``values`` (``needed`` snapshotted from ``namespace``) and ``objects`` (its Hugging Face objects,
-    saved: ``msnb.capture.hf_objects``), each None when there is none; refused without a kernel."""
+    saved: ``msnb.capture.hf_objects``), each None when there is none; refused without a kernel, with a hint that fits
+    the handler's ``form``."""
     if namespace is None:
-        refuse_without_kernel(needed)
+        refuse_without_kernel(needed, form)
         return {"values": None, "objects": None}
     from msnb.capture.hf_objects import save_objects, split_objects
     from msnb.capture.kernel_values import snapshot
 
     objects, plain = split_objects(where_bound(needed), namespace)
-    return {"values": snapshot(plain, namespace, max_mb), "objects": save_objects(objects, namespace, max_mb)}
+    try:
+        return {"values": snapshot(plain, namespace, max_mb), "objects": save_objects(objects, namespace, max_mb)}
+    except CaptureError as err:
+        raise CaptureError(err.message, hint_for(form, err.hint)) from None

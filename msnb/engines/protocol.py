@@ -20,6 +20,7 @@ class Engine(Protocol):
     kind: str
     label: str
     store: ModelStore  # the folder deploys are built into
+    python: str | None  # the interpreter that serves (its packages are what a model need not bring); None: this one
 
     def start(self) -> Engine: ...
 

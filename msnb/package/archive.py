@@ -16,7 +16,7 @@ from model_archiver.model_packaging_utils import ModelExportUtils
 from msnb.capture import requirement_rules, secret_rules
 from msnb.errors import BuildError, SpecError
 from msnb.files import clone_file, clone_tree, disk_error, link_or_copy, partial_sibling, replace_tree
-from msnb.forms import ROLES_FORM
+from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
@@ -38,7 +38,7 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     staging dir (packed into a zip, which copies them, or a local test) links them instead.
     """
     model_dir = Path(model_dir)
-    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle})  # before any write
+    _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle}, checkpoint_name(spec))
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / f"{HANDLER_MODULE}.py").write_text(render_handler(spec))
     for src in shared_handler_files():
@@ -48,7 +48,10 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
         (model_dir / REQUIREMENTS).write_text(
             "\n".join(requirement_rules.check(spec.requirements, spec.max_requirements)) + "\n"
         )
-    _stage_checkpoint(spec, model_dir / CHECKPOINT, temporary)
+    _stage_checkpoint(spec, model_dir / checkpoint_name(spec), temporary)
+    model_file = spec.model_file()
+    if model_file is not None:  # eager BaseHandler: the manifest's modelFile (see msnb.forms)
+        (model_dir / MODEL_FILE).write_text(model_file)
     if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
     if spec.objects is not None:  # Hugging Face objects saved at capture (rebound by msnb_hf.py)
@@ -107,7 +110,8 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
         model_name=spec.name,
         handler=f"{HANDLER_MODULE}.py",
         version=spec.version,
-        serialized_file=CHECKPOINT if (staged / CHECKPOINT).exists() else None,
+        serialized_file=checkpoint_name(spec) if (staged / checkpoint_name(spec)).exists() else None,
+        model_file=MODEL_FILE if (staged / MODEL_FILE).exists() else None,
         requirements_file=REQUIREMENTS if spec.requirements else None,
         config_file=CONFIG,
         export_path=str(export_path),
@@ -127,6 +131,15 @@ def _pack(spec: HandlerSpec, staged: Path, export_path: Path, archive_name: str,
     except BaseException:
         (export_path / f"{partial}.mar").unlink(missing_ok=True)
         raise
+
+
+def checkpoint_name(spec: HandlerSpec) -> str:
+    """The checkpoint's name in the model dir: an own handler's checkpoint file keeps its name (a handler may load
+    ``model.safetensors`` by name, as on plain TorchServe); msnb's roles and objects from the kernel use CHECKPOINT."""
+    ckpt = spec.checkpoint
+    if spec.form != ROLES_FORM and isinstance(ckpt, (str, os.PathLike)):
+        return Path(ckpt).name
+    return CHECKPOINT
 
 
 def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
@@ -151,13 +164,14 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
     _take(path, dst, symlink_ok)
 
 
-def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str]) -> None:
+def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str], checkpoint: str = CHECKPOINT) -> None:
     """Extra files keep their names in the model dir: none may replace a generated, bundled or other extra file."""
     generated = {
         f"{HANDLER_MODULE}.py",
         CONFIG,
         REQUIREMENTS,
-        CHECKPOINT,
+        checkpoint,
+        MODEL_FILE,
         VALUES_FILE,
         HF_DIR,
         "MAR-INF",

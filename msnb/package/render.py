@@ -12,6 +12,7 @@ from msnb.roles import ROLES
 from msnb.spec import HandlerSpec
 from msnb.templates.msnb_values import VALUES_FILE
 
+BLOCK_MARKER = "# --- msnb: "  # starts the line before each block of user code
 HANDLER_MODULE = "handler_model"
 TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler
 OWN_TEMPLATE = "handler_model_own.py.tmpl"  # the user's own handler class or handle function
@@ -57,7 +58,7 @@ def _body(spec: HandlerSpec) -> str:
         label = str(block.origin)
         if block.names and block is not spec.blocks[-1]:
             label += f" (pulled in: {', '.join(block.names)})"
-        parts.append(f"# --- msnb: {label} ---\n{block.source.rstrip()}\n")
+        parts.append(f"{BLOCK_MARKER}{label} ---\n{block.source.rstrip()}\n")
     return "\n".join(parts)
 
 

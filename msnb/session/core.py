@@ -18,7 +18,7 @@ from msnb.capture.kernel_values import values_changed
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
-from msnb.package import archive, formats, taken
+from msnb.package import archive, formats, server_packages, taken
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
 from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
@@ -353,8 +353,11 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
     from msnb.engines.torchserve.store import safe_name
 
     version = server.free_version(spec.name, spec.version)
-    if version != spec.version:
-        spec = spec.replace(version=version)
+    # Only what the server's environment lacks is installed (nothing, when it is the kernel's own): no model venv,
+    # no second copy of a package. An export keeps every pin: its server is unknown.
+    lacking = server_packages.missing(server.python, spec.requirements)
+    if (version, lacking) != (spec.version, spec.requirements):
+        spec = spec.replace(version=version, requirements=lacking)
     path = archive.build(spec, server.store.root, fmt=formats.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
     try:
         if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.session.reload)

@@ -90,12 +90,12 @@ def refusal(known: DevModel | None, spec: HandlerSpec, server_pid: int | None) -
         return f"{spec.workers} workers (each would have to switch)"
     if spec.version != known.spec.version:
         return "--version changed"
+    if spec.requirements != known.spec.requirements:  # before the config: requirements also set its useVenv
+        return "requirements changed"
     old, new = known.spec.model_config(), spec.model_config()
     changed = sorted({FRONTEND_KEYS.get(k, k) for k in old.keys() | new.keys() if old.get(k) != new.get(k)})
     if changed:
         return f"{', '.join(changed)} changed"
-    if spec.requirements != known.spec.requirements:
-        return "requirements changed"
     if checkpoint_identity(spec) != checkpoint_identity(known.spec):
         return "the checkpoint changed"
     return None

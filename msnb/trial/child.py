@@ -33,6 +33,7 @@ class Loadable(NamedTuple):
     batch_size: int
     form: str
     entry: str | None
+    checkpoint_name: str = "model.pt"  # msnb.package.archive.checkpoint_name (the manifest's serializedFile)
 
 
 def main(conn: Any) -> None:

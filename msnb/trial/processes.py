@@ -20,6 +20,7 @@ from typing import Any
 
 from msnb.errors import HandlerRunError
 from msnb.files import disk_error
+from msnb.package.archive import checkpoint_name
 from msnb.spec import HandlerSpec
 from msnb.trial import fork_server
 
@@ -109,7 +110,9 @@ class TestWorker:
         except OSError as err:  # a full or read-only $TMPDIR: worker_for removes what was written
             raise disk_error(Path(self.tmp.name) / "model", err, HandlerRunError) from None
         self.process, self.conn = fork_server.take()
-        loadable = Loadable(self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry)
+        loadable = Loadable(
+            self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry, checkpoint_name(self.spec)
+        )
         self.conn.send((str(model_dir), loadable, self.streams))
         with self.lock:
             self._reply("loading")

@@ -18,14 +18,15 @@ import ts
 import yaml
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
+from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
 from msnb.engines.torchserve.logs import user_frames
 from msnb.engines.torchserve.models import encode
 from msnb.errors import HandlerRunError
-from msnb.forms import ROLES_FORM
-from msnb.package.archive import CHECKPOINT, CONFIG, shared_handler_files
-from msnb.package.render import HANDLER_MODULE
+from msnb.forms import MODEL_FILE, ROLES_FORM
+from msnb.package.archive import CONFIG, checkpoint_name, shared_handler_files
+from msnb.package.render import BLOCK_MARKER, HANDLER_MODULE
 from msnb.spec import HandlerSpec
 from msnb.trial.worker_imports import NoImports, WorkerImports
 
@@ -87,8 +88,11 @@ class LoadedHandler:
 
     def _load(self, spec: HandlerSpec) -> None:
         manifest = {"model": {"modelName": spec.name, "handler": f"{HANDLER_MODULE}.py"}}
-        if (self.model_dir / CHECKPOINT).exists():
-            manifest["model"]["serializedFile"] = CHECKPOINT
+        serialized = getattr(spec, "checkpoint_name", None) or checkpoint_name(spec)  # a test child's Loadable
+        if (self.model_dir / serialized).exists():
+            manifest["model"]["serializedFile"] = serialized
+        if (self.model_dir / MODEL_FILE).exists():  # an eager BaseHandler's model class (msnb.forms)
+            manifest["model"]["modelFile"] = MODEL_FILE
         config = yaml.safe_load((self.model_dir / CONFIG).read_text()) or {}
         self.context = Context(
             spec.name,
@@ -164,6 +168,10 @@ class LoadedHandler:
             return self.module.handle(batch, self.context)
         try:
             return self.module.handle(batch, self.context)
+        except PredictionException as err:  # TorchServe answers every request of the batch with its status
+            for i in range(len(batch)):
+                self.context.set_response_status(err.error_code, err.message, i)
+            return [err.message] * len(batch)
         except Exception as err:
             raise HandlerRunError(
                 f"{self.spec.entry} raised {type(err).__name__}: {err}",
@@ -232,11 +240,23 @@ def _import_isolated(path: Path):
     except Exception as err:
         sys.modules.pop(name, None)
         raise HandlerRunError(
-            f"Importing the rendered handler failed: {type(err).__name__}: {err}",
+            f"Importing the rendered handler failed{_where_in_cells(err, path)}: {type(err).__name__}: {err}",
             _missing_module_hint(err)
             or "an import or top-level definition in the handler cell fails outside the notebook.",
         ) from err
     return module
+
+
+def _where_in_cells(err: BaseException, path: Path) -> str:
+    """`` at `statement` (from cell In[3])``: the module-level line that failed, and the cell it came from."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path]
+    if not frames or not frames[-1].lineno:
+        return ""
+    lines = path.read_text().splitlines()
+    line = frames[-1].lineno
+    marker = next((t for t in reversed(lines[: line - 1]) if t.startswith(BLOCK_MARKER)), "")
+    origin = marker.removeprefix(BLOCK_MARKER).rstrip(" -")
+    return f" at `{lines[line - 1].strip()}`" + (f" (from {origin})" if origin else "")
 
 
 def _as_request_body(sample: Any) -> Any:

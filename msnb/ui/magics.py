@@ -13,6 +13,7 @@ from IPython.display import display
 
 from msnb import options
 from msnb.engines.chunks import print_chunks
+from msnb.engines.torchserve.raw_request import from_options
 from msnb.errors import MsnbError, OptionError
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.core import ENGINES, current, warm_up
@@ -140,11 +141,19 @@ class MsnbMagics(Magics):
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
     @argument("--version", help="a model version (default: the served one)")
     @argument("--stream", action="store_true", help="print the answer's chunks as they arrive; returns their list")
+    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
+    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
+    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
     def ms_predict(self, line: str) -> Any:
-        """%ms_predict NAME [--data ...] [--version V] [--stream]: ask the local TorchServe; returns the answer
-        (with --stream: prints each chunk as it arrives and returns the list of chunks)."""
+        """%ms_predict NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V] [--stream]:
+        ask the local server; returns the answer (with --stream: prints each chunk as it arrives and returns the list
+        of chunks)."""
         args = parse_argstring(self.ms_predict, line)
         data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
+        if args.data_binary is not None or args.header or args.content_type:
+            binary = args.data_binary is not None
+            ctype = args.content_type or (None if binary else "application/json")  # --data stays JSON
+            data = from_options(args.data_binary if binary else args.data, ctype, args.header, Path.cwd())
         if args.stream:
             answer = print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
         else:

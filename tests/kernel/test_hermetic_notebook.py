@@ -11,11 +11,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import OWN_CAPTUM_REPORT, torch_packages
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbrun import _scratch_env, execute_notebook, printed_prediction
 
+from msnb.capture.cells import capture
+from msnb.capture.local_code import search_path
 from msnb.engines.torchserve import LocalServer
+from msnb.package import archive
 
 pytestmark = pytest.mark.kernel
 MSNB = str(Path(sys.executable).with_name("msnb"))
@@ -133,3 +137,25 @@ def test_local_code_travels_and_a_clean_torchserve_answers_like_the_notebook(tmp
     with LocalServer(tmp_path / "server", python=clean_python) as server:
         status = server.register(elsewhere / "store" / "hermetic.mar")
         assert server.predict(status.name, [1, 2, 3, 4]) == printed
+
+
+@pytest.mark.server
+@pytest.mark.timeout(900)
+def test_a_clean_torchserve_installs_only_what_it_lacks_for_a_captum_handler_never_a_second_torch(
+    tmp_path, clean_python
+):
+    spec = capture("ct", OWN_CAPTUM_REPORT, [], search_path=search_path(tmp_path))
+    mar = archive.build(spec, tmp_path / "store", fmt=archive.EXPORT_FORMAT)
+    server_torch = subprocess.run(
+        [clean_python, "-c", "import torch; print(torch.__version__, torch.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    with LocalServer(tmp_path / "server", python=clean_python) as server:
+        server.register(mar)  # the clean environment has no captum: TorchServe installs it, and only it
+        answer = server.predict("ct", {"x": 1})
+        assert [answer["torch"], answer["file"]] == server_torch
+        assert torch_packages(answer["model_dir"]) == [], "captum's torch requirement was met by the server's torch"
+        installed = Path(answer["model_dir"]) / "venv"
+        assert list(installed.glob("lib/python*/site-packages/captum/__init__.py")), "captum went to the model venv"

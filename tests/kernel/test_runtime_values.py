@@ -114,7 +114,10 @@ def test_nested_values_reach_the_handler_equal_element_by_element(ip, session):
 
 def test_values_that_cannot_travel_fail_the_cell_with_every_name(ip, session):
     run(ip, DATA)
-    run(ip, "class RvEstimator:\n    pass\nrv_est = RvEstimator()\nrv_fn = lambda x: x")
+    fitted = (
+        "class RvEstimator:\n    def fit(self, x):\n        self.seen = x\nrv_est = RvEstimator()\nrv_est.fit([1])\n"
+    )
+    run(ip, fitted + "rv_fn = lambda x: x")  # fitted after it was built: its statement cannot rebuild it
     body = HANDLER.replace("return (x - rv_mean) / rv_std", "return rv_fn(rv_est)")
     with capture_output() as cap:
         result = ip.run_cell(f"%%ms_handler rvbad\n{body}", store_history=True)

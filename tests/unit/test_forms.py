@@ -3,7 +3,9 @@ run in-process with TorchServe's own Context; mixed or broken cells are refused 
 
 from __future__ import annotations
 
+import json
 import textwrap
+import zipfile
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from helpers import MLP_SOURCE, NET, OWN_BASE_HANDLER, OWN_FUNCTION, OWN_IMAGE_C
 
 from msnb.capture.cells import capture
 from msnb.errors import CaptureError, HandlerRunError, SpecError
+from msnb.package import archive
 from msnb.package.render import render_handler
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_own import TORCHSCRIPT_HINT
@@ -61,11 +64,6 @@ def test_a_module_level_handle_pulls_in_the_model_class_from_another_cell():
             "one form per handler cell",
         ),
         (
-            OWN_IMAGE_CLASS + "\ndef handle(data, context):\n    return data\n",
-            "both handler class `BackgroundRemover` and a module-level `handle`",
-            "one form per handler cell",
-        ),
-        (
             OWN_BASE_HANDLER + "\nclass Other(Classifier):\n    pass\n",
             "2 handler classes (`Classifier`, `Other`)",
             "move the other one (e.g. a base class) to a cell above",
@@ -73,7 +71,7 @@ def test_a_module_level_handle_pulls_in_the_model_class_from_another_cell():
         ("def handle(data):\n    return data\n", "wrong signature", "def handle(data, context)"),
         ("import torch\nx = 1\n", "defines no handler", "a BaseHandler subclass"),
     ],
-    ids=["no-initialize", "roles-and-class", "class-and-handle", "two-classes", "handle-arity", "nothing"],
+    ids=["no-initialize", "roles-and-class", "two-classes", "handle-arity", "nothing"],
 )
 def test_a_cell_that_is_not_one_clear_form_is_refused_at_capture(cell, message, hint):
     with pytest.raises(CaptureError) as err:
@@ -105,10 +103,16 @@ def test_a_base_handler_without_a_model_file_names_the_file_and_the_option():
     assert "--checkpoint" in err.value.hint
 
 
+# BaseHandler with no model class in the captured code: no eager model file can be written, so TorchScript it is.
+NO_MODEL_CLASS = OWN_BASE_HANDLER.replace(
+    "class Scale(torch.nn.Module):\n    def forward(self, x):", "class Scale:\n    def __call__(self, x):"
+)
+
+
 def test_a_state_dict_given_to_base_handler_is_refused_at_capture_saying_it_needs_torchscript(tmp_path):
     torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
     with pytest.raises(SpecError) as err:
-        capture("clf", OWN_BASE_HANDLER, POOL, checkpoint=tmp_path / "weights.pt")
+        capture("clf", NO_MODEL_CLASS, POOL, checkpoint=tmp_path / "weights.pt")
     assert "torch.jit.load" in err.value.message and "'weights.pt' is not TorchScript" in err.value.message
     assert err.value.hint == TORCHSCRIPT_HINT and "torch.jit.script" in err.value.hint
 
@@ -119,12 +123,12 @@ def test_a_state_dict_given_to_base_handler_is_refused_at_capture_saying_it_need
 )
 def test_a_live_eager_model_given_to_base_handler_is_refused_at_capture(checkpoint, named):
     with pytest.raises(SpecError, match=f"{named}.* is not TorchScript[\\s\\S]*Hint: pass a TorchScript"):
-        spec_from_source("clf", OWN_BASE_HANDLER, checkpoint=checkpoint)
+        spec_from_source("clf", NO_MODEL_CLASS, checkpoint=checkpoint)
 
 
 def test_a_base_handler_subclass_of_a_subclass_is_refused_but_an_own_initialize_takes_a_state_dict(tmp_path):
     torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "weights.pt")
-    pool = [("cell In[1]", OWN_BASE_HANDLER)]
+    pool = [("cell In[1]", NO_MODEL_CLASS)]
     with pytest.raises(SpecError, match="`Child` keeps BaseHandler's initialize"):
         capture("clf", "class Child(Classifier):\n    pass\n", pool, checkpoint=tmp_path / "weights.pt")
     own_loading = OWN_BASE_HANDLER.replace(
@@ -207,3 +211,102 @@ def test_a_refusal_in_a_notebook_cell_names_the_cell():
             cell_origin=Origin("nb.ipynb, cell 4", "nb.ipynb", 4),
         )
     assert err.value.message.startswith("Handler class `H`") and "initialize" in err.value.message
+
+
+def test_a_module_level_entry_point_of_any_name_is_the_one_data_context_function_or_the_one_named():
+    cell = "def helper(x):\n    return x\n\ndef entry_point_function_name(data, context):\n    return data\n"
+    spec = capture("fn", cell, POOL)
+    assert (spec.form, spec.entry) == ("function", "entry_point_function_name")
+    two = cell + "\ndef other(data, context):\n    return data\n"
+    with pytest.raises(CaptureError) as err:
+        capture("fn", two, POOL)
+    assert "2 functions taking (data, context)" in err.value.message
+    assert "--handler entry_point_function_name" in err.value.hint
+    assert capture("fn", two, POOL, handler="other").entry == "other"
+
+
+def test_a_module_level_handle_beside_a_handler_class_is_what_torchserve_calls():
+    spec = capture("both", OWN_IMAGE_CLASS + "\ndef handle(data, context):\n    return data\n", POOL)
+    assert (spec.form, spec.entry) == ("function", "handle")
+
+
+def test_handler_names_an_entry_the_cell_lacks_and_the_refusal_lists_torchserves_default_handlers():
+    with pytest.raises(CaptureError) as err:
+        capture("fn", OWN_FUNCTION, POOL, handler="no_such_handler")
+    assert "no function or class named `no_such_handler`" in err.value.message
+    assert "text_classifier" in err.value.hint and "image_classifier" in err.value.hint
+
+
+EAGER = textwrap.dedent("""
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+    class TinyNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Classifier(BaseHandler):
+        def preprocess(self, data):
+            return torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+
+        def postprocess(self, output):
+            return [[round(v, 4) for v in o.tolist()] for o in output]
+""")
+
+
+def test_base_handlers_eager_mode_loads_the_notebooks_model_class_from_the_model_file_with_a_state_dict(tmp_path):
+    torch.manual_seed(0)
+    namespace: dict = {}
+    exec(EAGER, namespace)
+    net = namespace["TinyNet"]()
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    spec = capture("clf", EAGER, POOL, checkpoint=tmp_path / "w.pt")
+    assert "class TinyNet" in spec.model_file() and "class Classifier" not in spec.model_file()
+    expected = [round(v, 4) for v in net(torch.tensor([1.0, 2, 3, 4])).tolist()]
+    assert runner.predict_in_process(spec, [{"x": [1, 2, 3, 4]}]) == [expected]
+    assert capture("live", EAGER, POOL, checkpoint=net).model_file() is not None, "a live module: its state_dict"
+
+
+def test_eager_mode_with_two_model_classes_is_refused_as_torchserve_refuses_it_naming_both(tmp_path):
+    two = EAGER.replace("class Classifier", "class Head(torch.nn.Module):\n    pass\n\nclass Classifier")
+    with pytest.raises(SpecError) as err:
+        capture("clf", two, POOL, checkpoint=torch.nn.Linear(4, 3).state_dict())
+    assert "`TinyNet`, `Head`" in err.value.message and "Expected only one class" in err.value.message
+    assert "TorchScript --checkpoint" in err.value.hint
+
+
+def test_a_prediction_exception_is_answered_with_its_own_status_and_message_as_torchserve_does():
+    cell = (
+        "from ts.utils.util import PredictionException\n\n"
+        "def handle(data, context):\n"
+        "    if data is None:\n"
+        "        return None\n"
+        "    raise PredictionException('the input is not a sentence', 513)\n"
+    )
+    spec = capture("pe", cell, POOL)
+    with pytest.raises(HandlerRunError) as err:
+        runner.predict_in_process(spec, [{"x": 1}])
+    assert err.value.message == "Sample 0 failed with status 513: the input is not a sentence"
+
+
+def test_an_own_handlers_checkpoint_file_keeps_its_name_as_the_manifests_serialized_file(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    cell = (
+        "import os\n\n"
+        "def handle(data, context):\n"
+        "    if data is None:\n"
+        "        return None\n"
+        "    name = context.manifest['model']['serializedFile']\n"
+        "    where = os.path.join(context.system_properties['model_dir'], 'model.safetensors')\n"
+        "    return [{'serialized': name, 'read': open(where, 'rb').read().decode()} for _ in data]\n"
+    )
+    spec = capture("st", cell, POOL, checkpoint=str(tmp_path / "model.safetensors"))
+    assert runner.predict_in_process(spec, [1]) == [{"serialized": "model.safetensors", "read": "weights"}]
+    mar = archive.build(spec, tmp_path / "out", fmt=archive.EXPORT_FORMAT)
+    with zipfile.ZipFile(mar) as zf:
+        assert "model.safetensors" in zf.namelist()
+        assert json.loads(zf.read("MAR-INF/MANIFEST.json"))["model"]["serializedFile"] == "model.safetensors"

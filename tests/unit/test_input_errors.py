@@ -65,3 +65,15 @@ def test_traceback_folding_knows_every_shared_module():
     assert library_files() == names and len(names) >= 7
     assert all(is_library_frame(f"/tmp/models/abc/{name}") for name in names)
     assert not is_library_frame("/tmp/models/abc/handler_model.py")
+
+
+def test_a_raw_bytes_request_from_a_file_that_does_not_exist_is_refused_before_sending_naming_it(tmp_path):
+    from msnb.engines.torchserve.raw_request import from_options
+    from msnb.errors import OptionError
+
+    with pytest.raises(OptionError) as err:
+        from_options("@nope.txt", None, [], tmp_path)
+    assert "nope.txt" in err.value.message and "nothing was sent" in err.value.message
+    assert "curl -T" in err.value.hint
+    with pytest.raises(OptionError, match="not NAME:VALUE"):
+        from_options("x", None, ["no-colon"], tmp_path)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
+import venv
 from importlib import metadata
 
 import pytest
@@ -14,6 +16,7 @@ from msnb.capture.local_code import search_path
 from msnb.capture.requirement_rules import check
 from msnb.errors import SpecError
 from msnb.options import handler_config, parse_handler_line
+from msnb.package import server_packages
 
 CELL = "import torch\n\ndef init_function():\n    return torch.nn.Linear(2, 1)\n"
 
@@ -100,3 +103,41 @@ def test_an_environment_variable_reference_is_refused_before_pip_could_expand_it
     with pytest.raises(SpecError) as err:
         check(['numpy==1.26.4; platform_release == "${AWS_SECRET_ACCESS_KEY}"'])
     assert "environment-variable references" in err.value.message and "pip expands ${VAR}" in err.value.hint
+
+
+def test_an_archive_with_requirements_asks_for_a_model_venv_that_sees_the_servers_packages(tmp_path):
+    with_reqs = capture("m", "import captum\n" + CELL, [], search_path=search_path(tmp_path))
+    assert with_reqs.requirements == (f"captum=={metadata.version('captum')}",)
+    assert with_reqs.model_config()["useVenv"] is True, "TorchServe then installs only what the server lacks"
+    assert "useVenv" not in capture("m", CELL, [], search_path=search_path(tmp_path)).model_config()
+
+
+def test_only_the_requirements_the_serving_environment_lacks_are_installed():
+    captum, numpy = f"captum=={metadata.version('captum')}", f"numpy>={metadata.version('numpy')}"
+    lines = (captum, numpy, "six==0.0.1", "msnb-no-such-dist==1.0", "pandas; python_version < '3'")
+    assert server_packages.missing(None, lines) == ("six==0.0.1", "msnb-no-such-dist==1.0")
+    assert server_packages.missing(sys.executable, (captum,)) == ()
+
+
+def test_a_server_interpreter_is_asked_for_its_versions_and_one_that_cannot_answer_lacks_everything(tmp_path):
+    captum = f"captum=={metadata.version('captum')}"
+    bare = tmp_path / "bare"
+    venv.EnvBuilder(with_pip=False).create(bare)  # no site-packages of ours: captum is missing there
+    assert server_packages.missing(str(bare / "bin" / "python"), (captum, "six==0.0.1")) == (captum, "six==0.0.1")
+    assert server_packages.missing(str(tmp_path / "no-python"), (captum,)) == (captum,)
+
+
+def test_a_missing_import_inside_a_branch_is_said_to_be_conditional_not_a_certain_load_failure(tmp_path):
+    cell = (
+        "import msnb_missing_top_xyz\n\n"
+        "def handle(data, context):\n"
+        "    if data is None and context.model_yaml_config.get('bt'):\n"
+        "        import msnb_missing_inner_xyz\n"
+        "    return data\n"
+    )
+    warnings = capture("m", cell, [], search_path=search_path(tmp_path)).warnings
+    top = next(w for w in warnings if "msnb_missing_top_xyz" in w)
+    inner = next(w for w in warnings if "msnb_missing_inner_xyz" in w)
+    assert "the archive would fail to load" in top
+    assert "inside a branch or a function" in inner and "would fail where it runs" in inner
+    assert "fail to load" not in inner

@@ -466,6 +466,14 @@ def test_a_missing_extra_file_is_a_load_error_naming_it(tmp_path):
         handle(None, make_context(tmp_path, yaml_config={"system": {"extraFiles": ["deps.tgz"]}}))
 
 
+@pytest.mark.parametrize("where", ["torch/__init__.py", "venv/lib/python3.11/site-packages/torch/__init__.py"])
+def test_a_torch_installed_into_the_model_folder_is_refused_at_load(tmp_path, where):
+    with pytest.raises(HandlerLoadError, match=r"from the model folder[\s\S]*Hint: serve on TorchServe 0.10 or later"):
+        msnb_load.check_server_torch(tmp_path, str(tmp_path / where))
+    msnb_load.check_server_torch(tmp_path, str(tmp_path / ".venv/lib/torch/__init__.py"))  # the server's own env
+    msnb_load.check_server_torch(tmp_path)  # this process's torch lives elsewhere
+
+
 # ---------------------------------------------------------------- pure helpers
 def test_collate_rules():
     c = msnb_collate.collate

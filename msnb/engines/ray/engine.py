@@ -214,6 +214,7 @@ class LocalRay:
 
     # ------------------------------------------------------------------ the rest of the Engine protocol
     kind, label = "ray", "Ray Serve"
+    python = None  # the replicas run this interpreter (the kernel's packages)
 
     def versions(self, name: str) -> list[ModelStatus]:
         return [self.status(name)] if name in self._folders else []

@@ -20,7 +20,7 @@ from msnb.engines.chunks import ChunkReader, is_stream
 from msnb.engines.torchserve.auth import AuthorisedSession, Keys
 from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S, LIMIT_OPTIONS, Limits
 from msnb.engines.torchserve.logs import LogCursor
-from msnb.engines.torchserve.models import ModelStatus, PredictionError, decode, encode, error_body
+from msnb.engines.torchserve.models import ModelStatus, PredictionError, RawRequest, decode, encode, error_body
 from msnb.engines.torchserve.store import next_version
 from msnb.errors import ServerError
 
@@ -280,11 +280,15 @@ class TorchServeClient:
 
     # ------------------------------------------------------------------ internals
     def _infer(self, api: str, name: str, data: Any, version: str | None, timeout: float | None) -> Any:
-        body, ctype = encode(data)
+        if isinstance(data, RawRequest):  # sent as a client sends it (msnb.engines.torchserve.raw_request)
+            body, headers = data.body, data.http_headers()
+        else:
+            body, ctype = encode(data)
+            headers = {"Content-Type": ctype}
         timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/{api}/{name}" + (f"/{version}" if version else "")
-        resp = self.call("POST", url, "inference", data=body, headers={"Content-Type": ctype}, timeout=timeout)
+        resp = self.call("POST", url, "inference", data=body, headers=headers, timeout=timeout)
         if resp.ok:
             return decode(resp)
         self._failed(resp, name, version, body, cursor)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
@@ -64,6 +64,22 @@ class ModelStatus:
             response_timeout=entry.get("responseTimeout"),
             pending=int((entry.get("jobQueueStatus") or {}).get("pendingRequests") or 0),
         )
+
+
+RAW_TYPE = "application/octet-stream"  # what curl -T / --data-binary send without -H Content-Type
+
+
+@dataclass(frozen=True)
+class RawRequest:
+    """A request as TorchServe's clients send it: the body as it is, its Content-Type and extra headers
+    (``ts_request_sequence_id``); see msnb.engines.torchserve.raw_request for building one from a magic's options."""
+
+    body: bytes
+    content_type: str = RAW_TYPE
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def http_headers(self) -> dict[str, str]:
+        return {**self.headers, "Content-Type": self.content_type}
 
 
 def encode(data: Any) -> tuple[bytes, str]:
