@@ -65,10 +65,16 @@ run_pytest() {  # run_pytest VENV [pytest args]: Jupyter and TorchServe write to
     mkdir -p "$scratch/home" "$scratch/tmp" artifacts
     # pip keeps its usual cache: the install tier's fresh venv reuses the wheels setup_venv downloaded.
     HOME=$scratch/home TMPDIR=$scratch/tmp MSNB_ARTIFACTS=$ROOT/artifacts PIP_CACHE_DIR=$pip_cache \
-        "$venv/bin/python" -m pytest -n 2 --dist loadgroup -p no:cacheprovider "$@" || rc=$?
+        "$venv/bin/python" -m pytest -n 2 --dist loadgroup -p no:cacheprovider --durations=30 "$@" || rc=$?
     rm -rf "$scratch"
     return $rc
 }
+
+phase() {  # phase NAME: the wall time since the previous phase ended, so a run says where its minutes went
+    echo "== $1 took $((SECONDS - PHASE_START)) s (total $SECONDS s)"
+    PHASE_START=$SECONDS
+}
+PHASE_START=$SECONDS
 
 cmd=${1:-}
 shift || true
@@ -78,20 +84,25 @@ case "$cmd" in
         exec "$VENV/bin/python" -m msnb.cli.demo "${@:-notebooks/quickstart.ipynb}" ;;
     test)
         check_java; setup_venv "$VENV" "$PY" test,docs; setup_browser
+        phase "setup"
         # Lint and format are part of the tests: CI fails on either.
         "$VENV/bin/ruff" check msnb tests bench templates
         "$VENV/bin/ruff" format --check msnb tests bench templates
         if [[ $# -gt 0 ]]; then run_pytest "$VENV" "$@"; exit; fi
         # The docs: a broken link, a page missing from the nav or an API name that does not resolve fails.
         NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/site"
+        phase "ruff and the docs"
         rc=0
         run_pytest "$VENV" || rc=$?
+        phase "every tier on $("$VENV/bin/python" -V)"
         for v in $TEST_PYTHONS; do
             py=$(find_python "$v")
             if [[ -z $py ]]; then echo "== python$v not found: its tiers did not run" >&2; rc=1; continue; fi
             setup_venv "$ROOT/.venv-$v" "$py" test
+            phase "setting up Python $v"
             echo "== Python $v: install, unit and kernel tiers"
             run_pytest "$ROOT/.venv-$v" tests/unit tests/spine tests/kernel tests/install || rc=$?
+            phase "the Python $v tiers"
         done
         exit $rc ;;
     bench)

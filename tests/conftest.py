@@ -4,6 +4,7 @@ tests/unit and tests/spine may carry none of them (they start no kernel, server 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             tiers = [m.name for m in item.iter_markers() if m.name in TIERS]
             if tiers:
                 raise pytest.UsageError(f"{item.nodeid} is marked {tiers} but lives in tests/{folder}: move it.")
+
+
+_TIER_SECONDS: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each test's setup, call and teardown time, added to its tier (its folder under tests/)."""
+    _TIER_SECONDS[report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The time each tier took, summed over its tests (with -n 2, two run at once: the wall clock is about half)."""
+    if _TIER_SECONDS:
+        terminalreporter.section("time per tier (summed test time)")
+        for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{tier:>8}: {seconds:7.0f} s")
 
 
 @pytest.fixture
