@@ -85,7 +85,7 @@ def run_one(name: str, settings: Settings) -> dict:
     start = time.perf_counter()
     try:
         result = importlib.import_module(f"bench.{name}").run(settings)
-    except Exception as err:  # noqa: BLE001 - report it and go on with the next benchmark
+    except Exception as err:  # report it and go on with the next benchmark
         traceback.print_exc()
         result = {"title": name, "error": f"{type(err).__name__}: {err}"[:1000]}
     result["seconds"] = time.perf_counter() - start

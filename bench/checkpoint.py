@@ -138,7 +138,7 @@ def report(out: dict, baseline_mib: float, settings: Settings) -> dict:
 
 if __name__ == "__main__":
     if sys.argv[1] == "baseline":
-        import msnb.package.archive  # noqa: F401  (the same imports as a build, nothing built)
+        import msnb.package.archive  # (the same imports as a build, nothing built)
         import msnb.trial.runner  # noqa: F401
     else:
         _build_child(*sys.argv[2:])

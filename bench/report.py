@@ -15,8 +15,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import psutil  # noqa: E402
+import matplotlib.pyplot as plt
+import psutil
 
 # Which leaf measurements each plot panel shows: (benchmark, metric or None for all, panel title, unit).
 PANELS = [

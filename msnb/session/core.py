@@ -376,7 +376,7 @@ def interrupted(doing: str, state: Callable[[], str]) -> Iterator[None]:
     except KeyboardInterrupt:
         try:
             remains = state()
-        except Exception:  # noqa: BLE001 - the state report must not hide the interruption
+        except Exception:  # the state report must not hide the interruption
             remains = "its state is unknown (see %ms_status)"
         raise Interrupted(f"Interrupted while {doing}: {remains}.", "run the step again when you are ready.") from None
 

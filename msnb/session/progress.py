@@ -45,7 +45,7 @@ class Phase:
         fraction = self.start + (self.end - self.start) * (1 - math.exp(-elapsed / TAU_S))
         try:
             detail = self.detail()
-        except Exception:  # noqa: BLE001 - a detail is a courtesy; the step goes on without it
+        except Exception:  # a detail is a courtesy; the step goes on without it
             detail = ""
         self.report(f"{self.step}{': ' + detail if detail else ''} ({elapsed:.0f} s)", fraction)
 

@@ -55,7 +55,7 @@ class Observers:
         for callback in list(self._callbacks):
             try:
                 callback(event, name)
-            except Exception:  # noqa: BLE001 - a broken view must not fail a serve or a stop
+            except Exception:  # a broken view must not fail a serve or a stop
                 logger.warning("msnb: an observer failed on %s", event, exc_info=True)
 
 

@@ -54,7 +54,7 @@ def main(conn: Any) -> None:
     _become_worker(model_dir)
     try:
         handler = worker.LoadedHandler(spec, Path(model_dir), isolated=False, echo=log)
-    except BaseException as err:  # noqa: BLE001 - every failure goes back to the kernel
+    except BaseException as err:  # every failure goes back to the kernel
         conn.send(("error", _error_state(err)))
         return
     budget = getattr(getattr(handler.module, "handle", None), "explain_budget", None)
@@ -74,7 +74,7 @@ def main(conn: Any) -> None:
 def _answer(handler: worker.LoadedHandler, samples: list, explain: Any) -> tuple[str, Any]:
     try:
         answers = handler.run(samples, explain)
-    except BaseException as err:  # noqa: BLE001
+    except BaseException as err:
         return "error", _error_state(err)
     return "answers", (answers, _take(handler), _fallbacks(handler))
 
@@ -116,10 +116,10 @@ def _redirect(streams: Any) -> Any:
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(target, fd)
         os.close(target)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # lives as long as the process
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     faulthandler.enable(sys.stderr)
-    return open(streams.log, "a", buffering=1)  # noqa: SIM115
+    return open(streams.log, "a", buffering=1)
 
 
 def _become_worker(model_dir: str) -> None:

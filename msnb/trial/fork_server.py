@@ -36,8 +36,8 @@ _STATE: dict[str, Any] = {"ready": None, "spare": None, "filling": False, "dir":
 def warm_up() -> None:
     """Start the fork server (its imports run in its own process) and, in the background, a spare test process."""
     with _LOCK:
-        server = multiprocessing.forkserver._forkserver  # noqa: SLF001 - the stdlib's one fork server
-        if server._forkserver_pid is None:  # noqa: SLF001
+        server = multiprocessing.forkserver._forkserver  # the stdlib's one fork server
+        if server._forkserver_pid is None:
             multiprocessing.set_forkserver_preload(PRELOAD)
             marker = workdir() / "ready"
             # The listener socket's folder (pymp-*) and ours go when the owner does, even when it is SIGKILLed.
@@ -110,7 +110,7 @@ def _refill() -> None:
         made = spawn()
         with _LOCK:
             _STATE["spare"] = made
-    except Exception:  # noqa: BLE001 - the next test forks its own process and reports what fails
+    except Exception:  # the next test forks its own process and reports what fails
         pass
     finally:
         _STATE["filling"] = False

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import BODY, EXAMPLE, IMPORTS, NET, handler, make_notebook, run, standard  # noqa: F401
+from helpers import BODY, EXAMPLE, IMPORTS, NET, handler, make_notebook, run, standard
 
 from msnb.capture.notebook import load_handlers
 from msnb.cli.export import kserve_config

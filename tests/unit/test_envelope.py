@@ -20,7 +20,7 @@ from ts.torch_handler.request_envelope.kservev2 import KServev2Envelope, _to_dat
 
 sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the shared modules sit beside handler_model.py
 
-import msnb_envelope  # noqa: E402
+import msnb_envelope
 
 
 def quickstart_preprocess(sample):

@@ -13,16 +13,16 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hf_models import logits, train, trained  # noqa: E402
+from hf_models import logits, train, trained
 
-from msnb.capture.cells import RUNTIME_HINT, capture  # noqa: E402
-from msnb.capture.kernel_values import values_changed  # noqa: E402
-from msnb.capture.local_code import search_path  # noqa: E402
-from msnb.errors import CaptureError  # noqa: E402
-from msnb.package import archive  # noqa: E402
-from msnb.templates.msnb_hf import HF_DIR, ObjectLoadError, load_object  # noqa: E402
+from msnb.capture.cells import RUNTIME_HINT, capture
+from msnb.capture.kernel_values import values_changed
+from msnb.capture.local_code import search_path
+from msnb.errors import CaptureError
+from msnb.package import archive
+from msnb.templates.msnb_hf import HF_DIR, ObjectLoadError, load_object
 from msnb.trial import runner
-from msnb.ui.display import SpecSummary  # noqa: E402
+from msnb.ui.display import SpecSummary
 
 POOL = [("In [2]", "tokenizer = train_tokenizer()\nmodel = tiny_bert(tokenizer.vocab_size)\ntrain(model, tokenizer)\n")]
 HANDLER = """\

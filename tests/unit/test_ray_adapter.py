@@ -17,8 +17,8 @@ from msnb.package import archive
 from msnb.spec import spec_from_source
 
 pytest.importorskip("ray.serve")  # (msnb.engines.ray.require sets Ray's environment first where that matters)
-from msnb.templates import msnb_ray  # noqa: E402
-from msnb.templates.msnb_ray_context import replica_gpu_id  # noqa: E402
+from msnb.templates import msnb_ray
+from msnb.templates.msnb_ray_context import replica_gpu_id
 
 TEXT_SOURCE = MLP_SOURCE.split("def postprocess")[0] + textwrap.dedent(
     """

@@ -132,7 +132,7 @@ def test_a_tensor_chunk_goes_out_as_json_like_a_tensor_answer():
     assert [CHARS_OF(c) for c in chunks] == greedy(seeded_lm(), "the cat")
 
 
-def CHARS_OF(index: int) -> str:  # noqa: N802 - reads as the table it indexes
+def CHARS_OF(index: int) -> str:  # reads as the table it indexes
     from charlm import CHARS
 
     return CHARS[index]

@@ -122,7 +122,7 @@ class Estimator:  # an sklearn-like object
 
 
 def test_values_that_cannot_travel_are_refused_together_naming_their_types(tmp_path):
-    handle = open(tmp_path / "f.txt", "w")  # noqa: SIM115 - the open handle is the point
+    handle = open(tmp_path / "f.txt", "w")  # the open handle is the point
     namespace = {"est": Estimator(), "fn": lambda x: x, "gen": (i for i in range(3)), "fh": handle}
     uses = "def init_function():\n    return torch.nn.Identity()\n\ndef preprocess(s):\n    return est, fn, gen, fh\n"
     pool = cells("import torch\nest = make()\nfn = lambda x: x\ngen = (i for i in range(3))\nfh = open('f.txt')\n")

@@ -155,7 +155,7 @@ class LocalRay:
                 "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
-        except Exception as err:  # noqa: BLE001 - Serve's RuntimeError names the deployment, not the cause
+        except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
         self._router_running()
         previous, self._folders[name] = self._folders.get(name), folder
@@ -241,7 +241,7 @@ def _deployment_message(name: str) -> str:
     try:
         app = serve.status().applications.get(name)
         return "\n".join(d.message for d in app.deployments.values() if d.message) if app else ""
-    except Exception:  # noqa: BLE001 - the status is a detail of the error being raised
+    except Exception:  # the status is a detail of the error being raised
         return ""
 
 
@@ -273,7 +273,7 @@ def _shutdown(cluster: Any) -> None:
     if ray.is_initialized():  # at interpreter exit Ray's own atexit has disconnected us first: then
         try:  # serve.shutdown() would connect again, and wait on a GCS that is gone
             serve.shutdown()
-        except Exception:  # noqa: BLE001 - Ray may already be gone (stopped, or died)
+        except Exception:  # Ray may already be gone (stopped, or died)
             pass
     ray.shutdown()
     cluster.shutdown()
@@ -295,7 +295,7 @@ def _stop_all() -> None:
     for engine in list(_LIVE):
         try:
             engine.stop()
-        except Exception:  # noqa: BLE001 - best effort at exit; the watchdog is the backstop
+        except Exception:  # best effort at exit; the watchdog is the backstop
             pass
 
 

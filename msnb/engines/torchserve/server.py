@@ -420,5 +420,5 @@ def _stop_all() -> None:
     for server in list(_LIVE):
         try:
             server.stop()
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit; the watchdog is the backstop
+        except Exception:  # best effort at interpreter exit; the watchdog is the backstop
             pass

@@ -193,7 +193,7 @@ class Controller:
             text = getattr(self, f"_do_{action}")(parsed)
         except MsnbError as err:
             self._finish_error(err)
-        except Exception as err:  # noqa: BLE001 - a bug or an unexpected failure: one line, not a traceback
+        except Exception as err:  # a bug or an unexpected failure: one line, not a traceback
             self._finish_error(
                 MsnbError(
                     f"{action.title()} failed: {type(err).__name__}: {err}",
@@ -308,7 +308,7 @@ class Controller:
     def _tail(self) -> str:
         try:
             return self.actions.log_tail() or ""
-        except Exception:  # noqa: BLE001 - a log tail is a courtesy; never hide the real error behind it
+        except Exception:  # a log tail is a courtesy; never hide the real error behind it
             return ""
 
     def _server_line(self) -> str:

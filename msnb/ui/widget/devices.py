@@ -62,7 +62,7 @@ def list_devices(nvml: Any = None) -> Inventory:
     cpu = Device("cpu", "CPU")
     try:
         gpus = _query(nvml if nvml is not None else _import_pynvml())
-    except Exception as err:  # noqa: BLE001 - no library, no driver, or a broken one: CPU only
+    except Exception as err:  # no library, no driver, or a broken one: CPU only
         note = (
             f"No GPU listed: NVML is not available ({err or type(err).__name__}). "
             "Hint: the model runs on CPU; install the NVIDIA driver (and nvidia-ml-py) to see GPUs here."
