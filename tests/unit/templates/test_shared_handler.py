@@ -22,7 +22,7 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from msnb.templates import shared_handler_files
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
 sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the shared modules sit beside handler_model.py
 
 import msnb_collate  # noqa: E402
