@@ -1,7 +1,12 @@
-"""Files copied into every .mar: the shared handler, the handler_model.py template, default configs.
+"""The runtime shipped in every archive: what a TorchServe worker (or a Ray Serve replica) runs beside the user's code.
 
-Installed as the ``msnb.templates`` package so a wheel carries them (see pyproject.toml). This package's
-``msnb_*.py`` modules are the shared handler; ``shared_handler_files()`` is the one list of them.
+Not templates in the Jinja sense: real, importable, tested Python, copied as files into each model folder and
+``.mar`` — the shared batching/device handler (``msnb_*.py``), the ``handler_model.py`` templates
+(``*.py.tmpl``), the local server's dev entry (``dev_reload.py``) and the Ray Serve adapter (``msnb_ray*.py``,
+copied beside exported model folders). It lives at the top of the source tree (``templates/``) and is installed
+as the ``msnb.templates`` package (pyproject.toml's ``package-dir``), so a wheel carries it. Inside a model folder
+the modules import each other by their bare names (``from msnb_collate import ...``), never msnb: a plain
+TorchServe has no msnb. ``shared_handler_files()`` is the one list of the modules every archive carries.
 """
 
 from __future__ import annotations
