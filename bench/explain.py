@@ -11,7 +11,7 @@ from bench.harness import Settings, interleave, summary
 from msnb.engines.torchserve import LocalServer
 from msnb.package.archive import stage
 from msnb.session.core import deploy
-from msnb.templates.msnb_budget import SHARE_ENV
+from msnb.templates.msnb_explain_budget import SHARE_ENV
 from msnb.trial.runner import LoadedHandler
 
 NAME = "explain"
@@ -23,7 +23,7 @@ def run(settings: Settings) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
     spec = models.mlp_spec(NAME, models.SMALL, checkpoint)
-    # Explanation latency alone: the explanation pacing (msnb_budget) is off, in-process and on the server.
+    # Explanation latency alone: the explanation pacing (msnb_explain_budget) is off, in-process and on the server.
     os.environ[SHARE_ENV] = "1"
     handler = LoadedHandler(spec, stage(spec, work / "model", temporary=True))
     calls = 20 if settings.quick else 100

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
+from msnb.templates.msnb_names import MODEL_FILE  # the manifest's modelFile (BaseHandler imports it by name)
 
 ROLES_FORM, CLASS_FORM, FUNCTION_FORM = "roles", "class", "function"
 FORMS = {
@@ -179,7 +180,7 @@ def check_checkpoint(tree: ast.Module, entry: str, checkpoint: Any) -> None:
         return
     what = _not_torchscript(checkpoint)
     if what and not model_classes(tree):  # with one, eager mode: it becomes the model file (msnb.forms)
-        from msnb.templates.msnb_own import TORCHSCRIPT_HINT  # the hint the worker gives when it fails there
+        from msnb.templates.msnb_own_handler import TORCHSCRIPT_HINT  # the hint the worker gives when it fails there
 
         raise SpecError(
             f"Handler class `{entry}` keeps BaseHandler's initialize, which loads the checkpoint with "
@@ -267,7 +268,6 @@ def _functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]
 # ``load_state_dict``. The model file written here holds the captured code's imports, functions and constants and the
 # one ``nn.Module`` class; the handler classes stay in handler_model.py.
 
-MODEL_FILE = "model_file.py"  # the manifest's modelFile (BaseHandler imports it by this name)
 MODULE_BASES = ("Module", "nn.Module", "torch.nn.Module")
 
 

@@ -22,11 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+try:
+    from msnb_names import HANDLER_MODULE as ENTRY_MODULE
+except ImportError:  # imported as msnb.templates.dev_reload instead of from a model dir
+    from .msnb_names import HANDLER_MODULE as ENTRY_MODULE
+
 RELOAD_HEADER = "x-msnb-reload"
 SECRET_FILE = ".msnb-reload-secret"
 GENERATIONS = "generations"
 CURRENT = "current"  # generations/current: the generation a (re)started worker loads
-ENTRY_MODULE = "handler_model"
 logger = logging.getLogger(__name__)
 
 

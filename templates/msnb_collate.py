@@ -36,9 +36,9 @@ from typing import Any
 import torch
 
 try:
-    from msnb_content import JSON_TYPE
+    from msnb_content_type import JSON_TYPE
 except ImportError:  # imported as msnb.templates.msnb_collate instead of from a model dir
-    from .msnb_content import JSON_TYPE
+    from .msnb_content_type import JSON_TYPE
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 

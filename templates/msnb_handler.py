@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 try:
-    from msnb_budget import ExplainBudget
     from msnb_collate import (
         CollateError,
         collate,
@@ -35,9 +34,10 @@ try:
         takes_keywords,
         to_device,
     )
-    from msnb_content import content_type
+    from msnb_content_type import content_type
     from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from msnb_explain import Explainer, ExplainError, wants_explanation
+    from msnb_explain_budget import ExplainBudget
     from msnb_fallback import FallbackRecorder
     from msnb_load import (
         DeviceFacts,
@@ -52,7 +52,6 @@ try:
     from msnb_metrics import MetricsWindow
     from msnb_stream import Failure, is_streaming, stream_batch
 except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
-    from .msnb_budget import ExplainBudget
     from .msnb_collate import (
         CollateError,
         collate,
@@ -63,9 +62,10 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
         takes_keywords,
         to_device,
     )
-    from .msnb_content import content_type
+    from .msnb_content_type import content_type
     from .msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
     from .msnb_explain import Explainer, ExplainError, wants_explanation
+    from .msnb_explain_budget import ExplainBudget
     from .msnb_fallback import FallbackRecorder
     from .msnb_load import (
         DeviceFacts,
@@ -163,7 +163,7 @@ class BatchHandler:
         self.metrics = MetricsWindow()
         self.explainer = Explainer(explain_function)
         self.fallbacks = FallbackRecorder()  # batched forwards retried one by one (msnb_fallback)
-        self.explain_budget = ExplainBudget()  # explanations' share of the worker's time (msnb_budget)
+        self.explain_budget = ExplainBudget()  # explanations' share of the worker's time (msnb_explain_budget)
         self._setup_done = False
 
     def __call__(self, data: list | None, context: Any) -> list | None:
@@ -327,7 +327,7 @@ class BatchHandler:
         return answers
 
     def _explain_within_budget(self, asked: dict[int, Any], samples: list) -> dict[int, Any]:
-        """Explain ``asked`` when the explanation budget has room; otherwise refuse them at once (msnb_budget)."""
+        """Explain ``asked`` when the explanation budget has room; otherwise refuse them at once (msnb_explain_budget)."""
         if not asked:
             return {}
         if not self.explain_budget.admit():
@@ -387,7 +387,7 @@ class BatchHandler:
         if isinstance(explanation, Exception):
             default = self.explainer.explain_function is None and not isinstance(explanation, ExplainError)
             answer = self.error(idx, "explain", explanation, hint=HINTS["explain-default"] if default else None)
-            answer.headers = getattr(explanation, "headers", {})  # a refusal's Retry-After (msnb_budget)
+            answer.headers = getattr(explanation, "headers", {})  # a refusal's Retry-After (msnb_explain_budget)
             return answer
         try:
             return encode(idx, explanation)

@@ -14,7 +14,10 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-HF_DIR = "hf_objects"  # beside handler_model.py in the model dir: one folder per saved object, by name
+try:
+    from msnb_names import HF_DIR
+except ImportError:  # imported as msnb.templates.msnb_hf instead of from a model dir
+    from .msnb_names import HF_DIR
 
 
 class ObjectLoadError(RuntimeError):

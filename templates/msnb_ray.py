@@ -28,16 +28,17 @@ from starlette.responses import Response
 # sys.path) must not be picked, or every replica fails with "No module named 'msnb_ray_context'".
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
+    from .msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
     from .msnb_ray_stream import StreamRoutes, answer_whole, relay, stream_batch, streams
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
+    from msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
     from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
     from msnb_ray_stream import StreamRoutes, answer_whole, relay, stream_batch, streams
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
-MANIFEST, CONFIG, REQUIREMENTS = "MAR-INF/MANIFEST.json", "model-config.yaml", "requirements.txt"
 TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default
 JSON_TYPE = "application/json"
 
@@ -143,7 +144,7 @@ class LoadedModel:
     def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None):
         manifest, self.config = read_folder(folder)
         self.name = name or (manifest.get("model") or {}).get("modelName") or folder.name
-        self.entry = load_entry((manifest.get("model") or {}).get("handler") or "handler_model.py")
+        self.entry = load_entry((manifest.get("model") or {}).get("handler") or f"{HANDLER_MODULE}.py")
         metrics = metrics if metrics is not None else RayMetrics(self.name)
         self.context = make_context(self.name, str(folder), manifest, self.config, gpu_id, metrics)
         self.entry(None, self.context)

@@ -28,10 +28,10 @@ import torch
 
 try:
     from msnb_collate import CollateError, collate, json_safe, split, to_device
-    from msnb_content import JSONL_TYPE, TEXT_TYPE
+    from msnb_content_type import JSONL_TYPE, TEXT_TYPE
 except ImportError:  # imported as msnb.templates.msnb_stream instead of from a model dir
     from .msnb_collate import CollateError, collate, json_safe, split, to_device
-    from .msnb_content import JSONL_TYPE, TEXT_TYPE
+    from .msnb_content_type import JSONL_TYPE, TEXT_TYPE
 
 logger = logging.getLogger(__name__)
 CPU = torch.device("cpu")

@@ -12,7 +12,10 @@ from typing import Any
 
 import torch
 
-VALUES_FILE = "values.pt"  # beside handler_model.py in the model dir
+try:
+    from msnb_names import VALUES_FILE
+except ImportError:  # imported as msnb.templates.msnb_values instead of from a model dir
+    from .msnb_names import VALUES_FILE
 
 
 class ValuesLoadError(RuntimeError):

@@ -8,7 +8,7 @@ import json
 import struct
 from typing import Any
 
-from msnb.templates.msnb_content import JSONL_TYPE
+from msnb.templates.msnb_content_type import JSONL_TYPE
 
 ERROR_KEYS = frozenset({"error", "hint", "stage", "type"})  # the shared handler's error answer (msnb_handler)
 

@@ -21,12 +21,8 @@ from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
-from msnb.templates.msnb_hf import HF_DIR
-from msnb.templates.msnb_values import VALUES_FILE
+from msnb.templates.msnb_names import CHECKPOINT, CONFIG, HF_DIR, REQUIREMENTS, VALUES_FILE
 
-CHECKPOINT = "model.pt"
-CONFIG = "model-config.yaml"
-REQUIREMENTS = "requirements.txt"
 Progress = Callable[[str, float], None]
 
 

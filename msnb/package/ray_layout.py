@@ -19,6 +19,7 @@ from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
+from msnb.templates import msnb_names
 from msnb.templates.msnb_ray_guard import KEY_VAR
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
@@ -32,7 +33,8 @@ KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 def adapter_files() -> list[Path]:
     """The adapter modules (templates/msnb_ray*.py) that sit beside the exported model folders."""
     root = resources.files("msnb.templates")
-    return sorted(Path(str(p)) for p in root.iterdir() if p.name.startswith(ADAPTER) and p.name.endswith(".py"))
+    adapter = [p for p in root.iterdir() if p.name.startswith(ADAPTER) and p.name.endswith(".py")]
+    return sorted(Path(str(p)) for p in [*adapter, root / f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"])
 
 
 def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict:

@@ -10,10 +10,9 @@ from msnb.errors import BuildError
 from msnb.forms import CLASS_FORM, ROLES_FORM
 from msnb.roles import ROLES
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_values import VALUES_FILE
+from msnb.templates.msnb_names import HANDLER_MODULE, VALUES_FILE
 
 BLOCK_MARKER = "# --- msnb: "  # starts the line before each block of user code
-HANDLER_MODULE = "handler_model"
 TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler
 OWN_TEMPLATE = "handler_model_own.py.tmpl"  # the user's own handler class or handle function
 # Line 2 of both templates: "# model: {name}  version: {version}  spec digest: {digest}".

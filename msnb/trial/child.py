@@ -19,6 +19,7 @@ import ts.context  # noqa: F401 - the same for TorchServe's Context
 
 from msnb.capture.local_code import environment_dirs
 from msnb.errors import MsnbError
+from msnb.templates.msnb_names import CHECKPOINT
 from msnb.trial import worker
 from msnb.trial.fork_server import mark_ready
 
@@ -33,7 +34,7 @@ class Loadable(NamedTuple):
     batch_size: int
     form: str
     entry: str | None
-    checkpoint_name: str = "model.pt"  # msnb.package.archive.checkpoint_name (the manifest's serializedFile)
+    checkpoint_name: str = CHECKPOINT  # msnb.package.archive.checkpoint_name (the manifest's serializedFile)
 
 
 def main(conn: Any) -> None:
@@ -58,7 +59,7 @@ def main(conn: Any) -> None:
         conn.send(("error", _error_state(err)))
         return
     budget = getattr(getattr(handler.module, "handle", None), "explain_budget", None)
-    if budget is not None:  # one user testing: no predictions to keep explanations from (msnb_budget)
+    if budget is not None:  # one user testing: no predictions to keep explanations from (msnb_explain_budget)
         budget.share = 1.0
     conn.send(("loaded", _take(handler)))
     while True:

@@ -22,6 +22,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
     assert names == [
         "first",
+        "msnb_names.py",
         "msnb_ray.py",
         "msnb_ray_context.py",
         "msnb_ray_guard.py",

@@ -19,7 +19,7 @@ from make_notebooks import NOTEBOOKS
 from test_hermetic_notebook import MSNB, clean_python  # noqa: F401 (the clean venv fixture)
 
 from msnb.engines.torchserve import LocalServer
-from msnb.templates.msnb_hf import HF_DIR
+from msnb.templates.msnb_names import HF_DIR
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.kernel

@@ -24,6 +24,11 @@ FACTS = {
     "no-archive": {"msnb.package.formats"},  # SERVE_FORMAT (and the archiver's name of that format)
     120: {"msnb.engines.torchserve.config"},  # DEFAULT_RESPONSE_TIMEOUT_S
 }
+# The model folder's file names, shared across the boundary: spelled only in templates/msnb_names.py, by msnb/ and by
+# the runtime shipped in every archive alike.
+NAMES = "msnb.templates.msnb_names"
+FOLDER_NAMES = ("handler_model", "handler_model.py", "model-config.yaml", "requirements.txt", "model.pt", "values.pt",
+                "hf_objects", "model_file.py", "MAR-INF/MANIFEST.json")  # fmt: skip
 
 
 def module_name(path: Path) -> str:
@@ -116,3 +121,12 @@ def test_no_module_assigns_one_constant_twice_in_the_package_or_the_shipped_runt
         for name, line in module_level_assignments(path):
             assert name not in seen, f"{path.name} assigns {name} twice (lines {seen[name]} and {line}): keep one"
             seen[name] = line
+
+
+def test_the_model_folder_names_are_spelled_only_in_msnb_names_on_both_sides_of_the_archive():
+    for path in [*PACKAGE.rglob("*.py"), *TEMPLATES.glob("*.py")]:
+        name = module_name(path) if path.is_relative_to(PACKAGE) else f"msnb.templates.{path.stem}"
+        if name == NAMES:
+            continue
+        spelled = [(line, value) for line, value in literals(path) if value in FOLDER_NAMES]
+        assert not spelled, f"{name} spells {spelled}: import it from {NAMES}"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from msnb.errors import ServerError
 from msnb.files import clone_file, clone_tree, disk_error, partial_sibling, remove, replace_tree
+from msnb.templates.msnb_names import MANIFEST
 
-MANIFEST = "MAR-INF/MANIFEST.json"
 # Names and versions are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
 # version register but cannot be predicted on or removed (TorchServe registers an empty one as 1.0).
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")

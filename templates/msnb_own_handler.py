@@ -6,8 +6,8 @@ to its class entry point (which needs exactly one class in the module). Load sem
 first batch; a function gets ``handle(None, context)`` once. msnb adds only what packaging needs: extra-file
 archives unpacked before loading, and load errors that name the missing file and the option that ships it.
 Requests go to the user's code untouched (no per-sample isolation, no metrics); an answer whose Content-Type the
-user's code did not set gets the shared handler's (``msnb_content``). Depends on the standard library,
-``msnb_content`` and ``msnb_load`` only.
+user's code did not set gets the shared handler's (``msnb_content_type``). Depends on the standard library,
+``msnb_content_type`` and ``msnb_load`` only.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from msnb_content import label
+    from msnb_content_type import label
     from msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
-except ImportError:  # imported as msnb.templates.msnb_own instead of from a model dir
-    from .msnb_content import label
+except ImportError:  # imported as msnb.templates.msnb_own_handler instead of from a model dir
+    from .msnb_content_type import label
     from .msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
 
 TORCHSCRIPT_HINT = (

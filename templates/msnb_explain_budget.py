@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 try:
     from msnb_explain import ExplainError
-except ImportError:  # imported as msnb.templates.msnb_budget instead of from a model dir
+except ImportError:  # imported as msnb.templates.msnb_explain_budget instead of from a model dir
     from .msnb_explain import ExplainError
 
 # The most of a worker's time explanations may take; the server's environment may set another share

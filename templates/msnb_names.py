@@ -1,0 +1,14 @@
+"""The names of a model folder's files: one module for msnb's packaging side and for the runtime in every archive.
+
+msnb imports it as ``msnb.templates.msnb_names``; the shipped runtime, inside a model folder, by its bare name. A file
+named here is spelled nowhere else (tests/unit/test_one_source.py holds both sides to it).
+"""
+
+HANDLER_MODULE = "handler_model"  # the rendered user code, handler_model.py: the manifest's handler
+CHECKPOINT = "model.pt"  # the checkpoint (a user's own handler may keep its file's own name)
+CONFIG = "model-config.yaml"  # TorchServe's per-model configuration
+REQUIREMENTS = "requirements.txt"  # the pinned third-party requirements
+VALUES_FILE = "values.pt"  # the kernel's runtime values (read by msnb_values)
+HF_DIR = "hf_objects"  # Hugging Face objects, one folder each by name (read by msnb_hf)
+MODEL_FILE = "model_file.py"  # an eager BaseHandler's model class: the manifest's modelFile
+MANIFEST = "MAR-INF/MANIFEST.json"  # torch-model-archiver's manifest
