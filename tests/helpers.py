@@ -121,6 +121,26 @@ def mlp_model(hidden: int = 8) -> torch.nn.Module:
     return namespace["init_function"](hidden=hidden).eval()
 
 
+def label_and_scores(output: torch.Tensor, digits: int = 5) -> dict:
+    """MLP_SOURCE's postprocess rule, written out here: the argmax label and the scores rounded to ``digits``."""
+    return {"label": int(output.argmax()), "scores": [round(float(v), digits) for v in output]}
+
+
+def notebook_answer(
+    model: torch.nn.Module,
+    x: Any,
+    postprocess: Callable[[torch.Tensor], Any] = label_and_scores,
+    batched: bool = True,
+) -> Any:
+    """The truth a served answer is compared with: plain torch (no msnb code) on the notebook's model and input
+    ``x``, then the cell's own postprocess. ``batched`` runs a batch of one and takes row 0, as a server's batched
+    forward does; otherwise the bare sample goes through the model."""
+    with torch.inference_mode():
+        sample = torch.tensor(x, dtype=torch.float32)
+        output = model(sample.unsqueeze(0))[0] if batched else model(sample)
+    return postprocess(output)
+
+
 ARCHIVER = Path(sys.executable).parent / "torch-model-archiver"
 
 ECHO = textwrap.dedent(

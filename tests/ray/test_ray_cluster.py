@@ -14,7 +14,7 @@ import pytest
 import requests
 import torch
 import yaml
-from helpers import BODY, NET, handler, poll, run, standard
+from helpers import BODY, IMPORTS, NET, handler, notebook_answer, poll, run, standard
 
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import TorchServeClient
@@ -29,14 +29,13 @@ V2_BODY = BODY.replace('"label": int(output.argmax()),', '"label": int(output.ar
 
 
 def expected(folder: Path, x: list[float]) -> dict:
-    """The notebook's own computation: Net with the notebook's weights.pt on the same input."""
-    namespace: dict = {"torch": torch}
-    exec(NET, namespace)
-    net = namespace["Net"](8)
+    """The notebook's own answer: its cells run here as plain Python (no msnb), Net with the notebook's weights.pt,
+    then plain torch on the input and the mlp cell's own postprocess (scores to 4 digits)."""
+    namespace: dict = {}
+    exec(IMPORTS + NET + BODY, namespace)
+    net = namespace["init_function"]()
     net.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
-    with torch.no_grad():
-        out = net(torch.tensor(x, dtype=torch.float32))
-    return {"label": int(out.argmax()), "scores": [round(float(v), 4) for v in out]}
+    return notebook_answer(net.eval(), x, namespace["postprocess"], batched=False)
 
 
 def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, mlp_body: str = BODY, version: str = "1.0"):

@@ -8,8 +8,7 @@ import threading
 
 import pytest
 import requests
-import torch
-from helpers import MLP_SOURCE, mlp_model, poll
+from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 
 from msnb.engines.torchserve import LocalServer
 from msnb.session.core import Session, deploy
@@ -21,13 +20,6 @@ pytestmark = pytest.mark.server
 
 BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
 INPUTS = [{"x": [float(i), 1.0, -2.0, 0.5]} for i in range(4)]
-
-
-def expected(sample: dict) -> dict:
-    """The answer of the handler's model, computed here with plain torch."""
-    with torch.no_grad():
-        output = mlp_model()(torch.tensor([sample["x"]]))[0]
-    return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
 
 
 @pytest.mark.timeout(300)
@@ -43,7 +35,7 @@ def test_a_forward_that_breaks_on_a_batch_is_counted_in_status_and_its_traceback
         server = session.serve("batchbug")
 
         def fell_back():  # concurrent requests, until the server has batched some of them
-            assert server.predict_many("batchbug", INPUTS) == [expected(x) for x in INPUTS]
+            assert server.predict_many("batchbug", INPUTS) == [notebook_answer(mlp_model(), x["x"]) for x in INPUTS]
             return session.status()["handlers"]["batchbug"]["batch_fallbacks"] and session.status()
 
         status = poll(fell_back, 60, "a batch fallback counted on /metrics", log=lambda: session.logs("batchbug"))
@@ -77,7 +69,7 @@ def test_explanations_over_their_share_get_503_with_retry_after_while_prediction
         predictions = [server.predict("mlp", sample) for sample in INPUTS * 5]
         for client in clients:
             client.join(120)
-    assert predictions == [expected(x) for x in INPUTS * 5]
+    assert predictions == [notebook_answer(mlp_model(), x["x"]) for x in INPUTS * 5]
     refused = [r for r in explained if r.status_code == 503]
     assert refused and any(r.status_code == 200 for r in explained)
     assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)

@@ -6,12 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model, processes_naming
+from captum.attr import IntegratedGradients
+from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model, notebook_answer, processes_naming
 
 from msnb.engines.torchserve import LocalServer, PredictionError
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source
-from msnb.trial import runner
 
 X = [0.5, -1.0, 2.0, 0.1]
 
@@ -29,7 +29,7 @@ def explaining(tmp_path_factory):
     assert not processes_naming(server.workdir)
 
 
-def test_served_integrated_gradients_satisfy_completeness_like_in_process(explaining):
+def test_served_integrated_gradients_satisfy_completeness_and_equal_captum_s(explaining):
     answer = explaining.explain("mlp", {"x": X})
     model = mlp_model()
     with torch.no_grad():
@@ -38,8 +38,10 @@ def test_served_integrated_gradients_satisfy_completeness_like_in_process(explai
     assert answer["target"] == target and answer["method"] == "integrated_gradients" and answer["n_steps"] == 50
     gap = float(at_x[target] - at_baseline[target])
     assert abs(sum(answer["attributions"]) - gap) <= abs(answer["delta"]) + 1e-5
-    [local] = runner.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [{"x": X}], explain=True)
-    assert answer["attributions"] == pytest.approx(local["attributions"], abs=1e-5)
+    captum = IntegratedGradients(model).attribute(
+        torch.tensor([X]), baselines=torch.zeros(1, 4), target=target, n_steps=50
+    )
+    assert answer["attributions"] == pytest.approx(captum[0].tolist(), abs=1e-5)
 
 
 def test_the_custom_explain_role_answers_explanations_and_predictions_stay_predictions(explaining):
@@ -62,7 +64,8 @@ def test_a_batch_mixing_predictions_and_explanations_answers_each(explaining):
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(explaining.explain if ask else explaining.predict, "mlp", x) for x, ask in inputs]
         answers = [f.result() for f in futures]
-    expected = runner.predict_in_process(spec_from_source("mlp", MLP_SOURCE), [x for x, _ in inputs])
+    model = mlp_model()
+    expected = [notebook_answer(model, x["x"]) for x, _ in inputs]
     for (_, asked), answer, prediction in zip(inputs, answers, expected):
         if asked:
             assert answer["target"] == prediction["label"] and len(answer["attributions"]) == 4

@@ -7,20 +7,13 @@ import os
 
 import pytest
 import torch
-from helpers import MLP_SOURCE, mlp_model, processes_naming
+from helpers import MLP_SOURCE, mlp_model, notebook_answer, processes_naming
 
 from msnb.engines.torchserve import LocalServer
 from msnb.session.core import Session, StaleModelWarning
 from msnb.spec import spec_from_source
 
 SAMPLE = {"x": [0.5, -1.0, 2.0, 0.25]}
-
-
-def notebook_answer(model: torch.nn.Module, sample: dict) -> dict:
-    """What the notebook computes itself: the model on the sample, then the cell's postprocess rule."""
-    with torch.inference_mode():
-        output = model(torch.tensor(sample["x"], dtype=torch.float32))
-    return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
 
 
 @pytest.fixture
@@ -41,7 +34,7 @@ def test_resaving_the_checkpoint_after_serve_changes_no_answer_and_status_names_
     torch.save(original.state_dict(), checkpoint)
     session.add(spec_from_source("fixed", MLP_SOURCE, checkpoint=str(checkpoint), example=SAMPLE))
     session.serve("fixed")
-    expected = notebook_answer(original, SAMPLE)
+    expected = notebook_answer(original, SAMPLE["x"], batched=False)
     assert session.predict("fixed", SAMPLE) == expected
     assert session.stale("fixed") is None
 
@@ -50,7 +43,7 @@ def test_resaving_the_checkpoint_after_serve_changes_no_answer_and_status_names_
         for p in other.parameters():
             p.mul_(-3.0)
     torch.save(other.state_dict(), checkpoint)  # the same path, the same inode: what `torch.save` does
-    assert notebook_answer(other, SAMPLE) != expected
+    assert notebook_answer(other, SAMPLE["x"], batched=False) != expected
 
     with pytest.warns(StaleModelWarning, match=r"'model\.pth' changed since fixed v1\.0 .* was built"):
         answer = session.predict("fixed", SAMPLE)
@@ -68,4 +61,4 @@ def test_a_checkpoint_saved_again_with_the_same_weights_is_not_stale(session, tm
     stat = checkpoint.stat()
     os.utime(checkpoint, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # saved again: same bytes, new mtime
     assert session.stale("same") is None
-    assert session.predict("same", SAMPLE) == notebook_answer(model, SAMPLE)
+    assert session.predict("same", SAMPLE) == notebook_answer(model, SAMPLE["x"], batched=False)

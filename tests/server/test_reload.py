@@ -13,7 +13,7 @@ import psutil
 import pytest
 import requests
 import torch
-from helpers import MLP_MODEL, mlp_model, poll
+from helpers import MLP_MODEL, mlp_model, notebook_answer, poll
 
 from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
@@ -21,7 +21,6 @@ from msnb.session.core import Session
 from msnb.session.reload import NEW_VERSION, RELOAD
 from msnb.spec import spec_from_source
 from msnb.templates.dev_reload import RELOAD_HEADER, SECRET_FILE
-from msnb.trial.runner import predict_in_process
 
 SAMPLE = {"x": [1.0, -2.0, 0.5, 3.0]}
 
@@ -54,6 +53,16 @@ def spec(tag: int, tmp_path, **config):
     return spec_from_source("mlp", edit(tag, config.pop("init_line", "")), checkpoint=str(ckpt), **config)
 
 
+def truth(tag: int, tmp_path) -> dict:
+    """The notebook's own answer to SAMPLE: the edited cell run here as plain Python (no msnb), its model given the
+    checkpoint's weights, plain torch on a batch of one, then the cell's own postprocess."""
+    namespace: dict = {}
+    exec(edit(tag), namespace)
+    model = namespace["init_function"]()
+    model.load_state_dict(torch.load(tmp_path / "mlp.pt", weights_only=True))
+    return notebook_answer(model.eval(), SAMPLE["x"], namespace["postprocess"])
+
+
 def worker(server: LocalServer) -> psutil.Process:
     (model,) = [m for m in server.models() if m.name == "mlp"]
     return psutil.Process(model.workers[0].pid)
@@ -68,7 +77,7 @@ def test_a_code_edit_reloads_in_the_same_worker_and_answers_like_the_notebook(se
     before = session.status()["handlers"]["mlp"]["served"]
     edited = session.add(spec(2, tmp_path))
     session.serve(edited)
-    assert session.predict("mlp", SAMPLE) == predict_in_process(edited, [SAMPLE])[0]
+    assert session.predict("mlp", SAMPLE) == truth(2, tmp_path)
     after = session.status()["handlers"]["mlp"]["served"]
     assert [r["version"] for r in after] == [r["version"] for r in before]  # no new version
     assert after[0]["generation"] == 2 and after[0]["redeploy"] == RELOAD

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from helpers import MLP_SOURCE, poll
+from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 
 from msnb.engines.torchserve import LocalServer, PredictionError
 from msnb.package import archive
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_metrics import ALL_METRICS
-from msnb.trial.runner import predict_in_process, run_handler
+from msnb.trial.runner import run_handler
 
 UNSERIALISABLE = (
     "import torch\n\n"
@@ -50,9 +50,10 @@ def served(tmp_path_factory):
         yield spec, server
 
 
-def test_eight_concurrent_requests_answer_like_the_in_process_handler(served):
-    spec, server = served
-    expected = predict_in_process(spec, SAMPLES)
+def test_eight_concurrent_requests_answer_like_the_notebook(served):
+    _, server = served
+    model = mlp_model()
+    expected = [notebook_answer(model, sample["x"]) for sample in SAMPLES]
     answers = server.predict_many("mlp", SAMPLES)
     assert answers == expected
     assert server.status("mlp").batch_size == 4
@@ -67,11 +68,11 @@ def test_batched_requests_really_share_a_forward_pass(served):
 
 
 def test_a_bad_sample_in_a_batch_fails_alone_with_its_own_message(served):
-    spec, server = served
+    _, server = served
     inputs = [SAMPLES[0], {"x": [1, 2]}, SAMPLES[1], {"nope": 1}]
     answers = server.predict_many("mlp", inputs, return_exceptions=True)
-    assert answers[0] == predict_in_process(spec, [SAMPLES[0]])[0]
-    assert answers[2] == predict_in_process(spec, [SAMPLES[1]])[0]
+    assert answers[0] == notebook_answer(mlp_model(), SAMPLES[0]["x"])
+    assert answers[2] == notebook_answer(mlp_model(), SAMPLES[1]["x"])
     for bad in (answers[1], answers[3]):
         assert isinstance(bad, PredictionError) and bad.status == 400
     assert "'x' must hold 4 numbers" in str(answers[1])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import MLP_SOURCE, mlp_model
+from helpers import MLP_SOURCE, mlp_model, notebook_answer
 
 from msnb.package import archive
 from msnb.spec import spec_from_source
@@ -65,13 +65,6 @@ def request(body, content_type="application/json", explain=False):
     return explain, data, {"content-type": content_type}
 
 
-def expected(x: list[float]) -> dict:
-    """The notebook's own computation: the seeded MLP on the same input."""
-    with torch.no_grad():
-        out = mlp_model()(torch.tensor(x, dtype=torch.float32))
-    return {"label": int(out.argmax()), "scores": [round(float(v), 5) for v in out]}
-
-
 def test_a_bad_sample_in_a_batch_of_8_gets_its_own_400_and_the_other_7_are_answered(loaded):
     model = loaded(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=8))
     inputs = [[i, 1.0, 2.0, 3.0] for i in range(8)]
@@ -82,7 +75,7 @@ def test_a_bad_sample_in_a_batch_of_8_gets_its_own_400_and_the_other_7_are_answe
     for idx, (_, headers, body) in enumerate(replies):
         assert headers["content-type"] == "application/json"
         if idx != 5:
-            assert json.loads(body) == expected(inputs[idx])
+            assert json.loads(body) == notebook_answer(mlp_model(), inputs[idx], batched=False)
     error = json.loads(replies[5][2])
     assert error["stage"] == "preprocess" and "expected a JSON object" in error["error"] and error["hint"]
     assert FakeMetrics.values["MsnbBatchSize"] == 8  # the Msnb metrics go to Ray's metrics
@@ -92,7 +85,7 @@ def test_a_str_answer_keeps_its_text_content_type(loaded):
     model = loaded(spec_from_source("text", TEXT_SOURCE, init_kwargs={"hidden": 8}))
     [(status, headers, body)] = model.answer([request({"x": [1, 2, 3, 4]})])
     assert status == 200 and headers["content-type"].startswith("text/plain")
-    assert body.decode() == f"label {expected([1, 2, 3, 4])['label']}"
+    assert body.decode() == f"label {notebook_answer(mlp_model(), [1, 2, 3, 4], batched=False)['label']}"
 
 
 def test_a_handler_answering_the_wrong_number_of_requests_fails_each_with_503_naming_the_mismatch(loaded):

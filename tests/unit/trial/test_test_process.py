@@ -13,8 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
-from helpers import MLP_SOURCE, mlp_model, poll
+from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 
 import msnb
 from msnb.errors import HandlerRunError
@@ -55,13 +54,6 @@ def no_test_process_left():
     processes.close()
 
 
-def expected(x: list[float]) -> dict:
-    """The answer of the handler's model, computed here with plain torch."""
-    with torch.no_grad():
-        output = mlp_model()(torch.tensor([x]))[0]
-    return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
-
-
 def test_samples_go_in_batches_of_the_batch_size_in_a_process_of_their_own():
     spec = spec_from_source("probe", BATCH_PROBE, batch_size=2)
     answers = msnb.test_handler(spec, [[1.0]] * 5)
@@ -81,7 +73,7 @@ def test_a_forward_that_breaks_on_a_batch_warns_with_the_error_and_still_answers
     spec = spec_from_source("batchbug", BATCH_ONLY_BUG, init_kwargs={"hidden": 8}, batch_size=4)
     with pytest.warns(BatchFallbackWarning) as caught:
         [answer] = msnb.test_handler(spec, [{"x": X}])
-    assert answer == expected(X)
+    assert answer == notebook_answer(mlp_model(), X)
     [message] = [str(w.message) for w in caught if issubclass(w.category, BatchFallbackWarning)]
     assert "batched forward of 2 samples failed" in message and "mat1 and mat2 shapes cannot be multiplied" in message
     assert "batching is lost" in message and "Hint: make forward work on a batch" in message
@@ -89,7 +81,7 @@ def test_a_forward_that_breaks_on_a_batch_warns_with_the_error_and_still_answers
 
 def test_with_batch_size_one_a_single_sample_is_not_doubled(recwarn):
     spec = spec_from_source("batchbug1", BATCH_ONLY_BUG, init_kwargs={"hidden": 8})
-    assert msnb.test_handler(spec, [{"x": X}]) == [expected(X)]  # the server never batches it
+    assert msnb.test_handler(spec, [{"x": X}]) == [notebook_answer(mlp_model(), X)]  # the server never batches it
     assert not [w for w in recwarn if issubclass(w.category, BatchFallbackWarning)]
 
 
@@ -109,7 +101,9 @@ def test_what_the_handler_prints_is_shown_and_the_process_state_is_kept(capsys, 
     chatty = MLP_SOURCE.replace(
         "def preprocess(sample):\n", "def preprocess(sample):\n    print('preprocessing', sample)\n"
     )
-    assert msnb.test_handler(spec_from_source("chatty", chatty, init_kwargs={"hidden": 8}), [{"x": X}]) == [expected(X)]
+    assert msnb.test_handler(spec_from_source("chatty", chatty, init_kwargs={"hidden": 8}), [{"x": X}]) == [
+        notebook_answer(mlp_model(), X)
+    ]
     assert f"preprocessing {{'x': {X}}}" in capsys.readouterr().out
     assert os.getcwd() == str(tmp_path) and sys.path == path
     assert not {m for m in set(sys.modules) - modules if "handler_model" in m or m.startswith("msnb_")}
