@@ -589,3 +589,24 @@ def preprocess(sample):
 def postprocess(output):
     return {{"answer": ANSWER, "sum": float(output.sum())}}
 """
+
+
+# ---------------------------------------------------------------- a kernel-tier shell, driven as a notebook does
+def run_cell(shell, source: str) -> str:
+    """Run a cell as a notebook does (stored in history); it must succeed; returns everything it showed."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        result = shell.run_cell(source, store_history=True)
+    shown = "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
+    assert result.success, shown
+    return shown
+
+
+def run_magic(shell, name: str, line: str = ""):
+    """``%name line``: (its value, everything it showed)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        value = shell.run_line_magic(name, line)
+    return value, "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])

@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 import torch
-from IPython.utils.capture import capture_output
+from helpers import run_cell as run
+from helpers import run_magic as magic
 
 pytest.importorskip("transformers")
 
@@ -38,20 +39,6 @@ TEXTS = ["a good movie with great acting", "zyzzyva quux", "", "a terrible plot"
 def session(session, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     return session
-
-
-def run(shell, source: str) -> str:
-    with capture_output() as cap:
-        result = shell.run_cell(source, store_history=True)
-    shown = "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
-    assert result.success, shown
-    return shown
-
-
-def magic(shell, name: str, line: str = ""):
-    with capture_output() as cap:
-        value = shell.run_line_magic(name, line)
-    return value, "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
 
 
 def truth(ns) -> torch.Tensor:

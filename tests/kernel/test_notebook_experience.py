@@ -6,6 +6,7 @@ import os
 import textwrap
 
 import pytest
+from helpers import run_magic as magic
 from IPython.utils.capture import capture_output
 
 pytestmark = pytest.mark.kernel
@@ -39,12 +40,6 @@ def cell(shell, line: str, body: str = CELL.format(answer="len")) -> str:
     with capture_output() as cap:
         shell.run_cell(f"%%ms_handler {line}\n{body}", store_history=True)
     return "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
-
-
-def magic(shell, name: str, line: str = ""):
-    with capture_output() as cap:
-        value = shell.run_line_magic(name, line)
-    return value, "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
 
 
 def failing(shell, name: str, line: str = "") -> str:

@@ -6,6 +6,8 @@ import json
 import textwrap
 
 import pytest
+from helpers import run_cell as run
+from helpers import run_magic as magic
 from IPython.utils.capture import capture_output
 
 pytestmark = pytest.mark.kernel
@@ -55,21 +57,6 @@ EXPECTED = textwrap.dedent(
 def session(session, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     return session
-
-
-def run(shell, source: str) -> str:
-    """Run a cell as a notebook does (stored in history); it must succeed; returns everything it showed."""
-    with capture_output() as cap:
-        result = shell.run_cell(source, store_history=True)
-    shown = "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
-    assert result.success, shown
-    return shown
-
-
-def magic(shell, name: str, line: str = ""):
-    with capture_output() as cap:
-        value = shell.run_line_magic(name, line)
-    return value, "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
 
 
 def define(ip, name: str) -> str:
