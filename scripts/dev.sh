@@ -2,8 +2,8 @@
 # One entry point for a fresh machine (Python 3.11 and Java 17 needed; 3.13 too for its test tiers):
 #   bash scripts/dev.sh demo   set up .venv, build the quickstart notebook's handler, serve it, predict, stop
 #   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test), ruff (lint + format check), the
-#                              docs' strict build, every test tier; then the install, unit and kernel tiers on
-#                              the other tested Python versions (TEST_PYTHONS). Arguments run only those tests.
+#                              docs' strict build, every test tier; beside it, the install, unit, spine and kernel
+#                              tiers on the other tested Python versions (TEST_PYTHONS). Arguments run only those tests.
 #   bash scripts/dev.sh bench  set up .venv and run the benchmarks (pass --quick for the short run)
 # pyproject.toml declares ranges; constraints.txt pins this environment. A venv is reinstalled only when
 # pyproject.toml, constraints.txt or TORCH_INDEX_URL change.
@@ -70,6 +70,18 @@ run_pytest() {  # run_pytest VENV [pytest args]: Jupyter and TorchServe write to
     return $rc
 }
 
+other_pythons() {  # the install, unit, spine and kernel tiers on each other tested Python (TEST_PYTHONS)
+    local v py rc=0
+    for v in $TEST_PYTHONS; do
+        py=$(find_python "$v")
+        if [[ -z $py ]]; then echo "== python$v not found: its tiers did not run" >&2; rc=1; continue; fi
+        setup_venv "$ROOT/.venv-$v" "$py" test
+        echo "== Python $v: install, unit, spine and kernel tiers (set up and run beside the main run)"
+        run_pytest "$ROOT/.venv-$v" -n 1 -m "not one_python" tests/unit tests/spine tests/kernel tests/install || rc=$?
+    done
+    return $rc
+}
+
 phase() {  # phase NAME: the wall time since the previous phase ended, so a run says where its minutes went
     echo "== $1 took $((SECONDS - PHASE_START)) s (total $SECONDS s)"
     PHASE_START=$SECONDS
@@ -85,25 +97,26 @@ case "$cmd" in
     test)
         check_java; setup_venv "$VENV" "$PY" test,docs; setup_browser
         phase "setup"
+        others=""
         # Lint and format are part of the tests: CI fails on either.
         "$VENV/bin/ruff" check msnb tests bench templates
         "$VENV/bin/ruff" format --check msnb tests bench templates
         if [[ $# -gt 0 ]]; then run_pytest "$VENV" "$@"; exit; fi
+        # The other Pythons' tiers run beside the main run, with their own venvs, scratch dirs and free ports: most of
+        # a tier's time is waiting on Java, kernels and Ray, so the two overlap on two cores. Their output follows.
+        other_log=$(mktemp "${TMPDIR:-/tmp}/msnb-other-pythons.XXXXXX")
+        other_pythons > "$other_log" 2>&1 &
+        others=$!
         # The docs: a broken link, a page missing from the nav or an API name that does not resolve fails.
         NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$ROOT/site"
         phase "ruff and the docs"
         rc=0
         run_pytest "$VENV" || rc=$?
         phase "every tier on $("$VENV/bin/python" -V)"
-        for v in $TEST_PYTHONS; do
-            py=$(find_python "$v")
-            if [[ -z $py ]]; then echo "== python$v not found: its tiers did not run" >&2; rc=1; continue; fi
-            setup_venv "$ROOT/.venv-$v" "$py" test
-            phase "setting up Python $v"
-            echo "== Python $v: install, unit and kernel tiers"
-            run_pytest "$ROOT/.venv-$v" tests/unit tests/spine tests/kernel tests/install || rc=$?
-            phase "the Python $v tiers"
-        done
+        wait "$others" || rc=1
+        cat "$other_log"
+        rm -f "$other_log"
+        phase "the other Pythons' tiers, beyond the main run"
         exit $rc ;;
     bench)
         check_java; setup_venv "$VENV" "$PY" test,docs

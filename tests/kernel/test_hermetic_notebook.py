@@ -106,6 +106,7 @@ def test_a_failing_msnb_cell_stops_nbclient_and_shows_only_the_message(tmp_path)
 
 @pytest.mark.server
 @pytest.mark.timeout(900)
+@pytest.mark.one_python
 def test_local_code_travels_and_a_clean_torchserve_answers_like_the_notebook(tmp_path, clean_python):
     project = tmp_path / "proj"
     for name, text in FILES.items():
@@ -141,6 +142,7 @@ def test_local_code_travels_and_a_clean_torchserve_answers_like_the_notebook(tmp
 
 @pytest.mark.server
 @pytest.mark.timeout(900)
+@pytest.mark.one_python
 def test_a_clean_torchserve_installs_only_what_it_lacks_for_a_captum_handler_never_a_second_torch(
     tmp_path, clean_python
 ):

@@ -58,6 +58,7 @@ def test_a_plain_export_refuses_the_objects_with_the_hint_to_execute(tmp_path):
 
 @pytest.mark.server
 @pytest.mark.timeout(1800)
+@pytest.mark.one_python
 def test_export_execute_then_a_clean_torchserve_answers_like_the_notebook(tmp_path, clean_python):  # noqa: F811
     nb = example(tmp_path / "nb")
     done = msnb("export", nb, "--execute", "-o", "store", cwd=tmp_path)
