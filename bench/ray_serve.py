@@ -67,8 +67,8 @@ def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path) 
 
 def _load(engine, total: int) -> dict:
     headers = {}
-    if getattr(engine, "auth", False):
-        key = json.loads(engine.layout.key_file.read_text())["inference"]["key"]
+    if engine.key_file is not None:  # both engines ask for the inference key (the Engine protocol's key_file)
+        key = json.loads(engine.key_file.read_text())["inference"]["key"]
         headers = {"Authorization": f"Bearer {key}"}
     url = f"{engine.inference_url}/predictions/{NAME}"
     return load(url, json.dumps(models.SAMPLE).encode(), total, CLIENTS, headers, wall_cap=120)

@@ -100,8 +100,8 @@ def _msnb(kind: str, checkpoint: Path, work: Path, rounds: int, compute: Compute
         engine.start()
         deploy(engine, spec_from_source(NAME, stream_model.CELL, checkpoint=str(checkpoint)))
         headers = {}
-        if getattr(engine, "auth", False):
-            key = json.loads(engine.layout.key_file.read_text())["inference"]["key"]
+        if engine.key_file is not None:  # both engines ask for the inference key (the Engine protocol's key_file)
+            key = json.loads(engine.key_file.read_text())["inference"]["key"]
             headers = {"Authorization": f"Bearer {key}"}
         url = engine.inference_url
         return _measure(f"{url}/predictions/{NAME}", f"{url}/ping", headers, rounds, compute)

@@ -147,12 +147,14 @@ def _reads_file(func: ast.expr) -> bool:
 
 
 def _not_data(value: Any) -> bool:
-    """A kernel value that cannot travel as data and is not a model (whose weights go in --checkpoint)."""
+    """A kernel value that cannot travel as data, is not a model (whose weights go in --checkpoint) and is not a
+    Hugging Face object (saved with save_pretrained: msnb.capture.hf_objects)."""
     import torch
 
+    from msnb.capture import hf_objects
     from msnb.capture.kernel_values import unsupported
 
-    return unsupported(value) is not None and not isinstance(value, torch.nn.Module)
+    return unsupported(value) is not None and not isinstance(value, torch.nn.Module) and not hf_objects.travels(value)
 
 
 def _imported_modules(node: ast.Import | ast.ImportFrom) -> dict[str, str]:

@@ -170,8 +170,9 @@ def test_unknown_handler_lists_the_ones_that_are_there(tmp_path, capsys):
 
 def test_dependency_that_lives_only_in_runtime_state_names_the_cell(tmp_path, capsys):
     body = BODY.replace("return Net(hidden)", "return Net(HIDDEN)")
+    # computed by a loop: only the kernel that ran it has the value (a statement alone would be rebuilt as code)
     nb = make_notebook(
-        tmp_path / "nb", IMPORTS, NET, "import json\nHIDDEN = json.loads('8')", handler("mlp", body=body)
+        tmp_path / "nb", IMPORTS, NET, "HIDDEN = 0\nfor _ in range(8):\n    HIDDEN += 1", handler("mlp", body=body)
     )
     code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
     assert code == 1 and "error: mlp:" in err and "HIDDEN" in err and "Hint:" in err

@@ -18,9 +18,9 @@ import psutil
 import pytest
 import requests
 from helpers import run
-from test_ray_notebook import HANDLER, NET_CELL, cell, expected
+from test_ray_notebook import HANDLER, NET_CELL, cell, truth
 
-import msnb.session
+import msnb.session.core
 from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
 from msnb.engines.torchserve.models import PredictionError
 
@@ -52,15 +52,15 @@ class Evil:
 
 @pytest.fixture(scope="module")
 def served(ip):
-    fresh, saved = msnb.session.Session(), msnb.session._default
-    msnb.session._default = fresh
+    fresh, saved = msnb.session.core.Session(), msnb.session.core._default
+    msnb.session.core._default = fresh
     try:
         cell(ip, NET_CELL)
         cell(ip, f"%%ms_handler {LINE}\n{HANDLER}")
         yield cell(ip, "%ms_serve rdoor --engine ray")
     finally:
         fresh.stop()
-        msnb.session._default = saved
+        msnb.session.core._default = saved
 
 
 def session_processes() -> list[psutil.Process]:
@@ -162,11 +162,11 @@ def test_the_key_file_is_the_users_alone_and_every_surface_sends_the_key(served,
     key_file = served.key_file
     assert key_file.stat().st_mode & 0o777 == 0o600
     key = json.loads(key_file.read_text())["inference"]["key"]
-    assert post(served, b'{"x": [1, 2, 3, 4]}', key).json() == {"label": expected([1, 2, 3, 4])}
-    assert served.predict("rdoor", {"x": [4, 3, 2, 1]}) == {"label": expected([4, 3, 2, 1])}
+    assert post(served, b'{"x": [1, 2, 3, 4]}', key).json() == truth(HANDLER, [1, 2, 3, 4])
+    assert served.predict("rdoor", {"x": [4, 3, 2, 1]}) == truth(HANDLER, [4, 3, 2, 1])
     code, out, err = run(capsys, "predict", "rdoor", "--url", served.inference_url, "--token-file", key_file,
                          "--data", '{"x": [1, 0, 0, 2]}')  # fmt: skip
-    assert code == 0 and json.loads(out) == {"label": expected([1, 0, 0, 2])}, err
+    assert code == 0 and json.loads(out) == truth(HANDLER, [1, 0, 0, 2]), err
     code, _, err = run(capsys, "predict", "rdoor", "--url", served.inference_url, "--data", '{"x": [1, 0, 0, 2]}')
     assert code != 0 and "HTTP 400" in err
 
@@ -180,7 +180,7 @@ def test_a_deeply_nested_body_among_8_requests_gets_its_own_400(served):
         answers = list(pool.map(lambda body: post(served, body, key), bodies))
     assert answers[5].status_code == 400 and answers[5].json()["stage"] == "preprocess"
     assert [a.json() for i, a in enumerate(answers) if i != 5] == [
-        {"label": expected(x["x"])} for i, x in enumerate(inputs) if i != 5
+        truth(HANDLER, x["x"]) for i, x in enumerate(inputs) if i != 5
     ]
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from IPython.utils.capture import capture_output
 
-import msnb.session
+import msnb.session.core
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.xdist_group("ray-notebook")
@@ -37,8 +37,8 @@ TEXTS = ["a good movie with great acting", "zyzzyva quux", "", "a terrible plot"
 
 @pytest.fixture
 def session(monkeypatch):
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
     yield fresh
     fresh.stop()
 

@@ -10,7 +10,7 @@ from charlm import HANDLER_BODY, MODEL_SOURCE, TRAIN_SOURCE, greedy
 from helpers import poll
 from IPython.utils.capture import capture_output
 
-import msnb.session
+import msnb.session.core
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")
 LONG_STEPS = 400  # a stream long enough that a client leaves while it is still being produced
@@ -41,8 +41,8 @@ def postprocess(step):
 
 @pytest.fixture
 def session(monkeypatch):
-    fresh = msnb.session.Session()
-    monkeypatch.setattr(msnb.session, "_default", fresh)
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
     yield fresh
     fresh.stop()
 

@@ -157,7 +157,8 @@ def test_a_base_handler_in_eager_mode_is_served_like_plain_torchserve_serves_mod
         f"%%ms_handler eager2 --checkpoint {plain / 'w.pt'} --model-file TinyNet\n" + TS_EAGER_HANDLER,
         weights=False,
     )
-    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    # the files sit beside the plain TorchServe archive, outside the notebook's folder: allowed by name
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out", "--allow-files", plain)
     assert code == 0, err
     own_server.register(tmp_path / "out" / "eager2.mar")
     for x in ([1, 2, 3, 4], [0.5, -1, 4, 2]):
@@ -208,7 +209,7 @@ def test_torchserves_default_text_classifier_by_name_is_served_like_plain_torchs
         f"--extra-files {files / 'source_vocab.pt'} {files / 'index_to_name.json'}\n"
     )
     nb = make_notebook(tmp_path / "nb", line + TS_TEXT_MODEL, weights=False)
-    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
+    code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out", "--allow-files", files)
     assert code == 0, err
     own_server.register(tmp_path / "out" / "news2.mar")
     for text in ("a good movie", "bad movie"):

@@ -115,8 +115,10 @@ import sys
 import msnb
 from msnb.spec import spec_from_source
 from msnb.trial import fork_server
-print(msnb.test_handler(spec_from_source("k", sys.argv[1]), [[1.0]])[0]["pid"], flush=True)
-signal.signal(signal.SIGINT, lambda *_: None)  # as an idle ipykernel: an interrupt ends no cell
+answer = msnb.test_handler(spec_from_source("k", sys.argv[1]), [[1.0]])[0]
+# as an idle ipykernel (an interrupt ends no cell), set before the test reads the pid and interrupts: no race
+signal.signal(signal.SIGINT, lambda *_: None)
+print(answer["pid"], flush=True)
 sys.stdin.read()
 """
 LEFTOVER_PREFIXES = ("msnb-forkserver-", "pymp-", "msnb-test-")
