@@ -115,6 +115,8 @@ def not_json(request: Any, context: Any, idx: int) -> str | None:
         json.loads(bytes(request[key]).decode("utf-8"))
     except ValueError as err:  # UnicodeDecodeError is one
         return str(err)[:500]
+    except RecursionError:  # valid, but deeper than Python's parser goes (a 100k-deep array)
+        return "nested too deeply to decode"
     return None
 
 

@@ -178,7 +178,8 @@ def test_a_deeply_nested_body_among_8_requests_gets_its_own_400(served):
     bodies = [item if isinstance(item, bytes) else json.dumps(item).encode() for item in inputs]
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda body: post(served, body, key), bodies))
-    assert answers[5].status_code == 400 and answers[5].json()["stage"] == "preprocess"
+    assert answers[5].status_code == 400 and answers[5].json()["stage"] == "request"  # refused before preprocess
+    assert answers[5].json()["error"] == "the request body is not JSON: nested too deeply to decode"
     assert [a.json() for i, a in enumerate(answers) if i != 5] == [
         truth(HANDLER, x["x"]) for i, x in enumerate(inputs) if i != 5
     ]

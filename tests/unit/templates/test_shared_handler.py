@@ -209,6 +209,17 @@ def test_a_body_sent_as_json_that_does_not_parse_is_a_400_with_the_parsers_messa
     assert seen == [bytearray(b"{raw")]  # preprocess never saw the bad body; octet-stream bytes still pass
 
 
+def test_a_json_body_nested_deeper_than_the_parser_goes_is_its_own_400_and_the_batch_is_answered(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=lambda s: torch.zeros(1))
+    part = {"body": {"content-type": "application/json"}}
+    ctx.request_processor = [RequestProcessor(part), RequestProcessor(part)]
+    ctx.request_ids = {0: "deep", 1: "fine"}
+    ctx.metrics.request_ids = ctx.request_ids
+    answers = handle([{"body": bytearray(b"[" * 100_000 + b"]" * 100_000)}, {"body": bytearray(b"[1]")}], ctx)
+    assert ctx.get_response_status(0)[0] == 400 and ctx.get_response_status(1)[0] == 200
+    assert answers[0]["error"] == "the request body is not JSON: nested too deeply to decode"
+
+
 # ---------------------------------------------------------------- per-sample isolation
 def test_bad_input_gets_its_own_400_and_the_rest_of_the_batch_succeeds(tmp_path, caplog):
     handle, ctx, model = loaded(tmp_path, preprocess_function=to_x)
