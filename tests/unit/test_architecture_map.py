@@ -45,3 +45,9 @@ def test_the_site_draws_its_diagrams_without_a_script_from_elsewhere():
     assert not [p.name for p in pages if "```mermaid" in p.read_text()]
     assert "](images/pipeline.svg)" in (ROOT / "docs" / "index.md").read_text()
     assert (ROOT / "docs" / "images" / "pipeline.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports each test file by its name (no __init__.py in tests/): two of one name fail to collect."""
+    names = [p.name for p in (ROOT / "tests").rglob("*.py") if p.name != "conftest.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
