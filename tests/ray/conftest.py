@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import poll, processes_naming
 
+import msnb.session.core
 from msnb.engines.ray import RayMissingError, require
 
 try:
@@ -62,3 +63,12 @@ def ip():
     shell = get_ipython()
     shell.run_line_magic("load_ext", "msnb")
     return shell
+
+
+@pytest.fixture
+def session(monkeypatch):
+    """A fresh session for the test, stopped (its engine with it) afterwards."""
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
+    yield fresh
+    fresh.stop()

@@ -7,9 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from IPython.utils.capture import capture_output
-
-import msnb.session.core
+from test_ray_notebook import cell
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.xdist_group("ray-notebook")
@@ -33,21 +31,6 @@ HANDLER = textwrap.dedent(
     """
 )
 TEXTS = ["a good movie with great acting", "zyzzyva quux", "", "a terrible plot", "loved it"]
-
-
-@pytest.fixture
-def session(monkeypatch):
-    fresh = msnb.session.core.Session()
-    monkeypatch.setattr(msnb.session.core, "_default", fresh)
-    yield fresh
-    fresh.stop()
-
-
-def cell(shell, source: str):
-    with capture_output() as cap:
-        result = shell.run_cell(source, store_history=True)
-    assert result.success, f"{result.error_in_exec or result.error_before_exec}\n{cap.stdout}{cap.stderr}"
-    return result.result
 
 
 def test_a_tokenizer_and_model_output_answer_on_ray_like_the_notebook(ip, session):

@@ -13,7 +13,6 @@ import pytest
 from helpers import mlp_class, notebook_answer, poll, processes_naming
 from IPython.utils.capture import capture_output
 
-import msnb.session.core
 from msnb.engines.ray import INSTALL_HINT
 from msnb.errors import MsnbError
 
@@ -43,14 +42,6 @@ def truth(handler_source: str, x: list[float]) -> dict:
     namespace: dict = {}
     exec(NET_CELL + handler_source, namespace)
     return notebook_answer(namespace["init_function"]().eval(), x, namespace["postprocess"], batched=False)
-
-
-@pytest.fixture
-def session(monkeypatch):
-    fresh = msnb.session.core.Session()
-    monkeypatch.setattr(msnb.session.core, "_default", fresh)
-    yield fresh
-    fresh.stop()
 
 
 def cell(shell, source: str):

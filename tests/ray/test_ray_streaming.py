@@ -9,8 +9,7 @@ import pytest
 from charlm import HANDLER_BODY, MODEL_SOURCE, TRAIN_SOURCE, greedy
 from helpers import poll
 from IPython.utils.capture import capture_output
-
-import msnb.session.core
+from test_ray_notebook import cell
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")
 LONG_STEPS = 400  # a stream long enough that a client leaves while it is still being produced
@@ -37,21 +36,6 @@ def preprocess(prompt):
 def postprocess(step):
     return CHARS[int(step)]
 """
-
-
-@pytest.fixture
-def session(monkeypatch):
-    fresh = msnb.session.core.Session()
-    monkeypatch.setattr(msnb.session.core, "_default", fresh)
-    yield fresh
-    fresh.stop()
-
-
-def cell(shell, source: str):
-    with capture_output() as cap:
-        result = shell.run_cell(source, store_history=True)
-    assert result.success, f"{result.error_in_exec or result.error_before_exec}\n{cap.stdout}{cap.stderr}"
-    return result.result
 
 
 def test_streams_on_ray_equal_the_notebooks_generation_batched_and_a_leaving_client_closes_its_generator(
