@@ -12,6 +12,7 @@ import multiprocessing.forkserver
 import multiprocessing.util
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -45,7 +46,7 @@ def warm_up() -> None:
             os.environ[READY_ENV] = str(marker)
             os.environ[LEFTOVERS_ENV] = json.dumps({"owner": os.getpid(), "paths": leftovers})
             try:
-                with no_main():
+                with no_main(), sigint_ignored():
                     multiprocessing.forkserver.ensure_running()
             finally:
                 os.environ.pop(READY_ENV, None)
@@ -124,6 +125,22 @@ def _wait_ready() -> None:
     if marker is not None and marker.exists():
         marker.unlink(missing_ok=True)
         _STATE["ready"] = None
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while the fork server starts: it inherits the ignored signal, so Jupyter's interrupt of the
+    kernel's process group (sent at every shutdown too) cannot end its imports with a KeyboardInterrupt traceback
+    (the stdlib ignores SIGINT in the fork server only once its imports are done). Only the main thread may set
+    a handler: %load_ext, the first start, runs there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

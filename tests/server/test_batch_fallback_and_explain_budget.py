@@ -13,6 +13,7 @@ from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 from msnb.engines.torchserve import LocalServer
 from msnb.session.core import Session, deploy
 from msnb.spec import spec_from_source
+from msnb.templates.msnb_explain_budget import SHARE_ENV
 from msnb.trial.batches import BatchFallbackWarning
 from msnb.ui.display import Status
 
@@ -50,7 +51,9 @@ def test_a_forward_that_breaks_on_a_batch_is_counted_in_status_and_its_traceback
 @pytest.mark.timeout(300)
 def test_explanations_over_their_share_get_503_with_retry_after_while_predictions_are_answered(tmp_path):
     spec = spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8})
-    with LocalServer(tmp_path / "ts") as server:
+    # A small share, so that the tiny model's explanations (a few ms each, no more than the HTTP round trip
+    # around them on a loaded machine) spend the burst credit well within the 240 requests below.
+    with LocalServer(tmp_path / "ts", env={SHARE_ENV: "0.02"}) as server:
         deploy(server, spec)
         key = json.loads(server.layout.key_file.read_text())["inference"]["key"]
         headers = {"Authorization": f"Bearer {key}"}

@@ -156,6 +156,39 @@ def test_the_test_processes_end_with_their_kernel_quietly_and_leave_no_folder(sh
     assert "Traceback" not in (err or "") and "KeyboardInterrupt" not in (err or "")
 
 
+INTERRUPTED_WARM_UP = """
+import multiprocessing.forkserver
+import signal
+import sys
+signal.signal(signal.SIGINT, lambda *_: None)  # an idle ipykernel: an interrupt ends no cell
+from msnb.trial import fork_server
+fork_server.warm_up()  # returns at once; the fork server imports torch and TorchServe in its own process
+print(multiprocessing.forkserver._forkserver._forkserver_pid, fork_server._STATE["ready"].exists(), flush=True)
+sys.stdin.readline()
+import msnb
+from msnb.spec import spec_from_source
+msnb.test_handler(spec_from_source("k", sys.argv[1]), [[1.0]])
+print(multiprocessing.forkserver._forkserver._forkserver_pid, flush=True)  # the same one, or a restarted one
+"""
+
+
+def test_an_interrupt_while_the_fork_server_imports_neither_ends_it_nor_prints_a_traceback(short_tmp):
+    """nbclient shuts a kernel down (an interrupt of its process group first) while its imports may still run."""
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_WARM_UP, BATCH_PROBE],
+        **{"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True},
+        env={**os.environ, "TMPDIR": str(short_tmp)},
+        start_new_session=True,
+    )
+    pid, ready = kernel.stdout.readline().split()
+    assert ready == "False"  # the interrupt below lands while the fork server imports
+    os.killpg(kernel.pid, signal.SIGINT)
+    out, err = kernel.communicate("go\n", timeout=120)
+    assert kernel.returncode == 0, err
+    assert out.split() == [pid]  # the fork server the interrupt reached answered the test: it was not restarted
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
 @pytest.fixture
 def short_tmp():
     """A kernel's TMPDIR short enough for the fork server's socket path (AF_UNIX allows 107 bytes)."""
