@@ -12,7 +12,7 @@ from helpers import MLP_SOURCE
 
 from msnb.spec import spec_from_source
 
-TIERS = ("kernel", "server", "browser", "install", "ray")
+TIERS = ("kernel", "server", "browser", "install", "ray", "gpu")
 MARKER_FREE = ("unit", "spine")
 
 
