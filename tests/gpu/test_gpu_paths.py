@@ -82,9 +82,9 @@ def test_a_gpu_worker_loads_on_its_gpu_and_answers_like_the_notebooks_cpu_model(
 
 
 def test_max_gpu_memory_caps_what_the_worker_may_allocate(served):
-    module, context = served(
-        spec_from_source("capped", MLP_SOURCE, init_kwargs={"hidden": 8}), 0, system={"maxGPUMemory": 1024}
-    )
+    spec = spec_from_source("capped", MLP_SOURCE, init_kwargs={"hidden": 8}, device="gpu", max_gpu_memory=1024)
+    module, context = served(spec, 0)
+    assert module.handle.device == torch.device("cuda", 0) and module.handle.memory_fraction is not None
     torch.cuda.empty_cache()
     with pytest.raises(torch.OutOfMemoryError):
         torch.empty(2 * 2**30, dtype=torch.uint8, device="cuda:0")  # 2 GiB past the 1,024 MB cap
@@ -143,3 +143,36 @@ def test_nvml_lists_every_card_with_its_memory_for_the_build_widget():
     first = inventory.gpus[0]
     total_mb = torch.cuda.get_device_properties(0).total_memory // 2**20
     assert torch.cuda.get_device_name(0) in first.label and abs(first.total_mb - total_mb) <= 1024
+
+
+HF_HANDLER = """\
+def init_function():
+    return model
+
+def preprocess(text):
+    return tokenizer(text, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
+
+def postprocess(output):
+    return {"logits": output["logits"].tolist()}
+"""
+HF_CELLS = [
+    ("In [2]", "tokenizer = train_tokenizer()\nmodel = tiny_bert(tokenizer.vocab_size)\ntrain(model, tokenizer)\n")
+]
+TEXTS = ["a good movie with great acting", "zyzzyva quux never seen", "", "a terrible plot", "loved it"]
+
+
+def test_a_hugging_face_model_trained_in_the_kernel_answers_from_the_gpu_like_the_notebook(served):
+    pytest.importorskip("transformers")
+    from hf_models import logits, trained
+
+    from msnb.capture.cells import capture
+
+    tokenizer, model = trained()  # the notebook's objects, trained on the CPU
+    spec = capture("bert", HF_HANDLER, list(HF_CELLS), namespace={"tokenizer": tokenizer, "model": model}, batch_size=8)
+    module, context = served(spec, 0)
+    assert {p.device for p in module.handle.model.parameters()} == {torch.device("cuda", 0)}
+    answers, codes = send(module, context, TEXTS)
+    assert codes == [200] * len(TEXTS)
+    torch.testing.assert_close(
+        torch.tensor([a["logits"] for a in answers]), logits(model, tokenizer, TEXTS), atol=1e-4, rtol=0
+    )
