@@ -1,7 +1,8 @@
 """A Ray Serve deployment that serves an msnb model folder as a TorchServe worker does, at TorchServe's URLs.
 
 One application per model folder (``msnb_ray:model``, args ``{"model_dir": "NAME"}``) and one router
-(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME`` and ``POST /explanations/NAME``. The
+(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME``, ``POST /explanations/NAME`` and the
+describe ``GET /models/NAME[?customized=true]``. The
 replica loads the folder like a worker (folder as cwd and on ``sys.path``, the manifest's handler,
 ``handle(None, context)`` once) and runs ``handle`` once per ``@serve.batch`` batch with a TorchServe
 ``Context``. Deployment options come from the folder's model-config.yaml (see ``deployment_options``).
@@ -30,12 +31,14 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from .msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
-    from .msnb_ray_stream import StreamRoutes, answer_whole, relay, stream_batch, streams
+    from .msnb_ray_sequence import SequenceRouter
+    from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
     from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
-    from msnb_ray_stream import StreamRoutes, answer_whole, relay, stream_batch, streams
+    from msnb_ray_sequence import SequenceRouter
+    from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
@@ -72,6 +75,10 @@ def deployment_options(config: dict, requirements: list[str], num_cpus: float = 
         # a load error is an error in the user's code: retrying it 20 times only hides it
         "max_constructor_retry_count": 1,
     }
+    if config.get("sequenceBatching"):  # a stateful model: each sequence's requests to one replica
+        from ray.serve.config import RequestRouterConfig
+
+        options["request_router_config"] = RequestRouterConfig(request_router_class=SequenceRouter)
     if high > low:
         options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": batch}
     else:
@@ -142,11 +149,15 @@ class LoadedModel:
     on one batch."""
 
     def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None):
-        manifest, self.config = read_folder(folder)
-        self.name = name or (manifest.get("model") or {}).get("modelName") or folder.name
-        self.entry = load_entry((manifest.get("model") or {}).get("handler") or f"{HANDLER_MODULE}.py")
+        self.manifest, self.config = read_folder(folder)
+        model = self.manifest.get("model") or {}
+        self.name = name or model.get("modelName") or folder.name
+        handler = model.get("handler") or f"{HANDLER_MODULE}.py"
+        self.entry = load_entry(handler)
         metrics = metrics if metrics is not None else RayMetrics(self.name)
-        self.context = make_context(self.name, str(folder), manifest, self.config, gpu_id, metrics)
+        self.context = make_context(self.name, str(folder), self.manifest, self.config, gpu_id, metrics)
+        # an own handler that streams with TorchServe's intermediate responses (its module names the call)
+        self.sends_chunks = sends_intermediate(Path(handler.partition(":")[0]).stem)
         self.entry(None, self.context)
 
     def answer(self, requests: list[tuple[bool, bytes, dict]]) -> list[tuple[int, dict, bytes]]:
@@ -157,9 +168,7 @@ class LoadedModel:
         try:
             answers = self.entry(data, self.context)
         except Exception as err:
-            return [
-                error_reply(503, "InternalServerException", f"Prediction failed: {type(err).__name__}: {err}")
-            ] * len(requests)
+            return [prediction_error(err) or failed("Prediction", err)] * len(requests)
         if not isinstance(answers, list) or len(answers) != len(requests):
             got = len(answers) if isinstance(answers, list) else type(answers).__name__
             message = f"number of batch response mismatched: {len(requests)} requests, handle returned {got}"
@@ -168,6 +177,69 @@ class LoadedModel:
         return [
             encode_answer(a, p.get_response_status_code(), p.get_response_headers()) for a, p in zip(answers, procs)
         ]
+
+    def describe(self, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
+        """TorchServe's ``GET /models/NAME[?customized=true]``: the model's entry; customized, with
+        ``customizedMetadata`` from one ``handle([{}], context)`` call whose request header is ``describe: True``
+        (BaseHandler answers it with ``describe_handle()``), JSON text or an object as TorchServe takes it."""
+        entry = describe_entry(self.name, self.manifest, self.config)
+        if customized:
+            set_requests(self.context, [{**headers, "describe": "True"}])
+            try:
+                answers = self.entry([{}], self.context)
+            except Exception as err:
+                return prediction_error(err) or failed("Describe", err)
+            entry["customizedMetadata"] = metadata(answers[0] if isinstance(answers, list) and answers else None)
+        return 200, {"content-type": JSON_TYPE}, json.dumps([entry]).encode()
+
+
+def sends_intermediate(module: str) -> bool:
+    """Whether the handler module's text calls ``send_intermediate_predict_response`` (TorchServe's streaming)."""
+    try:
+        return "send_intermediate_predict_response" in Path(sys.modules[module].__file__).read_text()
+    except (KeyError, OSError, TypeError):
+        return False
+
+
+def describe_entry(name: str, manifest: dict, config: dict) -> dict:
+    """The fields of TorchServe's describe answer that a replica knows (its model's manifest and model-config)."""
+    batch, delay = batch_settings(config)
+    low = int(config.get("minWorkers") or 1)
+    return {
+        "modelName": name,
+        "modelVersion": str((manifest.get("model") or {}).get("modelVersion") or ""),
+        "runtime": "python",
+        "minWorkers": low,
+        "maxWorkers": int(config.get("maxWorkers") or low),
+        "batchSize": batch,
+        "maxBatchDelay": round(delay * 1000),
+        "stateful": bool(config.get("sequenceBatching")),
+    }
+
+
+def metadata(answer: Any) -> dict:
+    """A describe answer as TorchServe's frontend turns it into customizedMetadata: JSON text parsed; anything
+    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``)."""
+    if isinstance(answer, (bytes, bytearray, str)):
+        try:
+            answer = json.loads(answer)
+        except ValueError:
+            return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
+    """TorchServe's answer to ``PredictionException(message, code)`` raised by ``handle``: that status and message,
+    type InternalServerException, for every request of the batch (None for any other exception). By name, so that
+    the adapter needs no ``ts``."""
+    code = getattr(err, "error_code", None)
+    if type(err).__name__ != "PredictionException" or not isinstance(code, int):
+        return None
+    return error_reply(code, "InternalServerException", str(getattr(err, "message", err)))
+
+
+def failed(what: str, err: BaseException) -> tuple[int, dict, bytes]:
+    return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")
 
 
 def load_entry(handler: str) -> Any:
@@ -201,8 +273,11 @@ class MsnbModel:
         # handle() is synchronous user code: run it off the replica's event loop.
         return await asyncio.to_thread(answer_whole, self.model, requests)
 
+    async def describe(self, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
+        return await asyncio.to_thread(locked, self.model, self.model.describe, customized, headers)
+
     def streams(self) -> bool:
-        return streams(self.model.entry)
+        return streams(self.model)
 
     async def infer_stream(self, body: bytes, headers: dict):
         """One prediction's answer as items of msnb_ray_stream (called with ``handle.options(stream=True)``)."""
@@ -217,7 +292,8 @@ class MsnbModel:
 
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
 class MsnbRouter:
-    """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``.
+    """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
+    ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's describe, answered by a replica of NAME).
     Every path asks for the inference key as TorchServe's inference API does (``args``: see ``router``)."""
 
     async def __call__(self, request: Request) -> Response:
@@ -228,6 +304,9 @@ class MsnbRouter:
             return reply(*error_reply(*refusal))
         if parts == ["ping"]:
             return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
+        if parts[:1] == ["models"] and len(parts) in (2, 3) and request.method == "GET":
+            customized = request.query_params.get("customized", "").lower() == "true"
+            return reply(*await self.describe(parts[1], customized, headers))
         if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
             return reply(
                 *error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {request.url.path}")
@@ -249,15 +328,29 @@ class MsnbRouter:
         self.max_request_size = int(limit) if limit else None
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
 
-    async def stream(self, name: str, explain: bool, body: bytes, headers: dict) -> Response | None:
-        """A streaming model's prediction passed on as it comes; None: ``forward`` answers it whole."""
-        if explain:
-            return None
+    def app_handle(self, name: str) -> Any:
+        """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
         if name not in self.handles:
             try:
                 self.handles[name] = serve.get_app_handle(name)
-            except Exception:  # no such application: forward says so
+            except Exception:  # no such application
                 return None
+        return self.handles[name]
+
+    async def describe(self, name: str, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
+        """TorchServe's management ``GET /models/NAME[/VERSION][?customized=true]``, answered by a replica."""
+        handle = self.app_handle(name)
+        if handle is None:
+            return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
+        try:
+            return await handle.describe.remote(customized, headers)
+        except Exception as err:
+            return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
+
+    async def stream(self, name: str, explain: bool, body: bytes, headers: dict) -> Response | None:
+        """A streaming model's prediction passed on as it comes; None: ``forward`` answers it whole."""
+        if explain or self.app_handle(name) is None:  # no such application: forward says so
+            return None
         try:
             return await self.streams.answer(name, self.handles[name], body, headers)
         except Exception as err:

@@ -8,6 +8,7 @@ the same API. Depends on the standard library and (optionally) ``ray.serve.metri
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any
 
 try:  # TorchServe's own classes, when it is installed on the Ray node
@@ -62,6 +63,9 @@ except ImportError:
         def get_request_id(self, idx: int = 0) -> str | None:
             return None if self.request_ids is None else self.request_ids.get(idx)
 
+        def get_sequence_id(self, idx: int) -> str | None:
+            return self.get_request_header(idx, "ts_request_sequence_id")
+
         def get_request_header(self, idx: int, key: str) -> str | None:
             return self.request_processor[idx].get_request_property(key)
 
@@ -106,12 +110,61 @@ def make_context(name: str, model_dir: str, manifest: dict, config: dict, gpu_id
     """A handler context as a TorchServe worker builds it for ``model_dir`` (its manifest and model-config)."""
     batch_size = int(config.get("batchSize") or 1)
     try:
-        return Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics,
-                       model_yaml_config=config)  # fmt: skip
+        context = Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics,
+                          model_yaml_config=config)  # fmt: skip
     except TypeError:  # a TorchServe Context without model_yaml_config (older releases)
         context = Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics)
         context.model_yaml_config = config
-        return context
+    context.cl_socket = ChunkSocket(context)
+    return context
+
+
+class ChunkSocket:
+    """The worker's socket to the frontend as ``send_intermediate_predict_response`` writes to it: each intermediate
+    response (TorchServe's binary predict response, ts/protocol/otf_message_handler.py) goes to the replica's
+    ``context.msnb_send_chunks`` as each request's chunk (msnb_ray_stream), so it streams to its client."""
+
+    def __init__(self, context: Any):
+        self.context = context
+
+    def sendall(self, message: bytes) -> None:
+        send = getattr(self.context, "msnb_send_chunks", None)
+        if send is None:
+            raise RuntimeError("an intermediate response outside a prediction: there is no request to send it to")
+        index = {request_id: idx for idx, request_id in (self.context.request_ids or {}).items()}
+        pieces, types = {}, {}
+        for request_id, ctype, body in predict_responses(bytes(message)):
+            idx = index.get(request_id)
+            if idx is not None:
+                pieces[idx] = pieces.get(idx, b"") + body
+                types[idx] = ctype or types.get(idx) or "text/plain"
+        if pieces:
+            send(pieces, types)
+
+
+def predict_responses(message: bytes) -> list[tuple[str, str, bytes]]:
+    """(request id, content type, body) of each request in one TorchServe predict response."""
+    pos, out = 4, []  # after the batch's status code
+
+    def field() -> bytes | None:
+        nonlocal pos
+        (size,) = struct.unpack_from("!i", message, pos)
+        pos += 4
+        value = message[pos : pos + max(size, 0)]
+        pos += max(size, 0)
+        return value if size >= 0 else None
+
+    field()  # the batch's message
+    while (request_id := field()) is not None:
+        ctype = (field() or b"").decode()
+        pos += 4  # the request's HTTP status
+        field()  # its reason phrase
+        (headers,) = struct.unpack_from("!i", message, pos)
+        pos += 4
+        for _ in range(2 * headers):
+            field()
+        out.append((request_id.decode(), ctype, field() or b""))
+    return out
 
 
 def set_requests(context: Any, headers: list[dict]) -> None:

@@ -21,45 +21,54 @@ STREAM_HEADER = "x-msnb-stream"  # on a whole answer whose handler streams: the 
 WHOLE, CHUNK = "whole", "chunk"
 
 
-def streams(entry: Any) -> bool:
-    """Whether a loaded handler streams (the shared handler's ``streaming``; a dev entry's current generation's)."""
+def streams(model: Any) -> bool:
+    """Whether a loaded model streams: the shared handler's ``streaming`` (a dev entry's current generation's), or
+    an own handler whose module sends TorchServe's intermediate responses."""
+    entry = model.entry
     current = getattr(entry, "current", None)
-    return bool(getattr(current.handle if current is not None else entry, "streaming", False))
+    shared = getattr(current.handle if current is not None else entry, "streaming", False)
+    return bool(shared or getattr(model, "sends_chunks", False))
 
 
-def _lock(model: Any) -> threading.Lock:
+def model_lock(model: Any) -> threading.Lock:
     """One batch at a time on a model's context (whole and streamed batches come from two batch queues)."""
     if getattr(model, "msnb_lock", None) is None:
         model.msnb_lock = threading.Lock()
     return model.msnb_lock
 
 
+def locked(model: Any, call: Callable, *args: Any) -> Any:
+    """``call(*args)`` with the model's context to itself (a describe between two batches)."""
+    with model_lock(model):
+        return call(*args)
+
+
 def answer_whole(model: Any, requests: list) -> list[tuple[int, dict, bytes]]:
     """``model.answer`` for whole answers: a streaming handler's chunks are gathered into its answer, marked with
     STREAM_HEADER so that the router streams the next requests."""
-    gathered: dict[int, list[str]] = {}
+    gathered: dict[int, list[bytes]] = {}
     kinds: dict[int, str] = {}
 
-    def gather(pieces: dict[int, str], types: dict[int, str]) -> tuple:
-        for idx, text in pieces.items():
-            gathered.setdefault(idx, []).append(text)
+    def gather(pieces: dict[int, str | bytes], types: dict[int, str]) -> tuple:
+        for idx, piece in pieces.items():
+            gathered.setdefault(idx, []).append(as_bytes(piece))
         kinds.update(types)
         return ()
 
-    with _lock(model):
+    with model_lock(model):
         model.context.msnb_send_chunks = gather
         replies = model.answer(requests)
     out = []
     for idx, (status, headers, body) in enumerate(replies):
         if idx in gathered:
             headers = {**headers, "content-type": kinds.get(idx, "text/plain"), STREAM_HEADER: "1"}
-            status, body = 200, "".join(gathered[idx]).encode() + body
+            status, body = 200, b"".join(gathered[idx]) + body
         out.append((status, headers, body))
     return out
 
 
 def _answer_sending(model: Any, requests: list, send: Callable) -> list[tuple[int, dict, bytes]]:
-    with _lock(model):
+    with model_lock(model):
         model.context.msnb_send_chunks = send
         return model.answer(requests)
 
@@ -88,7 +97,12 @@ def _chunk(idx: int, pieces: dict[int, str], types: dict[int, str], started: set
     if idx not in pieces:
         return None
     started.add(idx)
-    return CHUNK, 200, {"content-type": types.get(idx, "text/plain")}, pieces[idx].encode()
+    return CHUNK, 200, {"content-type": types.get(idx, "text/plain")}, as_bytes(pieces[idx])
+
+
+def as_bytes(piece: str | bytes) -> bytes:
+    """A chunk as it goes out: the shared handler sends text, TorchServe's intermediate responses bytes."""
+    return piece.encode() if isinstance(piece, str) else bytes(piece)
 
 
 def _last(idx: int, reply: tuple[int, dict, bytes], started: set[int]) -> Any:

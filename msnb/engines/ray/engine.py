@@ -33,15 +33,18 @@ from msnb.errors import ServerError
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
 KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
-REPLICA_CPUS = 0.5
+# Ray's CPUs are logical: they decide where a replica may start, not how much it may run. The kernel's Ray has 2;
+# at 0.1 each it starts 20 replicas, and a deploy beyond that is refused at once (``_refuse_unschedulable``):
+# Serve would wait forever for a replica it cannot place.
+REPLICA_CPUS = 0.1
 ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: minutes on a loaded machine
 
 
 class LocalRay:
     """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
 
-    def __init__(self, http_port: int | None = None, num_cpus: float = 2):
-        self.http_port, self.num_cpus = http_port, num_cpus
+    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS):
+        self.http_port, self.num_cpus, self.replica_cpus = http_port, num_cpus, replica_cpus
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
@@ -151,8 +154,9 @@ class LocalRay:
 
         folder = Path(path)
         name, version = read_manifest(folder)
-        args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": REPLICA_CPUS,
+        args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
                 "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
+        self._refuse_unschedulable(name, folder)
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
@@ -164,6 +168,26 @@ class LocalRay:
         return self.status(name)
 
     register = redeploy
+
+    def _refuse_unschedulable(self, name: str, folder: Path) -> None:
+        """A ServerError, before anything is deployed, when the replicas of ``folder`` do not fit in the logical CPUs
+        left (a redeploy's new replicas start before the old ones stop, so they need room too)."""
+        import ray
+
+        from msnb.templates.msnb_ray import read_folder
+
+        config = read_folder(folder)[1]
+        replicas = int(config.get("minWorkers") or 1)
+        need, free = replicas * self.replica_cpus, ray.available_resources().get("CPU", 0.0)
+        if need <= free + 1e-9:
+            return
+        served = ", ".join(self._folders) or "none"
+        raise ServerError(
+            f"{name} cannot start on the kernel's Ray: its {replicas} replica(s) need {need:g} of its "
+            f"{self.num_cpus:g} logical CPUs and {free:g} are free (served: {served}).",
+            f"each replica holds {self.replica_cpus:g} CPU, or Ray Serve would wait forever for one it cannot "
+            "place: serve it with fewer workers (--workers), or %ms_stop and serve only the models you need.",
+        )
 
     def _router_running(self, timeout_s: float = ROUTER_WAIT_S) -> None:
         """Wait (once per start) until the router application runs: deployed at start without waiting, so that its

@@ -165,7 +165,7 @@ def test_a_streaming_handler_answered_whole_gathers_its_chunks_and_tells_the_rou
 
     seeded = HANDLER_BODY.replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")
     model = loaded(spec_from_source("rgen", MODEL_SOURCE + seeded))
-    assert streams(model.entry)
+    assert streams(model)
     [(status, headers, body)] = answer_whole(model, [request(b"the cat", "text/plain")])
     torch.manual_seed(0)
     assert status == 200 and body.decode() == "".join(greedy(char_lm()(29).eval(), "the cat"))
