@@ -32,7 +32,7 @@ PANELS = [
     ("beside_litserve", "tiny rps", "9. Tiny MLP throughput, 16 clients", "req/s"),
     ("beside_litserve", "batched p99 ms", "9. Batched MLP p99, 16 clients", "ms"),
     ("beside_litserve", "PSS after load MiB", "9. Server PSS after the tiny load", "MiB"),
-    ("light_processes", "PSS MiB", "11. Served tree PSS by process, tiny model, idle", "MiB"),
+    ("light_processes", "PSS MiB", "11. Served tree PSS by process (tiny MLP)", "MiB"),
     ("light_processes", "cold start -> first answer s", "11. Serve call -> first answer", "s"),
     ("light_processes", "wall s", "11. The msnb command's help", "s"),
     ("ray_serve", "rps", "Ray Serve vs TorchServe, 16 clients", "req/s"),
