@@ -126,6 +126,13 @@ def save_mlp_checkpoint(init_kwargs: dict, path: Path) -> Path:
     return path
 
 
+def mlp_model(init_kwargs: dict, checkpoint: Path) -> torch.nn.Module:
+    """The cell's model with the checkpoint's weights, in plain torch: the truth the servers are checked against."""
+    model = _instantiate(mlp_source(), init_kwargs)
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    return model.eval()
+
+
 def save_random_blob(mib: int, path: Path) -> Path:
     """A random state_dict of ``mib`` MiB (incompressible floats) that the Blob model loads strictly."""
     torch.manual_seed(0)

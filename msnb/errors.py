@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from IPython.core.error import UsageError
-
 # Characters a name may hold that would act on a terminal or a page instead of showing: C0 and C1 controls, DEL,
 # and the bidirectional overrides that reorder a line. Shown escaped (\x1b, \u202e) wherever msnb shows text.
 _BEYOND_C0 = "\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
@@ -43,8 +41,9 @@ class MsnbError(Exception):
         return "\n".join(parts)
 
 
-class OptionError(MsnbError, UsageError):
-    """A bad option or input on a magic or command line: IPython shows it as a usage error, the CLI exits 2."""
+class OptionError(MsnbError):
+    """A bad option or input on a magic or command line: the CLI exits 2; a magic raises it as IPython's
+    UsageError (``msnb.ui.magics`` re-raises it as a subclass of both, so this module imports no IPython)."""
 
 
 class SpecError(MsnbError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -10,12 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-
 from msnb.engines.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 from msnb.errors import OptionError, SpecError
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
+ALLOW_FLAG = "--allow-files"  # `msnb export`'s option naming a further folder the notebook may take files from
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,8 @@ def check_gpu_memory(max_gpu_memory: int | None, device_kind: str, shown_as: str
 
 def _with_options(func: Callable) -> Callable:
     """Decorate ``func`` with IPython magic arguments: the name, then one per row of OPTIONS."""
+    from IPython.core.magic_arguments import argument, magic_arguments
+
     for option in reversed(OPTIONS):
         kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help_text}
         for key in ("type", "choices", "nargs"):
@@ -148,14 +150,22 @@ def _with_options(func: Callable) -> Callable:
     return magic_arguments()(func)
 
 
-@_with_options
-def ms_handler(line: str) -> None:
-    """%%ms_handler NAME [options]: capture this cell's init_function / preprocess / postprocess as a TorchServe handler."""
+@functools.cache
+def handler_magic() -> Callable:
+    """The `%%ms_handler` magic's argument holder (``.parser``, and its help as ``__doc__``), built on first use:
+    importing this module imports no IPython (the `msnb` command's help stays light)."""
+
+    def ms_handler(line: str) -> None:
+        """%%ms_handler NAME [options]: capture this cell's init_function / preprocess / postprocess as a TorchServe handler."""
+
+    return _with_options(ms_handler)
 
 
 def parse_handler_line(line: str):
     """Parse the option line of a `%%ms_handler` cell; bad options raise IPython's UsageError (argparse) or OptionError."""
-    return parse_argstring(ms_handler, line)
+    from IPython.core.magic_arguments import parse_argstring
+
+    return parse_argstring(handler_magic(), line)
 
 
 def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: Path | None = None) -> dict[str, Any]:

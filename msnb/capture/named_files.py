@@ -13,9 +13,7 @@ from typing import Any
 
 from msnb.capture import secret_rules
 from msnb.errors import SpecError
-from msnb.options import parse_handler_line
-
-ALLOW_FLAG = "--allow-files"  # `msnb export`'s option naming a further folder the notebook may take files from
+from msnb.options import ALLOW_FLAG, parse_handler_line
 
 
 def named_paths(spec: Any, line: str | None, base: Path) -> list[tuple[str, Path]]:

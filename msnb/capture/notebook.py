@@ -23,7 +23,7 @@ from IPython.core.error import UsageError
 
 from msnb.capture.cells import capture
 from msnb.capture.local_code import search_path
-from msnb.errors import CaptureError, MsnbError, SpecError
+from msnb.errors import CaptureError, MsnbError, OptionError, SpecError
 from msnb.options import handler_config, parse_handler_line
 from msnb.spec import HandlerSpec, Origin
 
@@ -52,7 +52,7 @@ class HandlerCell:
     def name(self) -> str:
         try:
             return parse_handler_line(self.line).name
-        except UsageError:
+        except (UsageError, OptionError):
             words = self.line.split()
             return words[0] if words else "?"
 
@@ -170,7 +170,7 @@ def capture_cell(
             )
             args.example = None
         config = handler_config(args, namespace=None, base_dir=path.resolve().parent)
-    except UsageError as err:
+    except (UsageError, OptionError) as err:
         raise SpecError(
             f"{cell.origin}: bad %%ms_handler line {cell.line!r}: {err}",
             "fix the option line; `%%ms_handler?` in a notebook lists the options.",

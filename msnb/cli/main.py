@@ -8,9 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-from IPython.core.error import UsageError
-
-from msnb.capture.named_files import ALLOW_FLAG
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.engines.torchserve.config import (
@@ -21,6 +18,7 @@ from msnb.engines.torchserve.config import (
     Limits,
 )
 from msnb.errors import MsnbError, OptionError, ServerError, shown
+from msnb.options import ALLOW_FLAG
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 
 OK, FAILED, USAGE = 0, 1, 2
@@ -55,13 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help exits 0, a bad option 2
         return int(exc.code or 0)
+    from IPython.core.error import UsageError  # after parsing: `msnb --help` imports no IPython
+
     from msnb.capture.notebook import NoHandlerError, NotebookError
 
     try:
         return args.run(args)
     except NoHandlerError as err:
         return _fail(err, FAILED)
-    except (NotebookError, UsageError) as err:
+    except (NotebookError, OptionError, UsageError) as err:
         return _fail(err, USAGE)
     except MsnbError as err:
         return _fail(err, USAGE if getattr(args, "usage_errors", False) else FAILED)
@@ -417,7 +417,8 @@ def _wait(server) -> bool:
 
 def _fail(err: Exception, code: int) -> int:
     text = err.render() if isinstance(err, MsnbError) else str(err)
-    if isinstance(err, UsageError) and "Hint:" not in text:
+    usage = isinstance(err, OptionError) or not isinstance(err, MsnbError)  # or IPython's UsageError (argparse's)
+    if usage and "Hint:" not in text:
         text += "\nHint: see `msnb --help`."
     print(shown(f"error: {text}", lines=True), file=sys.stderr)
     return code

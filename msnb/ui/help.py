@@ -38,7 +38,7 @@ EXAMPLE = """\
 
 def _plain_parser() -> argparse.ArgumentParser:
     """The option parser with argparse's own formatting: IPython's writes ``::`` and a one-% line-magic prefix."""
-    parser = copy.copy(options.ms_handler.parser)
+    parser = copy.copy(options.handler_magic().parser)
     parser.prog, parser.formatter_class = "%%ms_handler", argparse.HelpFormatter
     return parser
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,28 @@ def show_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset
     return lines
 
 
+class MagicOptionError(OptionError, UsageError):
+    """An OptionError raised by a magic: IPython's UsageError too, as IPython's own magics raise for a bad option."""
+
+
+def _usage_errors(magic: Callable) -> Callable:
+    """``magic`` raising its OptionErrors as MagicOptionErrors (msnb.errors stays free of IPython)."""
+
+    @functools.wraps(magic)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return magic(*args, **kwargs)
+        except OptionError as err:
+            if isinstance(err, UsageError):
+                raise
+            raise MagicOptionError(err.message, err.hint, err.details) from err
+
+    return run
+
+
 def _handler_options(func: Callable) -> Callable:
     """Give the cell magic msnb.options' parser and help text (so ``%%ms_handler?`` shows every option)."""
-    func.parser = options.ms_handler.parser
+    func.parser = options.handler_magic().parser
     func.has_arguments = True
     func.__doc__ = magic_help.handler_help()
     return func
@@ -67,6 +87,7 @@ class MsnbMagics(Magics):
     """``%load_ext msnb`` registers these; each calls one ``msnb.session.Session`` method."""
 
     @cell_magic
+    @_usage_errors
     @_handler_options
     def ms_handler(self, line: str, cell: str) -> HandlerSpec:
         args = _parse_handler_line(line)
@@ -82,6 +103,7 @@ class MsnbMagics(Magics):
         return current().capture(args.name, cell, pool, origin, self.shell.user_ns, Path.cwd(), **config)
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -94,6 +116,7 @@ class MsnbMagics(Magics):
         return Explanation(answer) if args.explain else answer
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     @argument(
@@ -120,6 +143,7 @@ class MsnbMagics(Magics):
         return path
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     @argument("--engine", choices=ENGINES, help="torchserve (default) or ray: a kernel-owned local Ray Serve")
@@ -136,6 +160,7 @@ class MsnbMagics(Magics):
         return server
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -164,6 +189,7 @@ class MsnbMagics(Magics):
         return answer
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
@@ -176,17 +202,20 @@ class MsnbMagics(Magics):
         return Explanation(current().explain(args.name, data, version=args.version))
 
     @line_magic
+    @_usage_errors
     def ms_stop(self, line: str = "") -> views.Status:
         """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
         current().stop()
         return views.Status(current().status())
 
     @line_magic
+    @_usage_errors
     def ms_status(self, line: str = "") -> views.Status:
         """%ms_status: handlers defined, archives built, the server and its models (a dict)."""
         return views.Status(current().status())
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
     @argument("-n", "--lines", type=int, default=40, help="how many of the newest lines (default: %(default)s)")
@@ -196,6 +225,7 @@ class MsnbMagics(Magics):
         return views.LogView(args.name, current().logs(args.name, args.lines))
 
     @line_magic
+    @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
     def ms_widget(self, line: str) -> Any:

@@ -151,6 +151,27 @@ def test_import_msnb_loads_neither_torch_nor_ipython():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["export", "--help"], ["serve", "--help"], ["predict", "--help"]])
+def test_the_commands_help_imports_neither_ipython_nor_torch_nor_a_step(argv):
+    """`msnb --help` parses and prints only: IPython, torch and the capture / package-building / trial / session
+    steps load after parsing, for the command that needs them."""
+    heavy = ("torch", "IPython", "ts", "nbformat", "msnb.capture", "msnb.trial", "msnb.session", "msnb.package.")
+    code = (
+        f"import sys\nfrom msnb.cli.main import main\ncode = main({argv!r})\n"
+        f"print(code, sorted(m for m in sys.modules if m.startswith({heavy!r}) and m != 'msnb.package.formats'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "usage: msnb" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
+def test_the_vocabulary_imports_no_ipython():
+    """msnb.errors and msnb.options load without IPython: the magics add IPython's UsageError to an OptionError."""
+    code = "import sys, msnb.errors, msnb.options; print(sorted(m for m in ('IPython', 'torch') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_watchdog_process_imports_only_the_standard_library_and_psutil():
     code = (
         "import runpy, sys; sys.argv = ['watchdog', '--help']\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import msnb
 import msnb.templates
 from msnb.engines.torchserve.logs import is_library_frame
-from msnb.options import OPTIONS, ms_handler
+from msnb.options import OPTIONS, handler_magic
 from msnb.package import archive
 
 PACKAGE = Path(msnb.__file__).parent
@@ -93,7 +93,7 @@ def test_each_fact_is_spelled_only_where_it_is_defined():
 
 
 def test_each_option_default_is_said_once_and_comes_from_the_options_table():
-    help_text = " ".join(ms_handler.__doc__.split())
+    help_text = " ".join(handler_magic().__doc__.split())
     for option in OPTIONS:
         if option.default not in (None, ()):
             repeated = re.search(rf"default:? {re.escape(str(option.default))}\b", option.help)
