@@ -1,7 +1,7 @@
 """Saved Hugging Face objects for the handler's code: rebind each with its own class's ``from_pretrained``.
 
 ``handler_model.py`` calls ``load_object(__file__, NAME, "module:Qual.Name", dtype)`` before the user's code
-runs: the object saved at capture (``save_pretrained``, safetensors and JSON only) under ``hf_objects/NAME/``
+runs (or ``load_object(__file__, NAME, MyModel, dtype)`` after the code of ``MyModel``, a class a cell defined): the object saved at capture (``save_pretrained``, safetensors and JSON only) under ``hf_objects/NAME/``
 in the model dir is read back with local files only (no hub access) and never with ``trust_remote_code``.
 A model comes back in ``eval()`` mode with the dtype it had in the kernel. Depends only on the standard
 library (and, when a saved object is loaded, on the package its class comes from).
@@ -40,10 +40,12 @@ def import_class(qualified: str) -> type:
     return found
 
 
-def load_object(module_file: str, name: str, qualified: str, dtype: str | None = None) -> Any:
-    """The object saved as ``name``, rebound with ``from_pretrained(folder, local_files_only=True)``."""
+def load_object(module_file: str, name: str, cls: str | type, dtype: str | None = None) -> Any:
+    """The object saved as ``name``, rebound with ``from_pretrained(folder, local_files_only=True)`` of ``cls`` (a
+    class, or its ``module:Qual.Name``)."""
     folder = Path(module_file).resolve().parent / HF_DIR / name
-    cls = import_class(qualified)
+    qualified = cls if isinstance(cls, str) else f"{cls.__module__}:{cls.__qualname__}"
+    cls = import_class(cls) if isinstance(cls, str) else cls
     try:
         with quiet_progress():
             obj = cls.from_pretrained(str(folder), local_files_only=True)

@@ -57,9 +57,9 @@ def encode(tokenizer, texts):
     return tokenizer(texts, padding="max_length", max_length=MAX_LENGTH, truncation=True, return_tensors="pt")
 
 
-def train(model, tokenizer, steps: int = 3) -> None:
+def train(model, tokenizer, steps: int = 3, lr: float = 1e-3) -> None:
     """A few optimizer steps on SENTENCES; the model is left in eval mode."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     batch = encode(tokenizer, [s for s, _ in SENTENCES])
     labels = torch.tensor([y for _, y in SENTENCES])
     model.train()

@@ -2,9 +2,10 @@
 
 An object travels when it has ``save_pretrained(dir)`` and its class ``from_pretrained(dir)``: capture saves it
 (weights as safetensors, never a pickle) into a frozen copy that the archive writes under ``hf_objects/NAME/``;
-the server rebinds it with the class's own ``from_pretrained`` (templates/msnb_hf.py). Classes from dynamic
-modules (``trust_remote_code``) or defined in the notebook, objects whose save raises, pickled files and folders
-over the size limit are refused, all names at once, before anything is written to an archive.
+the server rebinds it with the class's own ``from_pretrained`` (templates/msnb_hf.py). A class a cell defines (a
+``PreTrainedModel`` or ``PretrainedConfig`` subclass) travels as code with the handler (capture pulls its statement)
+and is rebound by that class. Classes from dynamic modules (``trust_remote_code``), objects whose save raises, pickled
+files and folders over the size limit are refused, all names at once, before anything is written to an archive.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from msnb.templates.msnb_hf import HF_DIR, quiet_progress
 
 _MB = 2**20
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")  # what torch.save / pickle write
-DYNAMIC_PREFIXES = ("transformers_modules", "__main__")  # trust_remote_code modules; the notebook's own classes
+DYNAMIC_PREFIX = "transformers_modules"  # where trust_remote_code classes live: no server can import them
+NOTEBOOK = "__main__"  # the kernel's module: a class a cell defines, which travels as code
 # Packages a saved object needs on the server beyond its class's own (tokenizer.json needs tokenizers).
 NEEDS = {"transformers": ("transformers", "tokenizers", "safetensors")}
 
@@ -80,15 +82,28 @@ class SavedObjects:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
 
-    def render(self) -> str:
-        """handler_model.py lines that rebind each object before the user's code runs."""
+    def render(self, *, after_code: bool = False) -> str:
+        """handler_model.py lines that rebind each object before the user's code runs; ``after_code``: those whose
+        class the user's code defines (rendered after it, before the entry point)."""
+        items = [i for i in self.items if _in_notebook(i.cls) == after_code]
+        if not items:
+            return ""
         lines = [
-            f"# --- msnb: Hugging Face objects saved from the kernel ({HF_DIR}/): {', '.join(self.names)} ---",
+            f"# --- msnb: Hugging Face objects saved from the kernel ({HF_DIR}/): {', '.join(i.name for i in items)} ---",
             "from msnb_hf import load_object as _msnb_load_object",
             "",
-            *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {i.cls!r}, {i.dtype!r})" for i in self.items),
+            *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {_class_expr(i.cls)}, {i.dtype!r})" for i in items),
         ]
         return "\n".join(lines) + "\n\n"
+
+
+def _in_notebook(cls: str) -> bool:
+    return cls.partition(":")[0] == NOTEBOOK
+
+
+def _class_expr(cls: str) -> str:
+    """The class as handler_model.py names it: a cell's class by its name (its code travels), else its import path."""
+    return cls.partition(":")[2] if _in_notebook(cls) else repr(cls)
 
 
 def _top(cls: str) -> str:
@@ -106,15 +121,24 @@ def split_objects(needed: Mapping[str, str], namespace: Mapping[str, Any]) -> tu
     return objects, {n: w for n, w in needed.items() if n not in objects}
 
 
-def save_objects(needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb: int | None) -> SavedObjects | None:
-    """Save each object of ``needed`` (name -> where it is used); every one that cannot travel is refused at once."""
+def notebook_classes(names: Iterable[str], namespace: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the classes that cells define among those of the objects bound to ``names``: their code travels."""
+    found = (type(namespace[n]) for n in names if travels(namespace[n]))
+    return tuple(dict.fromkeys(c.__qualname__ for c in found if c.__module__ == NOTEBOOK))
+
+
+def save_objects(
+    needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb: int | None, defined: Collection[str] = ()
+) -> SavedObjects | None:
+    """Save each object of ``needed`` (name -> where it is used; ``defined``: the classes the handler's code defines);
+    every one that cannot travel is refused at once."""
     if not needed:
         return None
     limit = (max_mb or DEFAULTS["max_value_mb"]) * _MB
     files, infos, refused = [], [], []
     for name, where in needed.items():
         value = namespace[name]
-        problem = _class_problem(value) or _too_big(_weights_size(value), limit)
+        problem = _class_problem(type(value), namespace, defined) or _too_big(_weights_size(value), limit)
         saved = None if problem else _save(value)
         if isinstance(saved, str):
             problem, saved = saved, None
@@ -140,13 +164,16 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _class_problem(value: Any) -> str | None:
-    """Why the server could not import the object's class by its qualified name, or None."""
-    cls = type(value)
-    module = cls.__module__ or ""
+def _class_problem(cls: type, namespace: Mapping[str, Any], defined: Collection[str]) -> str | None:
+    """Why the server could not find the object's class (by its qualified name, or as code that travels), or None."""
+    module, qualname = cls.__module__ or "", cls.__qualname__
     if module.startswith("peft"):
         return "is a PEFT adapter model: its from_pretrained needs the base model"
-    if module.startswith(DYNAMIC_PREFIXES) or "<locals>" in cls.__qualname__:
+    if module == NOTEBOOK and qualname in defined:
+        if namespace.get(qualname) is cls:
+            return None
+        return f"was built from an earlier definition of {qualname}: a cell defined the class again since"
+    if module.startswith(DYNAMIC_PREFIX) or module == NOTEBOOK or "<locals>" in qualname:
         return f"has a class from {module!r}, which the server cannot import by name"
     return None
 
@@ -208,10 +235,11 @@ def _refused(refused: list[str], limit_mb: int) -> CaptureError:
         hints.append(f"raise the limit with {OPTION['max_value_mb'].flag} (now {limit_mb}) to at least the size shown")
     if "cannot import" in problems:
         hints.append(
-            "a class defined in a cell travels as code: build the object inside init_function from its class "
-            "(`return MyModel(config)`) and pass its weights with --checkpoint; a trust_remote_code class: "
-            "ship its module beside the notebook and import it"
+            "define the class in a cell with a class statement (its code then travels with the handler), or ship "
+            "its module (a trust_remote_code class) beside the notebook and import it from there"
         )
+    if "earlier definition" in problems:
+        hints.append("run the cell that builds the object again, so that it is an instance of the class as defined now")
     if "PEFT" in problems:
         hints.append("merge the adapter first (`model = model.merge_and_unload()`): the merged model travels")
     if "cannot be saved" in problems:
