@@ -20,6 +20,9 @@ except ImportError:  # imported as msnb.templates.msnb_hf instead of from a mode
     from .msnb_names import HF_DIR
 
 
+ADAPTER_DIR, BASE_DIR = "adapter", "base"  # a PEFT model's two folders under hf_objects/NAME/ (msnb.capture.hf_peft)
+
+
 class ObjectLoadError(RuntimeError):
     """A saved object cannot be read back on the server; the message ends with a ``Hint:`` line."""
 
@@ -40,15 +43,20 @@ def import_class(qualified: str) -> type:
     return found
 
 
-def load_object(module_file: str, name: str, cls: str | type, dtype: str | None = None) -> Any:
+def load_object(
+    module_file: str, name: str, cls: str | type, dtype: str | None = None, base: str | type | None = None
+) -> Any:
     """The object saved as ``name``, rebound with ``from_pretrained(folder, local_files_only=True)`` of ``cls`` (a
-    class, or its ``module:Qual.Name``)."""
+    class, or its ``module:Qual.Name``); a PEFT model (``base``: its base model's class) as its adapter on its base."""
     folder = Path(module_file).resolve().parent / HF_DIR / name
     qualified = cls if isinstance(cls, str) else f"{cls.__module__}:{cls.__qualname__}"
     cls = import_class(cls) if isinstance(cls, str) else cls
+    base = import_class(base) if isinstance(base, str) else base
     try:
         with quiet_progress():
-            obj = cls.from_pretrained(str(folder), local_files_only=True)
+            obj = (
+                cls.from_pretrained(str(folder), local_files_only=True) if base is None else _adapter(cls, base, folder)
+            )
     except Exception as err:
         raise ObjectLoadError(
             f"{qualified}.from_pretrained({folder}) failed for `{name}`: {type(err).__name__}: {err}\n"
@@ -59,6 +67,20 @@ def load_object(module_file: str, name: str, cls: str | type, dtype: str | None 
 
         obj = obj.to(getattr(torch, dtype)).eval()
     return obj
+
+
+def _adapter(cls: type, base: type, folder: Path) -> Any:
+    """A PEFT model: the base model from ``base/``, the adapter from ``adapter/`` (or ``adapter/NAME/``, the folder
+    ``save_pretrained`` writes for an adapter not named "default") put back on it under its own name."""
+    adapter = folder / ADAPTER_DIR
+    named = [p.parent for p in adapter.glob("*/adapter_config.json")]
+    if not (adapter / "adapter_config.json").exists() and len(named) == 1:
+        return cls.from_pretrained(_base(base, folder), str(named[0]), adapter_name=named[0].name)
+    return cls.from_pretrained(_base(base, folder), str(adapter))
+
+
+def _base(base: type, folder: Path) -> Any:
+    return base.from_pretrained(str(folder / BASE_DIR), local_files_only=True)
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from msnb.capture import hf_peft
 from msnb.capture.kernel_values import human
 from msnb.errors import CaptureError
 from msnb.options import DEFAULTS, OPTION
@@ -30,7 +31,10 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")  # what to
 DYNAMIC_PREFIX = "transformers_modules"  # where trust_remote_code classes live: no server can import them
 NOTEBOOK = "__main__"  # the kernel's module: a class a cell defines, which travels as code
 # Packages a saved object needs on the server beyond its class's own (tokenizer.json needs tokenizers).
-NEEDS = {"transformers": ("transformers", "tokenizers", "safetensors")}
+NEEDS = {
+    "transformers": ("transformers", "tokenizers", "safetensors"),
+    "peft": ("peft", "accelerate", "safetensors"),  # peft imports accelerate (a dependency it declares)
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class ObjectInfo:
     size: int
     dtype: str | None  # a model's dtype ("float32"); None for tokenizers, configs, processors
     live: str  # the object's fingerprint at capture (see ``fingerprint``)
+    base: str | None = None  # a PEFT model's base model class, "module:Qual.Name" (msnb.capture.hf_peft)
 
     def line(self) -> str:
         return f"{self.name}: {self.cls.rpartition(':')[2]}, {', '.join(self.files)}, {human(self.size)}"
@@ -69,7 +74,8 @@ class SavedObjects:
     @property
     def imports(self) -> str:
         """Import lines for the packages the server needs (requirements are inferred from them)."""
-        tops = dict.fromkeys(t for i in self.items for t in NEEDS.get(_top(i.cls), (_top(i.cls),)))
+        classes = [c for i in self.items for c in (i.cls, i.base) if c is not None and not _in_notebook(c)]
+        tops = dict.fromkeys(t for c in classes for t in NEEDS.get(_top(c), (_top(c),)))
         return "".join(f"import {t}\n" for t in tops if importlib.util.find_spec(t) is not None)
 
     def changed(self, namespace: Mapping[str, Any]) -> list[str]:
@@ -85,20 +91,26 @@ class SavedObjects:
     def render(self, *, after_code: bool = False) -> str:
         """handler_model.py lines that rebind each object before the user's code runs; ``after_code``: those whose
         class the user's code defines (rendered after it, before the entry point)."""
-        items = [i for i in self.items if _in_notebook(i.cls) == after_code]
+        items = [i for i in self.items if any(_in_notebook(c) for c in (i.cls, i.base or "")) == after_code]
         if not items:
             return ""
         lines = [
             f"# --- msnb: Hugging Face objects saved from the kernel ({HF_DIR}/): {', '.join(i.name for i in items)} ---",
             "from msnb_hf import load_object as _msnb_load_object",
             "",
-            *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {_class_expr(i.cls)}, {i.dtype!r})" for i in items),
+            *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {_arguments(i)})" for i in items),
         ]
         return "\n".join(lines) + "\n\n"
 
 
 def _in_notebook(cls: str) -> bool:
     return cls.partition(":")[0] == NOTEBOOK
+
+
+def _arguments(item: ObjectInfo) -> str:
+    """load_object's arguments after the name: the class, the dtype and, for a PEFT model, its base model's class."""
+    base = f", base={_class_expr(item.base)}" if item.base else ""
+    return f"{_class_expr(item.cls)}, {item.dtype!r}{base}"
 
 
 def _class_expr(cls: str) -> str:
@@ -123,7 +135,7 @@ def split_objects(needed: Mapping[str, str], namespace: Mapping[str, Any]) -> tu
 
 def notebook_classes(names: Iterable[str], namespace: Mapping[str, Any]) -> tuple[str, ...]:
     """The names of the classes that cells define among those of the objects bound to ``names``: their code travels."""
-    found = (type(namespace[n]) for n in names if travels(namespace[n]))
+    found = (c for n in names if travels(namespace[n]) for c in _classes(namespace[n]))
     return tuple(dict.fromkeys(c.__qualname__ for c in found if c.__module__ == NOTEBOOK))
 
 
@@ -138,7 +150,7 @@ def save_objects(
     files, infos, refused = [], [], []
     for name, where in needed.items():
         value = namespace[name]
-        problem = _class_problem(type(value), namespace, defined) or _too_big(_weights_size(value), limit)
+        problem = _object_problem(value, namespace, defined) or _too_big(_weights_size(value), limit)
         saved = None if problem else _save(value)
         if isinstance(saved, str):
             problem, saved = saved, None
@@ -157,18 +169,29 @@ def save_objects(
 def _info(name: str, value: Any, saved: list[tuple[str, bytes]]) -> ObjectInfo:
     dtype = str(value.dtype).removeprefix("torch.") if isinstance(value, torch.nn.Module) else None
     files, live = tuple(p for p, _ in saved), fingerprint(value) if dtype else _files_digest(saved)
-    return ObjectInfo(name, _qualified(type(value)), files, sum(len(d) for _, d in saved), dtype, live)
+    base = _qualified(hf_peft.base_class(value)) if hf_peft.is_peft(value) else None
+    return ObjectInfo(name, _qualified(type(value)), files, sum(len(d) for _, d in saved), dtype, live, base)
 
 
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
+def _classes(value: Any) -> tuple[type, ...]:
+    """The classes the server needs to rebind ``value``: its own, and a PEFT model's base model's."""
+    return (type(value), hf_peft.base_class(value)) if hf_peft.is_peft(value) else (type(value),)
+
+
+def _object_problem(value: Any, namespace: Mapping[str, Any], defined: Collection[str]) -> str | None:
+    """Why ``value`` cannot travel, known before it is saved, or None."""
+    problems = [_class_problem(c, namespace, defined) for c in _classes(value)]
+    problems.append(hf_peft.problem(value) if hf_peft.is_peft(value) else None)
+    return next((p for p in problems if p), None)
+
+
 def _class_problem(cls: type, namespace: Mapping[str, Any], defined: Collection[str]) -> str | None:
     """Why the server could not find the object's class (by its qualified name, or as code that travels), or None."""
     module, qualname = cls.__module__ or "", cls.__qualname__
-    if module.startswith("peft"):
-        return "is a PEFT adapter model: its from_pretrained needs the base model"
     if module == NOTEBOOK and qualname in defined:
         if namespace.get(qualname) is cls:
             return None
@@ -206,7 +229,9 @@ def _save(value: Any) -> list[tuple[str, bytes]] | str:
 
 
 def _save_pretrained(value: Any, folder: str) -> None:
-    if isinstance(value, torch.nn.Module):
+    if hf_peft.is_peft(value):
+        hf_peft.save(value, folder)
+    elif isinstance(value, torch.nn.Module):
         value.save_pretrained(folder, safe_serialization=True)
     else:
         value.save_pretrained(folder)
@@ -240,8 +265,11 @@ def _refused(refused: list[str], limit_mb: int) -> CaptureError:
         )
     if "earlier definition" in problems:
         hints.append("run the cell that builds the object again, so that it is an instance of the class as defined now")
-    if "PEFT" in problems:
-        hints.append("merge the adapter first (`model = model.merge_and_unload()`): the merged model travels")
+    if "adapters (" in problems:
+        hints.append(
+            "delete the adapters the handler does not use (`model.delete_adapter(name)`), or merge them into the "
+            "base model (`model = model.merge_and_unload()`): the merged model travels"
+        )
     if "cannot be saved" in problems:
         hints.append("call save_pretrained on it in the notebook to see why; an object must save and load to travel")
     if "pickle" in problems:
