@@ -54,8 +54,8 @@ CLASSES = textwrap.dedent(
 
 
     class TemperedBert(BertForSequenceClassification):
-        def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
-            output = super().forward(input_ids, attention_mask, token_type_ids, labels=labels)
+        def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+            output = super().forward(input_ids, attention_mask, token_type_ids, labels=labels, **kwargs)
             output.logits = output.logits / self.config.logit_scale
             return output
     """
@@ -150,3 +150,19 @@ def test_a_class_of_the_kernel_that_no_cell_defines_is_refused_with_the_way_to_s
     with pytest.raises(CaptureError, match=r"`model` .*__main__:MyBert\) has a class from '__main__'") as err:
         run(pool, namespace)
     assert "define the class in a cell with a class statement" in err.value.hint
+
+
+def test_a_lora_adapter_on_a_model_whose_class_a_cell_defines_serves_the_notebooks_answers():
+    pytest.importorskip("peft")
+    from peft import LoraConfig, get_peft_model
+
+    pool, namespace = notebook("TemperedBert")
+    lora = LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"])
+    namespace["model"] = model = get_peft_model(namespace["model"], lora)
+    train(model, namespace["tokenizer"], steps=5, lr=0.05)
+    pool = [*pool, ("In [3]", "model = get_peft_model(model, lora)\ntrain(model, tokenizer)\n")]
+    spec = run(pool, namespace, batch_size=4)
+    assert "TemperedBert" in {n for block in spec.blocks for n in block.names}
+    assert spec.objects.items[0].base == "__main__:TemperedBert"
+    got = torch.tensor([a["logits"] for a in runner.predict_in_process(spec, TEXTS)])
+    torch.testing.assert_close(got, logits(model, namespace["tokenizer"], TEXTS), atol=1e-4, rtol=0)
