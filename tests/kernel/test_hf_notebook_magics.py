@@ -99,3 +99,13 @@ def test_a_model_whose_class_a_cell_defines_travels_as_code_and_answers_like_the
     expected = truth(ip.user_ns)
     assert expected.abs().max() > 0.05  # trained: weights that did not travel would answer otherwise
     close(session.test("hfmine", TEXTS), expected)
+
+
+@pytest.mark.server
+def test_a_model_whose_class_a_cell_defines_is_served_on_torchserve_with_the_notebooks_answers(ip, session):
+    run(ip, TRAIN)
+    run(ip, SUBCLASS)
+    run(ip, "hf_model = HalvedBert(hf_model.config)\ntrain(hf_model, hf_tokenizer, steps=5, lr=0.05)")
+    run(ip, f"%%ms_handler hfmineserved --batch-size 4\n{HANDLER}")
+    server, _ = magic(ip, "ms_serve", "hfmineserved")
+    close(server.predict_many("hfmineserved", TEXTS), truth(ip.user_ns))  # concurrent clients, batched
