@@ -1,7 +1,7 @@
 """Saved Hugging Face objects for the handler's code: rebind each with its own class's ``from_pretrained``.
 
 ``handler_model.py`` calls ``load_object(__file__, NAME, "module:Qual.Name", dtype)`` before the user's code
-runs: the object saved at capture (``save_pretrained``, safetensors and JSON only) under ``hf_objects/NAME/``
+runs (or ``load_object(__file__, NAME, MyModel, dtype)`` after the code of ``MyModel``, a class a cell defined): the object saved at capture (``save_pretrained``, safetensors and JSON only) under ``hf_objects/NAME/``
 in the model dir is read back with local files only (no hub access) and never with ``trust_remote_code``.
 A model comes back in ``eval()`` mode with the dtype it had in the kernel. Depends only on the standard
 library (and, when a saved object is loaded, on the package its class comes from).
@@ -18,6 +18,9 @@ try:
     from msnb_names import HF_DIR
 except ImportError:  # imported as msnb.templates.msnb_hf instead of from a model dir
     from .msnb_names import HF_DIR
+
+
+ADAPTER_DIR, BASE_DIR = "adapter", "base"  # a PEFT model's two folders under hf_objects/NAME/ (msnb.capture.hf_peft)
 
 
 class ObjectLoadError(RuntimeError):
@@ -40,13 +43,20 @@ def import_class(qualified: str) -> type:
     return found
 
 
-def load_object(module_file: str, name: str, qualified: str, dtype: str | None = None) -> Any:
-    """The object saved as ``name``, rebound with ``from_pretrained(folder, local_files_only=True)``."""
+def load_object(
+    module_file: str, name: str, cls: str | type, dtype: str | None = None, base: str | type | None = None
+) -> Any:
+    """The object saved as ``name``, rebound with ``from_pretrained(folder, local_files_only=True)`` of ``cls`` (a
+    class, or its ``module:Qual.Name``); a PEFT model (``base``: its base model's class) as its adapter on its base."""
     folder = Path(module_file).resolve().parent / HF_DIR / name
-    cls = import_class(qualified)
+    qualified = cls if isinstance(cls, str) else f"{cls.__module__}:{cls.__qualname__}"
+    cls = import_class(cls) if isinstance(cls, str) else cls
+    base = import_class(base) if isinstance(base, str) else base
     try:
         with quiet_progress():
-            obj = cls.from_pretrained(str(folder), local_files_only=True)
+            obj = (
+                cls.from_pretrained(str(folder), local_files_only=True) if base is None else _adapter(cls, base, folder)
+            )
     except Exception as err:
         raise ObjectLoadError(
             f"{qualified}.from_pretrained({folder}) failed for `{name}`: {type(err).__name__}: {err}\n"
@@ -57,6 +67,20 @@ def load_object(module_file: str, name: str, qualified: str, dtype: str | None =
 
         obj = obj.to(getattr(torch, dtype)).eval()
     return obj
+
+
+def _adapter(cls: type, base: type, folder: Path) -> Any:
+    """A PEFT model: the base model from ``base/``, the adapter from ``adapter/`` (or ``adapter/NAME/``, the folder
+    ``save_pretrained`` writes for an adapter not named "default") put back on it under its own name."""
+    adapter = folder / ADAPTER_DIR
+    named = [p.parent for p in adapter.glob("*/adapter_config.json")]
+    if not (adapter / "adapter_config.json").exists() and len(named) == 1:
+        return cls.from_pretrained(_base(base, folder), str(named[0]), adapter_name=named[0].name)
+    return cls.from_pretrained(_base(base, folder), str(adapter))
+
+
+def _base(base: type, folder: Path) -> Any:
+    return base.from_pretrained(str(folder / BASE_DIR), local_files_only=True)
 
 
 @contextlib.contextmanager

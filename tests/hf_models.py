@@ -57,9 +57,9 @@ def encode(tokenizer, texts):
     return tokenizer(texts, padding="max_length", max_length=MAX_LENGTH, truncation=True, return_tensors="pt")
 
 
-def train(model, tokenizer, steps: int = 3) -> None:
+def train(model, tokenizer, steps: int = 3, lr: float = 1e-3) -> None:
     """A few optimizer steps on SENTENCES; the model is left in eval mode."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     batch = encode(tokenizer, [s for s, _ in SENTENCES])
     labels = torch.tensor([y for _, y in SENTENCES])
     model.train()
@@ -83,3 +83,25 @@ def logits(model, tokenizer, texts, keys=None) -> torch.Tensor:
     encoding = encode(tokenizer, list(texts))
     with torch.no_grad():
         return model(**{k: v for k, v in encoding.items() if keys is None or k in keys}).logits
+
+
+# The cell that builds the PEFT model, as capture sees it (its value comes from the kernel).
+LORA_POOL = [
+    (
+        "In [2]",
+        "tokenizer = train_tokenizer()\nmodel = get_peft_model(tiny_bert(tokenizer.vocab_size), lora)\n"
+        "train(model, tokenizer)\n",
+    )
+]
+
+
+def lora_model(adapter_name: str = "default", dtype=torch.float32):
+    """(tokenizer, the kernel's PEFT model): LoRA on query/value of the tiny BERT, the classifier head trained with
+    it (peft's ``task_type="SEQ_CLS"``); as LORA_POOL's cell builds it."""
+    from peft import LoraConfig, get_peft_model
+
+    tokenizer, base = trained()
+    config = LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"])
+    model = get_peft_model(base, config, adapter_name=adapter_name)
+    train(model, tokenizer, steps=5, lr=0.05)
+    return tokenizer, model.to(dtype)

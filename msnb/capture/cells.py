@@ -51,7 +51,8 @@ def capture(
         stmts, others, cell, cell_origin, namespace, _model_class(config.pop("model_file", None))
     )
     # values (values.pt) and objects (hf_objects/)
-    config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind)
+    defined = {n for block in (*pulled, handler) for n in block.names}
+    config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind, defined)
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
     config.setdefault("origin", cell_origin)
     default = default_handler_import(named) if named and form.entry not in handler.names else None
@@ -103,10 +104,23 @@ def _handler_and_closure(
         kept = [s for s in stmts if s in kept or s in rebuilt]
     star = any(s.kind == "star" for s in kept)
     wanted += [(n, kept[-1]) for n in also if n not in bound and kept]  # named by an option (--model-file)
-    pulled, warnings = others.closure([w for w in wanted if w[0] not in needed], bound, star, changes, needed, as_code)
+    free = [w for w in wanted if w[0] not in needed]
+    pulled, warnings = others.closure(free, bound, star, changes, needed, as_code)
+    classes = [(n, kept[-1]) for n in _object_classes(needed, namespace) if others.defines_class(n) and n not in bound]
+    if classes:  # a Hugging Face object whose class a cell defines: the class travels as code
+        pulled, warnings = others.closure(free + classes, bound, star, changes, needed, as_code)
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
     handler = SourceBlock("\n\n".join(s.text for s in kept), origin, names)
     return handler, pulled, needed, _dropped_warnings([s for s in stmts if s not in kept], cell, set(needed)) + warnings
+
+
+def _object_classes(needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The names of the cell-defined classes of the Hugging Face objects among ``needed`` (msnb.capture.hf_objects)."""
+    if namespace is None or not needed:
+        return ()
+    from msnb.capture.hf_objects import notebook_classes
+
+    return notebook_classes([n for n in needed if n in namespace], namespace)
 
 
 def transform(source: str) -> str | None:
@@ -154,6 +168,11 @@ class Pool:
                     self.bindings.setdefault(name, []).append(stmt)
                 if stmt.kind == "star":
                     self.stars.append(stmt)
+
+    def defines_class(self, name: str) -> bool:
+        """True when the latest statement binding ``name`` is a class statement."""
+        latest = self.bindings.get(name, [None])[-1]
+        return latest is not None and isinstance(latest.node, ast.ClassDef)
 
     def closure(
         self,

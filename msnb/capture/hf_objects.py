@@ -2,9 +2,10 @@
 
 An object travels when it has ``save_pretrained(dir)`` and its class ``from_pretrained(dir)``: capture saves it
 (weights as safetensors, never a pickle) into a frozen copy that the archive writes under ``hf_objects/NAME/``;
-the server rebinds it with the class's own ``from_pretrained`` (templates/msnb_hf.py). Classes from dynamic
-modules (``trust_remote_code``) or defined in the notebook, objects whose save raises, pickled files and folders
-over the size limit are refused, all names at once, before anything is written to an archive.
+the server rebinds it with the class's own ``from_pretrained`` (templates/msnb_hf.py). A class a cell defines (a
+``PreTrainedModel`` or ``PretrainedConfig`` subclass) travels as code with the handler (capture pulls its statement)
+and is rebound by that class. Classes from dynamic modules (``trust_remote_code``), objects whose save raises, pickled
+files and folders over the size limit are refused, all names at once, before anything is written to an archive.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from msnb.capture import hf_peft
 from msnb.capture.kernel_values import human
 from msnb.errors import CaptureError
 from msnb.options import DEFAULTS, OPTION
@@ -26,9 +28,13 @@ from msnb.templates.msnb_hf import HF_DIR, quiet_progress
 
 _MB = 2**20
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")  # what torch.save / pickle write
-DYNAMIC_PREFIXES = ("transformers_modules", "__main__")  # trust_remote_code modules; the notebook's own classes
+DYNAMIC_PREFIX = "transformers_modules"  # where trust_remote_code classes live: no server can import them
+NOTEBOOK = "__main__"  # the kernel's module: a class a cell defines, which travels as code
 # Packages a saved object needs on the server beyond its class's own (tokenizer.json needs tokenizers).
-NEEDS = {"transformers": ("transformers", "tokenizers", "safetensors")}
+NEEDS = {
+    "transformers": ("transformers", "tokenizers", "safetensors"),
+    "peft": ("peft", "accelerate", "safetensors"),  # peft imports accelerate (a dependency it declares)
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class ObjectInfo:
     size: int
     dtype: str | None  # a model's dtype ("float32"); None for tokenizers, configs, processors
     live: str  # the object's fingerprint at capture (see ``fingerprint``)
+    base: str | None = None  # a PEFT model's base model class, "module:Qual.Name" (msnb.capture.hf_peft)
 
     def line(self) -> str:
         return f"{self.name}: {self.cls.rpartition(':')[2]}, {', '.join(self.files)}, {human(self.size)}"
@@ -67,7 +74,8 @@ class SavedObjects:
     @property
     def imports(self) -> str:
         """Import lines for the packages the server needs (requirements are inferred from them)."""
-        tops = dict.fromkeys(t for i in self.items for t in NEEDS.get(_top(i.cls), (_top(i.cls),)))
+        classes = [c for i in self.items for c in (i.cls, i.base) if c is not None and not _in_notebook(c)]
+        tops = dict.fromkeys(t for c in classes for t in NEEDS.get(_top(c), (_top(c),)))
         return "".join(f"import {t}\n" for t in tops if importlib.util.find_spec(t) is not None)
 
     def changed(self, namespace: Mapping[str, Any]) -> list[str]:
@@ -80,15 +88,34 @@ class SavedObjects:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
 
-    def render(self) -> str:
-        """handler_model.py lines that rebind each object before the user's code runs."""
+    def render(self, *, after_code: bool = False) -> str:
+        """handler_model.py lines that rebind each object before the user's code runs; ``after_code``: those whose
+        class the user's code defines (rendered after it, before the entry point)."""
+        items = [i for i in self.items if any(_in_notebook(c) for c in (i.cls, i.base or "")) == after_code]
+        if not items:
+            return ""
         lines = [
-            f"# --- msnb: Hugging Face objects saved from the kernel ({HF_DIR}/): {', '.join(self.names)} ---",
+            f"# --- msnb: Hugging Face objects saved from the kernel ({HF_DIR}/): {', '.join(i.name for i in items)} ---",
             "from msnb_hf import load_object as _msnb_load_object",
             "",
-            *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {i.cls!r}, {i.dtype!r})" for i in self.items),
+            *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {_arguments(i)})" for i in items),
         ]
         return "\n".join(lines) + "\n\n"
+
+
+def _in_notebook(cls: str) -> bool:
+    return cls.partition(":")[0] == NOTEBOOK
+
+
+def _arguments(item: ObjectInfo) -> str:
+    """load_object's arguments after the name: the class, the dtype and, for a PEFT model, its base model's class."""
+    base = f", base={_class_expr(item.base)}" if item.base else ""
+    return f"{_class_expr(item.cls)}, {item.dtype!r}{base}"
+
+
+def _class_expr(cls: str) -> str:
+    """The class as handler_model.py names it: a cell's class by its name (its code travels), else its import path."""
+    return cls.partition(":")[2] if _in_notebook(cls) else repr(cls)
 
 
 def _top(cls: str) -> str:
@@ -106,15 +133,24 @@ def split_objects(needed: Mapping[str, str], namespace: Mapping[str, Any]) -> tu
     return objects, {n: w for n, w in needed.items() if n not in objects}
 
 
-def save_objects(needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb: int | None) -> SavedObjects | None:
-    """Save each object of ``needed`` (name -> where it is used); every one that cannot travel is refused at once."""
+def notebook_classes(names: Iterable[str], namespace: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the classes that cells define among those of the objects bound to ``names``: their code travels."""
+    found = (c for n in names if travels(namespace[n]) for c in _classes(namespace[n]))
+    return tuple(dict.fromkeys(c.__qualname__ for c in found if c.__module__ == NOTEBOOK))
+
+
+def save_objects(
+    needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb: int | None, defined: Collection[str] = ()
+) -> SavedObjects | None:
+    """Save each object of ``needed`` (name -> where it is used; ``defined``: the classes the handler's code defines);
+    every one that cannot travel is refused at once."""
     if not needed:
         return None
     limit = (max_mb or DEFAULTS["max_value_mb"]) * _MB
     files, infos, refused = [], [], []
     for name, where in needed.items():
         value = namespace[name]
-        problem = _class_problem(value) or _too_big(_weights_size(value), limit)
+        problem = _object_problem(value, namespace, defined) or _too_big(_weights_size(value), limit)
         saved = None if problem else _save(value)
         if isinstance(saved, str):
             problem, saved = saved, None
@@ -133,20 +169,34 @@ def save_objects(needed: Mapping[str, str], namespace: Mapping[str, Any], max_mb
 def _info(name: str, value: Any, saved: list[tuple[str, bytes]]) -> ObjectInfo:
     dtype = str(value.dtype).removeprefix("torch.") if isinstance(value, torch.nn.Module) else None
     files, live = tuple(p for p, _ in saved), fingerprint(value) if dtype else _files_digest(saved)
-    return ObjectInfo(name, _qualified(type(value)), files, sum(len(d) for _, d in saved), dtype, live)
+    base = _qualified(hf_peft.base_class(value)) if hf_peft.is_peft(value) else None
+    return ObjectInfo(name, _qualified(type(value)), files, sum(len(d) for _, d in saved), dtype, live, base)
 
 
 def _qualified(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _class_problem(value: Any) -> str | None:
-    """Why the server could not import the object's class by its qualified name, or None."""
-    cls = type(value)
-    module = cls.__module__ or ""
-    if module.startswith("peft"):
-        return "is a PEFT adapter model: its from_pretrained needs the base model"
-    if module.startswith(DYNAMIC_PREFIXES) or "<locals>" in cls.__qualname__:
+def _classes(value: Any) -> tuple[type, ...]:
+    """The classes the server needs to rebind ``value``: its own, and a PEFT model's base model's."""
+    return (type(value), hf_peft.base_class(value)) if hf_peft.is_peft(value) else (type(value),)
+
+
+def _object_problem(value: Any, namespace: Mapping[str, Any], defined: Collection[str]) -> str | None:
+    """Why ``value`` cannot travel, known before it is saved, or None."""
+    problems = [_class_problem(c, namespace, defined) for c in _classes(value)]
+    problems.append(hf_peft.problem(value) if hf_peft.is_peft(value) else None)
+    return next((p for p in problems if p), None)
+
+
+def _class_problem(cls: type, namespace: Mapping[str, Any], defined: Collection[str]) -> str | None:
+    """Why the server could not find the object's class (by its qualified name, or as code that travels), or None."""
+    module, qualname = cls.__module__ or "", cls.__qualname__
+    if module == NOTEBOOK and qualname in defined:
+        if namespace.get(qualname) is cls:
+            return None
+        return f"was built from an earlier definition of {qualname}: a cell defined the class again since"
+    if module.startswith(DYNAMIC_PREFIX) or module == NOTEBOOK or "<locals>" in qualname:
         return f"has a class from {module!r}, which the server cannot import by name"
     return None
 
@@ -179,7 +229,9 @@ def _save(value: Any) -> list[tuple[str, bytes]] | str:
 
 
 def _save_pretrained(value: Any, folder: str) -> None:
-    if isinstance(value, torch.nn.Module):
+    if hf_peft.is_peft(value):
+        hf_peft.save(value, folder)
+    elif isinstance(value, torch.nn.Module):
         value.save_pretrained(folder, safe_serialization=True)
     else:
         value.save_pretrained(folder)
@@ -208,12 +260,16 @@ def _refused(refused: list[str], limit_mb: int) -> CaptureError:
         hints.append(f"raise the limit with {OPTION['max_value_mb'].flag} (now {limit_mb}) to at least the size shown")
     if "cannot import" in problems:
         hints.append(
-            "a class defined in a cell travels as code: build the object inside init_function from its class "
-            "(`return MyModel(config)`) and pass its weights with --checkpoint; a trust_remote_code class: "
-            "ship its module beside the notebook and import it"
+            "define the class in a cell with a class statement (its code then travels with the handler), or ship "
+            "its module (a trust_remote_code class) beside the notebook and import it from there"
         )
-    if "PEFT" in problems:
-        hints.append("merge the adapter first (`model = model.merge_and_unload()`): the merged model travels")
+    if "earlier definition" in problems:
+        hints.append("run the cell that builds the object again, so that it is an instance of the class as defined now")
+    if "adapters (" in problems:
+        hints.append(
+            "delete the adapters the handler does not use (`model.delete_adapter(name)`), or merge them into the "
+            "base model (`model = model.merge_and_unload()`): the merged model travels"
+        )
     if "cannot be saved" in problems:
         hints.append("call save_pretrained on it in the notebook to see why; an object must save and load to travel")
     if "pickle" in problems:

@@ -6,7 +6,7 @@ Capture records each such name with where it is bound and used; in a kernel the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,11 +102,15 @@ def where_bound(needed: Mapping[str, Needed]) -> dict[str, str]:
 
 
 def values_of(
-    needed: Mapping[str, Needed], namespace: Mapping[str, Any] | None, max_mb: int | None, form: str = ROLES_FORM
+    needed: Mapping[str, Needed],
+    namespace: Mapping[str, Any] | None,
+    max_mb: int | None,
+    form: str = ROLES_FORM,
+    defined: Collection[str] = (),
 ) -> dict:
     """The spec's ``values`` (``needed`` snapshotted from ``namespace``) and ``objects`` (its Hugging Face objects,
-    saved: ``msnb.capture.hf_objects``), each None when there is none; refused without a kernel, with a hint that fits
-    the handler's ``form``."""
+    saved: ``msnb.capture.hf_objects``; ``defined``: the classes the captured code defines), each None when there is
+    none; refused without a kernel, with a hint that fits the handler's ``form``."""
     if namespace is None:
         refuse_without_kernel(needed, form)
         return {"values": None, "objects": None}
@@ -115,6 +119,9 @@ def values_of(
 
     objects, plain = split_objects(where_bound(needed), namespace)
     try:
-        return {"values": snapshot(plain, namespace, max_mb), "objects": save_objects(objects, namespace, max_mb)}
+        return {
+            "values": snapshot(plain, namespace, max_mb),
+            "objects": save_objects(objects, namespace, max_mb, defined),
+        }
     except CaptureError as err:
         raise CaptureError(err.message, hint_for(form, err.hint)) from None

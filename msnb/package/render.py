@@ -58,7 +58,9 @@ def _body(spec: HandlerSpec) -> str:
         if block.names and block is not spec.blocks[-1]:
             label += f" (pulled in: {', '.join(block.names)})"
         parts.append(f"{BLOCK_MARKER}{label} ---\n{block.source.rstrip()}\n")
-    return "\n".join(parts)
+    if spec.objects is not None:  # objects whose class the code above defines
+        parts.append(spec.objects.render(after_code=True).rstrip())
+    return "\n".join(p for p in parts if p)
 
 
 def _values(spec: HandlerSpec) -> str:

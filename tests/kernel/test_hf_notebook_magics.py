@@ -74,3 +74,38 @@ def test_served_answers_equal_the_notebooks_and_training_further_makes_them_stal
     assert "`hf_model`" in out and "changed since" in out
     status, _ = magic(ip, "ms_status")
     assert status["handlers"]["hfserved"]["stale"]
+
+
+SUBCLASS = textwrap.dedent(
+    """
+    from transformers import BertForSequenceClassification
+
+
+    class HalvedBert(BertForSequenceClassification):
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+            output = super().forward(input_ids, attention_mask, token_type_ids, labels=labels)
+            output.logits = output.logits / 2
+            return output
+    """
+)
+
+
+def test_a_model_whose_class_a_cell_defines_travels_as_code_and_answers_like_the_notebook(ip, session):
+    run(ip, TRAIN)
+    run(ip, SUBCLASS)
+    run(ip, "hf_model = HalvedBert(hf_model.config)\ntrain(hf_model, hf_tokenizer, steps=5, lr=0.05)")
+    summary = run(ip, f"%%ms_handler hfmine --batch-size 4\n{HANDLER}")
+    assert "object: hf_model: HalvedBert, config.json, model.safetensors" in summary
+    expected = truth(ip.user_ns)
+    assert expected.abs().max() > 0.05  # trained: weights that did not travel would answer otherwise
+    close(session.test("hfmine", TEXTS), expected)
+
+
+@pytest.mark.server
+def test_a_model_whose_class_a_cell_defines_is_served_on_torchserve_with_the_notebooks_answers(ip, session):
+    run(ip, TRAIN)
+    run(ip, SUBCLASS)
+    run(ip, "hf_model = HalvedBert(hf_model.config)\ntrain(hf_model, hf_tokenizer, steps=5, lr=0.05)")
+    run(ip, f"%%ms_handler hfmineserved --batch-size 4\n{HANDLER}")
+    server, _ = magic(ip, "ms_serve", "hfmineserved")
+    close(server.predict_many("hfmineserved", TEXTS), truth(ip.user_ns))  # concurrent clients, batched

@@ -221,13 +221,3 @@ def test_the_mar_the_kserve_and_the_ray_layouts_carry_the_objects_unchanged(kern
         assert {name: z.read(name) for name in z.namelist() if name.startswith(HF_DIR)} == saved
     ray = write_ray([spec], tmp_path / "ray") / "cls"
     assert {p.relative_to(ray).as_posix(): p.read_bytes() for p in (ray / HF_DIR).rglob("*") if p.is_file()} == saved
-
-
-def test_a_model_class_defined_in_a_notebook_cell_is_refused_with_the_way_to_ship_it(kernel):
-    from transformers import BertForSequenceClassification
-
-    cls = type("MyBert", (BertForSequenceClassification,), {"__module__": "__main__"})  # as a cell defines it
-    mine = cls(kernel["model"].config)
-    with pytest.raises(CaptureError, match=r"`model` .*__main__:MyBert\) has a class from '__main__'") as err:
-        run(HANDLER, {**kernel, "model": mine})
-    assert "`return MyModel(config)`" in err.value.hint and "--checkpoint" in err.value.hint
