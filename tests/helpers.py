@@ -560,6 +560,67 @@ TS_TEXT_MODEL = textwrap.dedent("""
 """)
 
 
+# TorchServe's inference API page: a handler streaming three intermediate responses, then its last one.
+TS_STREAMING = textwrap.dedent("""
+    from ts.handler_utils.utils import send_intermediate_predict_response
+
+
+    def handle(data, context):
+        if type(data) is list:
+            for i in range(3):
+                send_intermediate_predict_response(
+                    ["intermediate_response"], context.request_ids, "Intermediate Prediction success", 200, context
+                )
+            return ["hello world "]
+""")
+
+# A BaseHandler with customized metadata (`GET /models/NAME?customized=true`).
+TS_DESCRIBED = textwrap.dedent("""
+    import json
+
+    from ts.torch_handler.base_handler import BaseHandler
+
+
+    class Described(BaseHandler):
+        def initialize(self, context):
+            self.context = context
+            self.initialized = True
+
+        def preprocess(self, data):
+            return [row.get("body") for row in data]
+
+        def inference(self, data, *args, **kwargs):
+            return data
+
+        def postprocess(self, data):
+            return [{"echo": d} for d in data]
+
+        def describe_handle(self):
+            return json.dumps({"labels": ["cat", "dog"], "input": "json"})
+""")
+
+# BaseHandler in eager mode (model file + state_dict) whose get_insights uses Captum's layer attributions: layer
+# hooks, which a TorchScript model does not support.
+TS_EXPLAINED = textwrap.dedent("""
+    import torch
+    from captum.attr import LayerIntegratedGradients
+    from ts.torch_handler.base_handler import BaseHandler
+
+
+    class Explained(BaseHandler):
+        def preprocess(self, data):
+            return torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+
+        def postprocess(self, output):
+            return [[round(v, 4) for v in o.tolist()] for o in output]
+
+        def get_insights(self, tensor_data, _, target=0):
+            lig = LayerIntegratedGradients(self.model, self.model.fc)
+            found = lig.attribute(tensor_data, target=target, n_steps=16, attribute_to_layer_input=True)
+            return [[round(v, 4) for v in row.tolist()] for row in found]
+""")
+
+
 def torch_packages(folder: str | Path) -> list[Path]:
     """Every torch package under ``folder`` (a model folder that should hold none)."""
     return sorted(Path(folder).rglob("torch/__init__.py"))

@@ -30,6 +30,8 @@ from msnb.package.render import BLOCK_MARKER, HANDLER_MODULE
 from msnb.spec import HandlerSpec
 from msnb.trial.worker_imports import NoImports, WorkerImports
 
+DESCRIBE = "describe"  # LoadedHandler.run's `explain` for a customized describe instead of a batch of samples
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -139,11 +141,15 @@ class LoadedHandler:
         """Send ``samples`` as ONE batch, each decoded the way TorchServe decodes a request body.
 
         ``explain`` marks the requests sent to ``/explanations`` (all, or one flag per sample), with the
-        request header TorchServe sets.
+        request header TorchServe sets; ``DESCRIBE`` sends the job of ``GET /models/NAME?customized=true``.
         """
-        batch = [{"body": _as_request_body(s)} for s in samples]
-        flags = [explain] * len(batch) if isinstance(explain, bool) else list(explain)
-        self.context.request_processor = [RequestProcessor({"explain": str(bool(f))}) for f in flags]
+        if explain == DESCRIBE:  # the frontend's describe job: no body, the header `describe: True`
+            batch, headers = [{}], [{"describe": "True"}]
+        else:
+            batch = [{"body": _as_request_body(s)} for s in samples]
+            flags = [explain] * len(batch) if isinstance(explain, bool) else list(explain)
+            headers = [{"explain": str(bool(f))} for f in flags]
+        self.context.request_processor = [RequestProcessor(h) for h in headers]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
         self.context.metrics.request_ids = self.context.request_ids
         self.context.cl_socket = RecordedSocket()  # a streaming handler's intermediate responses (msnb_stream)
@@ -265,6 +271,18 @@ def _as_request_body(sample: Any) -> Any:
     if isinstance(sample, str):
         return sample
     return json.loads(encode(sample)[0])  # what the client sends and the server's JSON decoding hands over
+
+
+def customized_metadata(body: Any) -> Any:
+    """A describe answer as ``GET /models/NAME?customized=true`` shows it (``customizedMetadata``): the handler's
+    text parsed as JSON when it is JSON, else the text itself (TorchServe's DescribeModelResponse)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _as_response(obj: Any) -> Any:

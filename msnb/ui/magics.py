@@ -86,9 +86,17 @@ class MsnbMagics(Magics):
     @argument("name", help="the handler's name (from its %%ms_handler line)")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
     @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
+    @argument(
+        "--describe",
+        action="store_true",
+        help="the handler's customized metadata (describe_handle), as GET /models/NAME?customized=true shows it",
+    )
     def ms_test(self, line: str) -> Any:
-        """%ms_test NAME [--data ...] [--explain]: run the generated handler in-process (no server); returns its answer."""
+        """%ms_test NAME [--data ...] [--explain | --describe]: run the generated handler in-process (no server);
+        returns its answer (a streamed answer: its chunks; --describe: its customizedMetadata)."""
         args = parse_argstring(self.ms_test, line)
+        if args.describe:
+            return current().describe(args.name)
         samples = None if args.data is None else [self._data(args.data)]
         answer = current().test(args.name, samples, explain=args.explain)[0]
         return Explanation(answer) if args.explain else answer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import OWN_IMAGE_CLASS
+from helpers import OWN_IMAGE_CLASS, TS_DESCRIBED, TS_STREAMING
 from IPython.utils.capture import capture_output
 
 pytestmark = pytest.mark.kernel
@@ -40,3 +40,19 @@ def test_roles_and_a_handler_class_in_one_cell_are_refused_with_a_hint(ip, sessi
     assert "defines both init_function (roles) and handler class `BackgroundRemover`" in shown
     assert "Hint: use one form per handler cell" in shown and "Traceback" not in shown
     assert "mixed" not in session.specs
+
+
+def test_ms_test_returns_the_chunks_a_handler_sends_as_intermediate_responses(ip, session):
+    result, shown = run(ip, f"%%ms_handler chunks --example '{{\"x\": 1}}'\n{TS_STREAMING}")
+    assert result.success, shown
+    answer, shown = run(ip, "%ms_test chunks")
+    assert answer.success, shown
+    assert answer.result == ["intermediate_response"] * 3 + ["hello world "]
+
+
+def test_ms_test_describe_returns_the_customized_metadata_of_describe_handle(ip, session):
+    result, shown = run(ip, f"%%ms_handler described\n{TS_DESCRIBED}")
+    assert result.success, shown
+    answer, shown = run(ip, "%ms_test described --describe")
+    assert answer.success, shown
+    assert answer.result == {"labels": ["cat", "dog"], "input": "json"}

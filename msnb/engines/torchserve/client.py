@@ -41,6 +41,18 @@ HINTS = {
 }
 
 
+STREAM_HEADER = "ts_stream_next"  # set by TorchServe on an answer made of intermediate responses (chunked)
+
+
+def _request(data: Any) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of an inference request: a RawRequest as a client sends it
+    (msnb.engines.torchserve.raw_request), anything else encoded (JSON, or bytes as octet-stream)."""
+    if isinstance(data, RawRequest):
+        return data.body, data.http_headers()
+    body, ctype = encode(data)
+    return body, {"Content-Type": ctype}
+
+
 class TorchServeClient:
     """The REST APIs of one TorchServe, with the right token on every call.
 
@@ -217,17 +229,18 @@ class TorchServeClient:
         msnb.engines.chunks); an answer that is not streamed is yielded whole. The handler's error line at the end of a
         stream raises a PredictionError after the chunks before it. Closing the iterator early closes the
         connection."""
-        body, ctype = encode(data)
+        body, headers = _request(data)
         timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/predictions/{name}" + (f"/{version}" if version else "")
-        headers = {"Content-Type": ctype}
         resp = self.call("POST", url, "inference", data=body, headers=headers, timeout=timeout, stream=True)
         with contextlib.closing(resp):
             if not resp.ok:
                 self._failed(resp, name, version, body, cursor)
             answer = resp.headers.get("content-type", "")
-            if not (is_stream(answer) or answer.startswith("text/")):
+            # a handler's own send_intermediate_predict_response streams with no Content-Type: TorchServe marks
+            # such an answer with the ts_stream_next header; its pieces are read as text, as %ms_test reads them
+            if not (is_stream(answer) or answer.startswith("text/") or STREAM_HEADER in resp.headers):
                 yield decode(resp)
                 return
             reader, sent = ChunkReader(answer), 0
@@ -280,11 +293,7 @@ class TorchServeClient:
 
     # ------------------------------------------------------------------ internals
     def _infer(self, api: str, name: str, data: Any, version: str | None, timeout: float | None) -> Any:
-        if isinstance(data, RawRequest):  # sent as a client sends it (msnb.engines.torchserve.raw_request)
-            body, headers = data.body, data.http_headers()
-        else:
-            body, ctype = encode(data)
-            headers = {"Content-Type": ctype}
+        body, headers = _request(data)
         timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/{api}/{name}" + (f"/{version}" if version else "")
