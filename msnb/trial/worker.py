@@ -248,7 +248,9 @@ def _import_isolated(path: Path):
         raise HandlerRunError(
             f"Importing the rendered handler failed{_where_in_cells(err, path)}: {type(err).__name__}: {err}",
             _missing_module_hint(err)
-            or "an import or top-level definition in the handler cell fails outside the notebook.",
+            or "module-level statements that travel with the handler run again when the worker imports it, without "
+            "the notebook's folder or kernel: ship a file such a statement reads with --extra-files (the model folder "
+            "is the worker's cwd), or build the value inside the handler's loading step.",
         ) from err
     return module
 

@@ -96,6 +96,11 @@ class MsnbMagics(Magics):
         returns its answer (a streamed answer: its chunks; --describe: its customizedMetadata)."""
         args = parse_argstring(self.ms_test, line)
         if args.describe:
+            if args.data is not None or args.explain:
+                raise OptionError(
+                    "%ms_test --describe sends no input: it takes neither --data nor --explain.",
+                    f"run `%ms_test {args.name} --describe` alone (TorchServe's describe job has no body).",
+                )
             return current().describe(args.name)
         samples = None if args.data is None else [self._data(args.data)]
         answer = current().test(args.name, samples, explain=args.explain)[0]

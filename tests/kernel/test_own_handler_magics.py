@@ -56,3 +56,35 @@ def test_ms_test_describe_returns_the_customized_metadata_of_describe_handle(ip,
     answer, shown = run(ip, "%ms_test described --describe")
     assert answer.success, shown
     assert answer.result == {"labels": ["cat", "dog"], "input": "json"}
+
+
+def test_ms_test_describe_with_an_input_is_refused_with_a_hint(ip, session):
+    run(ip, f"%%ms_handler described\n{TS_DESCRIBED}")
+    answer, shown = run(ip, "%ms_test described --describe --data '{\"x\": 1}'")
+    assert not answer.success and "takes neither --data nor --explain" in shown and "Hint:" in shown
+
+
+WORDS = """
+def handle(data, context):
+    if data is None:
+        return None
+    return [PATTERN.findall(row["body"]) for row in data]
+"""
+
+
+def test_a_module_level_statement_reading_a_kernel_only_file_fails_ms_test_with_its_cell_and_line(
+    ip, session, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pattern.txt").write_text(r"\w+")  # beside the notebook: the server's worker never sees it
+    result, shown = run(
+        ip, "import re\nfrom pathlib import Path\nPATTERN = re.compile(Path('pattern.txt').read_text())"
+    )
+    assert result.success, shown
+    result, shown = run(ip, f"%%ms_handler words --example '\"a b\"'\n{WORDS}")
+    assert result.success, shown
+    answer, shown = run(ip, "%ms_test words")
+    assert not answer.success
+    assert "at `PATTERN = re.compile(Path('pattern.txt').read_text())` (from cell In[" in shown
+    assert "FileNotFoundError" in shown and "Hint:" in shown and "--extra-files" in shown
+    assert "Traceback (most recent" not in shown

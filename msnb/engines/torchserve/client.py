@@ -36,6 +36,10 @@ HINTS = {
     "did not respond in given time": "the handler took longer than the model's response_timeout, so TorchServe "
     "restarted its worker; register with a larger response_timeout= or make "
     "the handler faster.",
+    "If this is a sequence inference": "a stateful model (sequenceBatching in its model-config) keeps at most "
+    "maxNumSequence sequences open (default 1; the log lines below say when a sequence was skipped for it), at most "
+    "maxSequenceJobQueueSize requests queued per sequence, and closes a sequence idle for sequenceMaxIdleMSec: raise "
+    "them in the --config-file.",
     "Worker died": "the worker process ended while answering this request's batch (os._exit, a segfault or the "
     "OOM killer), so every request of that batch failed; TorchServe restarts it in ~2 s. Its last lines are below.",
 }
