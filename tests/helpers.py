@@ -621,6 +621,69 @@ TS_EXPLAINED = textwrap.dedent("""
 """)
 
 
+# TorchServe's stateful convention (examples/stateful): a model file, a BaseHandler keeping each sequence's state,
+# and the model-config turning sequence batching on.
+TS_STATEFUL_MODEL = textwrap.dedent("""
+    import torch
+
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(1, 1)
+
+        def forward(self, x):
+            return self.fc(x)
+""")
+
+TS_STATEFUL_HANDLER = textwrap.dedent("""
+    import logging
+
+    import torch
+    from lru import LRU
+    from ts.torch_handler.base_handler import BaseHandler
+
+    logger = logging.getLogger(__name__)
+
+
+    class RunningTotal(BaseHandler):
+        def initialize(self, context):
+            super().initialize(context)
+            capacity = context.model_yaml_config["handler"]["cache"]["capacity"]
+            self.totals = LRU(int(capacity))
+            logger.info("keeping %s sequences", capacity)
+
+        def preprocess(self, data):
+            totals = []
+            for idx, row in enumerate(data):
+                sequence = self.context.get_sequence_id(idx)
+                body = row.get("data") or row.get("body")
+                if isinstance(body, (bytes, bytearray)):
+                    body = body.decode("utf-8")
+                total = self.totals.get(sequence, 0) + int(body)
+                self.totals[sequence] = total
+                totals.append([float(total)])
+            return torch.tensor(totals)
+
+        def postprocess(self, output):
+            return [round(v, 4) for v in output[:, 0].tolist()]
+""")
+
+TS_STATEFUL_CONFIG = textwrap.dedent("""
+    minWorkers: 2
+    maxWorkers: 2
+    batchSize: 4
+    maxNumSequence: 4
+    sequenceMaxIdleMSec: 60000
+    maxSequenceJobQueueSize: 10
+    sequenceBatching: true
+
+    handler:
+      cache:
+        capacity: 4
+""")
+
+
 def torch_packages(folder: str | Path) -> list[Path]:
     """Every torch package under ``folder`` (a model folder that should hold none)."""
     return sorted(Path(folder).rglob("torch/__init__.py"))

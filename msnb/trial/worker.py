@@ -22,7 +22,7 @@ from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
 from msnb.engines.torchserve.logs import user_frames
-from msnb.engines.torchserve.models import encode
+from msnb.engines.torchserve.models import RawRequest, encode
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.archive import CONFIG, checkpoint_name, shared_handler_files
@@ -148,7 +148,8 @@ class LoadedHandler:
         else:
             batch = [{"body": _as_request_body(s)} for s in samples]
             flags = [explain] * len(batch) if isinstance(explain, bool) else list(explain)
-            headers = [{"explain": str(bool(f))} for f in flags]
+            sent = [s.headers if isinstance(s, RawRequest) else {} for s in samples]  # e.g. a sequence id
+            headers = [{**h, "explain": str(bool(f))} for h, f in zip(sent, flags)]
         self.context.request_processor = [RequestProcessor(h) for h in headers]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
         self.context.metrics.request_ids = self.context.request_ids
@@ -268,6 +269,8 @@ def _where_in_cells(err: BaseException, path: Path) -> str:
 
 
 def _as_request_body(sample: Any) -> Any:
+    if isinstance(sample, RawRequest):  # as a client sent it: %ms_test --data-binary / --header
+        return sample.decoded()
     if isinstance(sample, (bytes, bytearray)):
         return bytearray(sample)
     if isinstance(sample, str):

@@ -7,78 +7,16 @@ through the model."""
 
 from __future__ import annotations
 
-import textwrap
 import threading
 
 import pytest
 import torch
-from helpers import build_mar, make_notebook
+from helpers import TS_STATEFUL_CONFIG, TS_STATEFUL_HANDLER, TS_STATEFUL_MODEL, build_mar, make_notebook
 
 from msnb.capture.notebook import load_handlers
 from msnb.engines.torchserve.models import PredictionError
 from msnb.engines.torchserve.raw_request import from_options
 from msnb.session.core import deploy
-
-MODEL = textwrap.dedent("""
-    import torch
-
-
-    class Scale(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = torch.nn.Linear(1, 1)
-
-        def forward(self, x):
-            return self.fc(x)
-""")
-
-# The stateful convention: state per sequence id in an LRU sized by the model-config's handler section.
-HANDLER = textwrap.dedent("""
-    import logging
-
-    import torch
-    from lru import LRU
-    from ts.torch_handler.base_handler import BaseHandler
-
-    logger = logging.getLogger(__name__)
-
-
-    class RunningTotal(BaseHandler):
-        def initialize(self, context):
-            super().initialize(context)
-            capacity = context.model_yaml_config["handler"]["cache"]["capacity"]
-            self.totals = LRU(int(capacity))
-            logger.info("keeping %s sequences", capacity)
-
-        def preprocess(self, data):
-            totals = []
-            for idx, row in enumerate(data):
-                sequence = self.context.get_sequence_id(idx)
-                body = row.get("data") or row.get("body")
-                if isinstance(body, (bytes, bytearray)):
-                    body = body.decode("utf-8")
-                total = self.totals.get(sequence, 0) + int(body)
-                self.totals[sequence] = total
-                totals.append([float(total)])
-            return torch.tensor(totals)
-
-        def postprocess(self, output):
-            return [round(v, 4) for v in output[:, 0].tolist()]
-""")
-
-CONFIG = textwrap.dedent("""
-    minWorkers: 2
-    maxWorkers: 2
-    batchSize: 4
-    maxNumSequence: 4
-    sequenceMaxIdleMSec: 60000
-    maxSequenceJobQueueSize: 10
-    sequenceBatching: true
-
-    handler:
-      cache:
-        capacity: 4
-""")
 
 SEQUENCES = {f"seq_{i}": [i + 1, 2 * i - 3, 5, -i, 7] for i in range(4)}
 
@@ -108,19 +46,19 @@ def ask_interleaved(server, name: str, folder) -> dict[str, list]:
 def test_interleaved_sequences_keep_their_own_state_as_on_plain_torchserve(tmp_path, own_server):
     folder = tmp_path / "nb"  # the notebook's folder holds the files, as TorchServe's example folder does
     folder.mkdir()
-    (folder / "model.py").write_text(MODEL)
-    (folder / "model-config.yaml").write_text(CONFIG)
+    (folder / "model.py").write_text(TS_STATEFUL_MODEL)
+    (folder / "model-config.yaml").write_text(TS_STATEFUL_CONFIG)
     torch.manual_seed(0)
     namespace: dict = {}
-    exec(MODEL, namespace)
+    exec(TS_STATEFUL_MODEL, namespace)
     net = namespace["Scale"]()
     torch.save(net.state_dict(), folder / "w.pt")
     args = ("--model-file", str(folder / "model.py"), "--serialized-file", str(folder / "w.pt"))
     args += ("--config-file", str(folder / "model-config.yaml"))
-    own_server.register(build_mar(tmp_path / "plain", "stateful", HANDLER, extra_args=args))
+    own_server.register(build_mar(tmp_path / "plain", "stateful", TS_STATEFUL_HANDLER, extra_args=args))
 
     line = "%%ms_handler stateful2 --checkpoint w.pt --model-file Scale --config-file model-config.yaml"
-    nb = make_notebook(folder, MODEL, f"{line}\n{HANDLER}", weights=False)
+    nb = make_notebook(folder, TS_STATEFUL_MODEL, f"{line}\n{TS_STATEFUL_HANDLER}", weights=False)
     (captured,) = load_handlers(nb, ["stateful2"])
     deploy(own_server, captured.spec)  # %ms_serve
     assert len(own_server.status("stateful2").workers) == 2  # the file's minWorkers
