@@ -13,7 +13,7 @@ from IPython.display import display
 
 from msnb import options
 from msnb.engines.chunks import print_chunks
-from msnb.engines.torchserve.raw_request import from_options
+from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.core import ENGINES, current, warm_up
@@ -239,12 +239,10 @@ class MsnbMagics(Magics):
     def _request(self, args: Any) -> Any:
         """--data (JSON, @file or a variable), or a request as a client sends it: --data-binary, --content-type
         and --header (with --data as its JSON body); None without any (the handler's --example)."""
-        data = self._data(args.data) if args.data is not None else None
-        if args.data_binary is not None or args.header or args.content_type:
-            binary = args.data_binary is not None
-            ctype = args.content_type or (None if binary else "application/json")  # --data stays JSON
-            data = from_options(args.data_binary if binary else args.data, ctype, args.header, Path.cwd())
-        return data
+        raw = request_options(args.data, args.data_binary, args.content_type, args.header, Path.cwd())
+        if raw is not None:
+            return raw
+        return self._data(args.data) if args.data is not None else None
 
     def _data(self, text: str) -> Any:
         return options.parse_data(text, self.shell.user_ns, Path.cwd())
