@@ -201,17 +201,29 @@ def eager(tree: ast.Module, entry: str, checkpoint: Any) -> bool:
 
 
 def _loads_like_base_handler(tree: ast.Module, entry: str) -> bool:
-    """True when ``entry`` inherits ``initialize`` from a ts.torch_handler class (through classes of ``tree``)."""
+    """True when ``entry`` inherits ``initialize`` from a ts.torch_handler class (through classes of ``tree``), or
+    its own ``initialize`` calls that one first (``super().initialize(context)``, as TorchServe's examples do)."""
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     ts_names, node, seen = _imported_from_ts(tree), classes.get(entry), set()
     if node is None and entry in ts_names:  # a default handler by name: TorchServe's class itself
         return True
-    while node is not None and node.name not in seen and "initialize" not in _methods(node):
+    while node is not None and node.name not in seen and _inherits_initialize(node):
         if _has_ts_base(node, ts_names):
             return True
         seen.add(node.name)
         node = next((classes[b] for b in map(ast.unparse, node.bases) if b in classes), None)
     return False
+
+
+def _inherits_initialize(node: ast.ClassDef) -> bool:
+    """True when the class has no ``initialize`` of its own, or its ``initialize`` calls its base's."""
+    own = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "initialize"), None)
+    if own is None:
+        return True
+    calls = [c.func for c in ast.walk(own) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)]
+    return any(
+        f.attr == "initialize" and isinstance(f.value, ast.Call) and ast.unparse(f.value.func) == "super" for f in calls
+    )
 
 
 def _not_torchscript(checkpoint: Any) -> str | None:

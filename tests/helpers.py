@@ -560,6 +560,130 @@ TS_TEXT_MODEL = textwrap.dedent("""
 """)
 
 
+# TorchServe's inference API page: a handler streaming three intermediate responses, then its last one.
+TS_STREAMING = textwrap.dedent("""
+    from ts.handler_utils.utils import send_intermediate_predict_response
+
+
+    def handle(data, context):
+        if type(data) is list:
+            for i in range(3):
+                send_intermediate_predict_response(
+                    ["intermediate_response"], context.request_ids, "Intermediate Prediction success", 200, context
+                )
+            return ["hello world "]
+""")
+
+# A BaseHandler with customized metadata (`GET /models/NAME?customized=true`).
+TS_DESCRIBED = textwrap.dedent("""
+    import json
+
+    from ts.torch_handler.base_handler import BaseHandler
+
+
+    class Described(BaseHandler):
+        def initialize(self, context):
+            self.context = context
+            self.initialized = True
+
+        def preprocess(self, data):
+            return [row.get("body") for row in data]
+
+        def inference(self, data, *args, **kwargs):
+            return data
+
+        def postprocess(self, data):
+            return [{"echo": d} for d in data]
+
+        def describe_handle(self):
+            return json.dumps({"labels": ["cat", "dog"], "input": "json"})
+""")
+
+# BaseHandler in eager mode (model file + state_dict) whose get_insights uses Captum's layer attributions: layer
+# hooks, which a TorchScript model does not support.
+TS_EXPLAINED = textwrap.dedent("""
+    import torch
+    from captum.attr import LayerIntegratedGradients
+    from ts.torch_handler.base_handler import BaseHandler
+
+
+    class Explained(BaseHandler):
+        def preprocess(self, data):
+            return torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+
+        def postprocess(self, output):
+            return [[round(v, 4) for v in o.tolist()] for o in output]
+
+        def get_insights(self, tensor_data, _, target=0):
+            lig = LayerIntegratedGradients(self.model, self.model.fc)
+            found = lig.attribute(tensor_data, target=target, n_steps=16, attribute_to_layer_input=True)
+            return [[round(v, 4) for v in row.tolist()] for row in found]
+""")
+
+
+# TorchServe's stateful convention (examples/stateful): a model file, a BaseHandler keeping each sequence's state,
+# and the model-config turning sequence batching on.
+TS_STATEFUL_MODEL = textwrap.dedent("""
+    import torch
+
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(1, 1)
+
+        def forward(self, x):
+            return self.fc(x)
+""")
+
+TS_STATEFUL_HANDLER = textwrap.dedent("""
+    import logging
+
+    import torch
+    from lru import LRU
+    from ts.torch_handler.base_handler import BaseHandler
+
+    logger = logging.getLogger(__name__)
+
+
+    class RunningTotal(BaseHandler):
+        def initialize(self, context):
+            super().initialize(context)
+            capacity = context.model_yaml_config["handler"]["cache"]["capacity"]
+            self.totals = LRU(int(capacity))
+            logger.info("keeping %s sequences", capacity)
+
+        def preprocess(self, data):
+            totals = []
+            for idx, row in enumerate(data):
+                sequence = self.context.get_sequence_id(idx)
+                body = row.get("data") or row.get("body")
+                if isinstance(body, (bytes, bytearray)):
+                    body = body.decode("utf-8")
+                total = self.totals.get(sequence, 0) + int(body)
+                self.totals[sequence] = total
+                totals.append([float(total)])
+            return torch.tensor(totals)
+
+        def postprocess(self, output):
+            return [round(v, 4) for v in output[:, 0].tolist()]
+""")
+
+TS_STATEFUL_CONFIG = textwrap.dedent("""
+    minWorkers: 2
+    maxWorkers: 2
+    batchSize: 4
+    maxNumSequence: 4
+    sequenceMaxIdleMSec: 60000
+    maxSequenceJobQueueSize: 10
+    sequenceBatching: true
+
+    handler:
+      cache:
+        capacity: 4
+""")
+
+
 def torch_packages(folder: str | Path) -> list[Path]:
     """Every torch package under ``folder`` (a model folder that should hold none)."""
     return sorted(Path(folder).rglob("torch/__init__.py"))

@@ -171,7 +171,18 @@ def _add_serve(sub) -> None:
 def _add_predict(sub) -> None:
     pre = _add_command(sub, "predict", "send one input to a served model", PREDICT_HELP)
     pre.add_argument("name", help="model name (/predictions/NAME)")
-    pre.add_argument("--data", required=True, metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
+    given = pre.add_mutually_exclusive_group(required=True)
+    given.add_argument("--data", metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
+    given.add_argument(
+        "--data-binary", metavar="@FILE|TEXT", help="sent as raw bytes, as curl -T / --data-binary @file send it"
+    )
+    pre.add_argument("--content-type", help="the request's Content-Type (with --data-binary: default octet-stream)")
+    pre.add_argument(
+        "--header",
+        action="append",
+        metavar="NAME:VALUE",
+        help="a request header, repeatable (ts_request_sequence_id:s1)",
+    )
     pre.add_argument("--version", help="model version (default: the default version)")
     pre.add_argument(
         "--url", help="inference URL, e.g. http://127.0.0.1:8080 (default: from `msnb serve`'s state file)"
@@ -316,10 +327,13 @@ def _register_each(server, archives: list[Path]) -> list[str]:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    from msnb.engines.torchserve.raw_request import request_options
     from msnb.options import parse_data
 
     args.usage_errors = False
-    data = parse_data(args.data, None, Path.cwd(), option="--data")
+    data = request_options(args.data, args.data_binary, args.content_type, args.header, Path.cwd())
+    if data is None:
+        data = parse_data(args.data, None, Path.cwd(), option="--data")
     answer = send(
         args.name,
         data,

@@ -104,6 +104,11 @@ class Session:
             samples = [spec.example]
         return runner.predict_in_process(spec, samples, explain=explain)
 
+    def describe(self, name_or_spec: str | HandlerSpec) -> Any:
+        """What the server's ``GET /models/NAME?customized=true`` would show as ``customizedMetadata``, from the
+        handler run in its test process (a BaseHandler's ``describe_handle``)."""
+        return runner.describe(self.get(name_or_spec))
+
     def build(
         self,
         name_or_spec: str | HandlerSpec,

@@ -24,7 +24,8 @@ def run_like_server(spec: HandlerSpec, samples: list, explain: Any = False) -> t
     """Answer ``samples`` in ``spec``'s test process in batches of its batch size: (answers, log lines).
 
     With one sample to predict and a batch size over 1, the sample is also sent twice in one batch, so a
-    forward that breaks on a batch shows before serving; its answers are not returned.
+    forward that breaks on a batch shows before serving; its answers are not returned (not for a request of a
+    stateful sequence, whose state would count it).
     """
     worker = processes.worker_for(spec)
     flags = [explain] * len(samples) if isinstance(explain, bool) else list(explain)
@@ -35,7 +36,8 @@ def run_like_server(spec: HandlerSpec, samples: list, explain: Any = False) -> t
         answers += got
         log += lines
         fallbacks += fell_back
-    if len(samples) == 1 and size > 1 and not any(flags):
+    # a request of a stateful sequence is sent once: a second copy would count in the sequence's state
+    if len(samples) == 1 and size > 1 and not any(flags) and getattr(samples[0], "sequence", None) is None:
         fallbacks += worker.run(samples * DOUBLED, [False] * DOUBLED)[2]
     if fallbacks:
         warnings.warn(fallback_message(spec, fallbacks), BatchFallbackWarning, stacklevel=3)

@@ -9,9 +9,9 @@ from typing import Any
 from msnb.errors import HandlerRunError
 from msnb.spec import HandlerSpec
 from msnb.trial import batches, processes
-from msnb.trial.worker import Answer, LoadedHandler, last_traceback
+from msnb.trial.worker import DESCRIBE, Answer, LoadedHandler, customized_metadata, last_traceback
 
-__all__ = ["Answer", "LoadedHandler", "predict_in_process", "run_handler", "validate"]
+__all__ = ["Answer", "LoadedHandler", "describe", "predict_in_process", "run_handler", "validate"]
 
 
 def run_handler(spec: HandlerSpec, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
@@ -29,6 +29,14 @@ def predict_in_process(
     if raise_on_error:
         _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
     return [a.body for a in answers]
+
+
+def describe(spec: HandlerSpec) -> Any:
+    """What ``GET /models/NAME?customized=true`` shows as ``customizedMetadata``: the handler's answer to the
+    describe job (``describe_handle`` of a BaseHandler), run in ``spec``'s test process."""
+    (answer,), log, _ = processes.worker_for(spec).run([], DESCRIBE)
+    _raise_first_failure(spec, [answer], log, what=f"{spec.name}'s describe failed with status {{status}}")
+    return customized_metadata(answer.body)
 
 
 def validate(spec: HandlerSpec) -> None:

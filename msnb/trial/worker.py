@@ -22,13 +22,15 @@ from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
 from msnb.engines.torchserve.logs import user_frames
-from msnb.engines.torchserve.models import encode
+from msnb.engines.torchserve.models import RawRequest, encode
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.archive import CONFIG, checkpoint_name, shared_handler_files
 from msnb.package.render import BLOCK_MARKER, HANDLER_MODULE
 from msnb.spec import HandlerSpec
 from msnb.trial.worker_imports import NoImports, WorkerImports
+
+DESCRIBE = "describe"  # LoadedHandler.run's `explain` for a customized describe instead of a batch of samples
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,16 @@ class LoadedHandler:
         """Send ``samples`` as ONE batch, each decoded the way TorchServe decodes a request body.
 
         ``explain`` marks the requests sent to ``/explanations`` (all, or one flag per sample), with the
-        request header TorchServe sets.
+        request header TorchServe sets; ``DESCRIBE`` sends the job of ``GET /models/NAME?customized=true``.
         """
-        batch = [{"body": _as_request_body(s)} for s in samples]
-        flags = [explain] * len(batch) if isinstance(explain, bool) else list(explain)
-        self.context.request_processor = [RequestProcessor({"explain": str(bool(f))}) for f in flags]
+        if explain == DESCRIBE:  # the frontend's describe job: no body, the header `describe: True`
+            batch, headers = [{}], [{"describe": "True"}]
+        else:
+            batch = [{"body": _as_request_body(s)} for s in samples]
+            flags = [explain] * len(batch) if isinstance(explain, bool) else list(explain)
+            sent = [s.headers if isinstance(s, RawRequest) else {} for s in samples]  # e.g. a sequence id
+            headers = [{**h, "explain": str(bool(f))} for h, f in zip(sent, flags)]
+        self.context.request_processor = [RequestProcessor(h) for h in headers]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
         self.context.metrics.request_ids = self.context.request_ids
         self.context.cl_socket = RecordedSocket()  # a streaming handler's intermediate responses (msnb_stream)
@@ -242,7 +249,9 @@ def _import_isolated(path: Path):
         raise HandlerRunError(
             f"Importing the rendered handler failed{_where_in_cells(err, path)}: {type(err).__name__}: {err}",
             _missing_module_hint(err)
-            or "an import or top-level definition in the handler cell fails outside the notebook.",
+            or "module-level statements that travel with the handler run again when the worker imports it, without "
+            "the notebook's folder or kernel: ship a file such a statement reads with --extra-files (the model folder "
+            "is the worker's cwd), or build the value inside the handler's loading step.",
         ) from err
     return module
 
@@ -260,11 +269,25 @@ def _where_in_cells(err: BaseException, path: Path) -> str:
 
 
 def _as_request_body(sample: Any) -> Any:
+    if isinstance(sample, RawRequest):  # as a client sent it: %ms_test --data-binary / --header
+        return sample.decoded()
     if isinstance(sample, (bytes, bytearray)):
         return bytearray(sample)
     if isinstance(sample, str):
         return sample
     return json.loads(encode(sample)[0])  # what the client sends and the server's JSON decoding hands over
+
+
+def customized_metadata(body: Any) -> Any:
+    """A describe answer as ``GET /models/NAME?customized=true`` shows it (``customizedMetadata``): the handler's
+    text parsed as JSON when it is JSON, else the text itself (TorchServe's DescribeModelResponse)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _as_response(obj: Any) -> Any:

@@ -14,7 +14,7 @@ from IPython.display import display
 
 from msnb import options
 from msnb.engines.chunks import print_chunks
-from msnb.engines.torchserve.raw_request import from_options
+from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.core import ENGINES, current, warm_up
@@ -107,11 +107,29 @@ class MsnbMagics(Magics):
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
     @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
+    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
+    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
     @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
+    @argument(
+        "--describe",
+        action="store_true",
+        help="the handler's customized metadata (describe_handle), as GET /models/NAME?customized=true shows it",
+    )
     def ms_test(self, line: str) -> Any:
-        """%ms_test NAME [--data ...] [--explain]: run the generated handler in-process (no server); returns its answer."""
+        """%ms_test NAME [--data ... | --data-binary @file --content-type T --header K:V] [--explain | --describe]:
+        run the generated handler in-process (no server); returns its answer (a streamed answer: its chunks;
+        --describe: its customizedMetadata)."""
         args = parse_argstring(self.ms_test, line)
-        samples = None if args.data is None else [self._data(args.data)]
+        if args.describe:
+            if args.data is not None or args.data_binary is not None or args.header or args.explain:
+                raise OptionError(
+                    "%ms_test --describe sends no input: it takes neither --data (--data-binary, --header) nor --explain.",
+                    f"run `%ms_test {args.name} --describe` alone (TorchServe's describe job has no body).",
+                )
+            return current().describe(args.name)
+        data = self._request(args)
+        samples = None if data is None else [data]
         answer = current().test(args.name, samples, explain=args.explain)[0]
         return Explanation(answer) if args.explain else answer
 
@@ -174,11 +192,7 @@ class MsnbMagics(Magics):
         ask the local server; returns the answer (with --stream: prints each chunk as it arrives and returns the list
         of chunks)."""
         args = parse_argstring(self.ms_predict, line)
-        data = self._data(args.data) if args.data is not None else None  # None: the handler's --example
-        if args.data_binary is not None or args.header or args.content_type:
-            binary = args.data_binary is not None
-            ctype = args.content_type or (None if binary else "application/json")  # --data stays JSON
-            data = from_options(args.data_binary if binary else args.data, ctype, args.header, Path.cwd())
+        data = self._request(args)  # None: the handler's --example
         if args.stream:
             answer = print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
         else:
@@ -251,6 +265,14 @@ class MsnbMagics(Magics):
         now = self.shell.execution_count  # this cell's index while it runs with history on
         pool = [(Origin(f"cell In[{i}]", cell=i), src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
         return pool, Origin(f"cell In[{now}]", cell=now) if now < len(history) else Origin("handler cell")
+
+    def _request(self, args: Any) -> Any:
+        """--data (JSON, @file or a variable), or a request as a client sends it: --data-binary, --content-type
+        and --header (with --data as its JSON body); None without any (the handler's --example)."""
+        raw = request_options(args.data, args.data_binary, args.content_type, args.header, Path.cwd())
+        if raw is not None:
+            return raw
+        return self._data(args.data) if args.data is not None else None
 
     def _data(self, text: str) -> Any:
         return options.parse_data(text, self.shell.user_ns, Path.cwd())

@@ -271,6 +271,27 @@ def test_base_handlers_eager_mode_loads_the_notebooks_model_class_from_the_model
     assert capture("live", EAGER, POOL, checkpoint=net).model_file() is not None, "a live module: its state_dict"
 
 
+def test_a_handler_whose_initialize_calls_base_handlers_first_loads_the_eager_model_too(tmp_path):
+    # TorchServe's stateful example: initialize calls super().initialize(ctx), then builds its own state
+    own = EAGER.replace(
+        "    def preprocess(self, data):",
+        "    def initialize(self, context):\n        super().initialize(context)\n        self.calls = 0\n\n"
+        "    def preprocess(self, data):",
+        1,
+    )
+    torch.manual_seed(0)
+    namespace: dict = {}
+    exec(EAGER, namespace)
+    net = namespace["TinyNet"]()
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    spec = capture("clf", own, POOL, checkpoint=tmp_path / "w.pt")
+    assert "class TinyNet" in spec.model_file()
+    expected = [round(v, 4) for v in net(torch.tensor([1.0, 2, 3, 4])).tolist()]
+    assert runner.predict_in_process(spec, [{"x": [1, 2, 3, 4]}]) == [expected]
+    replaced = own.replace("super().initialize(context)", "self.model = TinyNet()")  # its own loading: no model file
+    assert capture("own", replaced, POOL, checkpoint=tmp_path / "w.pt").model_file() is None
+
+
 def test_eager_mode_with_two_model_classes_is_refused_as_torchserve_refuses_it_naming_both(tmp_path):
     two = EAGER.replace("class Classifier", "class Head(torch.nn.Module):\n    pass\n\nclass Classifier")
     with pytest.raises(SpecError) as err:

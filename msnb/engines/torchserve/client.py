@@ -36,9 +36,25 @@ HINTS = {
     "did not respond in given time": "the handler took longer than the model's response_timeout, so TorchServe "
     "restarted its worker; register with a larger response_timeout= or make "
     "the handler faster.",
+    "If this is a sequence inference": "a stateful model (sequenceBatching in its model-config) keeps at most "
+    "maxNumSequence sequences open (default 1; the log lines below say when a sequence was skipped for it), at most "
+    "maxSequenceJobQueueSize requests queued per sequence, and closes a sequence idle for sequenceMaxIdleMSec: raise "
+    "them in the --config-file.",
     "Worker died": "the worker process ended while answering this request's batch (os._exit, a segfault or the "
     "OOM killer), so every request of that batch failed; TorchServe restarts it in ~2 s. Its last lines are below.",
 }
+
+
+STREAM_HEADER = "ts_stream_next"  # set by TorchServe on an answer made of intermediate responses (chunked)
+
+
+def _request(data: Any) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of an inference request: a RawRequest as a client sends it
+    (msnb.engines.torchserve.raw_request), anything else encoded (JSON, or bytes as octet-stream)."""
+    if isinstance(data, RawRequest):
+        return data.body, data.http_headers()
+    body, ctype = encode(data)
+    return body, {"Content-Type": ctype}
 
 
 class TorchServeClient:
@@ -217,17 +233,18 @@ class TorchServeClient:
         msnb.engines.chunks); an answer that is not streamed is yielded whole. The handler's error line at the end of a
         stream raises a PredictionError after the chunks before it. Closing the iterator early closes the
         connection."""
-        body, ctype = encode(data)
+        body, headers = _request(data)
         timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/predictions/{name}" + (f"/{version}" if version else "")
-        headers = {"Content-Type": ctype}
         resp = self.call("POST", url, "inference", data=body, headers=headers, timeout=timeout, stream=True)
         with contextlib.closing(resp):
             if not resp.ok:
                 self._failed(resp, name, version, body, cursor)
             answer = resp.headers.get("content-type", "")
-            if not (is_stream(answer) or answer.startswith("text/")):
+            # a handler's own send_intermediate_predict_response streams with no Content-Type: TorchServe marks
+            # such an answer with the ts_stream_next header; its pieces are read as text, as %ms_test reads them
+            if not (is_stream(answer) or answer.startswith("text/") or STREAM_HEADER in resp.headers):
                 yield decode(resp)
                 return
             reader, sent = ChunkReader(answer), 0
@@ -280,11 +297,7 @@ class TorchServeClient:
 
     # ------------------------------------------------------------------ internals
     def _infer(self, api: str, name: str, data: Any, version: str | None, timeout: float | None) -> Any:
-        if isinstance(data, RawRequest):  # sent as a client sends it (msnb.engines.torchserve.raw_request)
-            body, headers = data.body, data.http_headers()
-        else:
-            body, ctype = encode(data)
-            headers = {"Content-Type": ctype}
+        body, headers = _request(data)
         timeout = timeout or self.predict_timeout(name, version)
         cursor = self.log_cursor()
         url = f"{self.inference_url}/{api}/{name}" + (f"/{version}" if version else "")

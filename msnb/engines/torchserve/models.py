@@ -67,6 +67,7 @@ class ModelStatus:
 
 
 RAW_TYPE = "application/octet-stream"  # what curl -T / --data-binary send without -H Content-Type
+SEQUENCE_HEADER = "ts_request_sequence_id"  # TorchServe's sequence batching: the request's sequence (ts.context)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,24 @@ class RawRequest:
 
     def http_headers(self) -> dict[str, str]:
         return {**self.headers, "Content-Type": self.content_type}
+
+    @property
+    def sequence(self) -> str | None:
+        """The stateful sequence this request belongs to (its ``ts_request_sequence_id`` header), if any."""
+        return next((v for k, v in self.headers.items() if k.lower() == SEQUENCE_HEADER), None)
+
+    def decoded(self) -> Any:
+        """The body as a TorchServe worker hands it to the handler (ts.protocol.otf_message_handler): JSON parsed
+        when sent as JSON (its bytes when it does not parse), text as str, anything else as a bytearray."""
+        kind = self.content_type.split(";")[0].strip().lower()
+        if kind == "application/json":
+            try:
+                return json.loads(self.body.decode("utf-8"))
+            except ValueError:
+                return bytearray(self.body)
+        if kind.startswith("text"):
+            return self.body.decode("utf-8")
+        return bytearray(self.body)
 
 
 def encode(data: Any) -> tuple[bytes, str]:

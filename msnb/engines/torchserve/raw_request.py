@@ -8,7 +8,7 @@ from pathlib import Path
 from msnb.engines.torchserve.models import RAW_TYPE, RawRequest
 from msnb.errors import OptionError
 
-__all__ = ["RawRequest", "from_options"]
+__all__ = ["RawRequest", "from_options", "request_options"]
 
 
 def from_options(binary: str | None, content_type: str | None, headers: list[str] | None, base: Path) -> RawRequest:
@@ -28,6 +28,18 @@ def from_options(binary: str | None, content_type: str | None, headers: list[str
         else:
             body = binary.encode()
     return RawRequest(body, content_type or RAW_TYPE, _headers(headers or []))
+
+
+def request_options(
+    data: str | None, binary: str | None, content_type: str | None, headers: list[str] | None, base: Path
+) -> RawRequest | None:
+    """The request ``--data-binary``, ``--content-type`` and ``--header`` describe (``--data`` text is then sent as
+    it is, as JSON), or None when none of them is given (``--data`` alone is sent as msnb sends data)."""
+    if binary is None and not headers and not content_type:
+        return None
+    if binary is None:  # --data with headers stays JSON
+        return from_options(data, content_type or "application/json", headers, base)
+    return from_options(binary, content_type, headers, base)
 
 
 def _headers(items: list[str]) -> dict[str, str]:
