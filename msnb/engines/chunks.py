@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import codecs
 import json
-import struct
 from typing import Any
 
 from msnb.templates.msnb_content_type import JSONL_TYPE
+from msnb.templates.msnb_ray_context import predict_responses  # TorchServe's predict response, parsed once
 
 ERROR_KEYS = frozenset({"error", "hint", "stage", "type"})  # the shared handler's error answer (msnb_handler)
 
@@ -91,34 +91,9 @@ class RecordedSocket:
         """Request id -> [(content type, body)] in the order they were sent."""
         out: dict[str, list[tuple[str, bytes]]] = {}
         for message in self.messages:
-            for request_id, ctype, body in _responses(message):
+            for request_id, ctype, body in predict_responses(message):
                 out.setdefault(request_id, []).append((ctype, body))
         return out
-
-
-def _responses(message: bytes) -> list[tuple[str, str, bytes]]:
-    """(request id, content type, body) of each request in one predict response (ts.protocol.otf_message_handler)."""
-    pos, out = 4, []  # after the batch's status code
-
-    def field() -> bytes:
-        nonlocal pos
-        (size,) = struct.unpack_from("!i", message, pos)
-        pos += 4
-        value = message[pos : pos + max(size, 0)]
-        pos += max(size, 0)
-        return value if size >= 0 else None
-
-    field()  # the batch's message
-    while (request_id := field()) is not None:
-        ctype = field().decode()
-        pos += 4  # the request's HTTP status
-        field()  # its reason phrase
-        (headers,) = struct.unpack_from("!i", message, pos)
-        pos += 4
-        for _ in range(2 * headers):
-            field()
-        out.append((request_id.decode(), ctype, field()))
-    return out
 
 
 def read_stream(pieces: list[tuple[str, bytes]], last: Any) -> tuple[list, dict | None]:
