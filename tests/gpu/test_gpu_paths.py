@@ -176,3 +176,20 @@ def test_a_hugging_face_model_trained_in_the_kernel_answers_from_the_gpu_like_th
     torch.testing.assert_close(
         torch.tensor([a["logits"] for a in answers]), logits(model, tokenizer, TEXTS), atol=1e-4, rtol=0
     )
+
+
+def test_a_lora_model_trained_in_the_kernel_answers_from_the_gpu_like_the_notebook(served):
+    pytest.importorskip("peft")
+    from hf_models import LORA_POOL, logits, lora_model
+
+    from msnb.capture.cells import capture
+
+    tokenizer, model = lora_model()  # base + adapter, trained on the CPU
+    spec = capture("lora", HF_HANDLER, list(LORA_POOL), namespace={"tokenizer": tokenizer, "model": model})
+    module, context = served(spec, 0)
+    assert {p.device for p in module.handle.model.parameters()} == {torch.device("cuda", 0)}
+    answers, codes = send(module, context, TEXTS)
+    assert codes == [200] * len(TEXTS)
+    torch.testing.assert_close(
+        torch.tensor([a["logits"] for a in answers]), logits(model, tokenizer, TEXTS), atol=1e-4, rtol=0
+    )
