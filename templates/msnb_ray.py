@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -252,6 +253,36 @@ def load_entry(handler: str) -> Any:
     return entry
 
 
+class LogLines:
+    """A text stream that also sends each complete line to ``logger``: a replica's prints in its log file."""
+
+    def __init__(self, logger: logging.Logger, original: Any):
+        self.logger, self.original, self.pending = logger, original, ""
+
+    def write(self, text: str) -> int:
+        self.original.write(text)
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if line.strip():
+                self.logger.info(line)
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+def worker_logs() -> None:
+    """Log as a TorchServe worker does, into the file ``%ms_logs`` reads: TorchServe's worker logs the root logger
+    at INFO and writes its prints to model_log.log; here both go to the replica's log file (the file handlers of
+    Serve's "ray.serve" logger), so the handler's own log lines and prints are there, not only Serve's."""
+    serve_logger, root = logging.getLogger("ray.serve"), logging.getLogger()
+    files = [h for h in serve_logger.handlers if not isinstance(h, logging.StreamHandler)]
+    root.handlers += [h for h in files if h not in root.handlers]
+    root.setLevel(min(root.level or logging.INFO, logging.INFO))
+    if not isinstance(sys.stdout, LogLines):
+        sys.stdout = LogLines(serve_logger, sys.stdout)
+
+
 @serve.deployment(name="MsnbModel")
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
@@ -259,6 +290,7 @@ class MsnbModel:
     def __init__(self, model_dir: str, name: str | None = None):
         import ray
 
+        worker_logs()
         self.model = LoadedModel(enter(resolve(model_dir)), name, replica_gpu_id(ray.get_gpu_ids()))
         size, wait_s = batch_settings(self.model.config)
         for batched in (self._batch, self._stream):  # whole answers, streamed answers (msnb_ray_stream)

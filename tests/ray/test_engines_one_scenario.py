@@ -1,0 +1,52 @@
+"""One session scenario over both engines, no fakes (the ``Engine`` protocol, msnb.engines.protocol): add a handler,
+serve it, predict and explain, read its status and its workers' log, change the cell and redeploy, predict again,
+stop. Every answer is the notebook's own (plain torch on the same weights), whichever engine serves it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
+
+from msnb.engines.protocol import Engine
+from msnb.spec import spec_from_source
+
+pytestmark = pytest.mark.xdist_group("ray-notebook")  # one local Ray at a time, as the notebook's
+INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
+SHIFTED = MLP_SOURCE.replace(
+    "def postprocess(output):\n", "def postprocess(output):\n    print('postprocess printed', int(output.argmax()))\n"
+).replace('"label": int(output.argmax())', '"label": int(output.argmax()) + 10')
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("engine", ["torchserve", "ray"])
+def test_the_same_session_scenario_serves_the_notebooks_answers_on_both_engines(session, engine):
+    session.add(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": INPUTS[0]}))
+    server = session.serve("mlp", engine=engine)
+    assert isinstance(server, Engine) and server.kind == engine and server.running
+    model = mlp_model()
+    assert [session.predict("mlp", {"x": x}) for x in INPUTS] == [notebook_answer(model, x) for x in INPUTS]
+
+    why = session.explain("mlp", {"x": INPUTS[1]})
+    with torch.no_grad():  # Integrated Gradients' completeness on the notebook's model
+        out, base = model(torch.tensor([INPUTS[1]]))[0], model(torch.zeros(1, 4))[0]
+    target = int(out.argmax())
+    assert abs(sum(why["attributions"]) - float(out[target] - base[target])) < 1e-2
+
+    status = session.status()
+    assert status["server"]["engine"] == engine and status["handlers"]["mlp"]["served"]
+
+    def logged(text: str) -> None:  # Java writes TorchServe's log: poll, with a bound
+        poll(lambda: text in session.logs("mlp", 400), 30, text, log=lambda: session.logs("mlp"))
+
+    logged("msnb handler: MLP loaded on cpu")  # the shared handler's own log line (Java writes the log)
+
+    session.add(spec_from_source("mlp", SHIFTED, init_kwargs={"hidden": 8}, example={"x": INPUTS[0]}))
+    assert session.stale("mlp")  # the cell changed since it was served
+    assert session.serve("mlp") is server  # a redeploy on the same engine
+    label = notebook_answer(model, INPUTS[0])["label"]
+    assert session.predict("mlp", {"x": INPUTS[0]})["label"] == label + 10
+    logged(f"postprocess printed {label}")  # the handler's prints, as its log lines
+
+    session.stop()
+    assert not server.running and server.pid is None
