@@ -178,18 +178,34 @@ def serve_warnings(nodes, limit: int = 20) -> str:
     return "\n".join([f"Serve's warnings ({len(probes)} slow queue-length probes left out):", *lines])
 
 
-def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(served):
+def mlp_replicas(nodes) -> dict[str, int]:
+    """The mlp deployment's replicas by state (Serve's status), read through a short-lived driver."""
+    import ray
     from ray import serve
 
-    for x in ([1, 2, 3, 4], [0.5, -1, 2, 8]):
-        assert served.client.predict("mlp", {"x": x}) == expected(served.folder, x)
-    ray = pytest.importorskip("ray")
-    ray.init(address=served.nodes.address, log_to_driver=False)
+    ray.init(address=nodes.address, log_to_driver=False)
     try:
-        states = serve.status().applications["mlp"].deployments["MsnbModel"].replica_states
+        return dict(serve.status().applications["mlp"].deployments["MsnbModel"].replica_states)
     finally:
         ray.shutdown()
-    assert states.get("RUNNING") == 2  # with max_replicas_per_node 1: one replica on each node
+
+
+def both_replicas_running(served: Served) -> None:
+    """Wait until mlp runs its two replicas and nothing else (answering is not enough: under load one replica
+    answers while the other, or a rollout's new one, still starts)."""
+    states: list[dict] = [{}]
+
+    def settled() -> bool:
+        states[0] = mlp_replicas(served.nodes)
+        return states[0] == {"RUNNING": 2}
+
+    poll(settled, 300, "mlp's two replicas running", interval=1, log=lambda: f"replicas by state: {states[0]}")
+
+
+def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(served):
+    for x in ([1, 2, 3, 4], [0.5, -1, 2, 8]):
+        assert served.client.predict("mlp", {"x": x}) == expected(served.folder, x)
+    both_replicas_running(served)  # with max_replicas_per_node 1: one replica on each node
 
 
 def test_a_bad_sample_among_8_concurrent_requests_gets_its_own_400(served):
@@ -244,6 +260,7 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
 def test_removing_a_node_fails_no_request_and_none_waits_10_s(served):
     # A replica lost with its node: the router sends its call again to the live replica (templates/msnb_ray.py,
     # forward). A request that waits 10 s counts as failed (the clients' timeout).
+    both_replicas_running(served)  # one on each node (after the redeploy test, its rollout may still run)
     stop = threading.Event()
     answers, failures, pool = clients(served, stop, timeout=10)
     removed = time.monotonic()
