@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ray import exceptions as ray_errors
 from ray import serve
+from ray.serve.exceptions import ReplicaUnavailableError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -45,6 +47,17 @@ guard.bind_replica_grpc()  # imported in every replica before Serve binds its in
 
 TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default
 JSON_TYPE = "application/json"
+REPLICA_TRIES = 3  # a call whose replica was lost (its node gone) is sent again, to another replica
+# What a call gets when its replica's process or node went: the actor dead or unreachable, the worker or node
+# gone, its answer lost with it. Never the model's own errors: those come back as answers (``LoadedModel.answer``).
+REPLICA_LOST = (
+    ray_errors.RayActorError,  # ActorDiedError, ActorUnavailableError
+    ray_errors.WorkerCrashedError,
+    ray_errors.NodeDiedError,
+    ray_errors.ObjectLostError,  # OwnerDiedError included
+    ReplicaUnavailableError,
+)
+logger = logging.getLogger("ray.serve")  # Serve's logger: lines land in the router replica's log
 
 
 def resolve(model_dir: str) -> Path:
@@ -397,13 +410,25 @@ class MsnbRouter:
             except Exception:  # no such application
                 return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
         handle = self.handles[name]
-        for attempt in range(3):  # a replica lost with its node: the request goes to another one
+        for attempt in range(1, REPLICA_TRIES + 1):
             try:
                 return await handle.infer.remote(explain, body, headers)
             except Exception as err:
-                if attempt == 2 or "Actor" not in type(err).__name__:
+                if attempt == REPLICA_TRIES or not replica_lost(err):
                     return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
+                logger.warning(
+                    "%s: replica lost (%s), sending the request again (try %d)", name, brief(err), attempt + 1
+                )
         raise AssertionError("unreachable")
+
+
+def replica_lost(err: BaseException) -> bool:
+    """Whether ``err`` says the replica went (a Serve handle may wrap the Ray error as its cause)."""
+    return isinstance(err, REPLICA_LOST) or isinstance(getattr(err, "cause", None) or err.__cause__, REPLICA_LOST)
+
+
+def brief(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
 
 
 async def read_body(request: Request, headers: dict, limit: int | None) -> bytes | tuple[int, str, str]:

@@ -123,7 +123,8 @@ def capsys_module():
 def clients(
     served: Served, stop: threading.Event, n: int = 8, timeout: float = 60
 ) -> tuple[list, list, ThreadPoolExecutor]:
-    """``n`` clients predicting in a loop until ``stop``; answers and failures are collected."""
+    """``n`` clients predicting in a loop until ``stop``; answers and failures are collected, a failure as
+    (when it was sent, how long it waited, the error) with ``time.monotonic()`` times."""
     answers, failures = [], []
 
     def client(i: int) -> None:
@@ -133,7 +134,7 @@ def clients(
             try:
                 answers.append(session.predict("mlp", {"x": [i, 1, 2, 3]}, timeout=timeout))
             except Exception as err:  # every failure counts, with how long it waited
-                failures.append(f"{time.monotonic() - sent:.1f} s: {type(err).__name__}: {str(err)[:120]}")
+                failures.append((sent, time.monotonic() - sent, err))
         session.close()
 
     pool = ThreadPoolExecutor(n)
@@ -142,18 +143,69 @@ def clients(
     return answers, failures, pool
 
 
-def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(served):
+def lost(failures: list, answered: int, since: float, event: str) -> str:
+    """What the failed requests got: how many, when they were sent (seconds after ``since``, the ``event``), how
+    long they waited, and each kind of error (type, HTTP status, first line of the message) with its count."""
+    if not failures:
+        return "no request failed"
+    sent = sorted(f[0] - since for f in failures)
+    waits = sorted(f[1] for f in failures)
+    kinds: dict[str, int] = {}
+    for _, _, err in failures:
+        status = getattr(err, "status", None)
+        kind = f"{type(err).__name__}{f' {status}' if status else ''}: {(str(err).splitlines() or [''])[0][:300]}"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    lines = [f"  {n} x {kind}" for kind, n in sorted(kinds.items(), key=lambda item: -item[1])]
+    return (
+        f"{len(failures)} of {len(failures) + answered} requests failed, sent {sent[0]:+.1f} s to {sent[-1]:+.1f} s "
+        f"after {event}, waiting {waits[0]:.1f} to {waits[-1]:.1f} s:\n" + "\n".join(lines)
+    )
+
+
+def serve_warnings(nodes, limit: int = 20) -> str:
+    """The last warnings and errors of Serve's controller and of the router (a replica lost, a call sent again);
+    the router's slow queue-length probes (frequent under load) only counted."""
+    folder = nodes.root / "ray" / "session_latest" / "logs" / "serve"
+    paths = sorted(folder.glob("controller_*.log")) + sorted(folder.glob("replica_msnb-router_*.log"))
+    lines = [
+        f"{path.name}: {line[:300]}"
+        for path in paths
+        for line in path.read_text(errors="replace").splitlines()
+        if line.startswith(("WARNING", "ERROR"))
+    ]
+    probes = [line for line in lines if "Failed to get queue length" in line]
+    lines = [line for line in lines if line not in probes][-limit:]
+    return "\n".join([f"Serve's warnings ({len(probes)} slow queue-length probes left out):", *lines])
+
+
+def mlp_replicas(nodes) -> dict[str, int]:
+    """The mlp deployment's replicas by state (Serve's status), read through a short-lived driver."""
+    import ray
     from ray import serve
 
-    for x in ([1, 2, 3, 4], [0.5, -1, 2, 8]):
-        assert served.client.predict("mlp", {"x": x}) == expected(served.folder, x)
-    ray = pytest.importorskip("ray")
-    ray.init(address=served.nodes.address, log_to_driver=False)
+    ray.init(address=nodes.address, log_to_driver=False)
     try:
-        states = serve.status().applications["mlp"].deployments["MsnbModel"].replica_states
+        return dict(serve.status().applications["mlp"].deployments["MsnbModel"].replica_states)
     finally:
         ray.shutdown()
-    assert states.get("RUNNING") == 2  # with max_replicas_per_node 1: one replica on each node
+
+
+def both_replicas_running(served: Served) -> None:
+    """Wait until mlp runs its two replicas and nothing else (answering is not enough: under load one replica
+    answers while the other, or a rollout's new one, still starts)."""
+    states: list[dict] = [{}]
+
+    def settled() -> bool:
+        states[0] = mlp_replicas(served.nodes)
+        return states[0] == {"RUNNING": 2}
+
+    poll(settled, 300, "mlp's two replicas running", interval=1, log=lambda: f"replicas by state: {states[0]}")
+
+
+def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(served):
+    for x in ([1, 2, 3, 4], [0.5, -1, 2, 8]):
+        assert served.client.predict("mlp", {"x": x}) == expected(served.folder, x)
+    both_replicas_running(served)  # with max_replicas_per_node 1: one replica on each node
 
 
 def test_a_bad_sample_among_8_concurrent_requests_gets_its_own_400(served):
@@ -190,6 +242,7 @@ def test_batches_larger_than_one_show_in_ray_s_prometheus_metrics(served):
 
 def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
     stop = threading.Event()
+    started = time.monotonic()
     answers, failures, pool = clients(served, stop)
     try:
         poll(lambda: len(answers) > 20, 60, "answers before the redeploy")
@@ -201,20 +254,27 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
     finally:
         stop.set()
         pool.shutdown(wait=True)
-    assert failures == [] and len(answers) > 40
+    assert failures == [] and len(answers) > 40, lost(failures, len(answers), started, "the clients started")
 
 
 def test_removing_a_node_fails_no_request_and_none_waits_10_s(served):
     # A replica lost with its node: the router sends its call again to the live replica (templates/msnb_ray.py,
     # forward). A request that waits 10 s counts as failed (the clients' timeout).
+    both_replicas_running(served)  # one on each node (after the redeploy test, its rollout may still run)
     stop = threading.Event()
     answers, failures, pool = clients(served, stop, timeout=10)
+    removed = time.monotonic()
+
+    def what_happened() -> str:  # each kind of loss with its count, then what Serve said
+        return f"{lost(failures, len(answers), removed, 'the node went')}\n{serve_warnings(served.nodes)}"
+
     try:
         poll(lambda: len(answers) > 20, 60, "answers before the node goes")
+        removed = time.monotonic()
         served.nodes.cluster.remove_node(served.nodes.worker)
         seen = len(answers)
-        poll(lambda: len(answers) > seen + 100, 120, "answers after the node went")
+        poll(lambda: len(answers) > seen + 100, 120, "answers after the node went", log=what_happened)
     finally:
         stop.set()
         pool.shutdown(wait=True)
-    assert failures == [], f"{len(failures)} of {len(answers) + len(failures)} requests failed: {failures[:3]}"
+    assert failures == [], what_happened()

@@ -250,3 +250,22 @@ def test_a_request_whose_client_left_gets_no_more_chunks_and_its_generator_is_cl
     assert texts == ["".join(greedy(lm, prompts[0])[:1]), "".join(greedy(lm, prompts[1]))]
     closed = sys.modules["handler_model"].CLOSED
     assert sorted(closed) == [len(prompts[0]) + 1, len(prompts[1]) + 24]  # the first generator stopped after 1 step
+
+
+def test_the_router_sends_again_only_a_call_whose_replica_went():
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, OwnerDiedError, RayTaskError
+    from ray.serve.exceptions import ReplicaUnavailableError
+
+    gone = [
+        ActorDiedError(),
+        ActorUnavailableError("the node went", None),
+        OwnerDiedError("ff" * 28, "", ""),
+        ReplicaUnavailableError("r1"),
+        RayTaskError("infer", "traceback", ActorDiedError()).as_instanceof_cause(),  # as a Serve handle raises it
+    ]
+    assert [msnb_ray.replica_lost(err) for err in gone] == [True] * len(gone)
+    wrapped = RuntimeError("upstream")
+    wrapped.__cause__ = ActorDiedError()
+    assert msnb_ray.replica_lost(wrapped)
+    assert not msnb_ray.replica_lost(ValueError("the adapter's own bug"))
+    assert not msnb_ray.replica_lost(RayTaskError("infer", "traceback", ValueError("x")).as_instanceof_cause())
