@@ -415,17 +415,17 @@ def _server(state: Path | None, pick: str | None) -> serve_state.ServerRecord:
 
 
 def _wait(server) -> bool:
-    """Block until Ctrl-C or SIGTERM (True) or until TorchServe dies (False)."""
+    """Block until Ctrl-C or SIGTERM (True) or until TorchServe dies (False). Both signals get a handler of their
+    own: a shell starts a background job (`msnb serve store &`) with SIGINT ignored, and Python then keeps ignoring
+    it, so `kill -INT` would not stop the server."""
     import signal
     import threading
 
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        while server.running and not done.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        return True
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda *_: done.set())
+    while server.running and not done.wait(1.0):
+        pass
     return done.is_set()
 
 
