@@ -175,9 +175,10 @@ def test_serve_a_folder_with_one_broken_archive_serves_the_others(tmp_path, caps
     shutil.copy(tmp_path / "b" / "broken.mar", tmp_path / "store")
     env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
     with (tmp_path / "serve.out").open("w") as log:
-        proc = subprocess.Popen(
-            [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path
-        )
+        proc = subprocess.Popen(  # as a shell starts a background job (`msnb serve store &`): SIGINT ignored
+            [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )  # fmt: skip
         try:
             _wait_for(tmp_path / "state", proc)
             done = subprocess.run(
