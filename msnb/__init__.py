@@ -28,7 +28,7 @@ _LAZY = {
 
 
 def test_handler(name_or_spec: str | HandlerSpec, samples: list | None = None, *, explain: bool = False) -> list:
-    """Run a handler in-process (no server) on ``samples``; returns one answer per sample.
+    """Run a handler in its own test process (no server) on ``samples``; returns one answer per sample.
 
     ``explain=True`` asks for explanations instead (the ``explain`` role, or Captum's Integrated Gradients).
     """

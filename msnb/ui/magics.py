@@ -118,8 +118,8 @@ class MsnbMagics(Magics):
     )
     def ms_test(self, line: str) -> Any:
         """%ms_test NAME [--data ... | --data-binary @file --content-type T --header K:V] [--explain | --describe]:
-        run the generated handler in-process (no server); returns its answer (a streamed answer: its chunks;
-        --describe: its customizedMetadata)."""
+        run the generated handler in its own test process (no server); returns its answer (a streamed answer:
+        its chunks; --describe: its customizedMetadata)."""
         args = parse_argstring(self.ms_test, line)
         if args.describe:
             if args.data is not None or args.data_binary is not None or args.header or args.explain:
