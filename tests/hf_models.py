@@ -105,3 +105,19 @@ def lora_model(adapter_name: str = "default", dtype=torch.float32):
     model = get_peft_model(base, config, adapter_name=adapter_name)
     train(model, tokenizer, steps=5, lr=0.05)
     return tokenizer, model.to(dtype)
+
+
+# The natural handler cell of a notebook that trained a tokenizer and a model (issue 29's example), the cell that
+# built them (the capture's cell pool) and texts with unknown words and an empty string.
+HANDLER = """\
+def init_function():
+    return model
+
+def preprocess(text):
+    return tokenizer(text, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
+
+def postprocess(output):
+    return {"logits": output["logits"].tolist()}
+"""
+POOL = [("In [2]", "tokenizer = train_tokenizer()\nmodel = tiny_bert(tokenizer.vocab_size)\ntrain(model, tokenizer)\n")]
+TEXTS = ["a good movie with great acting", "zyzzyva quux never seen", "", "a terrible plot", "loved it"]

@@ -145,30 +145,14 @@ def test_nvml_lists_every_card_with_its_memory_for_the_build_widget():
     assert torch.cuda.get_device_name(0) in first.label and abs(first.total_mb - total_mb) <= 1024
 
 
-HF_HANDLER = """\
-def init_function():
-    return model
-
-def preprocess(text):
-    return tokenizer(text, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
-
-def postprocess(output):
-    return {"logits": output["logits"].tolist()}
-"""
-HF_CELLS = [
-    ("In [2]", "tokenizer = train_tokenizer()\nmodel = tiny_bert(tokenizer.vocab_size)\ntrain(model, tokenizer)\n")
-]
-TEXTS = ["a good movie with great acting", "zyzzyva quux never seen", "", "a terrible plot", "loved it"]
-
-
 def test_a_hugging_face_model_trained_in_the_kernel_answers_from_the_gpu_like_the_notebook(served):
     pytest.importorskip("transformers")
-    from hf_models import logits, trained
+    from hf_models import HANDLER, POOL, TEXTS, logits, trained
 
     from msnb.capture.cells import capture
 
     tokenizer, model = trained()  # the notebook's objects, trained on the CPU
-    spec = capture("bert", HF_HANDLER, list(HF_CELLS), namespace={"tokenizer": tokenizer, "model": model}, batch_size=8)
+    spec = capture("bert", HANDLER, list(POOL), namespace={"tokenizer": tokenizer, "model": model}, batch_size=8)
     module, context = served(spec, 0)
     assert {p.device for p in module.handle.model.parameters()} == {torch.device("cuda", 0)}
     answers, codes = send(module, context, TEXTS)
@@ -180,12 +164,12 @@ def test_a_hugging_face_model_trained_in_the_kernel_answers_from_the_gpu_like_th
 
 def test_a_lora_model_trained_in_the_kernel_answers_from_the_gpu_like_the_notebook(served):
     pytest.importorskip("peft")
-    from hf_models import LORA_POOL, logits, lora_model
+    from hf_models import HANDLER, LORA_POOL, TEXTS, logits, lora_model
 
     from msnb.capture.cells import capture
 
     tokenizer, model = lora_model()  # base + adapter, trained on the CPU
-    spec = capture("lora", HF_HANDLER, list(LORA_POOL), namespace={"tokenizer": tokenizer, "model": model})
+    spec = capture("lora", HANDLER, list(LORA_POOL), namespace={"tokenizer": tokenizer, "model": model})
     module, context = served(spec, 0)
     assert {p.device for p in module.handle.model.parameters()} == {torch.device("cuda", 0)}
     answers, codes = send(module, context, TEXTS)

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hf_models import logits, train, trained
+from hf_models import HANDLER, POOL, TEXTS, logits, train, trained
 
 from msnb.capture.cells import RUNTIME_HINT, capture
 from msnb.capture.kernel_values import values_changed
@@ -24,19 +24,7 @@ from msnb.templates.msnb_hf import HF_DIR, ObjectLoadError, load_object
 from msnb.trial import runner
 from msnb.ui.display import SpecSummary
 
-POOL = [("In [2]", "tokenizer = train_tokenizer()\nmodel = tiny_bert(tokenizer.vocab_size)\ntrain(model, tokenizer)\n")]
-HANDLER = """\
-def init_function():
-    return model
-
-def preprocess(text):
-    return tokenizer(text, padding="max_length", max_length=16, truncation=True, return_tensors="pt")
-
-def postprocess(output):
-    return {"logits": output["logits"].tolist()}
-"""
 INPUT_IDS_ONLY = HANDLER.replace('return_tensors="pt")', 'return_tensors="pt")["input_ids"][0]')
-TEXTS = ["a good movie with great acting", "zyzzyva quux never seen", "", "a terrible plot", "loved it"]
 
 
 @pytest.fixture(scope="module")
