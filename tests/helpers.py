@@ -532,6 +532,21 @@ TS_EAGER_MODEL = textwrap.dedent("""
         def forward(self, x):
             return self.fc(x)
 """)
+
+
+def eager_files(folder: Path) -> tuple[torch.nn.Module, tuple[str, ...]]:
+    """TorchServe's eager-mode files in ``folder``: model.py (TS_EAGER_MODEL) and w.pt, the state_dict of a TinyNet
+    seeded with 0; returns the network (the truth) and the archiver's ``--model-file`` / ``--serialized-file``."""
+    folder.mkdir()
+    (folder / "model.py").write_text(TS_EAGER_MODEL)
+    torch.manual_seed(0)
+    namespace: dict = {}
+    exec(TS_EAGER_MODEL, namespace)
+    net = namespace["TinyNet"]()
+    torch.save(net.state_dict(), folder / "w.pt")
+    return net, ("--model-file", str(folder / "model.py"), "--serialized-file", str(folder / "w.pt"))
+
+
 TS_EAGER_HANDLER = textwrap.dedent("""
     import torch
     from ts.torch_handler.base_handler import BaseHandler

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 from captum.attr import LayerIntegratedGradients
-from helpers import TS_DESCRIBED, TS_EAGER_MODEL, TS_EXPLAINED, TS_STREAMING, build_mar, make_notebook, run
+from helpers import TS_DESCRIBED, TS_EAGER_MODEL, TS_EXPLAINED, TS_STREAMING, build_mar, eager_files, make_notebook, run
 
 from msnb.capture.cells import capture
 from msnb.capture.notebook import load_handlers
@@ -60,14 +60,7 @@ def test_ms_test_describe_shows_the_customized_metadata_plain_torchserve_and_msn
 
 def test_explanations_of_a_base_handler_in_eager_mode_are_served_like_plain_torchserve(tmp_path, capsys, own_server):
     plain = tmp_path / "plain"
-    plain.mkdir()
-    (plain / "model.py").write_text(TS_EAGER_MODEL)
-    torch.manual_seed(0)
-    namespace: dict = {}
-    exec(TS_EAGER_MODEL, namespace)
-    net = namespace["TinyNet"]()
-    torch.save(net.state_dict(), plain / "w.pt")
-    args = ("--model-file", str(plain / "model.py"), "--serialized-file", str(plain / "w.pt"))
+    net, args = eager_files(plain)
     own_server.register(build_mar(plain, "explained", TS_EXPLAINED, extra_args=args))
     cell = f"%%ms_handler explained2 --checkpoint {plain / 'w.pt'} --model-file TinyNet\n" + TS_EXPLAINED
     nb = make_notebook(tmp_path / "nb", TS_EAGER_MODEL, cell, weights=False)

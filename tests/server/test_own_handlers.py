@@ -25,6 +25,7 @@ from helpers import (
     TS_SERVICE_OBJECT,
     TS_TEXT_MODEL,
     build_mar,
+    eager_files,
     make_notebook,
     run,
     scripted_mlp,
@@ -142,14 +143,7 @@ def test_a_base_handler_in_eager_mode_is_served_like_plain_torchserve_serves_mod
     tmp_path, capsys, own_server
 ):
     plain = tmp_path / "plain"
-    plain.mkdir()
-    (plain / "model.py").write_text(TS_EAGER_MODEL)
-    torch.manual_seed(0)
-    namespace: dict = {}
-    exec(TS_EAGER_MODEL, namespace)
-    net = namespace["TinyNet"]()
-    torch.save(net.state_dict(), plain / "w.pt")
-    args = ("--model-file", str(plain / "model.py"), "--serialized-file", str(plain / "w.pt"))
+    net, args = eager_files(plain)
     own_server.register(build_mar(plain, "eager", TS_EAGER_HANDLER, extra_args=args))
     nb = make_notebook(
         tmp_path / "nb",
