@@ -57,7 +57,7 @@ REPLICA_LOST = (
     ray_errors.ObjectLostError,  # OwnerDiedError included
     ReplicaUnavailableError,
 )
-logger = logging.getLogger("ray.serve")  # Serve's logger: lines land in the router replica's log
+logger = logging.getLogger("ray.serve")  # Serve's logger: its lines land in the replica's own log file
 
 
 def resolve(model_dir: str) -> Path:
@@ -288,12 +288,12 @@ def worker_logs() -> None:
     """Log as a TorchServe worker does, into the file ``%ms_logs`` reads: TorchServe's worker logs the root logger
     at INFO and writes its prints to model_log.log; here both go to the replica's log file (the file handlers of
     Serve's "ray.serve" logger), so the handler's own log lines and prints are there, not only Serve's."""
-    serve_logger, root = logging.getLogger("ray.serve"), logging.getLogger()
-    files = [h for h in serve_logger.handlers if not isinstance(h, logging.StreamHandler)]
+    root = logging.getLogger()
+    files = [h for h in logger.handlers if not isinstance(h, logging.StreamHandler)]
     root.handlers += [h for h in files if h not in root.handlers]
     root.setLevel(min(root.level or logging.INFO, logging.INFO))
     if not isinstance(sys.stdout, LogLines):
-        sys.stdout = LogLines(serve_logger, sys.stdout)
+        sys.stdout = LogLines(logger, sys.stdout)
 
 
 @serve.deployment(name="MsnbModel")
