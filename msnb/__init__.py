@@ -43,7 +43,7 @@ test_handler.__test__ = False  # not a pytest test
 def build(
     name_or_spec: str | HandlerSpec, export_path: str | None = None, *, fmt: str | None = None, dev: bool = False
 ):
-    """Validate the handler in-process and build its archive into ``export_path``; returns its path.
+    """Validate the handler in a test process and build its archive into ``export_path``; returns its path.
 
     ``fmt`` is one of ``msnb.package.formats.FORMATS`` (default ``mar``); ``dev=True`` means the fast ``zip-store``.
     """

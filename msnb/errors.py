@@ -59,7 +59,7 @@ class BuildError(MsnbError):
 
 
 class HandlerRunError(MsnbError):
-    """The handler itself failed when run in-process (load or a sample)."""
+    """The handler itself failed in its pre-flight test process (load or a sample)."""
 
 
 class ServerError(MsnbError):

@@ -105,7 +105,7 @@ def _add_export(sub) -> None:
     exp.add_argument(
         "--check",
         action="store_true",
-        help="run each handler in-process on its --example before writing anything (without it, no user code runs)",
+        help="run each handler in a test process on its --example before writing anything (without it, no user code runs)",
     )
     exp.add_argument(
         ALLOW_FLAG,

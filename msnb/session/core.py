@@ -92,7 +92,7 @@ class Session:
     def test(
         self, name_or_spec: str | HandlerSpec, samples: Iterable[Any] | None = None, *, explain: bool = False
     ) -> list[Any]:
-        """Run the rendered handler in-process on ``samples`` (default: the spec's example); ``explain``
+        """Run the rendered handler in a test process on ``samples`` (default: the spec's example); ``explain``
         asks for explanations, as ``/explanations`` does."""
         spec = self.get(name_or_spec)
         if samples is None:
@@ -118,10 +118,10 @@ class Session:
         dev: bool = False,
         progress: Progress | None = None,
     ) -> Path:
-        """Run the handler on its example in-process, then pack it (``fmt``; ``dev`` is the fast format)."""
+        """Run the handler on its example in a test process, then pack it (``fmt``; ``dev`` is the fast format)."""
         spec = self.get(name_or_spec)
         report = progress or silent
-        report("validating handler in-process", 0.1)
+        report("validating handler in a test process", 0.1)
         runner.validate(spec)
         fmt = fmt or (formats.DEV_FORMAT if dev else formats.EXPORT_FORMAT)
         kept = keep_aside(Path(export_path).expanduser() / f"{spec.name}.mar", spec.version)

@@ -14,7 +14,7 @@ QUICKSTART = [
     (
         "md",
         "# msnb quickstart\n\nA small MLP: train it for a moment, write its handler in one cell, "
-        "test it in-process, build the `.mar`, serve it on a local TorchServe, ask it, stop the server.",
+        "test it in a forked test process, build the `.mar`, serve it on a local TorchServe, ask it, stop the server.",
     ),
     ("code", "import json\n\nimport torch\n\ntorch.manual_seed(0);"),
     (
@@ -65,7 +65,7 @@ QUICKSTART = [
     (
         "code",
         "result = %ms_predict quickstart --data '{\"x\": [0.5, -1.0, 2.0, 0.1]}'\n"
-        "assert result == local, (result, local)  # the same code path in-process and in TorchServe\n"
+        "assert result == local, (result, local)  # the same code path in the test process and in TorchServe\n"
         f"print({PREDICTION_PREFIX!r} + json.dumps(result, sort_keys=True))",
     ),
     ("code", "%ms_stop"),
@@ -280,7 +280,7 @@ HF_TEXT_CLASSIFIER = [
     (
         "code",
         "import msnb\n\n"
-        'local = msnb.test_handler("bert_sentiment", texts)  # in-process, in batches of 4 as the server runs them\n'
+        'local = msnb.test_handler("bert_sentiment", texts)  # in a test process, in batches of 4 as the server runs them\n'
         'torch.testing.assert_close(torch.tensor([a["logits"] for a in local]), expected, atol=1e-4, rtol=0)\n'
         "local[0]",
     ),

@@ -77,7 +77,9 @@ def test_a_vocabulary_tensors_and_a_label_list_are_snapshotted_and_answer_like_t
 
 
 def test_nested_values_reach_the_handler_equal_element_by_element(ip, session):
-    run(ip, "rv_stats = {'w': torch.randn(3), 'b': torch.arange(3)}\nrv_words = [w.upper() for w in 'a b c'.split()]")
+    # The test imports torch itself: the shell is shared, but no earlier test may be relied on.
+    run(ip, "import torch\nrv_stats = {'w': torch.randn(3), 'b': torch.arange(3)}")
+    run(ip, "rv_words = [w.upper() for w in 'a b c'.split()]")
     run(ip, "rv_cfg = {}\nrv_cfg['model'] = {'head': {'sizes': (3, 1), 'act': 'relu'}}")
     body = HANDLER.split("def preprocess")[0] + textwrap.dedent(
         """

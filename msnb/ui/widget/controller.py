@@ -19,7 +19,7 @@ from msnb.ui.widget.fields import FieldError
 _ELAPSED = re.compile(r" \(\d+ s\)$")
 BUTTONS = ("test", "build", "serve", "predict", "explain", "logs", "stop")
 BUSY = {
-    "test": "testing in-process",
+    "test": "testing in a test process",
     "build": "building the archive",
     "serve": "starting/registering on TorchServe",
     "predict": "sending the prediction",
