@@ -34,6 +34,7 @@ BENCHMARKS = (
     "ts_settings",
     "ray_serve",
     "streaming",
+    "stream_speed",
     "light_processes",
 )
 

@@ -35,12 +35,17 @@ class LitServeProcess:
         self.proc: psutil.Process | None = None
         self.port = 0
 
-    def start(self) -> "LitServeProcess":
-        (kwargs, batch, delay_ms), self.port = self.model, choose_ports()["inference"]
+    def command(self) -> list[str]:
+        """The app's command line (the port is chosen by ``start``)."""
+        kwargs, batch, delay_ms = self.model
         args = [self.port, self.checkpoint, kwargs["width"], kwargs["depth"], self.revision, batch, delay_ms / 1000]
+        return [sys.executable, "-m", "bench.litserve_app", *map(str, args)]
+
+    def start(self) -> "LitServeProcess":
+        self.port = choose_ports()["inference"]
         with open(self.work / "litserve.log", "ab") as out:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "bench.litserve_app", *map(str, args)],
+                self.command(),
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -38,6 +38,8 @@ PANELS = [
     ("ray_serve", "rps", "Ray Serve vs TorchServe, 16 clients", "req/s"),
     ("streaming", "first chunk ms", "Streaming: time to first chunk", "ms"),
     ("streaming", "per chunk ms", "Streaming: time per chunk", "ms"),
+    ("stream_speed", "first token ms", "LitServe's stream speed test: first token", "ms"),
+    ("stream_speed", "tokens per s", "LitServe's stream speed test: tokens/s", "tokens/s"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")

@@ -2,8 +2,10 @@
 handler sends them (the context's ``msnb_send_chunks``, see msnb_stream.py), the router passes them on as a
 ``StreamingResponse`` (``handle.options(stream=True)``); batching is kept (a batched async generator).
 
-A replica item is ``(kind, status, headers, body)``: kind ``whole`` is a complete answer (not streamed), ``chunk``
-a piece of a stream (the first one's status and headers are the answer's). A client that goes away marks its
+A replica item is ``(kind, status, headers, body)``: kind ``whole`` is a complete answer (not streamed, ``body``
+its bytes), ``chunk`` a part of a stream (the first one's status and headers are the answer's) whose ``body`` is the
+list of pieces the handler sent since the last item: a fast generator's pieces travel together as one Ray object,
+and the router sends each piece as its own HTTP chunk, as TorchServe does. A client that goes away marks its
 request gone, so the handler stops sending to it and closes a generator no request reads any more.
 Depends on ray[serve], starlette and the standard library, never on msnb.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,6 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 STREAM_HEADER = "x-msnb-stream"  # on a whole answer whose handler streams: the router streams the next ones
 WHOLE, CHUNK = "whole", "chunk"
+GIL_SHARE_S = 0.001  # how often a streaming handler's thread lets the replica's event loop take the GIL
 
 
 def streams(model: Any) -> bool:
@@ -78,26 +82,49 @@ async def stream_batch(model: Any, requests: list) -> AsyncIterator[list]:
     request each time the handler sends chunks (None: nothing for that request), then each one's last piece."""
     loop, queue = asyncio.get_running_loop(), asyncio.Queue()
 
+    given = [0.0]  # when the handler's thread last let the event loop run
+
     def send(pieces: dict[int, str], types: dict[int, str]) -> set[int]:  # in the handler's thread
         loop.call_soon_threadsafe(queue.put_nowait, (pieces, types))
+        if time.perf_counter() - given[0] >= GIL_SHARE_S:  # the first chunk at once, then at this pace
+            time.sleep(0)  # releases the GIL: a fast generator does not starve the loop that sends its chunks
+            given[0] = time.perf_counter()
         return {idx for idx, request in enumerate(requests) if request[3].is_set()}
 
     task = asyncio.ensure_future(asyncio.to_thread(_answer_sending, model, [r[:3] for r in requests], send))
     task.add_done_callback(lambda _: queue.put_nowait(None))
     started: set[int] = set()
-    while (item := await queue.get()) is not None:
-        pieces, types = item
+    ended = False
+    while not ended and (item := await queue.get()) is not None:
+        pieces, types, ended = coalesce(queue, *item)
         yield [_chunk(idx, pieces, types, started) for idx in range(len(requests))]
-    replies = task.result()
+    replies = await task
     yield [_last(idx, reply, started) for idx, reply in enumerate(replies)]
     yield [StopIteration] * len(requests)
 
 
-def _chunk(idx: int, pieces: dict[int, str], types: dict[int, str], started: set[int]) -> Any:
+def coalesce(queue: asyncio.Queue, pieces: dict, types: dict) -> tuple[dict[int, list[bytes]], dict[int, str], bool]:
+    """The chunks sent while the last item went out, gathered per request into one item (a fast generator's
+    10,000 small chunks travel as a few Ray objects; a slow one's go one by one, never held back); True when the
+    handler finished meanwhile."""
+    joined = {idx: [as_bytes(piece)] for idx, piece in pieces.items()}
+    types = dict(types)
+    while not queue.empty():
+        item = queue.get_nowait()
+        if item is None:
+            return joined, types, True
+        more, more_types = item
+        for idx, piece in more.items():
+            joined.setdefault(idx, []).append(as_bytes(piece))
+        types.update(more_types)
+    return joined, types, False
+
+
+def _chunk(idx: int, pieces: dict[int, list[bytes]], types: dict[int, str], started: set[int]) -> Any:
     if idx not in pieces:
         return None
     started.add(idx)
-    return CHUNK, 200, {"content-type": types.get(idx, "text/plain")}, as_bytes(pieces[idx])
+    return CHUNK, 200, {"content-type": types.get(idx, "text/plain")}, pieces[idx]
 
 
 def as_bytes(piece: str | bytes) -> bytes:
@@ -109,7 +136,7 @@ def _last(idx: int, reply: tuple[int, dict, bytes], started: set[int]) -> Any:
     status, headers, body = reply
     if idx not in started:
         return WHOLE, status, headers, body  # nothing was streamed: an ordinary answer (an early error, say)
-    return (CHUNK, 200, {}, body) if body else None
+    return (CHUNK, 200, {}, [body]) if body else None
 
 
 async def relay(batched: Callable, body: bytes, headers: dict) -> AsyncIterator[tuple]:
@@ -147,9 +174,11 @@ class StreamRoutes:
             return Response(first, status_code=status, headers=head)
 
         async def rest() -> AsyncIterator[bytes]:
-            yield first
-            async for _, _, _, piece in replies:
+            for piece in first:
                 yield piece
+            async for _, _, _, pieces in replies:
+                for piece in pieces:
+                    yield piece
 
         return StreamingResponse(rest(), status_code=status, headers=head)
 

@@ -11,6 +11,7 @@ import torch
 from charlm import HANDLER_BODY, MODEL_SOURCE, char_lm, greedy
 from helpers import MLP_SOURCE, mlp_model
 
+from msnb.engines.torchserve.config import FRONTEND_LOG
 from msnb.errors import ServerError
 from msnb.session.core import deploy
 from msnb.session.reload import install
@@ -52,6 +53,8 @@ def test_the_streamed_text_is_the_notebooks_greedy_generation_and_arrives_in_pie
     assert ctype.startswith("text/plain") and b"".join(pieces).decode() == "".join(truth)
     assert len(pieces) > 1  # the first chunk came before the whole answer: one read would hold it all otherwise
     assert list(own_server.predict_stream("gen", "a dog")) == greedy(seeded_lm(), "a dog")
+    frontend_log = (own_server.log_dir / FRONTEND_LOG).read_text()
+    assert "Sending response for jobId" not in frontend_log  # not one line (one write) per chunk in the frontend's log
 
 
 def test_two_concurrent_streams_in_one_batch_each_get_their_own_prompts_generation(own_server):

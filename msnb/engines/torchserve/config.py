@@ -78,6 +78,7 @@ QUIET_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
     <Logger name="ACCESS_LOG" level="off" additivity="false"/>
     <Logger name="MODEL_METRICS" level="off" additivity="false"/>
     <Logger name="TS_METRICS" level="off" additivity="false"/>
+    <Logger name="org.pytorch.serve.wlm.BatchAggregator" level="warn"/>
     <Logger name="io.netty" level="error"/>
     <Logger name="org.apache" level="off"/>
     <Logger name="MODEL_LOG" level="all" additivity="false"><AppenderRef ref="model_log"/></Logger>

@@ -192,7 +192,8 @@ def test_a_batched_stream_yields_each_requests_chunks_then_ends_each_one(loaded)
     steps = asyncio.run(collect())
     assert steps[-1] == [StopIteration, StopIteration]
     texts = [
-        "".join(item[3].decode() for item in column if item not in (None, StopIteration)) for column in zip(*steps)
+        "".join(piece.decode() for item in column if item not in (None, StopIteration) for piece in item[3])
+        for column in zip(*steps)
     ]
     assert all(item[0] == CHUNK for column in zip(*steps[:-1]) for item in column if item is not None)
     torch.manual_seed(0)
@@ -243,7 +244,8 @@ def test_a_request_whose_client_left_gets_no_more_chunks_and_its_generator_is_cl
 
     steps = asyncio.run(collect())
     texts = [
-        "".join(item[3].decode() for item in column if item not in (None, StopIteration)) for column in zip(*steps)
+        "".join(piece.decode() for item in column if item not in (None, StopIteration) for piece in item[3])
+        for column in zip(*steps)
     ]
     torch.manual_seed(0)
     lm = char_lm()(29).eval()
@@ -269,3 +271,23 @@ def test_the_router_sends_again_only_a_call_whose_replica_went():
     assert msnb_ray.replica_lost(wrapped)
     assert not msnb_ray.replica_lost(ValueError("the adapter's own bug"))
     assert not msnb_ray.replica_lost(RayTaskError("infer", "traceback", ValueError("x")).as_instanceof_cause())
+
+
+def test_chunks_sent_while_the_last_went_out_travel_together_per_request_in_order():
+    import asyncio
+
+    from msnb.templates.msnb_ray_stream import coalesce
+
+    text, jsonl = "text/plain; charset=utf-8", "application/jsonl"
+
+    async def drain(items: list) -> tuple:
+        queue: asyncio.Queue = asyncio.Queue()
+        for item in items:
+            queue.put_nowait(item)
+        return coalesce(queue, {0: "a"}, {0: text}), queue.qsize()
+
+    waiting = [({0: "b", 1: b'{"n": 1}\n'}, {0: text, 1: jsonl}), ({0: "c"}, {0: text}), None]
+    (pieces, types, ended), left = asyncio.run(drain(waiting))
+    assert pieces == {0: [b"a", b"b", b"c"], 1: [b'{"n": 1}\n']} and types == {0: text, 1: jsonl}
+    assert ended and left == 0
+    assert asyncio.run(drain([]))[0] == ({0: [b"a"]}, {0: text}, False)  # nothing waiting: sent at once, alone

@@ -74,7 +74,7 @@ def test_intermediate_responses_stream_as_chunks_and_a_whole_answer_joins_them(o
 
     items = asyncio.run(chunks())
     assert all(item[0] == CHUNK for item in items)
-    assert [item[3] for item in items] == words("a dog ran far")
+    assert [piece for item in items for piece in item[3]] == words("a dog ran far")
 
 
 def test_describe_answers_the_handlers_describe_handle_as_torchserves_customized_metadata(own):

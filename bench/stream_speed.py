@@ -1,0 +1,141 @@
+"""Benchmark: LitServe's own streaming speed test, side by side. One request streams 10,000 JSON lines; the client
+is the test's (requests, ``iter_lines``) and measures time to the first token and tokens per second. LitServe runs
+the test's own server; msnb serves the same stream from a handler cell on TorchServe and on Ray Serve. LitServe's
+CI asserts < 5 ms to the first token and >= 3,600 tokens/s (its comment: "3600 on GitHub CI")."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+
+from bench.beside_litserve import LitServeProcess
+from bench.harness import Settings, interleave, summary
+from bench.stream_speed_cell import CELL, TOKENS
+from msnb.session.core import deploy
+from msnb.spec import spec_from_source
+
+NAME = "streamspeed"
+LITSERVE = "LitServe (anchor)"
+TTFT_GOAL_MS, SPEED_GOAL = 5.0, 3600  # LitServe's CI assertions (tests/perf_test/stream/stream_speed/benchmark.py)
+
+
+class SpeedApp(LitServeProcess):
+    """LitServe's speed test server (``bench.litserve_speed_app``) on a free loopback port."""
+
+    def __init__(self, work: Path):
+        super().__init__(work, Path(), ((), 1, 0))
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "bench.litserve_speed_app", str(self.port)]
+
+
+def speed_test(session: requests.Session, url: str, headers: dict) -> tuple[float, float]:
+    """LitServe's client: one streamed request; ms to its first non-empty line, and lines per second."""
+    start = time.perf_counter()
+    resp = session.post(url, stream=True, json={"input": 1}, headers=headers, timeout=120)
+    tokens, first = 0, None
+    for line in resp.iter_lines():
+        if not line:
+            continue
+        if first is None:
+            first = time.perf_counter() - start
+        tokens += 1
+    end = time.perf_counter()
+    resp.raise_for_status()
+    if tokens != TOKENS:
+        raise RuntimeError(f"{url} streamed {tokens} lines, not {TOKENS}")
+    return first * 1000, tokens / (end - start)
+
+
+def run(settings: Settings) -> dict:
+    work = settings.workdir / "stream_speed"
+    work.mkdir(parents=True, exist_ok=True)
+    engines: dict[str, Callable[[], tuple[str, dict, Callable[[], None]]]] = {
+        "TorchServe (msnb)": lambda: _msnb("torchserve", work)
+    }
+    if importlib.util.find_spec("ray") is not None:  # the optional engine and anchor: measured when installed
+        engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work)
+    if importlib.util.find_spec("litserve") is not None:
+        engines[LITSERVE] = lambda: _litserve(work)
+    stops, measures = [], {}
+    try:
+        for name, start in engines.items():
+            url, headers, stop = start()
+            stops.append(stop)
+            session = requests.Session()  # one per server, kept alive, as LitServe's test does
+            measures[name] = lambda s=session, u=url, h=headers: speed_test(s, u, h)
+        for measure in measures.values():  # warm-up
+            measure()
+        runs = interleave(measures, 3 if settings.quick else 10)
+    finally:
+        for stop in stops:
+            stop()
+    rows = {n: {"first token ms": [r[0] for r in rs], "tokens per s": [r[1] for r in rs]} for n, rs in runs.items()}
+    return report(rows, settings)
+
+
+def _msnb(kind: str, work: Path) -> tuple[str, dict, Callable[[], None]]:
+    if kind == "ray":
+        from msnb.engines.ray.engine import LocalRay
+
+        engine = LocalRay()
+    else:
+        from msnb.engines.torchserve import LocalServer
+
+        engine = LocalServer(work / f"ts-{time.monotonic_ns()}")
+    engine.start()
+    try:
+        deploy(engine, spec_from_source(NAME, CELL))
+    except BaseException:
+        engine.stop()
+        raise
+    key = json.loads(engine.key_file.read_text())["inference"]["key"] if engine.key_file is not None else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return f"{engine.inference_url}/predictions/{NAME}", headers, engine.stop
+
+
+def _litserve(work: Path) -> tuple[str, dict, Callable[[], None]]:
+    app = SpeedApp(work).start()
+    return f"{app.url}/predict", {}, app.stop
+
+
+def report(rows: dict, settings: Settings) -> dict:
+    ratios, targets = {}, []
+    lit = rows.get(LITSERVE)
+    for name, row in rows.items():
+        first, speed = statistics.median(row["first token ms"]), statistics.median(row["tokens per s"])
+        if name == LITSERVE:
+            continue
+        targets += [
+            {"target": f"{name}: first token < {TTFT_GOAL_MS:g} ms (LitServe's CI)", "value": f"{first:.1f} ms",
+             "met": first < TTFT_GOAL_MS},
+            {"target": f"{name}: >= {SPEED_GOAL} tokens/s (LitServe's CI)", "value": f"{speed:.0f}/s",
+             "met": speed >= SPEED_GOAL},
+        ]  # fmt: skip
+        if lit is not None:
+            lit_first, lit_speed = statistics.median(lit["first token ms"]), statistics.median(lit["tokens per s"])
+            ratios[f"{name}: first token / LitServe's"] = first / lit_first
+            ratios[f"{name}: tokens per s / LitServe's"] = speed / lit_speed
+            targets.append({"target": f"{name}: beats LitServe side by side (first token and tokens/s)",
+                            "value": f"{first / lit_first:.2f}x first token, {speed / lit_speed:.2f}x tokens/s",
+                            "met": first <= lit_first and speed >= lit_speed})  # fmt: skip
+    return {
+        "title": "Streaming speed: LitServe's own speed test, msnb on TorchServe and Ray Serve beside LitServe",
+        "unit": "ms, tokens/s",
+        "rows": {name: {k: summary(v) for k, v in row.items()} for name, row in rows.items()},
+        "ratios": ratios,
+        "targets": targets,
+        "notes": f"{'quick mode: ' if settings.quick else ''}one request streams {TOKENS:,} JSON lines "
+        '(`{"output": i}`); the client is LitServe\'s speed test (a kept-alive `requests.Session`, `iter_lines`), '
+        "run against each server in turn, rounds interleaved, after one warm-up each. LitServe runs its test's own "
+        "server (generator `predict` + `encode_response`, `stream=True`); msnb serves the cell in "
+        "`bench/stream_speed_cell.py` (a generator `inference`, one JSON chunk per step) as `%ms_serve` does, token "
+        "authorisation on. Loopback, batch size 1, every server up during every round.",
+    }
