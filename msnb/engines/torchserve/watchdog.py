@@ -16,13 +16,15 @@ import select
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 
 TEMP_PREFIX = "msnb-server-"  # a LocalServer's temporary workdir: tempfile.mkdtemp(prefix=TEMP_PREFIX)
 OWNER_FILE = "msnb-owner.json"
-TERM_GRACE_S = 8.0  # Java exits ~4 s after SIGTERM (it stops its workers first)
+TERM_GRACE_S = 8.0  # the longest a TorchServe gets after SIGTERM to close its ports (it takes well under 1 s)
+STOP_POLL_S = 0.02
 MARKED_GRACE_S = 2.0  # Ray's processes left by a dead owner: SIGTERM, then SIGKILL (all gone within 10 s)
 POLL_S = 0.5
 
@@ -39,17 +41,51 @@ def process_tree(pid: int | psutil.Process) -> list[psutil.Process]:
 
 
 def stop_tree(pid: int | psutil.Process, grace_s: float = TERM_GRACE_S) -> None:
-    """SIGTERM the process, SIGKILL it after ``grace_s``, then kill whatever of its tree is left."""
+    """SIGTERM the process; once it has closed its listening sockets (TorchServe's first step on SIGTERM: nothing new
+    can arrive) or exited, or after ``grace_s``, SIGKILL it, then kill whatever of its tree is left.
+
+    TorchServe's own shutdown then spends ~4 s in Netty's quiet periods and in stopping its workers one by one:
+    work that this kill does at once (msnb keeps no shutdown snapshot)."""
     procs = process_tree(pid)
     if not procs:
         return
     _signal(procs[:1], "terminate")
-    _, survivors = psutil.wait_procs(procs[:1], timeout=grace_s)
-    _signal(survivors, "kill")
-    # Workers normally exit with Java; a SIGKILLed Java leaves them behind.
-    _, leftovers = psutil.wait_procs(procs[1:], timeout=2.0)
-    _signal(leftovers, "kill")
-    psutil.wait_procs(procs, timeout=5.0)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _listening(procs[0]):
+        time.sleep(STOP_POLL_S)
+    _signal(procs, "kill")  # Java and its workers (a SIGKILLed Java would leave them behind)
+    wait_gone(procs, timeout=5.0)
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has exited; returns those still running after ``timeout``. An exited process whose
+    parent has not reaped it yet counts as gone: TorchServe's Java is a daemon whose parent is PID 1, and some
+    containers' PID 1 reaps only every second or two (``psutil.wait_procs`` waits for that)."""
+    deadline = time.monotonic() + timeout
+    running = list(procs)
+    while running:
+        running = [proc for proc in running if _running(proc)]
+        if not running or time.monotonic() >= deadline:
+            break
+        time.sleep(STOP_POLL_S)
+    return running
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _listening(proc: psutil.Process) -> bool:
+    """Whether the process still runs and listens on a TCP port."""
+    try:
+        return any(c.status == psutil.CONN_LISTEN for c in proc.net_connections(kind="tcp"))
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:  # cannot look (another user's process): give it the whole grace period
+        return proc.is_running()
 
 
 def _signal(procs: list[psutil.Process], how: str) -> None:
@@ -87,9 +123,9 @@ def _belongs(proc: psutil.Process, key: str, value: str) -> bool:
 def stop_all(procs: list[psutil.Process], grace_s: float = MARKED_GRACE_S) -> None:
     """SIGTERM every process at once, SIGKILL those still running after ``grace_s``."""
     _signal(procs, "terminate")
-    _, survivors = psutil.wait_procs(procs, timeout=grace_s)
+    survivors = wait_gone(procs, timeout=grace_s)
     _signal(survivors, "kill")
-    psutil.wait_procs(survivors, timeout=5.0)
+    wait_gone(survivors, timeout=5.0)
 
 
 def spawn(pid: int, model_store: Path | None = None, marker: tuple[str, str] | None = None) -> subprocess.Popen:
