@@ -78,6 +78,9 @@ def notebook(path: Path, *cells: str) -> Path:
     return path
 
 
+CLEAN_PYTHON_GROUP = "clean-python"  # the tests that use clean_python share one worker, so it is built once a run
+
+
 @pytest.fixture(scope="session")
 def clean_python(tmp_path_factory) -> Path:
     """A virtual environment with only torch, TorchServe and their needs: no msnb, no notebook folder."""
@@ -105,6 +108,7 @@ def test_a_failing_msnb_cell_stops_nbclient_and_shows_only_the_message(tmp_path)
 
 
 @pytest.mark.server
+@pytest.mark.xdist_group(CLEAN_PYTHON_GROUP)
 @pytest.mark.timeout(900)
 @pytest.mark.one_python
 def test_local_code_travels_and_a_clean_torchserve_answers_like_the_notebook(tmp_path, clean_python):
