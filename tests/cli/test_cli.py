@@ -20,7 +20,6 @@ from msnb.cli.main import main
 from msnb.trial.runner import predict_in_process
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_console_script_help_documents_every_command_and_the_exit_codes():
@@ -202,38 +201,6 @@ def test_serve_exits_1_when_no_archive_loads(tmp_path, capsys, short_tmp, monkey
     code, out, err = run(capsys, "serve", mar, "--state", tmp_path / "serve.json")
     assert code == 1 and "user error 42" in err and "None of the 1 archive(s) could be served" in err
     assert "Hint:" in err and "server stopped" in out
-
-
-# ---------------------------------------------------------------- the example notebooks: executed vs exported
-NOTEBOOK_INPUTS = {  # what each notebook sends in its `%ms_predict` cell
-    "quickstart.ipynb": lambda np: {"x": [0.5, -1.0, 2.0, 0.1]},
-    "text_classifier.ipynb": lambda np: {"text": "what a great fun movie"},
-    "bytes_batching.ipynb": lambda np: np.arange(8, dtype=np.float32).tobytes(),  # its `sample_bytes`
-}
-
-
-@pytest.mark.kernel
-@pytest.mark.server
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("name", sorted(NOTEBOOK_INPUTS))
-def test_exported_notebook_answers_what_the_executed_notebook_printed(name, short_tmp):
-    tmp_path = short_tmp
-    sys.path.insert(0, str(REPO / "tests" / "kernel"))
-    import numpy as np
-    from nbrun import execute_notebook, printed_prediction
-
-    from msnb.engines.torchserve import LocalServer
-
-    executed = execute_notebook(REPO / "notebooks" / name, tmp_path / "run")
-    printed = printed_prediction(executed)
-    data = NOTEBOOK_INPUTS[name](np)
-    # Export the notebook file (not the executed copy) from the folder it ran in: its checkpoint lies there.
-    notebook = tmp_path / "run" / name
-    assert main(["export", str(notebook), "-o", str(tmp_path / "export")]) == 0
-    (mar,) = sorted((tmp_path / "export").glob("*.mar"))
-    with LocalServer(tmp_path / "server") as server:
-        status = server.register(mar)
-        assert server.predict(status.name, data) == printed
 
 
 @pytest.mark.server

@@ -1,4 +1,5 @@
-"""Every example notebook runs top to bottom in a real Jupyter kernel and ends with a real TorchServe prediction."""
+"""Every example notebook runs top to bottom in a real Jupyter kernel and ends with a real TorchServe prediction;
+`msnb export` of the same notebook, served on a fresh TorchServe, answers what the executed notebook printed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from make_notebooks import ALL, NOTEBOOKS, render
 from nbrun import error_outputs, execute_notebook, printed_prediction, stream_texts
 
 NOTEBOOK_PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
+EXPORTED_INPUTS = {  # what each notebook sends in its `%ms_predict` cell: its export is asked the same
+    "quickstart.ipynb": lambda np: {"x": [0.5, -1.0, 2.0, 0.1]},
+    "text_classifier.ipynb": lambda np: {"text": "what a great fun movie"},
+    "bytes_batching.ipynb": lambda np: np.arange(8, dtype=np.float32).tobytes(),  # its `sample_bytes`
+}
 
 
 def test_the_example_notebooks_are_generated_and_committed_without_outputs():
@@ -44,6 +50,24 @@ def test_notebook_runs_in_a_real_kernel_and_prints_a_torchserve_prediction(path:
     if path.name == "quickstart.ipynb":
         assert (tmp_path / "model_store" / "quickstart.mar").is_file()
         assert (tmp_path / "quickstart_mlp.pt").is_file()  # saved beside the notebook: `msnb export` finds it
+    if path.name in EXPORTED_INPUTS:
+        assert exported_answer(tmp_path / path.name, EXPORTED_INPUTS[path.name]) == prediction
+
+
+def exported_answer(notebook: Path, data) -> object:
+    """`msnb export` of the notebook file (not the executed copy) from the folder it ran in (its checkpoint lies
+    there), served on a fresh TorchServe and asked ``data(numpy)``."""
+    import numpy as np
+
+    from msnb.cli.main import main
+    from msnb.engines.torchserve import LocalServer
+
+    export = notebook.parent / "export"
+    assert main(["export", str(notebook), "-o", str(export)]) == 0
+    (mar,) = sorted(export.glob("*.mar"))
+    with LocalServer(notebook.parent / "export-server") as server:
+        status = server.register(mar)
+        return server.predict(status.name, data(np))
 
 
 @pytest.mark.kernel
