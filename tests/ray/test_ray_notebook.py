@@ -69,12 +69,12 @@ def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, sessi
     assert not root.exists()
 
 
-def test_a_load_error_on_ray_comes_back_with_its_hint_within_one_try(ip, session):
+def test_a_load_error_on_ray_comes_back_with_its_hint_within_one_try(ip, ray_session):
     cell(ip, NET_CELL)
     broken = HANDLER.replace("torch.manual_seed(0)", "raise RuntimeError('weights are missing')")
     cell(ip, f"%%ms_handler rbroken\n{broken}")
     with pytest.raises(MsnbError) as info:
-        session.serve("rbroken", engine="ray")
+        ray_session.serve("rbroken", engine="ray")
     text = info.value.render()
     assert "weights are missing" in text and "Hint:" in text
 
