@@ -87,7 +87,7 @@ class SharedRay:
     engine = None
 
     def get(self) -> msnb.engines.ray.engine.LocalRay:
-        if self.engine is None:
+        if self.engine is None or not self.engine.running:  # (a test that stops it runs after the others)
             self.engine = msnb.engines.ray.engine.LocalRay().start()
         return self.engine
 
@@ -99,6 +99,7 @@ class SharedRay:
 
 _SHARED = SharedRay()
 SHARED_FIXTURE = "ray_engine"
+STOPPING_FIXTURE = "last_ray_session"
 
 
 def _shares(item) -> bool:
@@ -106,7 +107,8 @@ def _shares(item) -> bool:
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=_shares)  # stable: the others keep their order
+    # stable: the others keep their order; a test that stops the shared Ray runs after those that use it
+    items.sort(key=lambda item: (_shares(item), STOPPING_FIXTURE in getattr(item, "fixturenames", ())))
 
 
 @pytest.hookimpl(tryfirst=True)  # before the test's own fixtures start anything
@@ -137,6 +139,8 @@ def ray_engine(shared_ray):
 
     engine = shared_ray.get()
     yield engine
+    if not engine.running:  # the test stopped it (``last_ray_session``)
+        return
     names = set(serve.status().applications) - {ROUTER_APP}
     for name in names:  # every replica drains at once (each waits Serve's drain loop, 2 s)
         serve.delete(name, _blocking=False)
@@ -151,3 +155,10 @@ def ray_session(monkeypatch, ray_engine):
     monkeypatch.setattr(msnb.session.core, "_default", fresh)
     monkeypatch.setattr(msnb.engines.ray.engine, "_default", ray_engine)
     return fresh
+
+
+@pytest.fixture
+def last_ray_session(ray_session):
+    """``ray_session`` for a test that stops the shared Ray itself (``%ms_stop``): it runs after the tests that use
+    it, so the Ray they started is the one it serves on and stops; alone, it starts one."""
+    return ray_session
