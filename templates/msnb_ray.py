@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from ray import exceptions as ray_errors
 from ray import serve
-from ray.serve.exceptions import ReplicaUnavailableError
+from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -390,7 +390,16 @@ class MsnbRouter:
         try:
             return await handle.describe.remote(customized, headers)
         except Exception as err:
-            return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
+            return self.unavailable(name, err)
+
+    def unavailable(self, name: str, err: Exception) -> tuple[int, dict, bytes]:
+        """The answer to a call that failed: 404 when its application was deleted since its handle was kept
+        (``LocalRay.unregister``, ``serve delete``), as TorchServe answers for an unregistered model; else 503."""
+        if isinstance(err, DeploymentUnavailableError):  # deleted, or failed for good: look the application up again
+            self.handles.pop(name, None)
+            if self.app_handle(name) is None:
+                return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
+        return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
 
     async def stream(self, name: str, explain: bool, body: bytes, headers: dict) -> Response | None:
         """A streaming model's prediction passed on as it comes; None: ``forward`` answers it whole."""
@@ -399,7 +408,7 @@ class MsnbRouter:
         try:
             return await self.streams.answer(name, self.handles[name], body, headers)
         except Exception as err:
-            return reply(*error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}"))
+            return reply(*self.unavailable(name, err))
 
     async def forward(self, name: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         # A handle follows its application across redeploys; looking one up while the application is
@@ -415,7 +424,7 @@ class MsnbRouter:
                 return await handle.infer.remote(explain, body, headers)
             except Exception as err:
                 if attempt == REPLICA_TRIES or not replica_lost(err):
-                    return error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}")
+                    return self.unavailable(name, err)
                 logger.warning(
                     "%s: replica lost (%s), sending the request again (try %d)", name, brief(err), attempt + 1
                 )

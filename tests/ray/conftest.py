@@ -1,4 +1,5 @@
-"""A real two-node Ray cluster on loopback, shared by the module's tests, with nothing left running after it."""
+"""The Ray tier's fixtures: a real two-node Ray cluster on loopback shared by a module's tests, the kernel's local Ray
+shared by the tests that only deploy to it and ask it, and nothing left running after them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 import pytest
 from helpers import poll, processes_naming
 
+import msnb.engines.ray.engine
 import msnb.session.core
-from msnb.engines.ray import RayMissingError, require
+from msnb.engines.ray import ROUTER_APP, RayMissingError, require
 
 try:
     require()  # imports Ray with msnb's environment (loopback addresses stay loopback)
@@ -72,3 +74,91 @@ def session(monkeypatch):
     monkeypatch.setattr(msnb.session.core, "_default", fresh)
     yield fresh
     fresh.stop()
+
+
+class SharedRay:
+    """One kernel-like local Ray (``LocalRay``) for the tests that deploy to it and ask it, started on first use.
+
+    A process connects to one Ray at a time, so the shared one runs only across consecutive tests that use it: it
+    stops after the last of them (``pytest_runtest_teardown``), before a test that starts a Ray or a cluster of
+    its own. The tests that use it run last, one after another (``pytest_collection_modifyitems``): a run starts it
+    once."""
+
+    engine = None
+
+    def get(self) -> msnb.engines.ray.engine.LocalRay:
+        if self.engine is None or not self.engine.running:  # (a test that stops it runs after the others)
+            self.engine = msnb.engines.ray.engine.LocalRay().start()
+        return self.engine
+
+    def stop(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.stop()
+
+
+_SHARED = SharedRay()
+SHARED_FIXTURE = "ray_engine"
+STOPPING_FIXTURE = "last_ray_session"
+
+
+def _shares(item) -> bool:
+    return SHARED_FIXTURE in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(items):
+    # stable: the others keep their order; a test that stops the shared Ray runs after those that use it
+    items.sort(key=lambda item: (_shares(item), STOPPING_FIXTURE in getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's own fixtures start anything
+def pytest_runtest_setup(item):
+    if not _shares(item):
+        _SHARED.stop()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's fixtures (``ray_engine`` deletes its models) are torn down
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None or not _shares(nextitem):
+        _SHARED.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_ray():
+    try:
+        yield _SHARED
+    finally:
+        _SHARED.stop()
+
+
+@pytest.fixture
+def ray_engine(shared_ray):
+    """The shared local Ray, left as the test found it: every application the test deployed (a failed one too) is
+    deleted after it, the router kept, so each test passes alone and in any order."""
+    from ray import serve
+
+    engine = shared_ray.get()
+    yield engine
+    if not engine.running:  # the test stopped it (``last_ray_session``)
+        return
+    names = set(serve.status().applications) - {ROUTER_APP}
+    for name in names:  # every replica drains at once (each waits Serve's drain loop, 2 s)
+        serve.delete(name, _blocking=False)
+    for name in names:
+        engine.unregister(name)  # returns once the application is gone
+
+
+@pytest.fixture
+def ray_session(monkeypatch, ray_engine):
+    """A fresh session (as ``session``) whose Ray engine is the shared local Ray: ``engine="ray"`` serves there."""
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
+    monkeypatch.setattr(msnb.engines.ray.engine, "_default", ray_engine)
+    return fresh
+
+
+@pytest.fixture
+def last_ray_session(ray_session):
+    """``ray_session`` for a test that stops the shared Ray itself (``%ms_stop``): it runs after the tests that use
+    it, so the Ray they started is the one it serves on and stops; alone, it starts one."""
+    return ray_session

@@ -178,28 +178,24 @@ def serve_warnings(nodes, limit: int = 20) -> str:
     return "\n".join([f"Serve's warnings ({len(probes)} slow queue-length probes left out):", *lines])
 
 
-def mlp_replicas(nodes) -> dict[str, int]:
-    """The mlp deployment's replicas by state (Serve's status), read through a short-lived driver."""
+def both_replicas_running(served: Served) -> None:
+    """Wait until mlp runs its two replicas and nothing else (answering is not enough: under load one replica
+    answers while the other, or a rollout's new one, still starts); Serve's status read through one short-lived
+    driver."""
     import ray
     from ray import serve
 
-    ray.init(address=nodes.address, log_to_driver=False)
-    try:
-        return dict(serve.status().applications["mlp"].deployments["MsnbModel"].replica_states)
-    finally:
-        ray.shutdown()
-
-
-def both_replicas_running(served: Served) -> None:
-    """Wait until mlp runs its two replicas and nothing else (answering is not enough: under load one replica
-    answers while the other, or a rollout's new one, still starts)."""
     states: list[dict] = [{}]
 
     def settled() -> bool:
-        states[0] = mlp_replicas(served.nodes)
+        states[0] = dict(serve.status().applications["mlp"].deployments["MsnbModel"].replica_states)
         return states[0] == {"RUNNING": 2}
 
-    poll(settled, 300, "mlp's two replicas running", interval=1, log=lambda: f"replicas by state: {states[0]}")
+    ray.init(address=served.nodes.address, log_to_driver=False)
+    try:
+        poll(settled, 300, "mlp's two replicas running", interval=0.5, log=lambda: f"replicas by state: {states[0]}")
+    finally:
+        ray.shutdown()
 
 
 def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(served):

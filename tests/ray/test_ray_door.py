@@ -120,6 +120,7 @@ def test_a_foreign_ray_init_cannot_run_a_task(served, tmp_path, token):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env |= {"HOME": str(tmp_path)} | ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else {})
     env["RAY_gcs_rpc_server_connect_timeout_s"] = "5"
+    env["RAY_gcs_server_port_wait_time_s"] = "1"  # one try at the GCS, not 20 a second apart: each is refused alike
     script = tmp_path / "foreign.py"
     script.write_text(FOREIGN)
     done = subprocess.run([sys.executable, str(script), served._cluster.address, str(tmp_path / "ran")], env=env,

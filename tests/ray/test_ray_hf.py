@@ -33,10 +33,10 @@ HANDLER = textwrap.dedent(
 TEXTS = ["a good movie with great acting", "zyzzyva quux", "", "a terrible plot", "loved it"]
 
 
-def test_a_tokenizer_and_model_output_answer_on_ray_like_the_notebook(ip, session):
+def test_a_tokenizer_and_model_output_answer_on_ray_like_the_notebook(ip, ray_session):
     cell(ip, TRAIN)
     cell(ip, f"%%ms_handler rbert --batch-size 4\n{HANDLER}")
-    server = session.serve("rbert", engine="ray")
+    server = ray_session.serve("rbert", engine="ray")
     with ThreadPoolExecutor(len(TEXTS)) as pool:  # concurrent clients: Ray Serve batches them
         answers = list(pool.map(lambda text: server.predict("rbert", text), TEXTS))
     ns = ip.user_ns

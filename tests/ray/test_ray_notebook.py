@@ -51,7 +51,7 @@ def cell(shell, source: str):
     return result.result
 
 
-def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, session):
+def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, last_ray_session):
     cell(ip, NET_CELL)
     cell(ip, f"%%ms_handler {LINE}\n{HANDLER}")
     server = cell(ip, "%ms_serve rmlp --engine ray")
@@ -63,18 +63,18 @@ def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, sessi
     cell(ip, "%ms_serve rmlp")  # a rolling update of the same application
     answer = cell(ip, "%ms_predict rmlp")
     assert answer == truth(edited, [1, 2, 3, 4]) and answer["edited"] is True
-    assert session.logs("rmlp")  # the replicas' own log lines
+    assert last_ray_session.logs("rmlp")  # the replicas' own log lines
     cell(ip, "%ms_stop")
     assert poll(lambda: not processes_naming(root), 60, "every Ray process to end")
     assert not root.exists()
 
 
-def test_a_load_error_on_ray_comes_back_with_its_hint_within_one_try(ip, session):
+def test_a_load_error_on_ray_comes_back_with_its_hint_within_one_try(ip, ray_session):
     cell(ip, NET_CELL)
     broken = HANDLER.replace("torch.manual_seed(0)", "raise RuntimeError('weights are missing')")
     cell(ip, f"%%ms_handler rbroken\n{broken}")
     with pytest.raises(MsnbError) as info:
-        session.serve("rbroken", engine="ray")
+        ray_session.serve("rbroken", engine="ray")
     text = info.value.render()
     assert "weights are missing" in text and "Hint:" in text
 

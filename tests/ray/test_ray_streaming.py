@@ -39,7 +39,7 @@ def postprocess(step):
 
 
 def test_streams_on_ray_equal_the_notebooks_generation_batched_and_a_leaving_client_closes_its_generator(
-    ip, session, tmp_path, monkeypatch
+    ip, ray_session, tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
     cell(ip, MODEL_SOURCE)
@@ -55,7 +55,7 @@ def test_streams_on_ray_equal_the_notebooks_generation_batched_and_a_leaving_cli
 
     got = {}
     threads = [
-        threading.Thread(target=lambda p=p: got.update({p: list(session.predict_stream("rgen", p))})) for p in own
+        threading.Thread(target=lambda p=p: got.update({p: list(ray_session.predict_stream("rgen", p))})) for p in own
     ]
     for t in threads:
         t.start()
@@ -64,7 +64,7 @@ def test_streams_on_ray_equal_the_notebooks_generation_batched_and_a_leaving_cli
     assert {p: "".join(c) for p, c in got.items()} == {p: "".join(c) for p, c in own.items()}
     assert all(len(c) > 1 for c in got.values())  # each arrived in pieces, not as one whole answer
 
-    stream = session.predict_stream("rslow", "the cat")
+    stream = ray_session.predict_stream("rslow", "the cat")
     assert len(next(stream)) >= 1
     stream.close()  # the client leaves after its first chunk
     steps = tmp_path / "steps"

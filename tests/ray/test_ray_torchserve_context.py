@@ -22,7 +22,6 @@ from ts_context_handlers import (
 )
 
 from msnb.capture.cells import capture
-from msnb.engines.ray.engine import LocalRay
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.models import RawRequest
 from msnb.errors import ServerError
@@ -30,15 +29,6 @@ from msnb.session.core import deploy
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")
 HANDLERS = {"pe": RAISES_513, "words": STREAMS_WORDS, "desc": DESCRIBES}
-
-
-@pytest.fixture(scope="module")
-def ray_engine():
-    engine = LocalRay().start()
-    try:
-        yield engine
-    finally:
-        engine.stop()
 
 
 def post(engine, name: str, body: dict) -> tuple[int, list[bytes]]:
@@ -112,3 +102,8 @@ def test_more_models_than_the_old_four_are_served_and_one_that_cannot_fit_is_ref
                                    workers=40))  # fmt: skip
     assert "40 replica(s) need 4" in str(refused.value) and "Hint:" in str(refused.value)
     assert "wide" not in [status.name for status in ray_engine.models()]
+    ray_engine.unregister("one0")  # as LocalServer.unregister: that application and its folder go, the others stay
+    with pytest.raises(ServerError, match="No model 'one0' is registered"):
+        ray_engine.predict("one0", {"x": 1})
+    assert [status.name for status in ray_engine.models()] == [f"one{n}" for n in range(1, 5)]
+    assert ray_engine.predict("one1", {"x": 1}) == 1

@@ -2,10 +2,11 @@
 
 It offers what the session asks of an engine, as ``LocalServer`` does for TorchServe: ``start``, ``stop``,
 ``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (TorchServe's REST client: the
-URLs are the same), ``redeploy(folder)``, ``models``, ``predict``, ``explain``, ``model_log``. Ray runs on
-loopback in a private temp dir (no dashboard, no usage stats) with Ray's token authentication on, and its router
-asks every request for the session's inference key (``key_file``, TorchServe's format); ``stop()``, interpreter
-exit and, when this process is killed, msnb's watchdog leave no process and no file behind.
+URLs are the same), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
+``model_log``. Ray runs on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token
+authentication on, and its router asks every request for the session's inference key (``key_file``, TorchServe's
+format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog leave no process and no
+file behind.
 """
 
 from __future__ import annotations
@@ -168,6 +169,16 @@ class LocalRay:
         return self.status(name)
 
     register = redeploy
+
+    def unregister(self, name: str, version: str | None = None) -> None:
+        """Delete the application ``name`` (its replicas and its folder), as ``LocalServer.unregister`` does; Ray
+        serves one version per name, so ``version`` is accepted for the same call and changes nothing."""
+        from ray import serve
+
+        serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
+        folder = self._folders.pop(name, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _refuse_unschedulable(self, name: str, folder: Path) -> None:
         """A ServerError, before anything is deployed, when the replicas of ``folder`` do not fit in the logical CPUs
