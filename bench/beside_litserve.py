@@ -172,7 +172,7 @@ def _lit_cold(work: Path, ckpt: Path) -> float:
 
 def _under_load(settings: Settings, work: Path, ckpt: Path, model: tuple, label: str, rows: dict, pss=False) -> None:
     msnb, lit = MsnbServer(work / f"load-{label}", ckpt, model), LitServeProcess(work, ckpt, model)
-    total = (400 if settings.quick else 2000) // (2 if model is BATCHED else 1)
+    total = settings.size(2000, 400, 64) // (2 if model is BATCHED else 1)
     body = json.dumps(models.SAMPLE).encode()
     try:
         msnb.serve(0)

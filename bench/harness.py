@@ -18,14 +18,27 @@ import psutil
 
 @dataclass(frozen=True)
 class Settings:
-    """How big a run is: ``quick`` shrinks every benchmark to a smoke-sized version."""
+    """How big a run is: ``quick`` shrinks every benchmark to a short version; ``smoke`` (which implies
+    ``quick``) to the least that still runs each benchmark's every path once, for the test that the harness runs."""
 
     quick: bool
     workdir: Path
+    smoke: bool = False
+
+    def size(self, full: Any, quick: Any, smoke: Any = None) -> Any:
+        """This run's value of one size: the full run's, the quick run's or the smoke run's (default: quick's)."""
+        if self.smoke and smoke is not None:
+            return smoke
+        return quick if self.quick else full
 
     @property
     def reps(self) -> int:
-        return 2 if self.quick else 5
+        return self.size(5, 2, 1)
+
+    @property
+    def mode(self) -> str:
+        """The run's size as a note's prefix: "smoke mode: ", "quick mode: " or nothing (the full run)."""
+        return self.size("", "quick mode: ", "smoke mode: ")
 
 
 def interleave(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, list]:

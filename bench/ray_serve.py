@@ -19,9 +19,9 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "ray_serve"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.WIDE, work / "wide.pt")
-    total = 300 if settings.quick else 1500
+    total = settings.size(1500, 300, CLIENTS)
     results = {"TorchServe (1 worker)": _measure("torchserve", 1, checkpoint, total, work)}
-    for replicas in (1, 2):
+    for replicas in settings.size((1, 2), (1, 2), (1,)):  # a smoke run: one Ray start
         results[f"Ray Serve ({replicas} replica{'s' * (replicas > 1)})"] = _measure(
             "ray", replicas, checkpoint, total, work
         )
@@ -92,7 +92,7 @@ def report(results: dict, settings: Settings) -> dict:
             "Ray start (one node + Serve + router)": ray1["engine start"],
             "Ray deploy": ray1["deploy"],
         },
-        "notes": f"{'quick mode: ' if settings.quick else ''}one run each; wide MLP 64-2048x3-10, batch {BATCH} / "
+        "notes": f"{settings.mode}one run each; wide MLP 64-2048x3-10, batch {BATCH} / "
         f"{DELAY_MS} ms, {CLIENTS} keep-alive clients on loopback sharing the 2 cores with the engine. Ray: a "
         "one-node local Ray (no dashboard) owned by the process, replicas of 0.5 CPU; TorchServe: token auth on.",
     }

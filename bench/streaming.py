@@ -32,7 +32,7 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "streaming"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = stream_model.save_checkpoint(work / "lm.pt")
-    rounds = 3 if settings.quick else 10
+    rounds = settings.size(10, 3, 1)
     compute = Compute(checkpoint)
     results = {"TorchServe (msnb)": _msnb("torchserve", checkpoint, work, rounds, compute)}
     if importlib.util.find_spec("ray") is not None:  # the optional engines and anchor: measured when installed
@@ -163,7 +163,7 @@ def report(results: dict, settings: Settings) -> dict:
         "rows": rows,
         "ratios": ratios,
         "targets": targets,
-        "notes": f"{'quick mode: ' if settings.quick else ''}a character GRU LM (hidden {stream_model.HIDDEN}), "
+        "notes": f"{settings.mode}a character GRU LM (hidden {stream_model.HIDDEN}), "
         f"{len(stream_model.PROMPT)}-character prompt, {stream_model.STEPS} greedy steps, one chunk per step (a "
         "generator `inference`; LitServe: generator predict/encode_response); one stream at a time from `requests` "
         "(iter_content) on loopback; batch size 1. Round trip: the server's health endpoint (TorchServe /ping with "

@@ -27,7 +27,7 @@ VARIANTS = {
     "Netty threads default": {"number_of_netty_threads": 0, "netty_client_threads": 0},
 }
 
-QUICK = ("msnb defaults", "TorchServe defaults (all three back)")  # the smoke-sized run: the two ends only
+QUICK = ("msnb defaults", "TorchServe defaults (all three back)")  # the quick and smoke runs: the two ends only
 
 
 def run(settings: Settings) -> dict:
@@ -36,7 +36,7 @@ def run(settings: Settings) -> dict:
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "tiny.pt")
     variants = {k: VARIANTS[k] for k in QUICK} if settings.quick else VARIANTS
     servers = {name: LocalServer(work / f"v{i}", properties=props) for i, (name, props) in enumerate(variants.items())}
-    total = 400 if settings.quick else 2000
+    total = settings.size(2000, 400, 32)
     body = json.dumps(models.SAMPLE).encode()
     try:
         loads = {}
