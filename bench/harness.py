@@ -41,6 +41,21 @@ class Settings:
         return self.size("", "quick mode: ", "smoke mode: ")
 
 
+def ray_engine(settings: Settings) -> Any:
+    """A local Ray for one measurement; a smoke run's benchmarks share the process-wide one (one Ray start)."""
+    from msnb.engines.ray.engine import LocalRay, default_ray
+
+    return default_ray() if settings.smoke else LocalRay()
+
+
+def stop_engine(engine: Any, settings: Settings) -> None:
+    """Stop an engine after its measurement, except the smoke run's shared Ray (stopped at exit)."""
+    from msnb.engines.ray.engine import default_ray
+
+    if not (settings.smoke and engine is default_ray()):
+        engine.stop()
+
+
 def interleave(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, list]:
     """Run the variants A B A B ... ``reps`` times each; returns each variant's list of measurements."""
     results: dict[str, list] = {name: [] for name in variants}

@@ -17,7 +17,7 @@ import requests
 import torch
 
 from bench import stream_model
-from bench.harness import Settings, summary, timed, wait_gone
+from bench.harness import Settings, ray_engine, stop_engine, summary, timed, wait_gone
 from msnb.engines.torchserve.config import choose_ports
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source
@@ -34,9 +34,9 @@ def run(settings: Settings) -> dict:
     checkpoint = stream_model.save_checkpoint(work / "lm.pt")
     rounds = settings.size(10, 3, 1)
     compute = Compute(checkpoint)
-    results = {"TorchServe (msnb)": _msnb("torchserve", checkpoint, work, rounds, compute)}
+    results = {"TorchServe (msnb)": _msnb("torchserve", checkpoint, work, rounds, compute, settings)}
     if importlib.util.find_spec("ray") is not None:  # the optional engines and anchor: measured when installed
-        results["Ray Serve (msnb)"] = _msnb("ray", checkpoint, work, rounds, compute)
+        results["Ray Serve (msnb)"] = _msnb("ray", checkpoint, work, rounds, compute, settings)
     if importlib.util.find_spec("litserve") is not None:
         results[LITSERVE] = _litserve(checkpoint, work, rounds, compute)
     return report(results, settings)
@@ -87,11 +87,11 @@ def _measure(predict_url: str, ping_url: str, headers: dict, rounds: int, comput
     return rows
 
 
-def _msnb(kind: str, checkpoint: Path, work: Path, rounds: int, compute: Compute) -> dict[str, list[float]]:
+def _msnb(
+    kind: str, checkpoint: Path, work: Path, rounds: int, compute: Compute, settings: Settings
+) -> dict[str, list[float]]:
     if kind == "ray":
-        from msnb.engines.ray.engine import LocalRay
-
-        engine = LocalRay()
+        engine = ray_engine(settings)
     else:
         from msnb.engines.torchserve import LocalServer
 
@@ -106,7 +106,7 @@ def _msnb(kind: str, checkpoint: Path, work: Path, rounds: int, compute: Compute
         url = engine.inference_url
         return _measure(f"{url}/predictions/{NAME}", f"{url}/ping", headers, rounds, compute)
     finally:
-        engine.stop()
+        stop_engine(engine, settings)
 
 
 def _litserve(checkpoint: Path, work: Path, rounds: int, compute: Compute) -> dict[str, list[float]]:
