@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--only NAME ...] [--out DIR]`: run msnb's benchmarks and write their report."""
+"""`python -m bench [--quick | --smoke] [--only NAME ...] [--out DIR]`: run msnb's benchmarks and write their report."""
 
 from __future__ import annotations
 
@@ -41,10 +41,17 @@ BENCHMARKS = (
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument(
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
         "--quick",
         action="store_true",
-        help="smoke-sized run (< 3 min): fewer repetitions, smaller checkpoints, fewer requests",
+        help="short run (< 3 min): fewer repetitions, smaller checkpoints, fewer requests",
+    )
+    size.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the least run that still exercises every benchmark's paths (its figures mean nothing): "
+        "the quick run with one repetition, the smallest sizes and request counts, one point per curve",
     )
     parser.add_argument(
         "--only",
@@ -65,8 +72,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     workdir = Path(tempfile.mkdtemp(prefix="msnb-bench-"))  # checkpoints (up to 1 GiB) and servers; deleted
-    settings = Settings(quick=args.quick, workdir=workdir)
-    meta = {"quick": args.quick, "machine": report.machine()}
+    settings = Settings(quick=args.quick or args.smoke, workdir=workdir, smoke=args.smoke)
+    meta = {"quick": args.quick, "smoke": args.smoke, "machine": report.machine()}
     results, start = {}, time.perf_counter()
     try:
         for name in args.only or BENCHMARKS:

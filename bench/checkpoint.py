@@ -23,7 +23,7 @@ VARIANTS = {
 def run(settings: Settings) -> dict:
     work = settings.workdir / "checkpoint"
     work.mkdir(parents=True, exist_ok=True)
-    sizes = [(16, 2)] if settings.quick else [(100, 5), (1024, 3)]  # (MiB, repetitions)
+    sizes = settings.size([(100, 5), (1024, 3)], [(16, 2)], [(1, 1)])  # (MiB, repetitions)
     server = LocalServer(work / "msnb")
     out = {}
     try:

@@ -26,7 +26,7 @@ def run(settings: Settings) -> dict:
     # Explanation latency alone: the explanation pacing (msnb_explain_budget) is off, in-process and on the server.
     os.environ[SHARE_ENV] = "1"
     handler = LoadedHandler(spec, stage(spec, work / "model", temporary=True))
-    calls = 20 if settings.quick else 100
+    calls = settings.size(100, 20, 2)
     try:
         with LocalServer(work / "server") as server:
             deploy(server, spec)

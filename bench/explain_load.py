@@ -47,7 +47,7 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "explain_load"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
-    seconds = 6 if settings.quick else 20
+    seconds = settings.size(20, 6, 1)
     runs: dict[str, list[dict]] = {ALONE: [], LOADED: []}
     explained: list = []
     with LocalServer(work / "server") as server:

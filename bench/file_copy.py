@@ -32,7 +32,7 @@ NO_ARCHIVE = "msnb no-archive (register/redeploy)"
 def run(settings: Settings) -> dict:
     work = settings.workdir / "file_copy"
     (work / "store").mkdir(parents=True, exist_ok=True)
-    sizes = [(16, 2)] if settings.quick else [(100, 2), (1024, 2)]  # (MiB, repetitions)
+    sizes = settings.size([(100, 2), (1024, 2)], [(16, 2)], [(1, 1)])  # (MiB, repetitions)
     out, load = {}, [os.getloadavg()[0]]
     try:
         for mib, reps in sizes:

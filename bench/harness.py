@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import statistics
 import subprocess
 import sys
@@ -18,14 +19,59 @@ import psutil
 
 @dataclass(frozen=True)
 class Settings:
-    """How big a run is: ``quick`` shrinks every benchmark to a smoke-sized version."""
+    """How big a run is: ``quick`` shrinks every benchmark to a short version; ``smoke`` (which implies
+    ``quick``) to the least that still runs each benchmark's every path once, for the test that the harness runs."""
 
     quick: bool
     workdir: Path
+    smoke: bool = False
+
+    def size(self, full: Any, quick: Any, smoke: Any = None) -> Any:
+        """This run's value of one size: the full run's, the quick run's or the smoke run's (default: quick's)."""
+        if self.smoke and smoke is not None:
+            return smoke
+        return quick if self.quick else full
 
     @property
     def reps(self) -> int:
-        return 2 if self.quick else 5
+        return self.size(5, 2, 1)
+
+    @property
+    def mode(self) -> str:
+        """The run's size as a note's prefix: "smoke mode: ", "quick mode: " or nothing (the full run)."""
+        return self.size("", "quick mode: ", "smoke mode: ")
+
+
+def ray_engine(settings: Settings) -> Any:
+    """A local Ray for one measurement; a smoke run's benchmarks share the process-wide one (one Ray start)."""
+    from msnb.engines.ray.engine import LocalRay, default_ray
+
+    return default_ray() if settings.smoke else LocalRay()
+
+
+def msnb_engine(kind: str, work: Path, settings: Settings) -> Any:
+    """msnb's engine of ``kind`` ("torchserve": a LocalServer with its own workdir under ``work``; "ray": see
+    ``ray_engine``), not started yet."""
+    if kind == "ray":
+        return ray_engine(settings)
+    from msnb.engines.torchserve import LocalServer
+
+    return LocalServer(work / f"ts-{time.monotonic_ns()}")
+
+
+def inference_headers(engine: Any) -> dict:
+    """The Authorization header with a started engine's inference key (both engines ask for it), or none."""
+    if engine.key_file is None:
+        return {}
+    return {"Authorization": f"Bearer {json.loads(engine.key_file.read_text())['inference']['key']}"}
+
+
+def stop_engine(engine: Any, settings: Settings) -> None:
+    """Stop an engine after its measurement, except the smoke run's shared Ray (stopped at exit)."""
+    from msnb.engines.ray.engine import default_ray
+
+    if not (settings.smoke and engine is default_ray()):
+        engine.stop()
 
 
 def interleave(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, list]:

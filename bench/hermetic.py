@@ -63,7 +63,7 @@ def run(settings: Settings) -> dict:
             hermetic, settings.workdir / "out-h"
         ),
     }
-    reps = 5 if settings.quick else 15
+    reps = settings.size(15, 5, 1)
     results = interleave({name: _timed(fn) for name, fn in variants.items()}, reps)
     return report({name: summary(values) for name, values in results.items()})
 

@@ -40,13 +40,11 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "light"
     work.mkdir(parents=True, exist_ok=True)
     ckpt = models.save_mlp_checkpoint(models.SMALL, work / "tiny.pt")
-    reps = 1 if settings.quick else settings.reps
+    reps = settings.size(settings.reps, 1)
     check = _checked(truth(ckpt))
     runs = interleave({"msnb": lambda: _msnb(work, ckpt, check), LITSERVE: lambda: _litserve(work, ckpt, check)}, reps)
     rows = {name: _rows(measured) for name, measured in runs.items()}
-    helps = interleave(
-        {name: lambda argv=argv: _command(argv) for name, argv in HELP.items()}, 2 if settings.quick else 7
-    )
+    helps = interleave({name: lambda argv=argv: _command(argv) for name, argv in HELP.items()}, settings.size(7, 2, 1))
     rows["the msnb command"] = {name: {"wall s": summary(values)} for name, values in helps.items()}
     return report(rows, settings, load_start)
 

@@ -38,7 +38,7 @@ def run(settings: Settings) -> dict:
         with torch.inference_mode():
             [post(o) for o in model(torch.stack([pre(r["body"]) for r in requests]))]
 
-    iterations = 300 if settings.quick else 2000
+    iterations = settings.size(2000, 300, 20)
     calls = {
         "msnb handle()": lambda: handle(requests, context),
         "hand-written pre+forward+post": by_hand,

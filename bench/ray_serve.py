@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from bench import models
-from bench.harness import Settings, load, summary
+from bench.harness import Settings, load, ray_engine, stop_engine, summary
 from msnb.session.core import deploy
 
 NAME = "raybench"
@@ -19,11 +19,11 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "ray_serve"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.WIDE, work / "wide.pt")
-    total = 300 if settings.quick else 1500
-    results = {"TorchServe (1 worker)": _measure("torchserve", 1, checkpoint, total, work)}
-    for replicas in (1, 2):
+    total = settings.size(1500, 300, CLIENTS)
+    results = {"TorchServe (1 worker)": _measure("torchserve", 1, checkpoint, total, work, settings)}
+    for replicas in settings.size((1, 2), (1, 2), (1,)):  # a smoke run: one Ray start
         results[f"Ray Serve ({replicas} replica{'s' * (replicas > 1)})"] = _measure(
-            "ray", replicas, checkpoint, total, work
+            "ray", replicas, checkpoint, total, work, settings
         )
     return report(results, settings)
 
@@ -33,20 +33,18 @@ def _spec(checkpoint: Path, workers: int, revision: int = 0):
                            workers=workers)  # fmt: skip
 
 
-def _engine(kind: str, work: Path):
+def _engine(kind: str, work: Path, settings: Settings):
     if kind == "ray":
-        from msnb.engines.ray.engine import LocalRay
-
-        return LocalRay()
+        return ray_engine(settings)
     from msnb.engines.torchserve import LocalServer
 
     return LocalServer(work / f"ts-{time.monotonic_ns()}")
 
 
-def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path) -> dict:
+def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path, settings: Settings) -> dict:
     """Cold start (engine start, deploy, first answer), a warm redeploy, then 16 clients."""
     start = time.perf_counter()
-    engine = _engine(kind, work)
+    engine = _engine(kind, work, settings)
     try:
         engine.start()
         started = time.perf_counter() - start
@@ -60,7 +58,7 @@ def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path) 
         _load(engine, 2 * CLIENTS)  # warm-up
         measured = _load(engine, total)
     finally:
-        engine.stop()
+        stop_engine(engine, settings)
     return {"engine start": started, "deploy": deployed - started, "cold start to first answer": first,
             "warm redeploy": redeploy, **measured}  # fmt: skip
 
@@ -92,7 +90,7 @@ def report(results: dict, settings: Settings) -> dict:
             "Ray start (one node + Serve + router)": ray1["engine start"],
             "Ray deploy": ray1["deploy"],
         },
-        "notes": f"{'quick mode: ' if settings.quick else ''}one run each; wide MLP 64-2048x3-10, batch {BATCH} / "
+        "notes": f"{settings.mode}one run each; wide MLP 64-2048x3-10, batch {BATCH} / "
         f"{DELAY_MS} ms, {CLIENTS} keep-alive clients on loopback sharing the 2 cores with the engine. Ray: a "
         "one-node local Ray (no dashboard) owned by the process, replicas of 0.5 CPU; TorchServe: token auth on.",
     }

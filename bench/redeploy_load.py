@@ -23,7 +23,7 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "redeploy_load"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
-    steady_s, redeploys = (2.0, 2) if settings.quick else (5.0, 5)
+    steady_s, redeploys = settings.size((5.0, 5), (2.0, 2), (1.0, 1))
     server = LocalServer(work / "server")
     try:
         server.start()

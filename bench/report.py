@@ -92,7 +92,7 @@ def markdown(results: dict, meta: dict) -> str:
     lines = [
         "# msnb benchmarks",
         "",
-        f"`python -m bench{' --quick' if meta['quick'] else ''}` took {meta['seconds']:.0f} s. Machine and versions:",
+        f"`python -m bench{' --quick' * meta['quick']}{' --smoke' * meta.get('smoke', False)}` took {meta['seconds']:.0f} s. Machine and versions:",
         "",
     ]
     lines += [f"- {k}: {v}" for k, v in meta["machine"].items()] + [f"- load average at end: {meta['load_end']}", ""]

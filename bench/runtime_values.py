@@ -35,7 +35,7 @@ def run(settings: Settings) -> dict:
         "10 MB tensor + 1000-word vocab": {"table": torch.randn(10 * MB // 4 // 64, 64), "vocab": vocab},
         "4 KB tensor + 1000-word vocab": {"table": torch.randn(16, 64), "vocab": vocab},
     }
-    iterations = 3 if settings.quick else 10
+    iterations = settings.size(10, 3, 1)
     variants = {
         f"capture, {k}": _per_call(lambda ns=ns: capture("b", CELL, POOL, namespace=ns), iterations)
         for k, ns in namespaces.items()

@@ -6,7 +6,6 @@ CI asserts < 5 ms to the first token and >= 3,600 tokens/s (its comment: "3600 o
 from __future__ import annotations
 
 import importlib.util
-import json
 import statistics
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import requests
 
 from bench.beside_litserve import LitServeProcess
-from bench.harness import Settings, interleave, summary
+from bench.harness import Settings, inference_headers, interleave, msnb_engine, stop_engine, summary
 from bench.stream_speed_cell import CELL, TOKENS
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source
@@ -58,10 +57,10 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "stream_speed"
     work.mkdir(parents=True, exist_ok=True)
     engines: dict[str, Callable[[], tuple[str, dict, Callable[[], None]]]] = {
-        "TorchServe (msnb)": lambda: _msnb("torchserve", work)
+        "TorchServe (msnb)": lambda: _msnb("torchserve", work, settings)
     }
     if importlib.util.find_spec("ray") is not None:  # the optional engine and anchor: measured when installed
-        engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work)
+        engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work, settings)
     if importlib.util.find_spec("litserve") is not None:
         engines[LITSERVE] = lambda: _litserve(work)
     stops, measures = [], {}
@@ -73,7 +72,7 @@ def run(settings: Settings) -> dict:
             measures[name] = lambda s=session, u=url, h=headers: speed_test(s, u, h)
         for measure in measures.values():  # warm-up
             measure()
-        runs = interleave(measures, 3 if settings.quick else 10)
+        runs = interleave(measures, settings.size(10, 3, 1))
     finally:
         for stop in stops:
             stop()
@@ -81,24 +80,19 @@ def run(settings: Settings) -> dict:
     return report(rows, settings)
 
 
-def _msnb(kind: str, work: Path) -> tuple[str, dict, Callable[[], None]]:
-    if kind == "ray":
-        from msnb.engines.ray.engine import LocalRay
-
-        engine = LocalRay()
-    else:
-        from msnb.engines.torchserve import LocalServer
-
-        engine = LocalServer(work / f"ts-{time.monotonic_ns()}")
+def _msnb(kind: str, work: Path, settings: Settings) -> tuple[str, dict, Callable[[], None]]:
+    engine = msnb_engine(kind, work, settings)
     engine.start()
     try:
         deploy(engine, spec_from_source(NAME, CELL))
     except BaseException:
-        engine.stop()
+        stop_engine(engine, settings)
         raise
-    key = json.loads(engine.key_file.read_text())["inference"]["key"] if engine.key_file is not None else None
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return f"{engine.inference_url}/predictions/{NAME}", headers, engine.stop
+
+    def stop() -> None:
+        stop_engine(engine, settings)
+
+    return f"{engine.inference_url}/predictions/{NAME}", inference_headers(engine), stop
 
 
 def _litserve(work: Path) -> tuple[str, dict, Callable[[], None]]:
@@ -132,7 +126,7 @@ def report(rows: dict, settings: Settings) -> dict:
         "rows": {name: {k: summary(v) for k, v in row.items()} for name, row in rows.items()},
         "ratios": ratios,
         "targets": targets,
-        "notes": f"{'quick mode: ' if settings.quick else ''}one request streams {TOKENS:,} JSON lines "
+        "notes": f"{settings.mode}one request streams {TOKENS:,} JSON lines "
         '(`{"output": i}`); the client is LitServe\'s speed test (a kept-alive `requests.Session`, `iter_lines`), '
         "run against each server in turn, rounds interleaved, after one warm-up each. LitServe runs its test's own "
         "server (generator `predict` + `encode_response`, `stream=True`); msnb serves the cell in "

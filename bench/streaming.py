@@ -17,7 +17,7 @@ import requests
 import torch
 
 from bench import stream_model
-from bench.harness import Settings, summary, timed, wait_gone
+from bench.harness import Settings, inference_headers, msnb_engine, stop_engine, summary, timed, wait_gone
 from msnb.engines.torchserve.config import choose_ports
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source
@@ -32,11 +32,11 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "streaming"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = stream_model.save_checkpoint(work / "lm.pt")
-    rounds = 3 if settings.quick else 10
+    rounds = settings.size(10, 3, 1)
     compute = Compute(checkpoint)
-    results = {"TorchServe (msnb)": _msnb("torchserve", checkpoint, work, rounds, compute)}
+    results = {"TorchServe (msnb)": _msnb("torchserve", checkpoint, work, rounds, compute, settings)}
     if importlib.util.find_spec("ray") is not None:  # the optional engines and anchor: measured when installed
-        results["Ray Serve (msnb)"] = _msnb("ray", checkpoint, work, rounds, compute)
+        results["Ray Serve (msnb)"] = _msnb("ray", checkpoint, work, rounds, compute, settings)
     if importlib.util.find_spec("litserve") is not None:
         results[LITSERVE] = _litserve(checkpoint, work, rounds, compute)
     return report(results, settings)
@@ -87,26 +87,17 @@ def _measure(predict_url: str, ping_url: str, headers: dict, rounds: int, comput
     return rows
 
 
-def _msnb(kind: str, checkpoint: Path, work: Path, rounds: int, compute: Compute) -> dict[str, list[float]]:
-    if kind == "ray":
-        from msnb.engines.ray.engine import LocalRay
-
-        engine = LocalRay()
-    else:
-        from msnb.engines.torchserve import LocalServer
-
-        engine = LocalServer(work / f"ts-{time.monotonic_ns()}")
+def _msnb(
+    kind: str, checkpoint: Path, work: Path, rounds: int, compute: Compute, settings: Settings
+) -> dict[str, list[float]]:
+    engine = msnb_engine(kind, work, settings)
     try:
         engine.start()
         deploy(engine, spec_from_source(NAME, stream_model.CELL, checkpoint=str(checkpoint)))
-        headers = {}
-        if engine.key_file is not None:  # both engines ask for the inference key (the Engine protocol's key_file)
-            key = json.loads(engine.key_file.read_text())["inference"]["key"]
-            headers = {"Authorization": f"Bearer {key}"}
         url = engine.inference_url
-        return _measure(f"{url}/predictions/{NAME}", f"{url}/ping", headers, rounds, compute)
+        return _measure(f"{url}/predictions/{NAME}", f"{url}/ping", inference_headers(engine), rounds, compute)
     finally:
-        engine.stop()
+        stop_engine(engine, settings)
 
 
 def _litserve(checkpoint: Path, work: Path, rounds: int, compute: Compute) -> dict[str, list[float]]:
@@ -163,7 +154,7 @@ def report(results: dict, settings: Settings) -> dict:
         "rows": rows,
         "ratios": ratios,
         "targets": targets,
-        "notes": f"{'quick mode: ' if settings.quick else ''}a character GRU LM (hidden {stream_model.HIDDEN}), "
+        "notes": f"{settings.mode}a character GRU LM (hidden {stream_model.HIDDEN}), "
         f"{len(stream_model.PROMPT)}-character prompt, {stream_model.STEPS} greedy steps, one chunk per step (a "
         "generator `inference`; LitServe: generator predict/encode_response); one stream at a time from `requests` "
         "(iter_content) on loopback; batch size 1. Round trip: the server's health endpoint (TorchServe /ping with "

@@ -13,6 +13,7 @@ from msnb.session.core import deploy
 
 BATCHES = [(1, 0)] + [(b, d) for b in (4, 8, 16) for d in (1, 5, 20)]
 QUICK_BATCHES = [(1, 0), (8, 5), (16, 20)]
+SMOKE_BATCHES = [(1, 0), (8, 5)]  # batch 1 and one batched point
 
 
 def run(settings: Settings) -> dict:
@@ -43,7 +44,7 @@ def _handler_comparison(settings: Settings, server: LocalServer, work: Path) -> 
     handler.write_text(models.handwritten_source(models.mlp_source(), models.SMALL))
     archive_cli("small_handwritten", handler, checkpoint, server.model_store, work / "archiver.log")
     server.register(server.model_store / "small_handwritten.mar", batch_size=1)
-    total = 300 if settings.quick else 3000
+    total = settings.size(3000, 300, 32)
     per_round = total // settings.reps
     for name in ("small_msnb", "small_handwritten"):  # warm-up, not measured
         _load_fn(server, name, 50, 16)()
@@ -62,13 +63,13 @@ def _handler_comparison(settings: Settings, server: LocalServer, work: Path) -> 
 def _batching_sweep(settings: Settings, server: LocalServer, work: Path) -> dict:
     """4b: the compute-bound wide MLP at batch size / max delay pairs, at 16 clients and at low concurrency."""
     checkpoint = models.save_mlp_checkpoint(models.WIDE, work / "wide.pt")
-    configs = QUICK_BATCHES if settings.quick else BATCHES
+    configs = settings.size(BATCHES, QUICK_BATCHES, SMOKE_BATCHES)
     for batch, delay in configs:
         spec = models.mlp_spec(_name(batch, delay), models.WIDE, checkpoint, batch_size=batch, max_batch_delay=delay)
         deploy(server, spec, batch_size=batch, max_batch_delay=delay)
     out = {}
     for clients, total in ((16, 1500), (4, 300), (1, 100)):
-        total = max(settings.reps * 10, total // (5 if settings.quick else 1))
+        total = settings.size(total, max(20, total // 5), 2 * clients)
         for batch, delay in configs:  # warm-up
             _load_fn(server, _name(batch, delay), 2 * clients, clients)()
         runs = interleave(
@@ -121,7 +122,7 @@ def report(handlers: dict, batching: dict, settings: Settings) -> dict:
             },
         ],
         "batching_hurts": hurts,
-        "notes": f"{'quick mode: ' if settings.quick else ''}one worker per model on one LocalServer; "
+        "notes": f"{settings.mode}one worker per model on one LocalServer; "
         "rounds of the variants interleaved; the load generator (keep-alive http.client threads) "
         "shares the 2 cores with TorchServe. 4a: MLP 64-256-256-10; 4b: MLP 64-2048x3-10.",
     }

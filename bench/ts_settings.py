@@ -27,16 +27,17 @@ VARIANTS = {
     "Netty threads default": {"number_of_netty_threads": 0, "netty_client_threads": 0},
 }
 
-QUICK = ("msnb defaults", "TorchServe defaults (all three back)")  # the smoke-sized run: the two ends only
+QUICK = ("msnb defaults", "TorchServe defaults (all three back)")  # the quick run: the two ends only
+SMOKE = QUICK[:1]  # the smoke run: one server
 
 
 def run(settings: Settings) -> dict:
     work = settings.workdir / "ts_settings"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "tiny.pt")
-    variants = {k: VARIANTS[k] for k in QUICK} if settings.quick else VARIANTS
+    variants = {k: VARIANTS[k] for k in settings.size(VARIANTS, QUICK, SMOKE)}
     servers = {name: LocalServer(work / f"v{i}", properties=props) for i, (name, props) in enumerate(variants.items())}
-    total = 400 if settings.quick else 2000
+    total = settings.size(2000, 400, 32)
     body = json.dumps(models.SAMPLE).encode()
     try:
         loads = {}
@@ -72,7 +73,7 @@ def report(rows: dict, settings: Settings) -> dict:
         "unit": "see each row",
         "rows": rows,
         "ratios": ratios,
-        "notes": f"{'quick mode (msnb and TorchServe defaults only): ' if settings.quick else ''}msnb defaults: vmargs `{DEFAULT_VMARGS}`, "
+        "notes": f"{settings.size('', 'quick mode (msnb and TorchServe defaults only): ', 'smoke mode: ')}msnb defaults: vmargs `{DEFAULT_VMARGS}`, "
         f"{FRONTEND_THREADS}; each other variant puts the named setting back to its default (vmargs empty: the JVM's "
         "own G1 and heap sizing; 0 Netty threads: Netty's 2 per core). One worker each; the servers run side by side "
         "and the rounds are interleaved.",

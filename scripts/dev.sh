@@ -4,7 +4,7 @@
 #   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test), ruff (lint + format check), the
 #                              docs' strict build, every test tier; beside it, the install, unit, spine and kernel
 #                              tiers on the other tested Python versions (TEST_PYTHONS). Arguments run only those tests.
-#   bash scripts/dev.sh bench  set up .venv and run the benchmarks (pass --quick for the short run)
+#   bash scripts/dev.sh bench  set up .venv and run the benchmarks (pass --quick for the short run, --smoke for the least run)
 # pyproject.toml declares ranges; constraints.txt pins this environment. A venv is reinstalled only when
 # pyproject.toml, constraints.txt or TORCH_INDEX_URL change.
 #   PYTHON           the interpreter of .venv (default python3.11)

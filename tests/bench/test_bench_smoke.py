@@ -1,4 +1,4 @@
-"""The benchmark harness still runs: `python -m bench --quick` writes a result per benchmark (no timings asserted)."""
+"""The benchmark harness still runs: `python -m bench --smoke` writes a result per benchmark (no timings asserted)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,31 @@ from bench.__main__ import BENCHMARKS as ALL_BENCHMARKS
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = set(ALL_BENCHMARKS)  # every benchmark `python -m bench` runs must write its result
 
+# One run of all of them, as `python -m bench` runs them (one process, one after the other); each test reads its part.
+pytestmark = [pytest.mark.server, pytest.mark.xdist_group("bench-smoke")]
 
-@pytest.mark.server
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", sorted(BENCHMARKS))
-def test_quick_benchmark_run_writes_its_result(name, tmp_path):
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("bench-smoke")
     run = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--only", name, "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=580,
+        timeout=1100,
     )
-    assert (tmp_path / "RESULTS.md").is_file(), run.stdout[-3000:] + run.stderr[-3000:]
-    assert (tmp_path / "results.png").is_file()
-    results = json.loads((tmp_path / "results.json").read_text())["results"]
-    assert set(results) == {name}
+    return out, run
+
+
+@pytest.mark.timeout(1200)  # the first test waits for the whole run (about 3 min on 2 idle cores)
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_smoke_benchmark_run_writes_its_result(name, smoke_run):
+    out, run = smoke_run
+    assert (out / "RESULTS.md").is_file(), run.stdout[-3000:] + run.stderr[-3000:]
+    assert (out / "results.png").is_file()
+    results = json.loads((out / "results.json").read_text())["results"]
+    assert set(results) == BENCHMARKS
     assert "error" not in results[name], f"{results[name].get('error')}\n{run.stderr[-3000:]}"
     assert "skipped" in results[name] or results[name]["rows"]  # an optional anchor (LitServe) may be absent
+    assert results[name]["title"] in (out / "RESULTS.md").read_text()  # its section of the report

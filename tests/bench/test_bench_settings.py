@@ -1,0 +1,26 @@
+"""Each run size picks its own value: --smoke shrinks further and leaves the full and quick runs' sizes as they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import parse
+from bench.harness import Settings
+
+
+def test_each_run_size_reads_its_own_value_and_smoke_falls_back_to_quick(tmp_path: Path):
+    full, quick = Settings(quick=False, workdir=tmp_path), Settings(quick=True, workdir=tmp_path)
+    smoke = Settings(quick=True, workdir=tmp_path, smoke=True)
+    assert [s.size(1500, 300, 16) for s in (full, quick, smoke)] == [1500, 300, 16]
+    assert [s.size(10, 3) for s in (full, quick, smoke)] == [10, 3, 3]  # no smoke value: the quick run's
+    assert [s.reps for s in (full, quick, smoke)] == [5, 2, 1]
+    assert [s.mode for s in (full, quick, smoke)] == ["", "quick mode: ", "smoke mode: "]
+
+
+def test_smoke_and_quick_are_one_choice():
+    assert parse(["--smoke"]).smoke and not parse(["--smoke"]).quick
+    with pytest.raises(SystemExit) as exit_:
+        parse(["--quick", "--smoke"])
+    assert exit_.value.code == 2  # argparse's usage error
