@@ -28,6 +28,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 raise pytest.UsageError(f"{item.nodeid} is marked {tiers} but lives in tests/{folder}: move it.")
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On an xdist worker with ``--dist loadgroup``, an ``xdist_group`` test must carry its group in its node id (how
+    xdist keeps a group on one worker): a pytest that ignores it splits the groups silently, so such a test fails."""
+    if item.config.getvalue("loadgroup") and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+        pytest.fail(
+            f"xdist_group is ignored: {item.nodeid} may run beside the rest of its group on another worker "
+            "(pytest-xdist cannot mark this pytest's node ids). Hint: install the pytest that constraints.txt pins "
+            "(bash scripts/dev.sh test sets it up).",
+            pytrace=False,
+        )
+
+
 _TIER_SECONDS: dict[str, float] = defaultdict(float)
 
 
