@@ -359,15 +359,21 @@ class LocalServer:
         while True:
             if not self.running:
                 self._fail_start("TorchServe exited while starting.")
-            if self._client.keys.ready():
-                try:
-                    if self._client.call("GET", f"{self.inference_url}/ping", "inference", timeout=2).ok:
-                        return
-                except ServerError:
-                    pass
+            if self._client.keys.ready() and self._answers():
+                return
             if time.monotonic() > deadline:
                 self._fail_start(f"TorchServe did not become healthy within {self.startup_timeout} s.")
             time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        """Whether both APIs answer: /ping on the inference port, and the management port, which Java binds a moment
+        later (a register sent between the two was refused; a management port another process took ends Java)."""
+        try:
+            if not self._client.call("GET", f"{self.inference_url}/ping", "inference", timeout=2).ok:
+                return False
+            return self._client.call("GET", f"{self.management_url}/models", "management", timeout=2).status_code < 500
+        except ServerError:
+            return False
 
     def _fail_start(self, message: str) -> None:
         output = "\n".join(tail(self.layout.java_out, 25))
