@@ -132,18 +132,12 @@ def run_child(
 
 
 def wait_gone(procs: list[psutil.Process], timeout: float = 30.0) -> None:
-    """Block until every process in ``procs`` has exited (zombies of ours count as gone)."""
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        while time.monotonic() < deadline:
-            try:
-                if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.02)
-        else:
-            raise TimeoutError(f"process {proc.pid} still running after {timeout} s")
+    """Block until every process in ``procs`` has exited (zombies count as gone); TimeoutError otherwise."""
+    from msnb.engines.torchserve.watchdog import wait_gone as wait
+
+    left = wait(procs, timeout)
+    if left:
+        raise TimeoutError(f"process {left[0].pid} still running after {timeout} s")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -64,18 +64,11 @@ def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Proces
     deadline = time.monotonic() + timeout
     running = list(procs)
     while running:
-        running = [proc for proc in running if _running(proc)]
+        running = [proc for proc in running if alive(proc)]
         if not running or time.monotonic() >= deadline:
             break
         time.sleep(STOP_POLL_S)
     return running
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _listening(proc: psutil.Process) -> bool:
