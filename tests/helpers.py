@@ -534,17 +534,20 @@ TS_EAGER_MODEL = textwrap.dedent("""
 """)
 
 
-def eager_files(folder: Path) -> tuple[torch.nn.Module, tuple[str, ...]]:
-    """TorchServe's eager-mode files in ``folder``: model.py (TS_EAGER_MODEL) and w.pt, the state_dict of a TinyNet
-    seeded with 0; returns the network (the truth) and the archiver's ``--model-file`` / ``--serialized-file``."""
+def eager_files(
+    folder: Path, source: str = TS_EAGER_MODEL, cls: str = "TinyNet", weights: str = "w.pt"
+) -> tuple[torch.nn.Module, tuple[str, ...]]:
+    """TorchServe's eager-mode files in a new ``folder``: model.py (``source``) and ``weights``, the state_dict of its
+    class ``cls`` seeded with 0; returns the network (the truth) and the archiver's ``--model-file`` /
+    ``--serialized-file``."""
     folder.mkdir()
-    (folder / "model.py").write_text(TS_EAGER_MODEL)
+    (folder / "model.py").write_text(source)
     torch.manual_seed(0)
     namespace: dict = {}
-    exec(TS_EAGER_MODEL, namespace)
-    net = namespace["TinyNet"]()
-    torch.save(net.state_dict(), folder / "w.pt")
-    return net, ("--model-file", str(folder / "model.py"), "--serialized-file", str(folder / "w.pt"))
+    exec(source, namespace)
+    net = namespace[cls]()
+    torch.save(net.state_dict(), folder / weights)
+    return net, ("--model-file", str(folder / "model.py"), "--serialized-file", str(folder / weights))
 
 
 TS_EAGER_HANDLER = textwrap.dedent("""

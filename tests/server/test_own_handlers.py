@@ -164,13 +164,7 @@ def test_torchserves_default_text_classifier_by_name_is_served_like_plain_torchs
     tmp_path, capsys, own_server
 ):
     files = tmp_path / "files"
-    files.mkdir()
-    (files / "model.py").write_text(TS_TEXT_MODEL)
-    torch.manual_seed(0)
-    namespace: dict = {}
-    exec(TS_TEXT_MODEL, namespace)
-    net = namespace["TextClassificationModel"]()
-    torch.save(net.state_dict(), files / "model.pt")
+    net, eager = eager_files(files, TS_TEXT_MODEL, "TextClassificationModel", "model.pt")
     vocab = {w: i for i, w in enumerate(["a", "good", "movie", "a good", "good movie", "bad", "bad movie"])}
     torch.save(vocab, files / "source_vocab.pt")
     (files / "index_to_name.json").write_text(json.dumps({"0": "neg", "1": "pos"}))
@@ -182,10 +176,7 @@ def test_torchserves_default_text_classifier_by_name_is_served_like_plain_torchs
             "news",
             "--version",
             "1.0",
-            "--model-file",
-            str(files / "model.py"),
-            "--serialized-file",
-            str(files / "model.pt"),
+            *eager,
             "--handler",
             "text_classifier",
             "--extra-files",

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from helpers import TS_STATEFUL_CONFIG, TS_STATEFUL_HANDLER, TS_STATEFUL_MODEL, build_mar, make_notebook
+from helpers import TS_STATEFUL_CONFIG, TS_STATEFUL_HANDLER, TS_STATEFUL_MODEL, build_mar, eager_files, make_notebook
 
 from msnb.capture.notebook import load_handlers
 from msnb.engines.torchserve.models import PredictionError
@@ -45,15 +45,8 @@ def ask_interleaved(server, name: str, folder) -> dict[str, list]:
 
 def test_interleaved_sequences_keep_their_own_state_as_on_plain_torchserve(tmp_path, own_server):
     folder = tmp_path / "nb"  # the notebook's folder holds the files, as TorchServe's example folder does
-    folder.mkdir()
-    (folder / "model.py").write_text(TS_STATEFUL_MODEL)
+    net, args = eager_files(folder, TS_STATEFUL_MODEL, "Scale")
     (folder / "model-config.yaml").write_text(TS_STATEFUL_CONFIG)
-    torch.manual_seed(0)
-    namespace: dict = {}
-    exec(TS_STATEFUL_MODEL, namespace)
-    net = namespace["Scale"]()
-    torch.save(net.state_dict(), folder / "w.pt")
-    args = ("--model-file", str(folder / "model.py"), "--serialized-file", str(folder / "w.pt"))
     args += ("--config-file", str(folder / "model-config.yaml"))
     own_server.register(build_mar(tmp_path / "plain", "stateful", TS_STATEFUL_HANDLER, extra_args=args))
 
