@@ -1,0 +1,63 @@
+"""Magics as people type them, in a real IPython shell: a trailing `# comment` on msnb's magic lines is a comment,
+and a `%%ms_handler` cell may start with comment or blank lines."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+import msnb.session.core
+
+pytestmark = pytest.mark.kernel
+
+HANDLER = textwrap.dedent(
+    """\
+    # A note above the magic, as people write one
+    # (and a second line)
+
+    %%ms_handler typed --example '{"x": [1, 2, 3, 4]}'  # the magic line may end with a comment too
+    import torch
+
+    def init_function():
+        torch.manual_seed(0)
+        return torch.nn.Linear(4, 3)
+
+    def preprocess(sample):
+        return torch.tensor(sample["x"], dtype=torch.float32)
+
+    def postprocess(output):
+        return {"label": int(output.argmax())}
+    """
+)
+
+
+@pytest.fixture
+def session(monkeypatch):
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
+    yield fresh
+    fresh.stop()
+
+
+def notebook_label() -> int:
+    torch.manual_seed(0)
+    return int(torch.nn.Linear(4, 3)(torch.tensor([1.0, 2.0, 3.0, 4.0])).argmax())
+
+
+def test_a_handler_cell_below_comments_and_a_line_magic_with_a_comment_work(ip, session):
+    cell = ip.run_cell(HANDLER, store_history=True)
+    assert cell.success, cell.error_in_exec or cell.error_before_exec
+    assert session.specs["typed"].example == {"x": [1, 2, 3, 4]}
+
+    typed = ip.run_cell("answer = %ms_test typed  # instant feedback, no server\nanswer", store_history=True)
+    assert typed.success, typed.error_in_exec or typed.error_before_exec
+    assert typed.result == {"label": notebook_label()}
+
+
+def test_a_hash_inside_quoted_arguments_is_kept(ip, session):
+    assert ip.run_cell(HANDLER, store_history=True).success
+    data = ip.run_cell("""got = %ms_test typed --data '{"x": [1, 2, 3, 4], "tag": "#1"}'  # note\ngot""")
+    assert data.success, data.error_in_exec or data.error_before_exec
+    assert data.result == {"label": notebook_label()}
