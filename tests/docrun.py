@@ -3,8 +3,8 @@
 The page is the source of truth; nothing here adds setup. How a page marks its blocks (docs/testing.md):
 
 - a ```` ```python ```` block is a notebook cell, run in order in one kernel (``%load_ext msnb`` is on the page);
-- a ```` ```python title="model.py" ```` block (a title that is a file name) is a file the reader saves: it is
-  written into the folder before the cells after it run;
+- a block titled with a file name (```` ```python title="mypkg/__init__.py" ````, ```` ```yaml title="model-config.yaml"
+  ````) is a file the reader saves: it is written into the folder before the cells after it run;
 - a ```` ```text title="Output" ```` block right after a cell (or a shell block) is what that cell prints: the run
   must print it (doctest's rules: ``...`` stands for any text, runs of spaces and newlines compare equal);
   ```` ```text title="Error" ```` says the cell fails, and with that text;
@@ -34,6 +34,7 @@ CELL_TIMEOUT_S = 120  # a Ray start on a busy 2-core machine; nbclient stalls no
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>[^`]*)$")
 _TITLE = re.compile(r'title="(?P<title>[^"]*)"')
 _FILE_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)*\.\w+$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CHECKER = doctest.OutputChecker()
 _FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -74,7 +75,7 @@ def _classify(info: str, text: str, line: int) -> Block:
     title = titled["title"] if titled else ""
     if language == "python" and not title:
         return Block("cell", text, line=line)
-    if language == "python" and _FILE_NAME.match(title):
+    if _FILE_NAME.match(title):
         return Block("file", text, title, line)
     if language in ("bash", "console", "shell", "sh"):
         return Block("shell", text, title, line)
@@ -96,7 +97,7 @@ def cell_text(cell: nbformat.NotebookNode) -> str:
         elif out.output_type in ("display_data", "execute_result"):
             parts.append(out.get("data", {}).get("text/plain", ""))
         elif out.output_type == "error":
-            parts.append(f"{out.ename}: {out.evalue}")
+            parts.append(_ANSI.sub("", "\n".join(out.get("traceback", [])) or f"{out.ename}: {out.evalue}"))
     return "\n".join(parts)
 
 

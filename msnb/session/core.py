@@ -29,6 +29,7 @@ DEFAULT_EXPORT = formats.DEFAULT_EXPORT
 # The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
 ENGINES = ("torchserve", "ray")
 STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
+ENGINE_NAMES = {"torchserve": "TorchServe", "ray": "Ray Serve"}
 
 
 class StaleModelWarning(UserWarning):
@@ -302,13 +303,23 @@ class Session:
         """Ask the local server's ``/explanations`` for the attributions of ``data`` (default: the example)."""
         return self.predict(name, data, version, explain=True)
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Stop the server and the test processes; returns what was stopped, in words."""
+        said = self._what_runs()
         processes.close()  # the test processes too: nothing of the session keeps running
         if self._server is not None:
             self._server.stop()
         self.served.clear()
         self.reloads.forget()
         self.observers.notify("stopped")
+        return said
+
+    def _what_runs(self) -> str:
+        server = self.server(create=False)
+        if server is None or not server.running:
+            return "Nothing to stop: no local server runs."
+        served = ", ".join(s.line() for s in self.served.values()) or "no model"
+        return f"Stopped the local {ENGINE_NAMES[server.kind]} at {server.inference_url} (it served {served})."
 
     def status(self) -> dict[str, Any]:
         """What is defined, built and served, per handler, and where the server's URL, logs and key file are."""

@@ -218,10 +218,9 @@ class MsnbMagics(Magics):
 
     @line_magic
     @_usage_errors
-    def ms_stop(self, line: str = "") -> views.Status:
-        """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
-        current().stop()
-        return views.Status(current().status())
+    def ms_stop(self, line: str = "") -> views.View:
+        """%ms_stop: stop the notebook's local server and test processes; says what it stopped."""
+        return views.View(current().stop())
 
     @line_magic
     @_usage_errors

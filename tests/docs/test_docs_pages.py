@@ -19,9 +19,8 @@ PYTHON_PAGES = [
     "widget.md",
     "serving.md",
     "hardening.md",
-    "kserve.md",
 ]
-SHELL_PAGES = ["export.md"]
+SHELL_PAGES = ["export.md", "kserve.md"]
 RAY_PAGES = ["ray.md"]  # one more local Ray: run in the Ray tier, one after another with its other Rays
 
 
@@ -42,3 +41,4 @@ def test_every_page_with_an_example_is_run_by_this_tier():
     run = set(PYTHON_PAGES) | set(RAY_PAGES)
     assert with_examples <= run, f"pages whose examples no test runs: {sorted(with_examples - run)}"
     assert not [p for p in run if not any(b.kind == "cell" for b in blocks(DOCS / p))], "a page here has no example"
+    assert all(any(b.kind == "shell" for b in blocks(DOCS / p)) for p in SHELL_PAGES)

@@ -37,6 +37,26 @@ def test_a_non_finite_input_is_a_400_a_non_finite_answer_from_finite_input_a_500
     assert codes == [500] and "strict JSON has no NaN" in answers[0]["hint"]
 
 
+def test_nan_that_preprocess_makes_from_a_finite_request_is_the_handler_s_fault_not_the_client_s(tmp_path):
+    def standardise(sample):  # a standard deviation of 0 in the notebook's statistics: 0 / 0
+        return (torch.tensor(sample["x"], dtype=torch.float32) - 1.0) / torch.zeros(4)
+
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=standardise)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3, 4]}])
+    assert codes == [500] and "preprocess(sample) made NaN" in answers[0]["hint"]
+    assert "send finite numbers" not in answers[0]["hint"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the call succeeds where there is a GPU")
+def test_a_cuda_call_in_preprocess_on_a_cpu_worker_is_not_hinted_as_a_bad_body(tmp_path):
+    def on_cuda(sample):
+        return torch.tensor(sample["x"], dtype=torch.float32).cuda()  # no GPU here: torch raises
+
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=on_cuda)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3, 4]}])
+    assert codes == [500] and "CUDA" in answers[0]["hint"] and "request body" not in answers[0]["hint"]
+
+
 def test_a_model_bug_stays_a_500(tmp_path):
     class Broken(nn.Module):
         def forward(self, x):
