@@ -182,6 +182,7 @@ class Session:
         """Register the spec on the local server (``engine``: torchserve or ray, default the one in use), or
         redeploy it if it changed; returns the server."""
         spec = self.get(name_or_spec)
+        _refuse_a_missing_gpu(spec)
         self.use_engine(engine, port)
         report = progress or silent
         with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
@@ -412,6 +413,20 @@ def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> d
     the cell's when this session built it, which may have packed the widget's edits; else the archive's own)."""
     stale = (cell_digest or built.digest) != digest
     return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
+
+
+def _refuse_a_missing_gpu(spec: HandlerSpec) -> None:
+    """``--device gpu`` on a machine without one: the local worker would run on the CPU without a word, so the
+    serve is refused (an archive for a GPU server is still built: %ms_build, msnb export)."""
+    import torch
+
+    if spec.device == "gpu" and not torch.cuda.is_available():
+        raise SpecError(
+            f"{spec.name!r} asks for --device gpu, but this machine has no GPU that torch can use "
+            "(torch.cuda.is_available() is False): its local worker would run on the CPU.",
+            "serve it here with --device auto (a GPU where there is one, else the CPU) or --device cpu; "
+            "%ms_build and `msnb export` still build it for a GPU server.",
+        )
 
 
 def _server_info(server: Any, running: bool) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 import torch
 
+import msnb.errors
 import msnb.session.core
 
 pytestmark = pytest.mark.kernel
@@ -61,3 +62,13 @@ def test_a_hash_inside_quoted_arguments_is_kept(ip, session):
     data = ip.run_cell("""got = %ms_test typed --data '{"x": [1, 2, 3, 4], "tag": "#1"}'  # note\ngot""")
     assert data.success, data.error_in_exec or data.error_before_exec
     assert data.result == {"label": notebook_label()}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there: --device gpu serves on it")
+def test_serving_with_device_gpu_on_a_machine_without_one_is_refused_before_anything_starts(ip, session):
+    cell = HANDLER.replace("%%ms_handler typed ", "%%ms_handler typed --device gpu ")
+    assert ip.run_cell(cell, store_history=True).success
+    served = ip.run_cell("%ms_serve typed")
+    assert not served.success and isinstance(served.error_in_exec, msnb.errors.SpecError)
+    assert "no GPU" in served.error_in_exec.message and "--device auto" in served.error_in_exec.hint
+    assert session.server(create=False) is None  # no server was started for it
