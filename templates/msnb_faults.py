@@ -6,8 +6,6 @@ import math
 import re
 from typing import Any
 
-import torch
-
 _SHAPE_FAULT = re.compile(r"shape|size of tensor|sizes? mismatch|dimension|mat1 and mat2|expected input", re.I)
 _NO_CUDA = re.compile(r"not compiled with CUDA|no CUDA GPUs|CUDA driver|cuda.*(unavailable|not available)", re.I)
 _FLOAT32_MAX = 3.4028234663852886e38
@@ -19,13 +17,21 @@ def input_fault(err: BaseException) -> bool:
     return isinstance(err, IndexError) or (isinstance(err, RuntimeError) and bool(_SHAPE_FAULT.search(str(err))))
 
 
-def no_cuda(err: BaseException) -> bool:
+NO_CUDA_HINT = (
+    "the code asks for CUDA (.cuda(), device='cuda') on a worker without a GPU: leave devices to the handler (it "
+    "moves the model and the batch to the worker's device, a GPU when there is one), or use .to(model's device)."
+)
+
+
+def no_cuda(err: BaseException | str) -> bool:
     """The code asked for CUDA (``.cuda()``, ``device="cuda"``) on a machine or worker without a GPU."""
-    return bool(_NO_CUDA.search(f"{type(err).__name__}: {err}"))
+    return bool(_NO_CUDA.search(err if isinstance(err, str) else f"{type(err).__name__}: {err}"))
 
 
 def non_finite(value: Any) -> bool:
     """Whether a preprocessed input holds NaN or Infinity (tensors, also inside lists, tuples and dicts)."""
+    import torch  # here: the notebook's client reads NO_CUDA_HINT without importing torch
+
     if torch.is_tensor(value):
         return value.is_floating_point() and not bool(torch.isfinite(value).all())
     if isinstance(value, dict):

@@ -37,7 +37,7 @@ try:
     from msnb_explain import Explainer, ExplainError, wants_explanation
     from msnb_explain_budget import ExplainBudget
     from msnb_fallback import FallbackRecorder
-    from msnb_faults import input_fault, no_cuda, non_finite, request_non_finite
+    from msnb_faults import NO_CUDA_HINT, input_fault, no_cuda, non_finite, request_non_finite
     from msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -66,7 +66,7 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
     from .msnb_explain import Explainer, ExplainError, wants_explanation
     from .msnb_explain_budget import ExplainBudget
     from .msnb_fallback import FallbackRecorder
-    from .msnb_faults import input_fault, no_cuda, non_finite, request_non_finite
+    from .msnb_faults import NO_CUDA_HINT, input_fault, no_cuda, non_finite, request_non_finite
     from .msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -96,8 +96,7 @@ HINTS = {
     "non-finite preprocess": "preprocess(sample) made NaN or Infinity from a finite request (a division by zero, e.g. "
     "a standard deviation of 0, or a log of 0): run preprocess in the notebook on this request and check "
     "torch.isfinite(...).all().",
-    "no-cuda": "the code asks for CUDA (.cuda(), device='cuda') on a worker without a GPU: leave devices to the handler "
-    "(it moves the batch to the model's device, a GPU when there is one), or use .to(model's device).",
+    "no-cuda": NO_CUDA_HINT,
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
     "values are converted for you) or a whole str/bytes answer.",
     "non-finite": "strict JSON has no NaN or Infinity: check the input for values that overflow float32, or map "

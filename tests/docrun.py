@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 CELL_TIMEOUT_S = 120  # a Ray start on a busy 2-core machine; nbclient stalls now and then (FACTS.md)
@@ -101,29 +101,32 @@ def cell_text(cell: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
-def run_python_page(page: Path, workdir: Path) -> list[str]:
-    """Run ``page``'s cells in order in one kernel in ``workdir``; returns the problems found (empty: the page runs)."""
+def run_python_page(page: Path, workdir: Path, cell_timeout: int = CELL_TIMEOUT_S) -> list[str]:
+    """Run ``page``'s cells in order in one kernel in ``workdir``; returns the problems found (empty: the page runs).
+    The executed notebook is kept beside as ``executed-PAGE.ipynb``, to read what each cell showed."""
     problems: list[str] = []
     page_blocks = [b for b in blocks(page) if b.kind in ("cell", "file")]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(b.text.rstrip("\n")) for b in page_blocks])
     client = NotebookClient(
-        nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, resources={"metadata": {"path": str(workdir)}}
+        nb, kernel_name="python3", timeout=cell_timeout, resources={"metadata": {"path": str(workdir)}}
     )
-    with client.setup_kernel(env=scratch_env(workdir)):
-        for index, (block, cell) in enumerate(zip(page_blocks, nb.cells, strict=True)):
-            if block.kind == "file":
-                (workdir / block.title).parent.mkdir(parents=True, exist_ok=True)
-                (workdir / block.title).write_text(block.text)
-                continue
-            failed = None
-            try:
-                client.execute_cell(cell, index)
-            except CellExecutionError as err:
-                failed = str(err)
-            problems += _judge(page, block, cell_text(cell), failed)
-            if failed and not (block.expect and block.expect.kind == "error"):
-                break  # a reader stops at the first cell that fails
-    nbformat.write(nb, workdir / f"executed-{page.stem}.ipynb")
+    try:
+        with client.setup_kernel(env=scratch_env(workdir)):
+            for index, (block, cell) in enumerate(zip(page_blocks, nb.cells, strict=True)):
+                if block.kind == "file":
+                    (workdir / block.title).parent.mkdir(parents=True, exist_ok=True)
+                    (workdir / block.title).write_text(block.text)
+                    continue
+                failed = None
+                try:
+                    client.execute_cell(cell, index)
+                except (CellExecutionError, CellTimeoutError) as err:
+                    failed = f"{type(err).__name__}: {err}"
+                problems += _judge(page, block, cell_text(cell), failed)
+                if failed and not (block.expect and block.expect.kind == "error"):
+                    break  # a reader stops at the first cell that fails
+    finally:
+        nbformat.write(nb, workdir / f"executed-{page.stem}.ipynb")
     return problems
 
 

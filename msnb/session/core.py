@@ -320,7 +320,7 @@ class Session:
         if server is None or not server.running:
             return "Nothing to stop: no local server runs."
         served = ", ".join(s.line() for s in self.served.values()) or "no model"
-        return f"Stopped the local {ENGINE_NAMES[server.kind]} at {server.inference_url} (it served {served})."
+        return f"Stopped the local {ENGINE_NAMES[self.engine]} at {server.inference_url} (it served {served})."
 
     def status(self) -> dict[str, Any]:
         """What is defined, built and served, per handler, and where the server's URL, logs and key file are."""

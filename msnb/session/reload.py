@@ -27,9 +27,9 @@ from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.package import archive
 from msnb.spec import HandlerSpec
+from msnb.templates import DEV_ENTRY
 from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
 
-DEV_ENTRY = "dev_reload.py"
 RELOAD, NEW_VERSION = "reload", "new version"
 # model-config keys the frontend acts on (a change needs a new registration), with the option that sets them
 FRONTEND_KEYS = {

@@ -23,6 +23,7 @@ from msnb.engines.torchserve.logs import LogCursor
 from msnb.engines.torchserve.models import ModelStatus, PredictionError, RawRequest, decode, encode, error_body
 from msnb.engines.torchserve.store import next_version
 from msnb.errors import ServerError
+from msnb.templates.msnb_faults import NO_CUDA_HINT, no_cuda
 
 REGISTER_TIMEOUT_S = 600.0
 # A prediction waits at most for one batch ahead of it and its own, each bounded by the model's responseTimeout
@@ -134,10 +135,10 @@ class TorchServeClient:
         """A refused registration: take back what the server may have kept, then say why with the log lines."""
         self.unregister_version(name, version, missing_ok=True)
         message, _, _ = error_body(resp)
+        details = _details(cursor)
+        hint = NO_CUDA_HINT if no_cuda(details) else _hint(message, "read the log lines below.")
         raise ServerError(
-            f"Registering {name} {version} failed: HTTP {resp.status_code} {message}",
-            _hint(message, "read the log lines below."),
-            details=_details(cursor),
+            f"Registering {name} {version} failed: HTTP {resp.status_code} {message}", hint, details=details
         )
 
     def set_default(self, name: str, version: str) -> None:
