@@ -210,7 +210,7 @@ def _batch_mismatch(spec: HandlerSpec, out: Any, size: int) -> tuple[str, str]:
 
 
 def _user_frames(err: BaseException) -> str:
-    """The traceback of a user's handler from the rendered module down (not localtest's own frames)."""
+    """The traceback of a user's handler from the rendered module down (not the trial's own frames)."""
     frames = traceback.extract_tb(err.__traceback__)
     start = next((i for i, f in enumerate(frames) if f.filename.endswith(f"{HANDLER_MODULE}.py")), 0)
     lines = traceback.format_list(frames[start:]) + traceback.format_exception_only(err)
