@@ -21,8 +21,8 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
+from msnb.engines.models import RawRequest, encode
 from msnb.engines.torchserve.logs import user_frames
-from msnb.engines.torchserve.models import RawRequest, encode
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.archive import CONFIG, checkpoint_name, shared_handler_files
