@@ -368,8 +368,8 @@ def find_archives(paths: list[str]) -> list[Path]:
 def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None, stream=False):
     """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer (``stream``:
     an iterator over its chunks as they arrive)."""
+    from msnb.engines.auth import Keys
     from msnb.engines.torchserve import TorchServeClient
-    from msnb.engines.torchserve.auth import Keys
 
     if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
         record = _server(state, server)
