@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from msnb.engines.models import ModelStatus
-from msnb.engines.torchserve.store import ModelStore
+from msnb.engines.store import ModelStore
 
 
 @runtime_checkable

@@ -355,7 +355,7 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
     The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
     makes that the default and unregisters the old version(s), with no restart.
     """
-    from msnb.engines.torchserve.store import safe_name
+    from msnb.engines.store import safe_name
 
     version = server.free_version(spec.name, spec.version)
     # Only what the server's environment lacks is installed (nothing, when it is the kernel's own): no model venv,
