@@ -24,7 +24,7 @@ FACTS = {
         "msnb.engines.store",
         "msnb.engines.torchserve.config",
     },  # DEFAULT_EXPORT; STORE_DIR; its key
-    "msnb-server-": {"msnb.engines.torchserve.watchdog"},  # TEMP_PREFIX
+    "msnb-server-": {"msnb.engines.watchdog"},  # TEMP_PREFIX
     "no-archive": {"msnb.package.formats"},  # SERVE_FORMAT (and the archiver's name of that format)
     120: {"msnb.engines.torchserve.config"},  # DEFAULT_RESPONSE_TIMEOUT_S
 }
