@@ -462,7 +462,7 @@ def reply(status: int, headers: dict, body: bytes) -> Response:
 def model(args: dict) -> Any:
     """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
     gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true),
-    max_replicas_per_node and max_surge_percent."""
+    max_replicas_per_node, max_surge_percent and env_vars (the variables its replicas get)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
     requirements = requirements_of(folder) if args.get("install_requirements", True) else []
@@ -470,6 +470,8 @@ def model(args: dict) -> Any:
     for key in ("max_replicas_per_node", "max_surge_percent"):  # surge: new replicas start before old ones stop
         if args.get(key) is not None:
             options[key] = int(args[key])
+    if args.get("env_vars"):  # the variables this model is given (--env): its replicas' environment, no other's
+        options["ray_actor_options"].setdefault("runtime_env", {})["env_vars"] = dict(args["env_vars"])
     return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"))
 
 

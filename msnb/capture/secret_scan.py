@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import functools
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,40 +24,57 @@ ARMOR_BYTES = re.compile(ARMOR.pattern.encode())
 # High-entropy strings count as secrets on lines that name one (an assignment to a key, token, password...).
 SECRET_WORDS = re.compile(r"(?i)key|token|secret|passw|pwd|credential|auth")
 _SKIPPED = {"IPPublicDetector"}  # an address is no secret
+_GENERIC = {"KeywordDetector", "Base64HighEntropyString", "HexHighEntropyString"}  # tried after the specific ones
 
 
 class Finding(NamedTuple):
-    """One secret found: what kind (detect-secrets' name) and on which line."""
+    """One secret found: what kind (detect-secrets' name), on which line, and the secret (never shown: ``masked``)."""
 
     kind: str
     line: int
+    secret: str = ""
 
     def __str__(self) -> str:
         return f"{self.kind}, line {self.line}"
+
+    @property
+    def masked(self) -> str:
+        """The secret as a message may show it: its first characters (they tell the kind) and its length."""
+        if len(self.secret) < 12:  # a detector's group (GitHub's "ghp"), not the key: name no part of it
+            return "the value hidden"
+        return f"{self.secret[:4]}..., {len(self.secret)} characters"
 
 
 def scan(path: Path) -> Finding | None:
     """The first secret in the file's content, or None (the file is read once, at most ``SCANNED`` bytes)."""
     with open(path, "rb") as f:
-        data = f.read(SCANNED)
+        return scan_bytes(f.read(SCANNED), path.name)
+
+
+def scan_bytes(data: bytes, filename: str = "file.txt") -> Finding | None:
+    """The first secret in ``data``: its text in UTF-8 or UTF-16/32 (``decode``), key armor alone in binary data."""
     text = decode(data)
     if text is None or len(text) > TEXT_SCANNED:
         found = ARMOR_BYTES.search(data) or _utf16_armor(data)
         return Finding("Private Key", data.count(b"\n", 0, found.start()) + 1) if found else None
-    return scan_text(text, path.name)
+    return scan_text(text, filename)
 
 
 def scan_text(text: str, filename: str = "file.txt") -> Finding | None:
     """The first secret in ``text`` (``filename`` picks detect-secrets' rules for its file type)."""
+    return next(findings(text, filename), None)
+
+
+def findings(text: str, filename: str = "file.txt") -> Iterator[Finding]:
+    """Every line of ``text`` that holds a secret (its first one), in order."""
     hits = _candidate_lines(text)
     if not hits:
-        return None
+        return
     lines = text.splitlines()
     for number in sorted(hits):
-        kind = _line_secret(lines[number - 1], filename)
-        if kind:
-            return Finding(kind, number)
-    return None
+        found = _line_secret(lines[number - 1], filename) if number <= len(lines) else None
+        if found:
+            yield Finding(found[0], number, found[1])
 
 
 def decode(data: bytes) -> str | None:
@@ -98,14 +116,15 @@ def _candidate_lines(text: str) -> set[int]:
     return {text.count("\n", 0, s) + 1 for s in starts[:1000]}
 
 
-def _line_secret(line: str, filename: str) -> str | None:
-    """The kind of the first secret a detector finds on ``line`` that detect-secrets' filters keep."""
-    if ARMOR.search(line):
-        return "Private Key"
+def _line_secret(line: str, filename: str) -> tuple[str, str] | None:
+    """The kind and text of the first secret a detector finds on ``line`` that detect-secrets' filters keep."""
+    armor = ARMOR.search(line)
+    if armor:
+        return "Private Key", ""
     for detector in _detectors():
         for secret in _analyze(detector, line, filename):
             if _kept(secret, line, detector):
-                return detector.secret_type
+                return detector.secret_type, secret
     return None
 
 
@@ -147,7 +166,8 @@ def _detectors() -> tuple[Any, ...]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     classes = get_mapping_from_secret_type_to_class().values()
-    return tuple(cls() for cls in sorted(classes, key=lambda c: c.__name__) if cls.__name__ not in _SKIPPED)
+    ordered = sorted(classes, key=lambda c: (c.__name__ in _GENERIC, c.__name__))  # a key's own detector names it
+    return tuple(cls() for cls in ordered if cls.__name__ not in _SKIPPED)
 
 
 @functools.cache
