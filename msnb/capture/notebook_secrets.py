@@ -23,6 +23,7 @@ from msnb.spec import Origin, SourceBlock
 from msnb.templates.msnb_names import HANDLER_MODULE, HF_DIR
 
 FLAG = "--allow-secret"
+SHORTEST = 8  # a shorter str / bytes is scanned only when its name or path says it is a password or key
 LINE_MOST = 4096  # a text value up to this long, on one line, is scanned as `NAME[path] = 'text'` (its name counts)
 WEIGHTS = (".safetensors",)  # an object's weights: numbers, not text (its JSON files are scanned)
 SHOWN = 5  # findings named in one refusal (the rest counted)
@@ -110,6 +111,8 @@ def value_hits(name: str, value: Any, used: str = "") -> Iterator[Hit]:
     short, long = [], []
     for path, text in leaves(value):
         shown = f"{name}{render(path)}"
+        if len(text) < SHORTEST and not secret_scan.SECRET_WORDS.search(shown):
+            continue  # a word of a vocabulary: no key is this short, and no name here makes it a password
         if isinstance(text, str) and len(text) <= LINE_MOST and "\n" not in text and "\r" not in text:
             short.append((shown, f"{shown} = {text!r}"))
         else:
