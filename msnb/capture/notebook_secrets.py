@@ -169,8 +169,8 @@ def _refusal(model: str, hits: list[Hit]) -> CaptureError:
         ),
         f'read it on the server from the environment instead (`os.environ["{first.variable}"]` inside the function '
         f"that uses it, not at a cell's top level) and give the variable to the server, not the archive: "
-        f"`%ms_serve {model} --env {first.variable}` (`msnb serve PATH --env {first.variable}`; an export: a "
-        f"Kubernetes Secret, or Ray's runtime_env env_vars). Not a secret? Let it through with {FLAG} {token} on "
+        f"`%ms_serve {model} --env {first.variable}` (`msnb serve PATH --env {first.variable}`; an export: the "
+        f"platform's own, e.g. a Kubernetes Secret). Not a secret? Let it through with {FLAG} {token} on "
         "the %%ms_handler line.",
     )
 

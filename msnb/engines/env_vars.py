@@ -5,8 +5,10 @@ model folder, the archive, the model store or a log.
 TorchServe has no per-model environment (every worker inherits the frontend's), so a local server keeps each model's
 variables in one file of its own, mode 0600, in a folder of its private work dir outside the model store
 (``write`` / ``remove``); the runtime in the model's folder (templates/msnb_env.py) reads it in that model's workers
-before the user's code runs. Ray Serve sets them as the deployment's ``runtime_env`` env_vars. The servers themselves
-start without the kernel's credential-looking variables (``without_credentials``): a model gets one only when named.
+before the user's code runs. On Ray Serve each replica of the model sets them in its own process before the folder
+loads (a constructor argument: a ``runtime_env``'s env_vars would be written, values included, to Ray's
+runtime_env_agent.log). The servers themselves start without the kernel's credential-looking variables
+(``without_credentials``): a model gets one only when named.
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ def _header(command: str) -> str:
 
 # Where a served model's key comes from on Ray: never the exported folder (msnb refuses secrets in archives).
 SECRETS_NOTE = (
-    '# A handler reads a key from its environment (os.environ["OPENAI_API_KEY"]): give it to that application only,\n'
-    "# as Ray's runtime_env env_vars (serve_config.yaml: applications[NAME].runtime_env: {env_vars: {...}} on a\n"
-    "# machine you trust), or on Kubernetes from a Secret (rayservice.yaml: the containers' env, secretKeyRef).\n"
+    '# A handler reads a key from its environment (os.environ["OPENAI_API_KEY"]); never put it in this folder. On\n'
+    "# Kubernetes give it from a Secret (rayservice.yaml: the containers' env, valueFrom.secretKeyRef). Ray's\n"
+    "# runtime_env env_vars (serve_config.yaml: applications[NAME].runtime_env) reach one application only, but Ray\n"
+    "# writes their values to runtime_env_agent.log.\n"
 )

@@ -39,4 +39,4 @@ def test_export_lets_a_named_false_positive_through_and_warns(tmp_path, capsys):
 def test_the_kserve_and_ray_layouts_say_where_a_key_comes_from():
     spec = spec_from_source("m", "import torch\n\ndef init_function():\n    return torch.nn.Identity()\n")
     assert SECRETS_NOTE in kserve_config([spec]) and "secretKeyRef" in SECRETS_NOTE
-    assert RAY_NOTE in _header("serve run serve_config.yaml") and "runtime_env env_vars" in RAY_NOTE
+    assert RAY_NOTE in _header("serve run serve_config.yaml") and "secretKeyRef" in RAY_NOTE

@@ -1,4 +1,4 @@
-"""On Ray Serve, ``--env VAR`` is the model's deployment's runtime_env env_vars: its replicas read the key, another
+"""On Ray Serve, ``--env VAR`` reaches the replicas of that model (set by their constructor): they read the key, another
 model's do not, and no file of the model folders or Ray's logs holds it."""
 
 from __future__ import annotations

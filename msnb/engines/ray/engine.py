@@ -159,7 +159,7 @@ class LocalRay:
         name, version = read_manifest(folder)
         args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
                 "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
-        args["env_vars"] = self._env.get(name, {})  # in the deployment's options only: no file, no log
+        args["env_vars"] = self._env.get(name, {})  # the replicas' constructor sets them (msnb_ray.model): no file
         self._refuse_unschedulable(name, folder)
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
@@ -174,8 +174,8 @@ class LocalRay:
     register = redeploy
 
     def model_env(self, name: str, values: dict[str, str]) -> None:
-        """Give the replicas ``name`` deploys from now on these variables (its deployment's runtime_env env_vars), and
-        no other model's."""
+        """Give the replicas ``name`` deploys from now on these variables (set by each replica's constructor before
+        the folder loads), and no other model's."""
         self._env[name] = dict(values)
 
     def unregister(self, name: str, version: str | None = None) -> None:
