@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msnb.engines.torchserve.store import SEGMENT_RULE, valid_segment
-
 if TYPE_CHECKING:  # a spec carries values; making them needs torch, reading a spec does not
     from msnb.capture.hf_objects import SavedObjects
     from msnb.capture.kernel_values import Values
@@ -31,6 +29,7 @@ from msnb.forms import (
 )
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
+from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
 
 # TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
 # packages (``pip install -U --upgrade-strategy only-if-needed``), and the worker runs in it: only what the server

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from msnb.engines.store import STORE_DIR
 from msnb.errors import ServerError
 
 JAVA_MIN = 11
@@ -27,7 +28,6 @@ DEFAULT_MAX_BYTES = 6553500  # TorchServe's default max_request_size and max_res
 KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
-STORE_DIR = "model_store"  # a local server's model store, inside its workdir
 ENV_DIR = "model_env"  # its models' variables (--env), one 0600 file each, outside the store (msnb.engines.env_vars)
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 LIMIT_OPTIONS = {
