@@ -99,7 +99,7 @@ RUNTIME = Path(msnb_env.__file__).name  # the runtime module that reads them, in
 def give(server: object, path: Path, values: Mapping[str, str]) -> None:
     """Before ``path`` (a .mar or model folder) is registered on ``server``: give its model ``values``. An archive
     without msnb's runtime (not built by msnb, or by an older one) cannot take them: refused with a hint."""
-    from msnb.engines.torchserve.store import read_manifest
+    from msnb.engines.store import read_manifest
 
     if not values:
         return

@@ -40,3 +40,28 @@ def test_the_kserve_and_ray_layouts_say_where_a_key_comes_from():
     spec = spec_from_source("m", "import torch\n\ndef init_function():\n    return torch.nn.Identity()\n")
     assert SECRETS_NOTE in kserve_config([spec]) and "secretKeyRef" in SECRETS_NOTE
     assert RAY_NOTE in _header("serve run serve_config.yaml") and "secretKeyRef" in RAY_NOTE
+
+
+def test_msnb_serve_env_goes_to_an_msnb_archive_and_a_foreign_one_is_refused(tmp_path, monkeypatch, capsys):
+    import json
+
+    import pytest
+    from helpers import ECHO, build_mar
+
+    from msnb.engines import env_vars
+    from msnb.engines.torchserve import LocalServer
+    from msnb.errors import OptionError
+    from msnb.package import archive, formats
+
+    server = LocalServer(tmp_path / "server")  # not started: the file is written before a register
+    spec = spec_from_source("keyed", "import torch\n\ndef init_function():\n    return torch.nn.Identity()\n")
+    ours = archive.build(spec, tmp_path / "out", fmt=formats.DEV_FORMAT)
+    env_vars.give(server, ours, {"OPENAI_API_KEY": "from-the-shell"})
+    assert json.loads((server.layout.env_dir / "keyed.json").read_text()) == {"OPENAI_API_KEY": "from-the-shell"}
+    foreign = build_mar(tmp_path / "foreign", "echo", ECHO)
+    with pytest.raises(OptionError, match=r"echo.mar has no msnb runtime \(msnb_env.py\)") as caught:
+        env_vars.give(server, foreign, {"OPENAI_API_KEY": "from-the-shell"})
+    assert "Hint: export it again with this msnb" in caught.value.render()
+    monkeypatch.delenv("MSNB_UNSET_VARIABLE", raising=False)
+    code, _, err = run(capsys, "serve", ours, "--env", "MSNB_UNSET_VARIABLE")  # refused before a server starts
+    assert code == 2 and "--env MSNB_UNSET_VARIABLE: it is not set" in err and "Hint:" in err
