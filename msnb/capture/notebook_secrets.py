@@ -107,43 +107,67 @@ def _value(name: str, carried: Carried) -> tuple[Hit, ...]:
 
 
 def value_hits(name: str, value: Any, used: str = "") -> Iterator[Hit]:
-    """The secrets in a value's str and bytes parts (keys too); ``value`` passed ``value_walk.check`` (bounded)."""
+    """The secrets in a value's str and bytes parts (keys too); ``value`` passed ``value_walk.check`` (bounded).
+
+    Each short text is scanned as one line ``LABEL = 'text'``, LABEL its nearest str key (else the value's name), so
+    that a detector reading names (``password = ...``) sees it; a path is rendered only for a finding."""
     short, long = [], []
     for path, text in leaves(value):
-        shown = f"{name}{render(path)}"
-        if len(text) < SHORTEST and not secret_scan.SECRET_WORDS.search(shown):
+        label = _label(name, path)
+        if len(text) < SHORTEST and not secret_scan.SECRET_WORDS.search(label):
             continue  # a word of a vocabulary: no key is this short, and no name here makes it a password
         if isinstance(text, str) and len(text) <= LINE_MOST and "\n" not in text and "\r" not in text:
-            short.append((shown, f"{shown} = {text!r}"))
+            short.append((path, f"{label} = {text!r}"))
         else:
-            long.append((shown, text))
-    what = f" ({used})" if used else ""
-    for found in secret_scan.findings("\n".join(line for _, line in short), "values.py"):
-        shown = short[found.line - 1][0]
-        yield Hit(f"`{shown}`{what}", found, frozenset({name, shown}), _token(name, shown), _variable(name))
-    for shown, text in long:
+            long.append((path, text))
+    found_in = [(short[f.line - 1][0], f, "") for f in secret_scan.findings("\n".join(t for _, t in short), "v.py")]
+    for path, text in long:
         found = secret_scan.scan_bytes(text, "value.txt") if isinstance(text, bytes) else secret_scan.scan_text(text)
         if found:
-            hit = f"`{shown}`, line {found.line} of its text{what}"
-            yield Hit(hit, found, frozenset({name, shown}), _token(name, shown), _variable(name))
+            found_in.append((path, found, f", line {found.line} of its text"))
+    what = f" ({used})" if used else ""
+    for path, found, where in found_in:
+        shown = f"{name}{render(path)}"
+        yield Hit(f"`{shown}`{where}{what}", found, frozenset({name, shown}), _token(name, shown), _variable(name))
+
+
+def _label(name: str, path: Any) -> str:
+    """The nearest str key on ``path`` (a (parent, key) chain), else ``name``: what names a value's part."""
+    while path is not None:
+        path, key = path
+        if isinstance(key, str):
+            return key[:80]
+    return name
 
 
 def leaves(value: Any) -> Iterator[tuple[Any, str | bytes]]:
     """Each str / bytes in ``value`` with its path (a (parent, key) chain, as ``value_walk.render`` reads): the
     value itself, the entries of lists, tuples and dicts, and dict keys (a key's path ends at its entry)."""
+    if isinstance(value, (str, bytes)):
+        yield None, value
+        return
     stack: list[tuple[Any, Any]] = [(value, None)]
     seen: set[int] = set()
     while stack:
         obj, path = stack.pop()
-        if isinstance(obj, (str, bytes)):
-            yield path, obj
-        elif isinstance(obj, (list, tuple, dict)) and id(obj) not in seen:
-            seen.add(id(obj))
-            pairs = obj.items() if isinstance(obj, dict) else enumerate(obj)
-            for key, item in pairs:
-                if isinstance(obj, dict):
-                    stack.append((key, (path, key)))
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        is_dict = isinstance(obj, dict)
+        for key, item in obj.items() if is_dict else enumerate(obj):
+            if is_dict and not isinstance(key, int):
+                yield from _key_texts(key, (path, key))
+            if isinstance(item, (str, bytes)):
+                yield (path, key), item
+            elif isinstance(item, (list, tuple, dict)):
                 stack.append((item, (path, key)))
+
+
+def _key_texts(key: Any, path: Any) -> tuple[tuple[Any, str | bytes], ...]:
+    """The str / bytes of a dict key (a tuple key's parts too), each at its entry's path."""
+    if isinstance(key, (str, bytes)):
+        return ((path, key),)
+    return tuple((path, part) for part in key if isinstance(part, (str, bytes))) if isinstance(key, tuple) else ()
 
 
 def files_hits(name: str, files: Mapping[str, bytes], used: str = "") -> Iterator[Hit]:

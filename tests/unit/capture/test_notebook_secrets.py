@@ -140,3 +140,22 @@ def test_the_allow_option_is_declared_once_for_the_magic_and_export():
     assert help_text  # the one parser (msnb.options) both use
     args = parse_handler_line("m --allow-secret A In[3]:2")
     assert handler_config(args)["allow_secrets"] == ("A", "In[3]:2")
+
+
+def test_a_hugging_face_objects_json_files_are_scanned_and_its_weights_are_not():
+    from msnb.capture.hf_objects import SavedObjects
+    from msnb.capture.notebook_secrets import carried_of, check
+    from msnb.capture.runtime_names import Needed
+
+    config_json = f'{{\n  "model_max_length": 512,\n  "api_key": "{OPENAI_KEY}"\n}}\n'.encode()
+    files = (("tok/tokenizer_config.json", config_json), ("tok/model.safetensors", b"\0\0" + OPENAI_KEY.encode()))
+    config = {"objects": SavedObjects(files, ())}
+    carried = carried_of(config, {"tok": Needed("tok", "line 3 of cell In[5]", "bound at runtime")}, {})
+    assert list(carried.objects["tok"]) == ["hf_objects/tok/tokenizer_config.json"]  # weights are numbers
+    with pytest.raises(CaptureError) as caught:
+        check("m", (), carried)
+    assert (
+        "hf_objects/tok/tokenizer_config.json, line 3 (a Hugging Face object used on line 3 of cell In[5]): "
+        "OpenAI Token" in caught.value.message
+    )
+    assert check("m", (), carried, ["tok"])[0].startswith("secret let through by --allow-secret tok: hf_objects/")
