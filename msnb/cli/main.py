@@ -13,7 +13,6 @@ from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.engines import env_vars
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.config import (
-    DEFAULT_MAX_BYTES,
     KSERVE_CONFIG_DIR,
     KSERVE_STORE_DIR,
     LIMIT_OPTIONS,
@@ -22,6 +21,7 @@ from msnb.engines.torchserve.config import (
 from msnb.errors import MsnbError, OptionError, ServerError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has

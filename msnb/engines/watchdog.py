@@ -1,4 +1,4 @@
-"""Stop a TorchServe process tree; run as `python -m msnb.engines.torchserve.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
+"""Stop an engine's process tree (a TorchServe, a Ray node); run as `python -m msnb.engines.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
 it when the owner dies (KEY=VALUE: also every Ray process whose environment holds it, see ``marked``).
 
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
@@ -135,7 +135,7 @@ def spawn(
     extra = [os.pathsep.join(map(str, folders))] if folders else []
     extra += ["=".join(marker)] if marker and folders else []
     return subprocess.Popen(
-        [sys.executable, "-m", "msnb.engines.torchserve.watchdog", str(pid), *extra],
+        [sys.executable, "-m", "msnb.engines.watchdog", str(pid), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # survives a signal sent to the owner's process group
