@@ -33,12 +33,14 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from .msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
+    from .msnb_ray_api import ApiRoutes, model_card
     from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
+    from msnb_ray_api import ApiRoutes, model_card
     from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
@@ -324,6 +326,9 @@ class MsnbModel:
     def streams(self) -> bool:
         return streams(self.model)
 
+    def api_card(self) -> dict:
+        return model_card(self.model)
+
     async def infer_stream(self, body: bytes, headers: dict):
         """One prediction's answer as items of msnb_ray_stream (called with ``handle.options(stream=True)``)."""
         async for item in relay(self._stream, body, headers):
@@ -344,6 +349,8 @@ class MsnbRouter:
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
         headers = {k.lower(): v for k, v in request.headers.items()}
+        if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (msnb_ray_api), their own 401
+            return await self.api.answer(request, "/" + "/".join(parts), headers)
         refusal = guard.refused(headers, self.key)
         if refusal:
             return reply(*error_reply(*refusal))
@@ -372,6 +379,7 @@ class MsnbRouter:
         limit = args.get("max_request_size")
         self.max_request_size = int(limit) if limit else None
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
+        self.api = ApiRoutes(self)  # /v1 and /mcp
 
     def app_handle(self, name: str) -> Any:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
