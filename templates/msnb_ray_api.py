@@ -33,7 +33,7 @@ else:
     from msnb_names import API_CARD
     from msnb_ray_stream import WHOLE, streams
 
-CARD_TTL_S = 2.0  # a redeployed model's new card is read within this time
+CARD_TTL_S = 10.0  # a redeployed model's new card is read within this time (a replica call per request costs ms)
 ERROR_KEYS = {"error", "hint", "stage", "type"}  # the shared handler's error line ending a stream
 
 
