@@ -9,6 +9,7 @@ library, never on msnb.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -33,7 +34,7 @@ else:
     from msnb_names import API_CARD
     from msnb_ray_stream import WHOLE, streams
 
-CARD_TTL_S = 10.0  # a redeployed model's new card is read within this time (a replica call per request costs ms)
+CARD_TTL_S = 10.0  # a card older than this is read again (in the background: a replica call costs ms)
 ERROR_KEYS = {"error", "hint", "stage", "type"}  # the shared handler's error line ending a stream
 
 
@@ -61,7 +62,8 @@ class ApiRoutes:
 
     def __init__(self, router: Any):
         self.router = router
-        self.cards: dict[str, tuple[float, dict]] = {}
+        self.cards: dict[str, tuple[float, dict]] = {}  # name -> (when read, card)
+        self.reading: set[str] = set()  # cards being read again
 
     async def answer(self, request: Any, path: str, headers: dict) -> Response:
         if request.method in ("GET", "DELETE") and path == "/mcp":
@@ -78,17 +80,30 @@ class ApiRoutes:
             return await (self.mcp(body) if path == "/mcp" else self.complete(ROUTES[path], body))
         except ApiError as err:
             return error_reply(err)
+        except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
+            return error_reply(ApiError(503, f"{type(err).__name__}: {err}", "server_error"))
 
     async def card(self, name: str) -> dict | None:
+        """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call
+        on a request's way to its first token); None when there is no such model."""
         kept = self.cards.get(name)
-        if kept is not None and time.monotonic() - kept[0] < CARD_TTL_S:
-            return kept[1]
+        if kept is None:
+            return await self.read_card(name)
+        if time.monotonic() - kept[0] >= CARD_TTL_S and name not in self.reading:
+            self.reading.add(name)
+            task = asyncio.ensure_future(self.read_card(name))
+            task.add_done_callback(lambda _: self.reading.discard(name))
+        return kept[1]
+
+    async def read_card(self, name: str) -> dict | None:
         handle = self.router.app_handle(name)
         if handle is None:
+            self.cards.pop(name, None)
             return None
         try:
             card = await handle.api_card.remote()
         except Exception:  # deleted meanwhile, or an application that is not a model (the router itself)
+            self.cards.pop(name, None)
             return None
         self.cards[name] = (time.monotonic(), card)
         return card

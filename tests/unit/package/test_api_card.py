@@ -8,6 +8,7 @@ import json
 import pytest
 from charlm import HANDLER_BODY, MODEL_SOURCE
 
+from msnb.capture.named_files import refusal
 from msnb.errors import OptionError
 from msnb.options import handler_config, parse_handler_line
 from msnb.package.api_card import card
@@ -46,3 +47,11 @@ def test_schema_file_is_the_input_schema_and_a_bad_one_is_refused_with_a_hint(tm
         with pytest.raises(OptionError, match="--schema") as err:
             handler_config(parse_handler_line(f"m --schema {name}"), base_dir=tmp_path)
         assert err.value.hint
+
+
+def test_export_refuses_a_schema_file_outside_the_notebooks_folder(tmp_path):
+    (tmp_path / "outside.json").write_text('{"type": "object"}')
+    (tmp_path / "nb").mkdir()
+    spec = spec_from_source("m", MODEL_SOURCE + HANDLER_BODY)
+    err = refusal(spec, f"m --schema {tmp_path / 'outside.json'}", tmp_path / "nb" / "nb.ipynb")
+    assert err is not None and "--schema" in str(err) and "outside the notebook's folder" in str(err)
