@@ -11,11 +11,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msnb.engines.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 from msnb.errors import OptionError, SpecError
+from msnb.templates.msnb_serving import (
+    DEFAULT_RESPONSE_TIMEOUT_S,
+    HINT,
+    ConfigFileError,
+    options_from,
+    read_user_file,
+)
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
 ALLOW_FLAG = "--allow-files"  # `msnb export`'s option naming a further folder the notebook may take files from
+# The request options of %ms_test, %ms_predict (and --data of %ms_explain) and `msnb predict`, declared once:
+# flag -> argparse's keyword arguments.
+REQUEST_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "--data": {
+        "metavar": "JSON|@FILE",
+        "help": "input: inline JSON, or @file (JSON, else raw bytes); a magic also takes a variable, and defaults to "
+        "the handler's --example",
+    },
+    "--data-binary": {"metavar": "@FILE|TEXT", "help": "sent as raw bytes, as curl -T / --data-binary @file send it"},
+    "--content-type": {"help": "the request's Content-Type (with --data-binary: default octet-stream)"},
+    "--header": {
+        "action": "append",
+        "metavar": "NAME:VALUE",
+        "help": "a request header, repeatable (e.g. ts_request_sequence_id:s1)",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -193,10 +215,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     if args.model_file:
         config["model_file"] = args.model_file
     if args.config_file:
-        from msnb.engines.torchserve import model_config as user_config
-
-        config["model_yaml"] = user_config.read(_path(args.config_file, base))
-        config |= user_config.options_from(config["model_yaml"])
+        config["model_yaml"] = _config_file(_path(args.config_file, base))
+        config |= options_from(config["model_yaml"])
     return config
 
 
@@ -242,6 +262,14 @@ def _schema(path: Path) -> dict:
             'give a JSON object, e.g. {"type": "string"}.',
         )
     return schema
+
+
+def _config_file(path: Path) -> dict[str, Any]:
+    """A user's own model-config.yaml; one that cannot be used is an OptionError naming it."""
+    try:
+        return read_user_file(path)
+    except ConfigFileError as err:
+        raise OptionError(str(err), HINT + ".") from None
 
 
 def _checkpoint(value: str | None, namespace: UserNamespace | None, base: Path) -> Any:

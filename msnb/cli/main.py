@@ -11,15 +11,15 @@ from pathlib import Path
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.engines.torchserve.config import (
-    DEFAULT_MAX_BYTES,
     KSERVE_CONFIG_DIR,
     KSERVE_STORE_DIR,
     LIMIT_OPTIONS,
     Limits,
 )
 from msnb.errors import MsnbError, OptionError, ServerError, shown
-from msnb.options import ALLOW_FLAG
+from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -172,17 +172,8 @@ def _add_predict(sub) -> None:
     pre = _add_command(sub, "predict", "send one input to a served model", PREDICT_HELP)
     pre.add_argument("name", help="model name (/predictions/NAME)")
     given = pre.add_mutually_exclusive_group(required=True)
-    given.add_argument("--data", metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
-    given.add_argument(
-        "--data-binary", metavar="@FILE|TEXT", help="sent as raw bytes, as curl -T / --data-binary @file send it"
-    )
-    pre.add_argument("--content-type", help="the request's Content-Type (with --data-binary: default octet-stream)")
-    pre.add_argument(
-        "--header",
-        action="append",
-        metavar="NAME:VALUE",
-        help="a request header, repeatable (ts_request_sequence_id:s1)",
-    )
+    for flag, declared in REQUEST_ARGUMENTS.items():
+        (given if flag in ("--data", "--data-binary") else pre).add_argument(flag, **declared)
     pre.add_argument("--version", help="model version (default: the default version)")
     pre.add_argument(
         "--url", help="inference URL, e.g. http://127.0.0.1:8080 (default: from `msnb serve`'s state file)"
@@ -378,8 +369,8 @@ def find_archives(paths: list[str]) -> list[Path]:
 def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None, stream=False):
     """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer (``stream``:
     an iterator over its chunks as they arrive)."""
+    from msnb.engines.auth import Keys
     from msnb.engines.torchserve import TorchServeClient
-    from msnb.engines.torchserve.auth import Keys
 
     if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
         record = _server(state, server)

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from msnb.engines.torchserve.models import ModelStatus
-from msnb.engines.torchserve.store import ModelStore
+from msnb.engines.models import ModelStatus
+from msnb.engines.store import ModelStore
 
 
 @runtime_checkable

@@ -14,13 +14,13 @@ from pathlib import Path
 import yaml
 
 from msnb.engines.ray import ROUTER_APP, require
-from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
 from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
 from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names
 from msnb.templates.msnb_ray_guard import KEY_VAR
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = "msnb_ray"

@@ -1,8 +1,8 @@
 """The notebook's Python API: handler specs by name, and test/build/serve/predict/stop over them.
 
 The magics, the widget and the top-level ``msnb.*`` functions are thin layers over one ``Session``;
-each step itself lives in capture / localtest / archive / msnb.engines.torchserve. This is the layer that
-decides to run user code (``localtest``) before packing, and that turns a spec into an archive the
+each step itself lives in capture / package / trial / msnb.engines. This is the layer that
+decides to run user code (``trial``) before packing, and that turns a spec into an archive the
 server can take (``deploy``).
 """
 
@@ -355,7 +355,7 @@ def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None
     The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
     makes that the default and unregisters the old version(s), with no restart.
     """
-    from msnb.engines.torchserve.store import safe_name
+    from msnb.engines.store import safe_name
 
     version = server.free_version(spec.name, spec.version)
     # Only what the server's environment lacks is installed (nothing, when it is the kernel's own): no model venv,

@@ -16,6 +16,7 @@ from msnb import options
 from msnb.engines.chunks import print_chunks
 from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
+from msnb.options import REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.core import ENGINES, current, warm_up
 from msnb.spec import HandlerSpec, Origin
@@ -58,6 +59,17 @@ def _handler_options(func: Callable) -> Callable:
     func.has_arguments = True
     func.__doc__ = magic_help.handler_help()
     return func
+
+
+def _request_arguments(*flags: str) -> Callable:
+    """IPython magic arguments for the named request options (their one declaration: ``REQUEST_ARGUMENTS``)."""
+
+    def add(func: Callable) -> Callable:
+        for flag in reversed(flags):
+            func = argument(flag, **REQUEST_ARGUMENTS[flag])(func)
+        return func
+
+    return add
 
 
 def _progress(label: str) -> Callable[[str, float], None]:
@@ -106,10 +118,7 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
-    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
-    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
-    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
-    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
+    @_request_arguments(*REQUEST_ARGUMENTS)
     @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
     @argument(
         "--describe",
@@ -181,12 +190,9 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @_request_arguments(*REQUEST_ARGUMENTS)
     @argument("--version", help="a model version (default: the served one)")
     @argument("--stream", action="store_true", help="print the answer's chunks as they arrive; returns their list")
-    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
-    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
-    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
     def ms_predict(self, line: str) -> Any:
         """%ms_predict NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V] [--stream]:
         ask the local server; returns the answer (with --stream: prints each chunk as it arrives and returns the list
@@ -206,7 +212,7 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @_request_arguments("--data")
     @argument("--version", help="a model version (default: the served one)")
     def ms_explain(self, line: str) -> Explanation:
         """%ms_explain NAME [--data ...] [--version V]: ask the local TorchServe's /explanations; shows the

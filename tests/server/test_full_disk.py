@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import ANSWER_SOURCE, MLP_MODEL, mlp_model
 
+from msnb.engines.store import safe_name
 from msnb.engines.torchserve import LocalServer
-from msnb.engines.torchserve.store import safe_name
 from msnb.errors import BuildError, ServerError
 from msnb.session.core import Session, deploy
 from msnb.spec import spec_from_source

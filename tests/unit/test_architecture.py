@@ -175,7 +175,7 @@ def test_the_vocabulary_imports_no_ipython():
 def test_the_watchdog_process_imports_only_the_standard_library_and_psutil():
     code = (
         "import runpy, sys; sys.argv = ['watchdog', '--help']\n"
-        "import msnb.engines.torchserve.watchdog\n"
+        "import msnb.engines.watchdog\n"
         "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
         "('torch', 'IPython', 'yaml', 'requests', 'ts', 'numpy')))"
     )

@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from msnb.engines import watchdog
+from msnb.engines.auth import Keys, write_key_file
+from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
-from msnb.engines.torchserve import watchdog
-from msnb.engines.torchserve.auth import Keys, write_key_file
-from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, STORE_DIR
-from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
-from msnb.engines.torchserve.store import ModelStore, read_manifest
+from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"

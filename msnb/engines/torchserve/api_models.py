@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from msnb.engines.chunks import ChunkReader, is_stream
+from msnb.engines.models import decode
 from msnb.engines.torchserve.client import TorchServeClient
-from msnb.engines.torchserve.models import decode
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_mcp import read_card
 from msnb.templates.msnb_api_openai import ApiError, upstream_error

@@ -12,7 +12,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from msnb.engines.store import STORE_DIR
 from msnb.errors import ServerError
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 JAVA_MIN = 11
 JAVA_HINT = (
@@ -21,13 +23,10 @@ JAVA_HINT = (
 )
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
-DEFAULT_RESPONSE_TIMEOUT_S = 120  # TorchServe's default responseTimeout (seconds per batch)
-DEFAULT_MAX_BYTES = 6553500  # TorchServe's default max_request_size and max_response_size (6.5 MB)
 # KServe's TorchServe runtime mounts the InferenceService's storageUri at /mnt/models and reads two folders of it.
 KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
-STORE_DIR = "model_store"  # a local server's model store, inside its workdir
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "

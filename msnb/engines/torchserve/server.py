@@ -21,16 +21,17 @@ from typing import Any
 
 import psutil
 
+from msnb.engines import watchdog
+from msnb.engines.auth import Keys
+from msnb.engines.models import ModelStatus
+from msnb.engines.store import ModelStore
 from msnb.engines.torchserve import config as tsconfig
-from msnb.engines.torchserve import deploy, watchdog
+from msnb.engines.torchserve import deploy
 from msnb.engines.torchserve.api_models import TorchServeModels
-from msnb.engines.torchserve.auth import Keys
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.front import Front
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
-from msnb.engines.torchserve.models import ModelStatus
-from msnb.engines.torchserve.store import ModelStore
-from msnb.engines.torchserve.watchdog import TEMP_PREFIX
+from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import ServerError
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()

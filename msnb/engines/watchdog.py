@@ -1,4 +1,4 @@
-"""Stop a TorchServe process tree; run as `python -m msnb.engines.torchserve.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
+"""Stop an engine's process tree (a TorchServe, a Ray node); run as `python -m msnb.engines.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
 it when the owner dies (KEY=VALUE: also every Ray process whose environment holds it, see ``marked``).
 
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
@@ -130,7 +130,7 @@ def spawn(pid: int, model_store: Path | None = None, marker: tuple[str, str] | N
     extra = [str(model_store)] if model_store else []
     extra += ["=".join(marker)] if marker and model_store else []
     return subprocess.Popen(
-        [sys.executable, "-m", "msnb.engines.torchserve.watchdog", str(pid), *extra],
+        [sys.executable, "-m", "msnb.engines.watchdog", str(pid), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # survives a signal sent to the owner's process group
@@ -170,7 +170,7 @@ def mark_owner(workdir: Path) -> None:
 
 def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
     """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
-    from msnb.engines.torchserve.config import STORE_DIR  # here: the watchdog process imports only psutil
+    from msnb.engines.store import STORE_DIR  # here: the watchdog process imports only psutil
 
     swept = []
     for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):
