@@ -53,7 +53,7 @@ def _msnb(work: Path, ckpt: Path, check: Callable[[dict], None]) -> tuple[float,
     """A fresh Session serves the tiny model on its own TorchServe: (call -> first answer s, PSS by process)."""
     kwargs, batch, delay = TINY
     spec = models.mlp_spec("m", kwargs, ckpt, batch_size=batch, max_batch_delay=delay)
-    session = Session(server_factory=lambda: LocalServer(work / f"msnb-{time.monotonic_ns()}"))
+    session = Session(lambda engine, port: LocalServer(work / f"msnb-{time.monotonic_ns()}"))
     try:
         seconds = timed(lambda: (session.serve(spec), check(session.predict("m", models.SAMPLE))))
         for _ in range(ANSWERS):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.capture.kernel_values import values_changed
+from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
@@ -29,6 +30,18 @@ DEFAULT_EXPORT = formats.DEFAULT_EXPORT
 # The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
 ENGINES = ("torchserve", "ray")
 STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
+EngineFactory = Callable[[str, int | None], Engine]  # (engine, port) -> that engine, not started yet
+
+
+def default_engine(engine: str, port: int | None = None) -> Engine:
+    """The process-wide engine of that name: the notebook's LocalServer, or its local Ray Serve (on ``port``)."""
+    if engine == "ray":
+        from msnb.engines.ray.engine import default_ray
+
+        return default_ray(port)
+    from msnb.engines.torchserve import default_server
+
+    return default_server()
 
 
 class StaleModelWarning(UserWarning):
@@ -38,7 +51,7 @@ class StaleModelWarning(UserWarning):
 class Session:
     """Specs defined in this process (by ``%%ms_handler`` or by hand) and the server they run on."""
 
-    def __init__(self, server_factory: Callable[[], Any] | None = None):
+    def __init__(self, engine_factory: EngineFactory = default_engine):
         self.specs: dict[str, HandlerSpec] = {}
         self.archives: dict[str, Path] = {}  # name -> the archive built last
         self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
@@ -46,8 +59,8 @@ class Session:
         self.namespaces: dict[str, Mapping[str, Any] | None] = {}  # name -> the kernel namespace of its values
         self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
-        self._server_factory = server_factory
-        self._server = None
+        self._engine_factory = engine_factory
+        self._server: Engine | None = None
         self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.session.reload)
         self.engine = ENGINES[0]
         self._engine_port: int | None = None
@@ -134,19 +147,10 @@ class Session:
         self.observers.notify("built", spec.name)
         return path
 
-    def server(self, create: bool = True):
-        """The session's LocalServer, started on first use."""
+    def server(self, create: bool = True) -> Engine | None:
+        """The session's engine (``engine_factory(self.engine, port)``), started on first use."""
         if self._server is None and create:
-            if self.engine == "ray":
-                from msnb.engines.ray.engine import default_ray
-
-                self._server = default_ray(self._engine_port)
-            elif self._server_factory is None:
-                from msnb.engines.torchserve import default_server
-
-                self._server = default_server()
-            else:
-                self._server = self._server_factory()
+            self._server = self._engine_factory(self.engine, self._engine_port)
         if self._server is not None and create and not self._server.running:
             self._server.start()
         if self._server is not None and self._server.pid != self._served_by:
@@ -177,7 +181,7 @@ class Session:
         progress: Progress | None = None,
         engine: str | None = None,
         port: int | None = None,
-    ):
+    ) -> Engine:
         """Register the spec on the local server (``engine``: torchserve or ray, default the one in use), or
         redeploy it if it changed; returns the server."""
         spec = self.get(name_or_spec)
@@ -201,7 +205,7 @@ class Session:
         self.observers.notify("served", spec.name)
         return server
 
-    def _started(self, report: Progress):
+    def _started(self, report: Progress) -> Engine:
         server = self.server(create=False)
         if server is not None and server.running:
             return server
@@ -349,7 +353,7 @@ class Session:
         }
 
 
-def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
+def deploy(server: Engine, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
     """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
 
     The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
@@ -386,7 +390,7 @@ def interrupted(doing: str, state: Callable[[], str]) -> Iterator[None]:
         raise Interrupted(f"Interrupted while {doing}: {remains}.", "run the step again when you are ready.") from None
 
 
-def _serving(server: Any, name: str) -> str:
+def _serving(server: Engine, name: str) -> str:
     """What the server serves of ``name`` now, e.g. 'the server still runs; it serves mnist 1.0 (default)'."""
     if not server.running:
         return "the server was stopped"
@@ -403,7 +407,7 @@ def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> d
     return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
 
 
-def _server_info(server: Any, running: bool) -> dict[str, Any]:
+def _server_info(server: Engine | None, running: bool) -> dict[str, Any]:
     known = server is not None
     return {
         "engine": server.kind if known else ENGINES[0],

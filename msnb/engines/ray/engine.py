@@ -90,7 +90,7 @@ class LocalRay:
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
-        from msnb.engines.torchserve import TorchServeClient
+        from msnb.engines.torchserve.client import TorchServeClient
 
         self.client = TorchServeClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
