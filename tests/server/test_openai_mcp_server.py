@@ -8,6 +8,7 @@ import json
 
 import openai
 import pytest
+import requests
 import torch
 from api_clients import concurrently, mcp_tools, openai_client, streamed_text
 from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
@@ -31,7 +32,10 @@ def api_server(tmp_path_factory):
         deploy(srv, spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [0.0] * 4}))
         key = json.loads(srv.key_file.read_text())["inference"]["key"]
         yield srv, key
-    assert not processes_naming(srv.workdir)
+        url = srv.openai_base_url
+    assert not processes_naming(srv.workdir) and srv.openai_base_url == ""
+    with pytest.raises(requests.ConnectionError):  # the front stopped with the server
+        requests.get(f"{url}/models", timeout=5)
 
 
 def truth(prompt: str) -> str:
