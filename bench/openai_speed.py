@@ -58,7 +58,7 @@ def run(settings: Settings) -> dict:
     engines: dict[str, Callable[[], tuple[str, str, Callable[[], None]]]] = {
         "TorchServe (msnb)": lambda: _msnb("torchserve", work, settings)
     }
-    if importlib.util.find_spec("ray") is not None:
+    if importlib.util.find_spec("ray") is not None and not settings.smoke:  # the smoke run: CI time, one engine
         engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work, settings)
     if importlib.util.find_spec("litserve") is not None:
         engines[LITSERVE] = lambda: _litserve(work)
