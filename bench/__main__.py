@@ -37,6 +37,7 @@ BENCHMARKS = (
     "stream_speed",
     "openai_speed",
     "light_processes",
+    "secret_scan",
 )
 
 

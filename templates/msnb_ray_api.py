@@ -101,7 +101,7 @@ class ApiRoutes:
             self.cards.pop(name, None)
             return None
         try:
-            card = await handle.api_card.remote()
+            card = await handle.streams.remote(True)
         except Exception:  # deleted meanwhile, or an application that is not a model (the router itself)
             self.cards.pop(name, None)
             return None

@@ -27,6 +27,7 @@ PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_mana
 KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
+ENV_DIR = "model_env"  # its models' variables (--env), one 0600 file each, outside the store (msnb.engines.env_vars)
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
@@ -102,6 +103,11 @@ class Layout:
     @property
     def log_dir(self) -> Path:
         return self.workdir / "logs"
+
+    @property
+    def env_dir(self) -> Path:
+        """The models' variables (``--env``): private to the server, outside the model store and the models."""
+        return self.workdir / ENV_DIR
 
     @property
     def tmp_dir(self) -> Path:
