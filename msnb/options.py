@@ -131,6 +131,7 @@ OPTIONS: tuple[Option, ...] = (
         1,
     ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
+    Option("schema", "a JSON Schema file for the input: the MCP tool's inputSchema (default: inferred from --example)"),
     Option(
         "config_file",
         "your own model-config.yaml (torch-model-archiver's --config-file): its keys reach "
@@ -215,6 +216,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     }
     if args.example is not None:
         config["example"] = parse_data(args.example, namespace, base, option="--example")
+    if args.schema:
+        config["input_schema"] = _schema(_path(args.schema, base))
     if args.handler:
         config["handler"] = args.handler
     if args.model_file:
@@ -250,6 +253,23 @@ def parse_data(
             f"{option}: not valid JSON ({err}).",
             f"quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', or give @file.json or a variable name.",
         ) from None
+
+
+def _schema(path: Path) -> dict:
+    """``--schema FILE``: a JSON Schema object (the MCP tool's inputSchema)."""
+    try:
+        schema = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise OptionError(
+            f"--schema: cannot read a JSON Schema from {str(path)!r}: {err}.",
+            'give a JSON file holding a schema, e.g. {"type": "object", "properties": {...}}.',
+        ) from None
+    if not isinstance(schema, dict):
+        raise OptionError(
+            f"--schema: {str(path)!r} holds a {type(schema).__name__}, not a JSON Schema object.",
+            'give a JSON object, e.g. {"type": "string"}.',
+        )
+    return schema
 
 
 def _config_file(path: Path) -> dict[str, Any]:

@@ -132,6 +132,7 @@ class HandlerSpec:
     device: str = DEFAULTS["device"]
     max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
+    input_schema: Mapping[str, Any] | None = None  # --schema FILE: the MCP tool's input schema (msnb.package.api_card)
     values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
     objects: SavedObjects | None = None  # Hugging Face objects saved from the kernel (hf_objects/)
     max_value_mb: int = DEFAULTS["max_value_mb"]
