@@ -36,6 +36,7 @@ BENCHMARKS = (
     "streaming",
     "stream_speed",
     "light_processes",
+    "secret_scan",
 )
 
 

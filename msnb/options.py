@@ -82,6 +82,13 @@ OPTIONS: tuple[Option, ...] = (
         (),
         nargs="+",
     ),
+    Option(
+        "allow_secret",
+        "a secret capture refuses that is none (a test key, a public id): a value or definition by its name, a "
+        "value's part as the refusal shows it, or a line as CELL:LINE; listed in the capture summary",
+        (),
+        nargs="+",
+    ),
     Option("batch_size", "TorchServe batch size", 1, int, 1, label="Batch size"),
     Option(
         "max_batch_delay",
@@ -196,6 +203,7 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     config |= {
         "extra_files": tuple(str(_path(p, base)) for p in args.extra_files),
         "include_files": tuple(str(_path(p, base)) for p in args.include_file),
+        "allow_secrets": tuple(args.allow_secret),
         "requirements": _requirements(args.requirements, namespace, base),
         "checkpoint": _checkpoint(args.checkpoint, namespace, base),
         "init_kwargs": _init_kwargs(args.init_kwargs, namespace),

@@ -79,9 +79,15 @@ class SourceBlock:
     source: str
     origin: Origin
     names: tuple[str, ...] = ()
+    lines: tuple[int, ...] = ()  # the origin cell's line number of each line of ``source`` (0: none; empty: unknown)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", Origin.of(self.origin))
+        object.__setattr__(self, "lines", tuple(self.lines))
+
+    def cell_line(self, line: int) -> int:
+        """The origin cell's line for line ``line`` of ``source`` (``line`` itself when the mapping is unknown)."""
+        return self.lines[line - 1] if 0 < line <= len(self.lines) and self.lines[line - 1] else line
 
 
 @dataclass(frozen=True)

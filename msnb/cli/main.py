@@ -10,6 +10,8 @@ from pathlib import Path
 
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
+from msnb.engines import env_vars
+from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.config import (
     KSERVE_CONFIG_DIR,
     KSERVE_STORE_DIR,
@@ -164,6 +166,7 @@ def _add_serve(sub) -> None:
     srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
+    srv.add_argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP.replace("this", "the shell's"))
     _limit_arguments(srv, "of the server")
     srv.set_defaults(run=_serve)
 
@@ -260,12 +263,13 @@ def _serve(args: argparse.Namespace) -> int:
     from msnb.engines.torchserve import LocalServer
 
     archives = find_archives(args.paths)
+    env = env_vars.resolve(args.env, "the served models")  # a missing variable is refused before anything starts
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
     state = None
     try:
-        names = _register_each(server, archives)
+        names = _register_each(server, archives, env)
         state = serve_state.write(_record(server, names), args.state)
         print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
@@ -295,12 +299,13 @@ def _record(server, names: list[str]) -> serve_state.ServerRecord:
     )
 
 
-def _register_each(server, archives: list[Path]) -> list[str]:
-    """Register every archive that loads and report each that does not (with its worker log lines); only when
-    none loads is it an error. Returns the names served."""
+def _register_each(server, archives: list[Path], env: dict[str, str]) -> list[str]:
+    """Register every archive that loads, its workers given ``env`` (--env), and report each that does not (with its
+    worker log lines); only when none loads is it an error. Returns the names served."""
     served: list[str] = []
     for path in archives:
         try:
+            env_vars.give(server, path, env)
             status = server.register(path)
         except MsnbError as err:
             print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)

@@ -52,6 +52,9 @@ class Engine(Protocol):
     def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
         """Serve the model folder (or archive) at ``path`` as its model's version, replacing the old one."""
 
+    def model_env(self, name: str, values: dict[str, str]) -> None:
+        """Give the workers (replicas) ``name`` starts from now on these variables, and no other model's (``--env``)."""
+
     def models(self) -> list[ModelStatus]: ...
 
     def versions(self, name: str) -> list[ModelStatus]: ...

@@ -117,4 +117,13 @@ def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, 
 
 
 def _header(command: str) -> str:
-    return f"# Written by `msnb export --ray`; from this folder: {command}\n"
+    return f"# Written by `msnb export --ray`; from this folder: {command}\n" + SECRETS_NOTE
+
+
+# Where a served model's key comes from on Ray: never the exported folder (msnb refuses secrets in archives).
+SECRETS_NOTE = (
+    '# A handler reads a key from its environment (os.environ["OPENAI_API_KEY"]); never put it in this folder. On\n'
+    "# Kubernetes give it from a Secret (rayservice.yaml: the containers' env, valueFrom.secretKeyRef). Ray's\n"
+    "# runtime_env env_vars (serve_config.yaml: applications[NAME].runtime_env) reach one application only, but Ray\n"
+    "# writes their values to runtime_env_agent.log.\n"
+)

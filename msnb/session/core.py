@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.capture.kernel_values import values_changed
+from msnb.engines import env_vars
 from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
@@ -57,6 +58,7 @@ class Session:
         self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
         self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
         self.namespaces: dict[str, Mapping[str, Any] | None] = {}  # name -> the kernel namespace of its values
+        self.envs: dict[str, dict[str, str]] = {}  # name -> the variables (--env) its served workers were given
         self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
         self._engine_factory = engine_factory
@@ -181,14 +183,18 @@ class Session:
         progress: Progress | None = None,
         engine: str | None = None,
         port: int | None = None,
+        env: Iterable[str] = (),
     ) -> Engine:
         """Register the spec on the local server (``engine``: torchserve or ray, default the one in use), or
-        redeploy it if it changed; returns the server."""
+        redeploy it if it changed; ``env`` names variables of this process's environment its workers (replicas)
+        get, and no other model's. Returns the server."""
         spec = self.get(name_or_spec)
+        values = env_vars.resolve(env, spec.name)  # a missing variable is refused before anything starts
         self.use_engine(engine, port)
         report = progress or silent
         with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
             server = self._started(report)
+        self._give_env(server, spec.name, values)
         served = self.served.get(spec.name)
         if served is not None and served.digest == spec.digest():
             report(f"already serving {served.line()}", 1.0)
@@ -204,6 +210,14 @@ class Session:
         report(f"ready: {self.served[spec.name].line()}{self.reloads.note(spec.name)}", 1.0)
         self.observers.notify("served", spec.name)
         return server
+
+    def _give_env(self, server: Engine, name: str, values: dict[str, str]) -> None:
+        """Hand the server ``name``'s variables; changed ones need new workers: a deploy, not a reload."""
+        if self.envs.get(name) != values:
+            self.served.pop(name, None)
+            self.reloads.forget(name)
+        server.model_env(name, values)
+        self.envs[name] = values
 
     def _started(self, report: Progress) -> Engine:
         server = self.server(create=False)
@@ -311,6 +325,7 @@ class Session:
         if self._server is not None:
             self._server.stop()
         self.served.clear()
+        self.envs.clear()
         self.reloads.forget()
         self.observers.notify("stopped")
 

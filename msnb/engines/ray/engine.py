@@ -53,6 +53,7 @@ class LocalRay:
         self._cluster = self._watchdog = None
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
+        self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -110,6 +111,7 @@ class LocalRay:
             self._cluster = self._watchdog = self.root = self.client = None
             self.http_port = self._requested_port
             self._folders.clear()
+            self._env.clear()
 
     @property
     def running(self) -> bool:
@@ -157,6 +159,7 @@ class LocalRay:
         name, version = read_manifest(folder)
         args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
                 "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
+        args["env_vars"] = self._env.get(name, {})  # the replicas' constructor sets them (msnb_ray.model): no file
         self._refuse_unschedulable(name, folder)
         try:
             serve.run(msnb_ray.model(args), name=name, route_prefix=None)
@@ -170,12 +173,18 @@ class LocalRay:
 
     register = redeploy
 
+    def model_env(self, name: str, values: dict[str, str]) -> None:
+        """Give the replicas ``name`` deploys from now on these variables (set by each replica's constructor before
+        the folder loads), and no other model's."""
+        self._env[name] = dict(values)
+
     def unregister(self, name: str, version: str | None = None) -> None:
         """Delete the application ``name`` (its replicas and its folder), as ``LocalServer.unregister`` does; Ray
         serves one version per name, so ``version`` is accepted for the same call and changes nothing."""
         from ray import serve
 
         serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
+        self._env.pop(name, None)
         folder = self._folders.pop(name, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

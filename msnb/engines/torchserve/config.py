@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from msnb.engines.env_vars import ENV_DIR
 from msnb.engines.store import STORE_DIR
 from msnb.errors import ServerError
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
@@ -102,6 +103,11 @@ class Layout:
     @property
     def log_dir(self) -> Path:
         return self.workdir / "logs"
+
+    @property
+    def env_dir(self) -> Path:
+        """The models' variables (``--env``): private to the server, outside the model store and the models."""
+        return self.workdir / ENV_DIR
 
     @property
     def tmp_dir(self) -> Path:
