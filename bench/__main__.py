@@ -35,6 +35,7 @@ BENCHMARKS = (
     "ray_serve",
     "streaming",
     "stream_speed",
+    "openai_speed",
     "light_processes",
     "secret_scan",
 )
