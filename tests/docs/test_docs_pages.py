@@ -19,6 +19,7 @@ PYTHON_PAGES = [
     "widget.md",
     "serving.md",
     "hardening.md",
+    "openai-mcp.md",
 ]
 SHELL_PAGES = ["export.md", "kserve.md"]
 RAY_PAGES = ["ray.md"]  # one more local Ray: run in the Ray tier, one after another with its other Rays
