@@ -306,10 +306,10 @@ def _checkpoint(value: str | None, namespace: UserNamespace | None, base: Path) 
         )
     path = _path(value, base)
     if not path.is_file():
-        raise SpecError(
-            f"--checkpoint: {str(path)!r} does not exist.",
-            "save it first (torch.save(model.state_dict(), 'model.pt')) or name a model variable.",
-        )
+        hint = "save it first (torch.save(model.state_dict(), 'model.pt')) or name a model variable."
+        if namespace is None:  # `msnb export` reads the file: the notebook that saves the weights has not run
+            hint = f"the notebook saves it when it runs: `msnb export --execute` runs it in a fresh kernel first; or {hint}"
+        raise SpecError(f"--checkpoint: {str(path)!r} does not exist.", hint)
     return str(path)
 
 

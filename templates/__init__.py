@@ -18,6 +18,7 @@ SHARED_PREFIX = "msnb_"  # every module of the shared handler is named msnb_*.py
 # Engine adapters (msnb_ray*.py) and the protocols they answer (msnb_api*.py: OpenAI, MCP) sit beside the model folders
 # they serve, not inside an archive.
 ENGINE_ADAPTER_PREFIX = ("msnb_ray", "msnb_api")
+DEV_ENTRY = "dev_reload.py"  # the local server's dev entry (msnb.session.reload), never in an archive
 
 
 def shared_handler_files() -> tuple[Path, ...]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import logging
-import math
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +37,7 @@ try:
     from msnb_explain import Explainer, ExplainError, wants_explanation
     from msnb_explain_budget import ExplainBudget
     from msnb_fallback import FallbackRecorder
+    from msnb_faults import NO_CUDA_HINT, input_fault, no_cuda, non_finite, request_non_finite
     from msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -67,6 +66,7 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
     from .msnb_explain import Explainer, ExplainError, wants_explanation
     from .msnb_explain_budget import ExplainBudget
     from .msnb_fallback import FallbackRecorder
+    from .msnb_faults import NO_CUDA_HINT, input_fault, no_cuda, non_finite, request_non_finite
     from .msnb_load import (
         DeviceFacts,
         HandlerLoadError,
@@ -93,6 +93,10 @@ HINTS = {
     "the handler's --example; the model itself ran on inputs of the right shape.",
     "non-finite input": "the input holds NaN or Infinity (or numbers that overflow float32), so the answer does too: "
     "send finite numbers.",
+    "non-finite preprocess": "preprocess(sample) made NaN or Infinity from a finite request (a division by zero, e.g. "
+    "a standard deviation of 0, or a log of 0): run preprocess in the notebook on this request and check "
+    "torch.isfinite(...).all().",
+    "no-cuda": NO_CUDA_HINT,
     "serialise": "return JSON-serialisable values from postprocess (numbers, str, lists, dicts; tensors and numpy "
     "values are converted for you) or a whole str/bytes answer.",
     "non-finite": "strict JSON has no NaN or Infinity: check the input for values that overflow float32, or map "
@@ -310,15 +314,15 @@ class BatchHandler:
         for idx, sample in enumerate(samples):
             try:
                 inputs[idx] = self.preprocess(sample)
-            except Exception as err:
-                answers[idx] = self.error(idx, "preprocess", err)
+            except Exception as err:  # a CUDA call on a CPU worker is the code's fault, not the body's
+                answers[idx] = self.error(idx, "preprocess", err, *(HINTS["no-cuda"], 500) if no_cuda(err) else ())
         marks.append(time.perf_counter())
         outputs = self.forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
         asked = {idx: x for idx, x in inputs.items() if idx in explain}
         explained = self._explain_within_budget(asked, samples)
         marks.append(time.perf_counter())
         for idx, output in outputs.items():
-            answers[idx] = self._answer(idx, output, encode or _json_answer, inputs[idx])
+            answers[idx] = self._answer(idx, output, encode or _json_answer, inputs[idx], samples[idx])
         for idx, explanation in explained.items():
             answers[idx] = self._explanation(idx, explanation, encode or _json_answer)
         marks.append(time.perf_counter())
@@ -364,11 +368,11 @@ class BatchHandler:
         # postprocess always sees CPU tensors, on a GPU worker as on the notebook's CPU.
         return to_device(self.inference(self.model, to_device(batch, self.device)), torch.device("cpu"))
 
-    def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any], model_input: Any = None) -> Any:
+    def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any], model_input=None, sample=None) -> Any:
         if isinstance(output, _Failed):
-            if output.stage == "inference" and _input_fault(output.error):  # the request is at fault: 400
+            if output.stage == "inference" and input_fault(output.error):  # the request is at fault: 400
                 return self.error(idx, output.stage, output.error, hint=HINTS["input"], status=400)
-            return self.error(idx, output.stage, output.error)
+            return self.error(idx, output.stage, output.error, HINTS["no-cuda"] if no_cuda(output.error) else None)
         try:
             result = self.postprocess(output)
         except Exception as err:
@@ -376,9 +380,10 @@ class BatchHandler:
         try:
             return encode(idx, result)
         except NonFiniteError as err:
-            if _non_finite(model_input):
+            if non_finite(model_input) and request_non_finite(sample):  # the client sent them: 400
                 return self.error(idx, "serialise", err, hint=HINTS["non-finite input"], status=400)
-            return self.error(idx, "serialise", err, hint=HINTS["non-finite"])
+            hint = HINTS["non-finite preprocess" if non_finite(model_input) else "non-finite"]
+            return self.error(idx, "serialise", err, hint=hint)
         except (TypeError, ValueError) as err:
             return self.error(idx, "serialise", err)
 
@@ -452,25 +457,6 @@ def _call_model(model: torch.nn.Module, batch: Any) -> Any:
 
 
 # What torch says when a tensor's shape or size does not fit a layer (a request's fault, not the model's).
-_SHAPE_FAULT = re.compile(r"shape|size of tensor|sizes? mismatch|dimension|mat1 and mat2|expected input", re.I)
-
-
-def _input_fault(err: BaseException) -> bool:
-    """A forward failure caused by the input: a shape or size mismatch, or an index out of range (embeddings)."""
-    return isinstance(err, IndexError) or (isinstance(err, RuntimeError) and bool(_SHAPE_FAULT.search(str(err))))
-
-
-def _non_finite(value: Any) -> bool:
-    """Whether a preprocessed input holds NaN or Infinity (tensors, also inside lists, tuples and dicts)."""
-    if torch.is_tensor(value):
-        return value.is_floating_point() and not bool(torch.isfinite(value).all())
-    if isinstance(value, dict):
-        return any(_non_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_non_finite(v) for v in value)
-    return isinstance(value, float) and not math.isfinite(value)
-
-
 class NonFiniteError(ValueError):
     """An answer holds NaN or Infinity: ``json.dumps`` would write them, strict JSON parsers reject them."""
 

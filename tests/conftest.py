@@ -1,5 +1,5 @@
 """Fixtures shared by every tier (tiny handlers built from source, no model downloads), and the rule that a
-test's folder is its tier: tests/kernel, tests/server, tests/browser and tests/install get that marker;
+test's folder is its tier: tests/kernel, tests/server, tests/browser, tests/install and tests/docs get that marker;
 tests/unit and tests/spine may carry none of them (they start no kernel, server or browser)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from helpers import MLP_SOURCE
 
 from msnb.spec import spec_from_source
 
-TIERS = ("kernel", "server", "browser", "install", "ray", "gpu")
+TIERS = ("kernel", "server", "browser", "install", "ray", "gpu", "docs")
 MARKER_FREE = ("unit", "spine")
 
 

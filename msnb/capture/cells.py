@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from msnb.capture.magic_lines import cell_magic_first
 from msnb.capture.rebuild import Rebuild
 from msnb.capture.runtime_names import RUNTIME_HINT, Changes, Needed, values_of
 from msnb.capture.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, origin_phrase
@@ -135,7 +136,7 @@ def _object_classes(needed: Mapping[str, Needed], namespace: Mapping[str, Any] |
 def transform(source: str) -> str | None:
     """The cell as plain Python (IPython syntax rewritten, lines kept), or None for a cell-magic cell."""
     body = source.lstrip("\n \t\r")
-    if body.startswith("%%"):
+    if body.startswith("%%") or "".join(cell_magic_first(body.splitlines(True))).startswith("%%"):
         return None
     lead = source[: len(source) - len(body)].count("\n")
     try:

@@ -23,6 +23,7 @@ from IPython.core.error import UsageError
 
 from msnb.capture.cells import capture
 from msnb.capture.local_code import search_path
+from msnb.capture.magic_lines import cell_magic_first
 from msnb.errors import CaptureError, MsnbError, OptionError, SpecError
 from msnb.options import handler_config, parse_handler_line
 from msnb.spec import HandlerSpec, Origin
@@ -130,7 +131,7 @@ def handler_cells(nb: nbformat.NotebookNode, label: str) -> list[HandlerCell]:
     """Every code cell whose first line starts with `%%ms_handler`, in file order."""
     found = []
     for number, cell in enumerate(nb.cells, start=1):
-        source = cell.get("source", "")
+        source = "".join(cell_magic_first(cell.get("source", "").splitlines(True)))  # comments above it
         if cell.get("cell_type") != "code" or not source.lstrip().startswith(MAGIC):
             continue
         first, _, body = source.lstrip().partition("\n")

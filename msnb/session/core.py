@@ -31,6 +31,7 @@ DEFAULT_EXPORT = formats.DEFAULT_EXPORT
 # The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
 ENGINES = ("torchserve", "ray")
 STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
+ENGINE_NAMES = {"torchserve": "TorchServe", "ray": "Ray Serve"}
 EngineFactory = Callable[[str, int | None], Engine]  # (engine, port) -> that engine, not started yet
 
 
@@ -189,6 +190,7 @@ class Session:
         redeploy it if it changed; ``env`` names variables of this process's environment its workers (replicas)
         get, and no other model's. Returns the server."""
         spec = self.get(name_or_spec)
+        _refuse_a_missing_gpu(spec)
         values = env_vars.resolve(env, spec.name)  # a missing variable is refused before anything starts
         self.use_engine(engine, port)
         report = progress or silent
@@ -320,7 +322,9 @@ class Session:
         """Ask the local server's ``/explanations`` for the attributions of ``data`` (default: the example)."""
         return self.predict(name, data, version, explain=True)
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Stop the server and the test processes; returns what was stopped, in words."""
+        said = self._what_runs()
         processes.close()  # the test processes too: nothing of the session keeps running
         if self._server is not None:
             self._server.stop()
@@ -328,6 +332,14 @@ class Session:
         self.envs.clear()
         self.reloads.forget()
         self.observers.notify("stopped")
+        return said
+
+    def _what_runs(self) -> str:
+        server = self.server(create=False)
+        if server is None or not server.running:
+            return "Nothing to stop: no local server runs."
+        served = ", ".join(s.line() for s in self.served.values()) or "no model"
+        return f"Stopped the local {ENGINE_NAMES[self.engine]} at {server.inference_url} (it served {served})."
 
     def status(self) -> dict[str, Any]:
         """What is defined, built and served, per handler, and where the server's URL, logs and key file are."""
@@ -422,6 +434,20 @@ def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> d
     return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
 
 
+def _refuse_a_missing_gpu(spec: HandlerSpec) -> None:
+    """``--device gpu`` on a machine without one: the local worker would run on the CPU without a word, so the
+    serve is refused (an archive for a GPU server is still built: %ms_build, msnb export)."""
+    import torch
+
+    if spec.device == "gpu" and not torch.cuda.is_available():
+        raise SpecError(
+            f"{spec.name!r} asks for --device gpu, but this machine has no GPU that torch can use "
+            "(torch.cuda.is_available() is False): its local worker would run on the CPU.",
+            "serve it here with --device auto (a GPU where there is one, else the CPU) or --device cpu; "
+            "%ms_build and `msnb export` still build it for a GPU server.",
+        )
+
+
 def _server_info(server: Engine | None, running: bool) -> dict[str, Any]:
     known = server is not None
     return {
@@ -430,8 +456,9 @@ def _server_info(server: Engine | None, running: bool) -> dict[str, Any]:
         "url": server.inference_url if running else None,
         "openai_base_url": server.openai_base_url if running else None,  # /v1 and /mcp: the same key
         "mcp_url": server.mcp_url if running else None,
-        "log_dir": str(server.log_dir) if known else None,
-        "key_file": str(server.key_file) if known and server.key_file else None,
+        # a stopped server's temporary folder is gone (logs and keys with it): name only what exists
+        "log_dir": str(server.log_dir) if running or (known and Path(server.log_dir).is_dir()) else None,
+        "key_file": str(server.key_file) if running and server.key_file else None,
     }
 
 

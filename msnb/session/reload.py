@@ -29,13 +29,13 @@ from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.options import OPTION
 from msnb.package import archive
 from msnb.spec import HandlerSpec
+from msnb.templates import DEV_ENTRY
 from msnb.templates import msnb_serving as serving
 from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
 
 if TYPE_CHECKING:
     from msnb.engines.torchserve.server import LocalServer
 
-DEV_ENTRY = "dev_reload.py"
 RELOAD, NEW_VERSION = "reload", "new version"
 # model-config keys the frontend acts on (a change needs a new registration), with the option that sets them
 FRONTEND_KEYS = {key: OPTION[name].flag for key, name in serving.FRONTEND_KEYS.items()}
@@ -54,6 +54,8 @@ class DevModel:
     generation: int = 1
     redeploy: str = NEW_VERSION
     why: str = "first deploy"  # why the last redeploy was (or was not) a reload
+    # the weights it serves, taken when they were staged: a live model trained in place since is the same object
+    weights: Any = None
 
     @property
     def version(self) -> str:
@@ -95,8 +97,8 @@ def refusal(known: DevModel | None, spec: HandlerSpec, server_pid: int | None) -
     changed = sorted({FRONTEND_KEYS.get(k, k) for k in old.keys() | new.keys() if old.get(k) != new.get(k)})
     if changed:
         return f"{', '.join(changed)} changed"
-    if checkpoint_identity(spec) != checkpoint_identity(known.spec):
-        return "the checkpoint changed"
+    if checkpoint_identity(spec) != known.weights:
+        return "the checkpoint changed (new weights)"
     return None
 
 
@@ -128,7 +130,10 @@ class Reloads:
                 why = f"version {known.version} is no longer registered"
         made: dict[str, Any] = {}
         status = deploy(server, spec, prepare=lambda path: made.update(path=path, secret=install(path)))
-        self.models[spec.name] = DevModel(spec, status, made["path"], made["secret"], server.pid, why=why)
+        weights = checkpoint_identity(spec)
+        self.models[spec.name] = DevModel(
+            spec, status, made["path"], made["secret"], server.pid, why=why, weights=weights
+        )
         return status
 
     def reload(self, server: LocalServer, known: DevModel, spec: HandlerSpec) -> ModelStatus:
@@ -147,6 +152,7 @@ class Reloads:
         if known.generation > 1:
             remove(known.model_dir / GENERATIONS / str(known.generation))
         known.spec, known.generation, known.redeploy, known.why = spec, number, RELOAD, "only code or values changed"
+        known.weights = checkpoint_identity(spec)
         return known.status
 
     def row(self, name: str, version: str) -> dict[str, Any]:

@@ -163,7 +163,10 @@ def mark_ready() -> None:
         atexit.register(_remove_if_orphaned, **json.loads(leftovers))
     marker = os.environ.pop(READY_ENV, None)
     if marker:
-        Path(marker).touch()
+        try:
+            Path(marker).touch()
+        except FileNotFoundError:  # the owner exited while we imported and removed its folder: nobody waits
+            pass
 
 
 def _remove_if_orphaned(owner: int, paths: list[str]) -> None:

@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from msnb import options
+from msnb.capture.magic_lines import msnb_lines
 from msnb.engines.chunks import print_chunks
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.raw_request import request_options
@@ -225,10 +226,9 @@ class MsnbMagics(Magics):
 
     @line_magic
     @_usage_errors
-    def ms_stop(self, line: str = "") -> views.Status:
-        """%ms_stop: stop the notebook's local TorchServe; returns the status afterwards."""
-        current().stop()
-        return views.Status(current().status())
+    def ms_stop(self, line: str = "") -> views.View:
+        """%ms_stop: stop the notebook's local server and test processes; says what it stopped."""
+        return views.View(current().stop())
 
     @line_magic
     @_usage_errors
@@ -299,6 +299,8 @@ def load_ipython_extension(ip: Any) -> None:
     HandlerSpec as its summary."""
     ip.register_magics(MsnbMagics)
     ip.set_custom_exc((MsnbError,), show_error)
+    if msnb_lines not in ip.input_transformers_cleanup:  # `%ms_serve x  # note`, comments above `%%ms_handler`
+        ip.input_transformers_cleanup.append(msnb_lines)
     warm_up()  # the test processes' fork server imports torch meanwhile
     names = lambda: current().specs  # noqa: E731 - read at completion time
     for magic in ("ms_handler", "ms_test", "ms_build", "ms_serve", "ms_predict", "ms_logs", "ms_widget"):

@@ -299,8 +299,10 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     assert value is None and "%ms_serve kserved" in out
     assert line_magic(ip, "ms_serve", "kserved")[0] is server
     assert line_magic(ip, "ms_predict", "kserved")[0] == expected
-    status, _ = line_magic(ip, "ms_stop", "")
-    assert not server.running and not status["server"]["running"]
+    server_url = server.inference_url
+    stopped, _ = line_magic(ip, "ms_stop", "")
+    assert not server.running and not line_magic(ip, "ms_status", "")[0]["server"]["running"]
+    assert repr(stopped).startswith(f"Stopped the local TorchServe at {server_url} (it served kserved v1.0")
 
 
 @pytest.mark.server

@@ -30,7 +30,8 @@ MAY_IMPORT = {
     "msnb.package": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture"),
     "msnb.trial": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package"),
     "msnb.session": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial"),
-    "msnb.ui": (*VOCABULARY, "msnb.engines", "msnb.session", "msnb.package.formats", "msnb.capture.requirement_rules"),
+    "msnb.ui": (*VOCABULARY, "msnb.engines", "msnb.session", "msnb.package.formats", "msnb.capture.requirement_rules",
+                "msnb.capture.magic_lines"),
     "msnb.cli": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial",
                  "msnb.session"),
 }  # fmt: skip

@@ -23,6 +23,7 @@ from msnb.engines.store import next_version
 from msnb.engines.torchserve.config import LIMIT_OPTIONS, Limits
 from msnb.engines.torchserve.logs import LogCursor
 from msnb.errors import ServerError
+from msnb.templates.msnb_faults import NO_CUDA_HINT, no_cuda
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 REGISTER_TIMEOUT_S = 600.0
@@ -135,10 +136,10 @@ class TorchServeClient:
         """A refused registration: take back what the server may have kept, then say why with the log lines."""
         self.unregister_version(name, version, missing_ok=True)
         message, _, _ = error_body(resp)
+        details = _details(cursor)
+        hint = NO_CUDA_HINT if no_cuda(details) else _hint(message, "read the log lines below.")
         raise ServerError(
-            f"Registering {name} {version} failed: HTTP {resp.status_code} {message}",
-            _hint(message, "read the log lines below."),
-            details=_details(cursor),
+            f"Registering {name} {version} failed: HTTP {resp.status_code} {message}", hint, details=details
         )
 
     def set_default(self, name: str, version: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from msnb.engines.torchserve.config import FRONTEND_LOG, MODEL_LOG
-from msnb.templates import shared_handler_files
+from msnb.templates import DEV_ENTRY, shared_handler_files
 
 # "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
@@ -19,6 +19,8 @@ _FALLBACK = "No module named 'ts.torch_handler."
 MAX_LINES = 60
 CRASH_LINES = 20
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(: |$)")  # "ValueError: ...", "pkg.mod.LoadError: ...", "KeyboardInterrupt"
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
 # the thread name of a worker's lines: W-<port>-<model>_<version>[-stdout|-stderr]
 _WORKER = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] W-\d+-(.+?)_[^_ ]+?(?:-std\w+)? ")
 
@@ -78,7 +80,20 @@ def worker_error(text: str) -> list[str]:
         if _FALLBACK in line:
             continue
         kept.append(line)
-    return user_frames([line for line in kept if not _is_noise(line)])
+    return user_frames(first_chain([line for line in kept if not _is_noise(line)]))
+
+
+def first_chain(lines: list[str]) -> list[str]:
+    """The first traceback chain, to its last exception line and the ``Hint:`` after it: TorchServe logs a failed
+    load again ("Load model ... exception ...", the same traceback once more), which would only repeat the cause."""
+    for i, line in enumerate(lines):
+        if not _EXCEPTION.match(line) or line.startswith("Hint:"):
+            continue
+        after = [later for later in lines[i + 1 : i + 4] if later.strip()]
+        if after and after[0].startswith(_CHAINED):
+            continue
+        return lines[: i + 1] + ([after[0]] if after and after[0].startswith("Hint:") else [])
+    return lines
 
 
 def is_library_frame(path: str) -> bool:
@@ -95,7 +110,7 @@ def is_library_frame(path: str) -> bool:
 @functools.cache
 def library_files() -> frozenset[str]:
     """The file names of the shared handler modules every archive carries (the templates' one list)."""
-    return frozenset(p.name for p in shared_handler_files())
+    return frozenset({*(p.name for p in shared_handler_files()), DEV_ENTRY})
 
 
 def user_frames(lines: list[str]) -> list[str]:

@@ -116,7 +116,9 @@ class LocalServer:
 
     def _start(self, java: str) -> None:
         for attempt in (1, 2):
-            self.layout.create()  # again after a failed attempt: its stop() may have removed the model store
+            self.layout.create()  # again after a failed attempt: its stop() may have removed the workdir
+            if self._owns_workdir:  # and with it the owner file that sweep_stale reads
+                watchdog.mark_owner(self.workdir)
             self.ports = tsconfig.choose_ports(self._requested_ports)
             tsconfig.write_config(
                 self.layout,
@@ -158,8 +160,9 @@ class LocalServer:
             if self._client is not None:
                 self._client.close()
                 self._client = None
-            if self._owns_workdir:  # registered archives (private checkpoint copies, too); the logs stay
+            if self._owns_workdir:  # a temporary workdir goes whole: archives, checkpoint copies, logs, keys
                 shutil.rmtree(self.layout.model_store, ignore_errors=True)
+                shutil.rmtree(self.workdir, ignore_errors=True)
             # TorchServe's scratch (pid file, worker sockets, unpacked models; a folder in /tmp when the workdir
             # is deep) and the keys of a server that no longer runs.
             shutil.rmtree(self.layout.tmp_dir, ignore_errors=True)

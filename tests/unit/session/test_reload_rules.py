@@ -13,7 +13,7 @@ from ts.context import Context, RequestProcessor
 
 from msnb.engines.models import ModelStatus
 from msnb.package import archive
-from msnb.session.reload import DEV_ENTRY, DevModel, install, mark_current, refusal
+from msnb.session.reload import DEV_ENTRY, DevModel, checkpoint_identity, install, mark_current, refusal
 from msnb.spec import spec_from_source
 from msnb.templates import dev_reload
 from msnb.trial.runner import predict_in_process
@@ -37,7 +37,8 @@ def ckpt(tmp_path):
 
 
 def known(spec) -> DevModel:
-    return DevModel(spec, ModelStatus(spec.name, spec.version, True, ()), None, "s", pid=42)
+    status = ModelStatus(spec.name, spec.version, True, ())
+    return DevModel(spec, status, None, "s", pid=42, weights=checkpoint_identity(spec))
 
 
 def test_a_built_mar_holds_no_reload_machinery(tmp_path, ckpt):
@@ -81,6 +82,15 @@ def test_a_changed_checkpoint_is_not_a_reload(tmp_path, ckpt):
     served = spec_from_source("mlp", source(1), checkpoint=mlp_model(8).state_dict())
     other = torch.nn.Linear(4, 3).state_dict()
     assert "checkpoint" in refusal(known(served), spec_from_source("mlp", source(1), checkpoint=other), 42)
+
+
+def test_a_live_model_trained_in_place_after_serving_takes_a_new_version_as_the_docs_say():
+    model = mlp_model(8)
+    served = known(spec_from_source("mlp", source(1), checkpoint=model))
+    with torch.no_grad():
+        model.fc1.weight.add_(1.0)  # retrained in the notebook: the same object, new weights
+    why = refusal(served, spec_from_source("mlp", source(1), checkpoint=model), 42)
+    assert why == "the checkpoint changed (new weights)"  # docs/edit-loop.md: new weights are a new version
 
 
 def context(model_dir, headers: list[dict]) -> Context:

@@ -12,7 +12,7 @@ from msnb.session.core import Session
 
 
 class FakeServer:
-    running, pid = True, 4242
+    running, pid, inference_url = True, 4242, "http://127.0.0.1:8080"
 
     def __init__(self):
         self.stopped = False

@@ -11,6 +11,7 @@ from ts.context import RequestProcessor
 
 from msnb.engines.torchserve.logs import is_library_frame, library_files
 from msnb.package.archive import shared_handler_files
+from msnb.templates import DEV_ENTRY
 
 
 def test_a_wrong_shape_input_is_a_400_with_the_input_hint_and_the_rest_answer(tmp_path):
@@ -35,6 +36,26 @@ def test_a_non_finite_input_is_a_400_a_non_finite_answer_from_finite_input_a_500
     overflowing = loaded(tmp_path, nn.Identity(), preprocess_function=to_x, postprocess_function=lambda o: o * 1e39)
     answers, codes = predict(overflowing[0], overflowing[1], [{"x": [1, 0, 0, 0]}])
     assert codes == [500] and "strict JSON has no NaN" in answers[0]["hint"]
+
+
+def test_nan_that_preprocess_makes_from_a_finite_request_is_the_handler_s_fault_not_the_client_s(tmp_path):
+    def standardise(sample):  # a standard deviation of 0 in the notebook's statistics: 0 / 0
+        return (torch.tensor(sample["x"], dtype=torch.float32) - 1.0) / torch.zeros(4)
+
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=standardise)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3, 4]}])
+    assert codes == [500] and "preprocess(sample) made NaN" in answers[0]["hint"]
+    assert "send finite numbers" not in answers[0]["hint"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the call succeeds where there is a GPU")
+def test_a_cuda_call_in_preprocess_on_a_cpu_worker_is_not_hinted_as_a_bad_body(tmp_path):
+    def on_cuda(sample):
+        return torch.tensor(sample["x"], dtype=torch.float32).cuda()  # no GPU here: torch raises
+
+    handle, ctx, _ = loaded(tmp_path, nn.Identity(), preprocess_function=on_cuda)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3, 4]}])
+    assert codes == [500] and "CUDA" in answers[0]["hint"] and "request body" not in answers[0]["hint"]
 
 
 def test_a_model_bug_stays_a_500(tmp_path):
@@ -62,7 +83,7 @@ def test_the_default_explanation_s_failure_hint_names_integrated_gradients_not_a
 
 def test_traceback_folding_knows_every_shared_module():
     names = {p.name for p in shared_handler_files()}
-    assert library_files() == names and len(names) >= 7
+    assert library_files() == names | {DEV_ENTRY} and len(names) >= 7
     assert all(is_library_frame(f"/tmp/models/abc/{name}") for name in names)
     assert not is_library_frame("/tmp/models/abc/handler_model.py")
 

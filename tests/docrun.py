@@ -1,0 +1,186 @@
+"""Run a docs page as a reader would: its examples in order, from an empty folder, in one real Jupyter kernel.
+
+The page is the source of truth; nothing here adds setup. How a page marks its blocks (docs/testing.md):
+
+- a ```` ```python ```` block is a notebook cell, run in order in one kernel (``%load_ext msnb`` is on the page);
+- a block titled with a file name (```` ```python title="mypkg/__init__.py" ````, ```` ```yaml title="model-config.yaml"
+  ````) is a file the reader saves: it is written into the folder before the cells after it run;
+- a ```` ```text title="Output" ```` block right after a cell (or a shell block) is what that cell prints: the run
+  must print it (doctest's rules: ``...`` stands for any text, runs of spaces and newlines compare equal);
+  ```` ```text title="Error" ```` says the cell fails, and with that text;
+- on a shell page, each ```` ```bash ```` block runs in ``bash -euo pipefail`` in the same folder, in order;
+- blocks inside a folded admonition (``??? example "Setup"``, indented) count like any other;
+- any other block (``text``, ``yaml``, a python block titled ``excerpt: ...``) is shown, not run.
+"""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+CELL_TIMEOUT_S = 120  # a Ray start on a busy 2-core machine; nbclient stalls now and then (FACTS.md)
+_FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>[^`]*)$")
+_TITLE = re.compile(r'title="(?P<title>[^"]*)"')
+_FILE_NAME = re.compile(r"^[\w.-]+(/[\w.-]+)*\.\w+$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CHECKER = doctest.OutputChecker()
+_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+@dataclass
+class Block:
+    kind: str  # "cell", "file", "shell", "output", "error", "shown"
+    text: str
+    title: str = ""
+    line: int = 0  # where the block starts on the page (1-based)
+    expect: Block | None = None  # the Output/Error block that follows a cell or a shell block
+
+
+def blocks(page: Path) -> list[Block]:
+    """The page's fenced blocks in order, each with its kind; an Output/Error block is attached to the block before."""
+    found: list[Block] = []
+    lines = page.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if not opening or not opening["info"].strip():
+            i += 1
+            continue
+        indent, info = opening["indent"], opening["info"].strip()
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```" and lines[j].startswith(indent))
+        text = "\n".join(line[len(indent) :] for line in lines[i + 1 : end]) + "\n"
+        block = _classify(info, text, i + 1)
+        if block.kind in ("output", "error") and found and found[-1].kind in ("cell", "shell"):
+            found[-1].expect = block
+        found.append(block)
+        i = end + 1
+    return found
+
+
+def _classify(info: str, text: str, line: int) -> Block:
+    language = info.split()[0].lstrip("{.").rstrip("}")
+    titled = _TITLE.search(info)
+    title = titled["title"] if titled else ""
+    if language == "python" and not title:
+        return Block("cell", text, line=line)
+    if _FILE_NAME.match(title):
+        return Block("file", text, title, line)
+    if language in ("bash", "console", "shell", "sh"):
+        return Block("shell", text, title, line)
+    if language == "text" and title in ("Output", "Error"):
+        return Block(title.lower(), text, title, line)
+    return Block("shown", text, title, line)
+
+
+def matches(expected: str, got: str) -> bool:
+    return _CHECKER.check_output(expected, got, _FLAGS)
+
+
+def cell_text(cell: nbformat.NotebookNode) -> str:
+    """What a reader sees under a cell: its printed streams, the text of its displays and results, its error."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif out.output_type in ("display_data", "execute_result"):
+            parts.append(out.get("data", {}).get("text/plain", ""))
+        elif out.output_type == "error":
+            parts.append(_ANSI.sub("", "\n".join(out.get("traceback", [])) or f"{out.ename}: {out.evalue}"))
+    return "\n".join(parts)
+
+
+def run_python_page(page: Path, workdir: Path, cell_timeout: int = CELL_TIMEOUT_S) -> list[str]:
+    """Run ``page``'s cells in order in one kernel in ``workdir``; returns the problems found (empty: the page runs).
+    The executed notebook is kept beside as ``executed-PAGE.ipynb``, to read what each cell showed."""
+    problems: list[str] = []
+    page_blocks = [b for b in blocks(page) if b.kind in ("cell", "file")]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(b.text.rstrip("\n")) for b in page_blocks])
+    client = NotebookClient(
+        nb, kernel_name="python3", timeout=cell_timeout, resources={"metadata": {"path": str(workdir)}}
+    )
+    try:
+        with client.setup_kernel(env=scratch_env(workdir)):
+            for index, (block, cell) in enumerate(zip(page_blocks, nb.cells, strict=True)):
+                if block.kind == "file":
+                    (workdir / block.title).parent.mkdir(parents=True, exist_ok=True)
+                    (workdir / block.title).write_text(block.text)
+                    continue
+                failed = None
+                try:
+                    client.execute_cell(cell, index)
+                except (CellExecutionError, CellTimeoutError) as err:
+                    failed = f"{type(err).__name__}: {err}"
+                problems += _judge(page, block, cell_text(cell), failed)
+                if failed and not (block.expect and block.expect.kind == "error"):
+                    break  # a reader stops at the first cell that fails
+    finally:
+        nbformat.write(nb, workdir / f"executed-{page.stem}.ipynb")
+    return problems
+
+
+def scratch_env(workdir: Path) -> dict[str, str]:
+    """The reader's environment: this Python's bin first on PATH; HOME and IPYTHONDIR in a scratch folder beside
+    ``workdir`` (Jupyter and msnb write there). TMPDIR stays the run's: a worker socket path must stay short."""
+    scratch = workdir.parent / f"{workdir.name}-home"
+    scratch.mkdir(exist_ok=True)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return dict(os.environ, HOME=str(scratch), IPYTHONDIR=str(scratch / ".ipython"), PATH=path)
+
+
+def run_shell_page(page: Path, workdir: Path) -> list[str]:
+    """Run ``page``'s bash blocks in order in ``workdir``, each in ``bash -euo pipefail``, with this Python's bin first.
+
+    Each block runs in a session of its own with a TMPDIR of its own (TorchServe keeps one pid file per TMPDIR);
+    whatever a block left running (a server it started in the background) is ended with it, as a closed terminal
+    would end it."""
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="msnbdoc-") as tmp:
+        env = dict(scratch_env(workdir), TMPDIR=tmp)
+        for block in blocks(page):
+            if block.kind != "shell":
+                continue
+            done = subprocess.Popen(
+                ["bash", "-euo", "pipefail", "-c", block.text], cwd=workdir, env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            )  # fmt: skip
+            try:
+                out = done.communicate(timeout=CELL_TIMEOUT_S * 2)[0]
+            finally:
+                _end_session(done)
+            failed = f"exit {done.returncode}\n{out[-3000:]}" if done.returncode else None
+            problems += _judge(page, block, out, failed)
+            if failed and not (block.expect and block.expect.kind == "error"):
+                break
+    return problems
+
+
+def _end_session(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def _judge(page: Path, block: Block, got: str, failed: str | None) -> list[str]:
+    where = f"{page.name}, the block on line {block.line}"
+    expect = block.expect
+    if failed and not (expect and expect.kind == "error"):
+        return [f"{where} fails as written:\n{failed}"]
+    if not failed and expect and expect.kind == "error":
+        return [f"{where} should fail (the page shows an Error after it) but ran:\n{got}"]
+    if expect and not matches(expect.text, got):
+        return [f"{where} printed something else than the page shows:\n--- page\n{expect.text}--- run\n{got}"]
+    return []
