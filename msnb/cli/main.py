@@ -33,7 +33,7 @@ one archive per handler into OUTDIR. Relative paths in the options (--checkpoint
 Names bound at run time (a vocabulary built by a loop, a literal changed later) are refused there; with
 --execute the notebook first runs top to bottom in a fresh kernel (its folder as the cwd) and its
 handlers are exported as that kernel captured them, runtime values snapshotted as data."""
-SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive
+SERVE_HELP = """Start a private TorchServe (or with --engine ray a local Ray Serve) on 127.0.0.1 (free ports, token auth on), register every archive
 found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
 `msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
 reported (with its worker log lines) and the others are served; the exit code is 1 only when none loads. While it runs, its URL,
@@ -164,6 +164,16 @@ def _add_serve(sub) -> None:
     srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
+    srv.add_argument(
+        "--engine",
+        choices=("torchserve", "ray"),
+        default="torchserve",
+        help="torchserve (default), or ray: the same archives loaded by TorchServe's worker code on a local Ray Serve "
+        '(needs pip install "msnb[ray]")',
+    )
+    srv.add_argument(
+        "--envelope", metavar="NAME", help="with --engine ray: TorchServe's service_envelope (e.g. kserve, kservev2)"
+    )
     _limit_arguments(srv, "of the server")
     srv.set_defaults(run=_serve)
 
@@ -269,6 +279,10 @@ def _serve(args: argparse.Namespace) -> int:
     from msnb.engines.torchserve import LocalServer
 
     archives = find_archives(args.paths)
+    if args.engine == "ray":
+        from msnb.cli.serve_ray import serve_on_ray
+
+        return serve_on_ray(archives, args.state, args.envelope, _wait)
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
@@ -383,9 +397,8 @@ def send(name: str, data, *, version=None, url=None, token_file=None, state=None
     if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
         record = _server(state, server)
         print(f"answered by {record.describe()}", file=sys.stderr, flush=True)
-        client = TorchServeClient(
-            record.inference_url, record.management_url, keys=Keys(Path(record.key_file), record.management_url)
-        )
+        management = record.management_url or None  # none on Ray Serve: its key is never renewed
+        client = TorchServeClient(record.inference_url, management, keys=Keys(Path(record.key_file), management))
     else:  # a server given by --url: its key is used as given, never renewed
         client = TorchServeClient.connect(url, token_file)
     if stream:

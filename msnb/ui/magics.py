@@ -82,6 +82,21 @@ def _progress(label: str) -> Callable[[str, float], None]:
     return report
 
 
+# A request as a client sends it, the same options on %ms_test, %ms_predict and %ms_explain (read by ``_request``).
+REQUEST_ARGUMENTS = (
+    argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example"),
+    argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it"),
+    argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)"),
+    argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)"),
+)
+
+
+def _request_arguments(magic: Callable) -> Callable:
+    for declare in reversed(REQUEST_ARGUMENTS):
+        magic = declare(magic)
+    return magic
+
+
 @magics_class
 class MsnbMagics(Magics):
     """``%load_ext msnb`` registers these; each calls one ``msnb.session.Session`` method."""
@@ -106,10 +121,7 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
-    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
-    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
-    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
-    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
+    @_request_arguments
     @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
     @argument(
         "--describe",
@@ -181,12 +193,9 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @_request_arguments
     @argument("--version", help="a model version (default: the served one)")
     @argument("--stream", action="store_true", help="print the answer's chunks as they arrive; returns their list")
-    @argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it")
-    @argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)")
-    @argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)")
     def ms_predict(self, line: str) -> Any:
         """%ms_predict NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V] [--stream]:
         ask the local server; returns the answer (with --stream: prints each chunk as it arrives and returns the list
@@ -206,13 +215,14 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example")
+    @_request_arguments
     @argument("--version", help="a model version (default: the served one)")
     def ms_explain(self, line: str) -> Explanation:
-        """%ms_explain NAME [--data ...] [--version V]: ask the local TorchServe's /explanations; shows the
-        attributions as bars (``.answer`` holds the data). Without an ``explain`` role: Integrated Gradients."""
+        """%ms_explain NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V]: ask the
+        local server's /explanations; shows the attributions as bars (``.answer`` holds the data). Without an
+        ``explain`` role: Integrated Gradients."""
         args = parse_argstring(self.ms_explain, line)
-        data = self._data(args.data) if args.data is not None else None
+        data = self._request(args)  # None: the handler's --example
         return Explanation(current().explain(args.name, data, version=args.version))
 
     @line_magic

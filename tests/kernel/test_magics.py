@@ -167,6 +167,10 @@ def test_ms_explain_asks_the_served_model(ip, session):
     assert served.answer["target"] == local.answer["target"], out
     assert served.attributions == pytest.approx(local.attributions, abs=1e-5)
     assert "[  0]" in repr(served)
+    sent = """kexserved --data-binary '{"x": [1, 2, 3, 4]}' --content-type application/json --header x-trace:1"""
+    raw, out = line_magic(ip, "ms_explain", sent)  # the body as a client sends it, with %ms_predict's options
+    assert raw.answer["target"] == served.answer["target"], out
+    assert raw.attributions == pytest.approx(served.attributions, abs=1e-6)
     bad, out = line_magic(ip, "ms_explain", """kexserved --data '{"x": [1, 2, 3, 4], "target": 5}'""")
     assert bad is None and "HTTP 400" in out and "Hint: send a 'target' from 0 to 2" in out
 

@@ -152,7 +152,7 @@ def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exporte
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_ray_context\n"
         "from msnb.templates import msnb_ray\n"
-        "print(msnb_ray.make_context.__module__, msnb_ray.RayMetrics.__module__)\n"
+        "print(msnb_ray.ChunkSocket.__module__, msnb_ray.RayMetrics.__module__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["msnb.templates.msnb_ray_context"] * 2
