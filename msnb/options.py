@@ -16,6 +16,22 @@ from msnb.errors import OptionError, SpecError
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
 ALLOW_FLAG = "--allow-files"  # `msnb export`'s option naming a further folder the notebook may take files from
+# The request options of %ms_test, %ms_predict (and --data of %ms_explain) and `msnb predict`, declared once:
+# flag -> argparse's keyword arguments.
+REQUEST_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "--data": {
+        "metavar": "JSON|@FILE",
+        "help": "input: inline JSON, or @file (JSON, else raw bytes); a magic also takes a variable, and defaults to "
+        "the handler's --example",
+    },
+    "--data-binary": {"metavar": "@FILE|TEXT", "help": "sent as raw bytes, as curl -T / --data-binary @file send it"},
+    "--content-type": {"help": "the request's Content-Type (with --data-binary: default octet-stream)"},
+    "--header": {
+        "action": "append",
+        "metavar": "NAME:VALUE",
+        "help": "a request header, repeatable (e.g. ts_request_sequence_id:s1)",
+    },
+}
 
 
 @dataclass(frozen=True)

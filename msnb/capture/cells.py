@@ -37,11 +37,11 @@ def capture(
 
     For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
     straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
-    ``search_path`` (see ``bundle.search_path``) the local modules the code imports are bundled and
+    ``search_path`` (see ``local_code.search_path``) the local modules the code imports are bundled and
     its third-party imports pinned as requirements. Names the code uses that are bound at run time (or
     by a literal changed later) are snapshotted from ``namespace`` (the kernel's); without one they are refused.
     """
-    include = config.pop("include_files", ())  # package data named to travel (see bundle.make_hermetic)
+    include = config.pop("include_files", ())  # package data named to travel (see local_code.make_hermetic)
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
     named = config.pop("handler", None)

@@ -2,7 +2,7 @@
 export only from the notebook's own folder or a folder the person exporting allows, and never one holding a secret.
 
 ``msnb export`` runs on notebooks people did not write (in CI): a line like ``--checkpoint ~/.ssh/id_ed25519`` must
-not copy the exporting machine's files into an archive. In the kernel the user is the author: a warning is enough.
+not copy the exporting machine's files into an archive. In the kernel the user is the author: nothing is refused.
 """
 
 from __future__ import annotations
@@ -64,8 +64,3 @@ def refusal(spec: Any, line: str | None, notebook: Path, allowed: Sequence[Path]
         f"move the file into the notebook's folder ({folder}), or, if you trust this notebook, allow the folder "
         f"with {ALLOW_FLAG} DIR; a file holding a secret never travels (keep secrets on the server).",
     )
-
-
-def kernel_warnings(spec: Any, base: Path) -> tuple[str, ...]:
-    """In the kernel the user is the author: the same findings, as warnings."""
-    return tuple(f"{p} (it is shipped because you named it)" for p in problems(named_paths(spec, None, base), [base]))

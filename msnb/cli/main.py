@@ -18,7 +18,7 @@ from msnb.engines.torchserve.config import (
     Limits,
 )
 from msnb.errors import MsnbError, OptionError, ServerError, shown
-from msnb.options import ALLOW_FLAG
+from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 
 OK, FAILED, USAGE = 0, 1, 2
@@ -182,17 +182,8 @@ def _add_predict(sub) -> None:
     pre = _add_command(sub, "predict", "send one input to a served model", PREDICT_HELP)
     pre.add_argument("name", help="model name (/predictions/NAME)")
     given = pre.add_mutually_exclusive_group(required=True)
-    given.add_argument("--data", metavar="JSON|@FILE", help="inline JSON, or @file (JSON, else raw bytes)")
-    given.add_argument(
-        "--data-binary", metavar="@FILE|TEXT", help="sent as raw bytes, as curl -T / --data-binary @file send it"
-    )
-    pre.add_argument("--content-type", help="the request's Content-Type (with --data-binary: default octet-stream)")
-    pre.add_argument(
-        "--header",
-        action="append",
-        metavar="NAME:VALUE",
-        help="a request header, repeatable (ts_request_sequence_id:s1)",
-    )
+    for flag, declared in REQUEST_ARGUMENTS.items():
+        (given if flag in ("--data", "--data-binary") else pre).add_argument(flag, **declared)
     pre.add_argument("--version", help="model version (default: the default version)")
     pre.add_argument(
         "--url", help="inference URL, e.g. http://127.0.0.1:8080 (default: from `msnb serve`'s state file)"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from msnb.engines.torchserve.models import ModelStatus
+from msnb.engines.models import ModelStatus
 from msnb.engines.torchserve.store import ModelStore
 
 

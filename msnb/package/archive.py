@@ -69,7 +69,7 @@ def build(
 ) -> Path:
     """Build ``<export_path>/<archive_name>.mar`` (or a no-archive folder) from ``spec``; runs no user code.
 
-    Whether to run the handler first (``localtest.validate``) is the caller's decision.
+    Whether to run the handler first (``trial.runner.validate``) is the caller's decision.
     """
     if fmt not in FORMATS:
         raise BuildError(f"Unknown archive format {fmt!r}.", f"use one of {', '.join(FORMATS)}.")

@@ -1,8 +1,8 @@
 """The notebook's Python API: handler specs by name, and test/build/serve/predict/stop over them.
 
 The magics, the widget and the top-level ``msnb.*`` functions are thin layers over one ``Session``;
-each step itself lives in capture / localtest / archive / msnb.engines.torchserve. This is the layer that
-decides to run user code (``localtest``) before packing, and that turns a spec into an archive the
+each step itself lives in capture / package / trial / msnb.engines. This is the layer that
+decides to run user code (``trial``) before packing, and that turns a spec into an archive the
 server can take (``deploy``).
 """
 

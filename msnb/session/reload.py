@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from msnb.engines.models import ModelStatus
 from msnb.engines.torchserve.client import _details
-from msnb.engines.torchserve.models import ModelStatus
 from msnb.engines.torchserve.store import MANIFEST
 from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree

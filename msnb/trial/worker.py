@@ -21,8 +21,8 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
+from msnb.engines.models import RawRequest, encode
 from msnb.engines.torchserve.logs import user_frames
-from msnb.engines.torchserve.models import RawRequest, encode
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.archive import CONFIG, checkpoint_name, shared_handler_files
@@ -210,7 +210,7 @@ def _batch_mismatch(spec: HandlerSpec, out: Any, size: int) -> tuple[str, str]:
 
 
 def _user_frames(err: BaseException) -> str:
-    """The traceback of a user's handler from the rendered module down (not localtest's own frames)."""
+    """The traceback of a user's handler from the rendered module down (not the trial's own frames)."""
     frames = traceback.extract_tb(err.__traceback__)
     start = next((i for i, f in enumerate(frames) if f.filename.endswith(f"{HANDLER_MODULE}.py")), 0)
     lines = traceback.format_list(frames[start:]) + traceback.format_exception_only(err)

@@ -16,6 +16,7 @@ from msnb import options
 from msnb.engines.chunks import print_chunks
 from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
+from msnb.options import REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.core import ENGINES, current, warm_up
 from msnb.spec import HandlerSpec, Origin
@@ -60,6 +61,17 @@ def _handler_options(func: Callable) -> Callable:
     return func
 
 
+def _request_arguments(*flags: str) -> Callable:
+    """IPython magic arguments for the named request options (their one declaration: ``REQUEST_ARGUMENTS``)."""
+
+    def add(func: Callable) -> Callable:
+        for flag in reversed(flags):
+            func = argument(flag, **REQUEST_ARGUMENTS[flag])(func)
+        return func
+
+    return add
+
+
 def _progress(label: str) -> Callable[[str, float], None]:
     """A progress callback that updates one display in place (a bar in notebooks, a line in a terminal).
 
@@ -80,21 +92,6 @@ def _progress(label: str) -> Callable[[str, float], None]:
             handle.update(view)
 
     return report
-
-
-# A request as a client sends it, the same options on %ms_test, %ms_predict and %ms_explain (read by ``_request``).
-REQUEST_ARGUMENTS = (
-    argument("--data", help="input: JSON, @file (JSON or raw bytes) or a variable; default: the handler's --example"),
-    argument("--data-binary", help="@file (or text) sent as raw bytes, as curl -T / --data-binary send it"),
-    argument("--content-type", help="the request's Content-Type (with --data-binary; default octet-stream)"),
-    argument("--header", action="append", help="NAME:VALUE, repeatable (e.g. ts_request_sequence_id:s1)"),
-)
-
-
-def _request_arguments(magic: Callable) -> Callable:
-    for declare in reversed(REQUEST_ARGUMENTS):
-        magic = declare(magic)
-    return magic
 
 
 @magics_class
@@ -121,7 +118,7 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name (from its %%ms_handler line)")
-    @_request_arguments
+    @_request_arguments(*REQUEST_ARGUMENTS)
     @argument("--explain", action="store_true", help="explain the input (as /explanations does) instead of predicting")
     @argument(
         "--describe",
@@ -193,7 +190,7 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @_request_arguments
+    @_request_arguments(*REQUEST_ARGUMENTS)
     @argument("--version", help="a model version (default: the served one)")
     @argument("--stream", action="store_true", help="print the answer's chunks as they arrive; returns their list")
     def ms_predict(self, line: str) -> Any:
@@ -215,7 +212,7 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @_request_arguments
+    @_request_arguments(*REQUEST_ARGUMENTS)
     @argument("--version", help="a model version (default: the served one)")
     def ms_explain(self, line: str) -> Explanation:
         """%ms_explain NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V]: ask the

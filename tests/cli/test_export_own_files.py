@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from types import SimpleNamespace
 
 from helpers import handler, run, standard
-
-from msnb.capture import named_files
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
 
@@ -65,15 +62,3 @@ def test_a_private_key_inside_the_notebook_folder_is_refused_as_checkpoint(tmp_p
     code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out")
     assert code == 1 and "--checkpoint" in err and "holds a secret (Private Key, line 1)" in err
     assert not (tmp_path / "out" / "mlp.mar").exists()
-
-
-def test_in_the_kernel_the_author_is_warned_but_the_file_travels(tmp_path):
-    outside = tmp_path / "outside.txt"
-    outside.write_text("x")
-    (tmp_path / "nb").mkdir()
-    spec = SimpleNamespace(extra_files=(str(outside),), checkpoint=None)
-    [warning] = named_files.kernel_warnings(spec, tmp_path / "nb")
-    assert (
-        f"--extra-files {str(outside)!r} is outside the notebook's folder (it is shipped because you named it)"
-        == warning
-    )

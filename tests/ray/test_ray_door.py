@@ -21,8 +21,8 @@ from helpers import run
 from test_ray_notebook import HANDLER, NET_CELL, cell, truth
 
 import msnb.session.core
+from msnb.engines.models import PredictionError
 from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
-from msnb.engines.torchserve.models import PredictionError
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")
 LINE = """rdoor --batch-size 8 --max-batch-delay 500 --example '{"x": [1, 2, 3, 4]}'"""

@@ -22,8 +22,8 @@ from ts_context_handlers import (
 )
 
 from msnb.capture.cells import capture
+from msnb.engines.models import RawRequest
 from msnb.engines.torchserve import LocalServer
-from msnb.engines.torchserve.models import RawRequest
 from msnb.errors import ServerError
 from msnb.session.core import deploy
 

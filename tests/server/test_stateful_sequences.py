@@ -14,7 +14,7 @@ import torch
 from helpers import TS_STATEFUL_CONFIG, TS_STATEFUL_HANDLER, TS_STATEFUL_MODEL, build_mar, eager_files, make_notebook
 
 from msnb.capture.notebook import load_handlers
-from msnb.engines.torchserve.models import PredictionError
+from msnb.engines.models import PredictionError
 from msnb.engines.torchserve.raw_request import from_options
 from msnb.session.core import deploy
 

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.torchserve import watchdog
 from msnb.engines.torchserve.auth import Keys, write_key_file
 from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, STORE_DIR
-from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
 from msnb.engines.torchserve.store import ModelStore, read_manifest
 from msnb.errors import ServerError
 

@@ -13,8 +13,8 @@ _LAZY = {
     "LocalServer": "msnb.engines.torchserve.server",
     "default_server": "msnb.engines.torchserve.server",
     "TorchServeClient": "msnb.engines.torchserve.client",
-    "ModelStatus": "msnb.engines.torchserve.models",
-    "PredictionError": "msnb.engines.torchserve.models",
+    "ModelStatus": "msnb.engines.models",
+    "PredictionError": "msnb.engines.models",
 }
 
 

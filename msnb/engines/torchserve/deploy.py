@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from msnb.engines.models import ModelStatus
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
-from msnb.engines.torchserve.models import ModelStatus
 from msnb.engines.torchserve.store import ModelStore, check_identity, read_manifest
 from msnb.errors import Interrupted, ServerError
 

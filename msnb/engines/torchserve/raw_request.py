@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from msnb.engines.torchserve.models import RAW_TYPE, RawRequest
+from msnb.engines.models import RAW_TYPE, RawRequest
 from msnb.errors import OptionError
 
 __all__ = ["RawRequest", "from_options", "request_options"]

@@ -21,12 +21,12 @@ from typing import Any
 
 import psutil
 
+from msnb.engines.models import ModelStatus
 from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve import deploy, watchdog
 from msnb.engines.torchserve.auth import Keys
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
-from msnb.engines.torchserve.models import ModelStatus
 from msnb.engines.torchserve.store import ModelStore
 from msnb.engines.torchserve.watchdog import TEMP_PREFIX
 from msnb.errors import ServerError

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.torchserve import deploy
-from msnb.engines.torchserve.models import ModelStatus, WorkerStatus
 from msnb.engines.torchserve.store import ModelStore, next_version
 from msnb.errors import Interrupted, ServerError
 

@@ -9,8 +9,8 @@ import pytest
 from helpers import MLP_MODEL, strict_loads
 
 from msnb import options
+from msnb.engines.models import encode
 from msnb.engines.torchserve import config as tsconfig
-from msnb.engines.torchserve.models import encode
 from msnb.engines.torchserve.store import check_identity
 from msnb.errors import MsnbError, SpecError
 from msnb.spec import spec_from_source

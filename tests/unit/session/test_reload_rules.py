@@ -11,7 +11,7 @@ import torch
 from helpers import MLP_MODEL, mlp_model
 from ts.context import Context, RequestProcessor
 
-from msnb.engines.torchserve.models import ModelStatus
+from msnb.engines.models import ModelStatus
 from msnb.package import archive
 from msnb.session.reload import DEV_ENTRY, DevModel, install, mark_current, refusal
 from msnb.spec import spec_from_source

@@ -1,4 +1,5 @@
-"""What TorchServe says about models: their status, request bodies and answers, errors."""
+"""What an engine says about its models, in TorchServe's API (Ray Serve's router answers it too): their status,
+request bodies and answers, errors."""
 
 from __future__ import annotations
 
