@@ -203,13 +203,21 @@ def describe_entry(name: str, manifest: dict, config: dict) -> dict:
 
 def metadata(answer: Any) -> dict:
     """A describe answer as TorchServe's frontend turns it into customizedMetadata: JSON text parsed; anything
-    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``)."""
+    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``); members whose
+    value is null are left out, as TorchServe's Gson writes them (found by ``msnb compare``)."""
     if isinstance(answer, (bytes, bytearray, str)):
         try:
             answer = json.loads(answer)
         except ValueError:
             return {}
-    return answer if isinstance(answer, dict) else {}
+    return without_nulls(answer) if isinstance(answer, dict) else {}
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null object member left out, at any depth (Gson's default; list items are kept)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return [without_nulls(v) for v in value] if isinstance(value, list) else value
 
 
 def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:

@@ -40,8 +40,10 @@ def enter(folder: Path) -> Path:
 
 
 def requirements_of(folder: Path) -> list[str]:
-    """The folder's requirements.txt lines (PEP 508 requirements; comments and blank lines dropped)."""
-    path = folder / REQUIREMENTS
+    """The lines of the folder's requirements file (the manifest's requirementsFile, else requirements.txt;
+    PEP 508 requirements; comments and blank lines dropped)."""
+    named = (read_folder(folder)[0].get("model") or {}).get("requirementsFile")
+    path = folder / Path(named or REQUIREMENTS).name
     lines = path.read_text().splitlines() if path.is_file() else []
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 

@@ -77,10 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict,compare}")
     _add_export(sub)
     _add_serve(sub)
     _add_predict(sub)
+    _add_compare(sub)
     return parser
 
 
@@ -91,7 +92,12 @@ def _add_command(sub, name: str, summary: str, description: str) -> argparse.Arg
 
 def _add_export(sub) -> None:
     exp = _add_command(sub, "export", "notebook -> .mar files (runs the notebook only with --execute)", EXPORT_HELP)
-    exp.add_argument("notebook", help="the .ipynb file")
+    exp.add_argument(
+        "notebook",
+        nargs="+",
+        metavar="NOTEBOOK | ARCHIVE...",
+        help="the .ipynb file; or, with --ray, archives torch-model-archiver made (.mar, tgz, folders, stores)",
+    )
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
     exp.add_argument(
         "-o", "--outdir", help=f"folder for the archives (default: {DEFAULT_EXPORT}, or none with --kserve)"
@@ -195,6 +201,24 @@ def _add_predict(sub) -> None:
     pre.set_defaults(run=_predict)
 
 
+def _add_compare(sub) -> None:
+    from msnb.engines.compare import __doc__ as requests_help
+
+    cmp = _add_command(sub, "compare", "the same requests to TorchServe and Ray Serve, answers compared", requests_help)
+    cmp.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder or model store")
+    cmp.add_argument("--data", required=True, metavar="@FILE", help="the requests: a JSON Lines file")
+    cmp.add_argument("--envelope", metavar="NAME", help="TorchServe's service_envelope on the Ray side")
+    cmp.set_defaults(run=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from msnb.cli.compare import requests_file, run_compare
+
+    args.usage_errors = False
+    requests_file(args.data)  # a bad --data is refused before anything starts
+    return run_compare(find_archives(args.paths), args.data, args.envelope, _register_each)
+
+
 def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
     for key in LIMIT_OPTIONS:
         what = key.split("_")[1]
@@ -212,9 +236,13 @@ def _limits(args: argparse.Namespace) -> Limits:
 
 def _export(args: argparse.Namespace) -> int:
     from msnb.cli.execute import ExecuteError
-    from msnb.cli.export import export_notebook, format_table
+    from msnb.cli.export import export_archives, export_notebook, format_table, is_archive
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
+    if len(args.notebook) > 1 or is_archive(Path(args.notebook[0])):
+        args.usage_errors = False  # a refused archive is not a command-line error
+        return export_archives(find_archives, args.notebook, args.ray, args.ray_host)
+    args.notebook = args.notebook[0]
     outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     try:
         report = export_notebook(
@@ -273,7 +301,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.engine == "ray":
         from msnb.cli.serve_ray import serve_on_ray
 
-        return serve_on_ray(archives, args.state, args.envelope, _wait)
+        return serve_on_ray(archives, args.state, args.envelope, _wait, args.max_request_size)
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()

@@ -15,12 +15,12 @@ from msnb.cli import serve_state
 from msnb.errors import MsnbError, ServerError
 
 
-def serve_on_ray(archives: list[Path], state: Path | None, envelope: str | None, wait) -> int:
+def serve_on_ray(archives: list[Path], state: Path | None, envelope: str | None, wait, max_request_size=None) -> int:
     """Start a local Ray Serve, serve every archive that loads, wait (``wait(engine)``) and stop; 0, or a
     ServerError when none loads."""
     from msnb.engines.ray.engine import LocalRay
 
-    engine = LocalRay()
+    engine = LocalRay(max_request_size=max_request_size)
     print("starting Ray Serve (loopback, Ray token auth on) ...", flush=True)
     engine.start()
     written = None

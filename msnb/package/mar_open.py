@@ -39,9 +39,12 @@ class OpenedArchive:
     requirements: tuple[str, ...] = ()
 
 
-def open_archive(path: Path, store: Path, taken: set[str] = frozenset()) -> OpenedArchive:
-    """``path`` unpacked (or copied) into ``store``/NAME-VERSION and checked; a ServerError with a Hint otherwise,
-    and then nothing of it is left in ``store``."""
+def open_archive(
+    path: Path, store: Path, taken: set[str] = frozenset(), check_requirements: bool = True
+) -> OpenedArchive:
+    """``path`` unpacked (or copied) into ``store``/NAME-VERSION and checked (its requirements against this
+    environment unless ``check_requirements`` is False); a ServerError with a Hint otherwise, and then nothing of it
+    is left in ``store``."""
     store.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=store))
     try:
@@ -52,11 +55,11 @@ def open_archive(path: Path, store: Path, taken: set[str] = frozenset()) -> Open
         check_identity(name, version)
         if name in taken:
             raise ServerError(
-                f"{path}: a model named {name!r} is already served (from another archive).",
+                f"{path}: another archive already has the model name {name!r}.",
                 "each archive needs its own model name: rebuild one with torch-model-archiver --model-name OTHER.",
             )
         _check_files(path, root, model)
-        requirements = to_install(path, root, model.get("requirementsFile"))
+        requirements = to_install(path, root, model.get("requirementsFile")) if check_requirements else ()
         folder = store / safe_name(name, version)
         shutil.rmtree(folder, ignore_errors=True)
         root.rename(folder)

@@ -13,20 +13,22 @@ import ts_archives
 from helpers import eager_files
 
 from msnb.cli.serve_ray import deploy_archives
+from msnb.engines import compare
 from msnb.engines.torchserve import LocalServer
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")
 GOOD = ("named", "klass", "eager", "scripted", "news", "stream", "desc")
-REQUESTS = [  # (model, path kind, body): each sent to both servers
-    ("named", "predictions", {"x": [1.0, 2.0, 3.0]}),
-    ("klass", "predictions", {"x": [1, 2]}),
-    ("klass", "predictions", {"x": [1], "reject": True}),
-    ("eager", "predictions", {"x": [1.0, 2.0, 3.0, 4.0]}),
-    ("scripted", "predictions", {"x": [0.5, -1.0, 2.0, 0.1]}),
-    ("news", "predictions", "a good movie"),
-    ("news", "explanations", "bad movie"),
-    ("stream", "predictions", {"x": 1}),
-    ("desc", "predictions", {"q": "hi"}),
+REQUESTS = [  # the JSON Lines of `msnb compare`: each sent to both servers
+    {"model": "named", "body": {"x": [1.0, 2.0, 3.0]}},
+    {"model": "klass", "body": {"x": [1, 2]}},
+    {"model": "klass", "body": {"x": [1], "reject": True}},  # the handler's own 422
+    {"model": "eager", "body": {"x": [1.0, 2.0, 3.0, 4.0]}},
+    {"model": "scripted", "body": {"x": [0.5, -1.0, 2.0, 0.1]}},
+    {"model": "news", "text": "a good movie"},
+    {"model": "news", "path": "explanations", "text": "bad movie"},
+    {"model": "stream", "body": {"x": 1}, "stream": True},
+    {"model": "desc", "body": {"q": "hi"}},
+    {"model": "desc", "path": "describe"},
 ]
 
 
@@ -46,22 +48,6 @@ def archives(tmp_path_factory):
     lacking = {"requirements.txt": b"msnb-absent-package-xyz==1.0\n"}
     built["unreachable"] = ts_archives.rewritten(built["named"], bad / "unreachable.mar", replace=lacking)
     return built
-
-
-def send(engine, url: str, kind: str, name: str, body) -> tuple[int, object, list[bytes]]:
-    """One request with the engine's key: status, the answer (JSON parsed, else bytes) and its streamed pieces."""
-    data = (
-        {"json": body}
-        if not isinstance(body, str)
-        else {"data": body.encode(), "headers": {"content-type": "text/plain"}}
-    )
-    resp = engine.client.call("POST", f"{url}/{kind}/{name}", "inference", stream=True, **data)
-    pieces = [piece for piece in resp.iter_content(None) if piece]
-    whole = b"".join(pieces)
-    try:
-        return resp.status_code, json.loads(whole), pieces
-    except ValueError:
-        return resp.status_code, whole, pieces
 
 
 @pytest.mark.timeout(900)
@@ -85,23 +71,18 @@ def test_archives_of_every_handler_kind_answer_on_ray_as_on_plain_torchserve(
     assert "user error 42: weights do not match" in err  # broken's initialize, from its replica's log
     assert "not a readable model archive" in err and "truncated or corrupt" in err
     assert "names 'desc_handler.py', which is not in the archive" in err
-    assert "a model named 'klass' is already served" in err
+    assert "another archive already has the model name 'klass'" in err
     assert "msnb-absent-package-xyz==1.0" in err and "no package index provided them" in err
 
     with LocalServer(tmp_path / "ts") as torchserve:
         for name in GOOD:
             torchserve.register(archives[name])
-        for name, kind, body in REQUESTS:
-            ts_status, ts_answer, ts_pieces = send(torchserve, torchserve.inference_url, kind, name, body)
-            ray_status, ray_answer, ray_pieces = send(ray_engine, ray_engine.inference_url, kind, name, body)
-            assert (ray_status, ray_answer) == (ts_status, ts_answer), (name, kind)
-            if name == "stream":
-                assert len(ray_pieces) > 1 and ray_answer == b"intermediate_response" * 3 + b"hello world "
-        ts_desc = torchserve.client.call(
-            "GET", f"{torchserve.client.management_url}/models/desc?customized=true", "management"
-        )
-        ray_desc = ray_engine.client.call("GET", f"{ray_engine.inference_url}/models/desc?customized=true", "inference")
-        assert ray_desc.json()[0]["customizedMetadata"] == ts_desc.json()[0]["customizedMetadata"]
+        lines = [compare.parse_request(json.dumps(r), n, list(GOOD), tmp_path) for n, r in enumerate(REQUESTS, 1)]
+        rows = compare.compare(torchserve, ray_engine, lines)
+    assert [diff for *_, diff in rows] == [None] * len(REQUESTS), compare.table(rows)
+    assert [a.status for _, a, _, _ in rows] == [200, 200, 422, 200, 200, 200, 200, 200, 200, 200]
+    streamed = rows[7][2]
+    assert streamed.pieces > 1 and streamed.body == b"intermediate_response" * 3 + b"hello world "
     truth, _ = eager_files(tmp_path / "truth")  # the notebook's own computation: plain torch on the same weights
     expected = [round(v, 4) for v in truth(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()]
     assert ray_engine.predict("eager", {"x": [1.0, 2.0, 3.0, 4.0]}) == expected

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ECHO, build_mar, poll, processes_naming
+from helpers import ECHO, build_mar, poll, processes_naming, run
 
 pytestmark = pytest.mark.xdist_group("ray-notebook")  # one local Ray at a time
 MSNB = str(Path(sys.executable).with_name("msnb"))
@@ -50,3 +50,30 @@ def test_serve_engine_ray_answers_msnb_predict_then_ctrl_c_leaves_nothing(tmp_pa
     root = Path(re.search(r"inference key in (\S+)/key_file.json", out).group(1))
     assert not state.exists() and not root.exists()
     poll(lambda: not processes_naming(root), 30, "every Ray process of the server to end")
+
+
+# A handler whose answer is the server's own request id: TorchServe's frontend makes UUIDs, a Ray replica its own.
+REQUEST_IDS = "def handle(data, context):\n    return None if data is None else [context.get_request_id(0)]\n"
+COMPARED = [
+    {"model": "echo", "body": {"a": 1}},
+    {"model": "echo", "body_file": "blob.bin"},
+    {"model": "echo", "body": {"reject": True}},
+    {"model": "echo", "path": "describe"},
+    {"model": "ids", "body": {}},
+]
+
+
+@pytest.mark.timeout(600)
+def test_compare_sends_every_request_to_both_engines_and_exits_1_on_the_first_difference(tmp_path, capsys):
+    archives = [build_mar(tmp_path / "echo", "echo", ECHO), build_mar(tmp_path / "ids", "ids", REQUEST_IDS)]
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01raw")
+    (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in COMPARED) + "\n")
+    code, out, err = run(capsys, "compare", *archives, "--data", f"@{tmp_path / 'requests.jsonl'}")
+    assert code == 1, err
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines() if line[:1].isdigit()}
+    assert rows["1: predictions echo"][-3:] == ["200", "200", "equal"]
+    assert rows["2: predictions echo"][-3:] == ["200", "200", "equal"]
+    assert rows["3: predictions echo"][-3:] == ["422", "422", "equal"]
+    assert rows["4: describe echo"][-3:] == ["200", "200", "equal"]
+    assert rows["5: predictions ids"][3:6] == ["200", "200", "byte"]  # the request ids: the first difference
+    assert "4 of 5 requests answered alike" in out and "Hint:" in err

@@ -44,8 +44,10 @@ ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: mi
 class LocalRay:
     """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
 
-    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS):
+    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
+                 max_request_size: int | None = None):  # fmt: skip
         self.http_port, self.num_cpus, self.replica_cpus = http_port, num_cpus, replica_cpus
+        self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
@@ -84,7 +86,7 @@ class LocalRay:
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
-        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": DEFAULT_MAX_BYTES}
+        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": self.max_request_size}
         # Not waited for here: its replica starts while the first model's does (see _router_running).
         serve.run_many([serve.RunTarget(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip

@@ -291,3 +291,8 @@ def test_chunks_sent_while_the_last_went_out_travel_together_per_request_in_orde
     assert pieces == {0: [b"a", b"b", b"c"], 1: [b'{"n": 1}\n']} and types == {0: text, 1: jsonl}
     assert ended and left == 0
     assert asyncio.run(drain([]))[0] == ({0: [b"a"]}, {0: text}, False)  # nothing waiting: sent at once, alone
+
+
+def test_a_describe_answer_leaves_out_null_members_as_torchserves_frontend_does():
+    answer = json.dumps({"echo": None, "batch": 1, "labels": ["a", None], "nested": {"x": None, "y": 2}})
+    assert msnb_ray.metadata(answer) == {"batch": 1, "labels": ["a", None], "nested": {"y": 2}}
