@@ -133,7 +133,7 @@ def run_child(
 
 def wait_gone(procs: list[psutil.Process], timeout: float = 30.0) -> None:
     """Block until every process in ``procs`` has exited (zombies count as gone); TimeoutError otherwise."""
-    from msnb.engines.torchserve.watchdog import wait_gone as wait
+    from msnb.engines.watchdog import wait_gone as wait
 
     left = wait(procs, timeout)
     if left:

@@ -53,7 +53,7 @@ def _msnb(work: Path, ckpt: Path, check: Callable[[dict], None]) -> tuple[float,
     """A fresh Session serves the tiny model on its own TorchServe: (call -> first answer s, PSS by process)."""
     kwargs, batch, delay = TINY
     spec = models.mlp_spec("m", kwargs, ckpt, batch_size=batch, max_batch_delay=delay)
-    session = Session(server_factory=lambda: LocalServer(work / f"msnb-{time.monotonic_ns()}"))
+    session = Session(lambda engine, port: LocalServer(work / f"msnb-{time.monotonic_ns()}"))
     try:
         seconds = timed(lambda: (session.serve(spec), check(session.predict("m", models.SAMPLE))))
         for _ in range(ANSWERS):
@@ -66,11 +66,11 @@ def _msnb(work: Path, ckpt: Path, check: Callable[[dict], None]) -> tuple[float,
 
 
 def _watchdogs(java: psutil.Process) -> list[psutil.Process]:
-    """This process's watchdog of ``java`` (``python -m msnb.engines.torchserve.watchdog PID``)."""
+    """This process's watchdog of ``java`` (``python -m msnb.engines.watchdog PID``)."""
     found = []
     for child in psutil.Process().children():
         argv = _argv(child)
-        if "msnb.engines.torchserve.watchdog" in argv and str(java.pid) in argv:
+        if "msnb.engines.watchdog" in argv and str(java.pid) in argv:
             found.append(child)
     if len(found) != 1:
         raise RuntimeError(f"expected one watchdog of pid {java.pid}, found {len(found)}")

@@ -52,12 +52,15 @@ def build(
     return current().build(name_or_spec, *([export_path] if export_path else []), fmt=fmt, dev=dev)
 
 
-def serve(name_or_spec: str | HandlerSpec, engine: str | None = None, port: int | None = None):
+def serve(
+    name_or_spec: str | HandlerSpec, engine: str | None = None, port: int | None = None, env: list[str] | None = None
+):
     """Serve the handler on the notebook's local TorchServe (``engine="ray"``: a local Ray Serve, HTTP on
-    ``port``); returns the server (``.predict``, ``.stop``)."""
+    ``port``); ``env`` names variables of the kernel's environment its workers get, and no other model's (the key
+    a handler reads with ``os.environ``, never in the archive). Returns the server (``.predict``, ``.stop``)."""
     from msnb.session.core import current
 
-    return current().serve(name_or_spec, engine=engine, port=port)
+    return current().serve(name_or_spec, engine=engine, port=port, env=env or ())
 
 
 def load_ipython_extension(ipython: Any) -> None:

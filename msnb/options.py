@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from msnb.engines.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
 from msnb.errors import OptionError, SpecError
+from msnb.templates.msnb_serving import (
+    DEFAULT_RESPONSE_TIMEOUT_S,
+    HINT,
+    ConfigFileError,
+    options_from,
+    read_user_file,
+)
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
 ALLOW_FLAG = "--allow-files"  # `msnb export`'s option naming a further folder the notebook may take files from
@@ -78,6 +84,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "include_file",
         "a package data file that looks like a secret (a key, .env, credentials*, token*) but must travel",
+        (),
+        nargs="+",
+    ),
+    Option(
+        "allow_secret",
+        "a secret capture refuses that is none (a test key, a public id): a value or definition by its name, a "
+        "value's part as the refusal shows it, or a line as CELL:LINE; listed in the capture summary",
         (),
         nargs="+",
     ),
@@ -195,6 +208,7 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     config |= {
         "extra_files": tuple(str(_path(p, base)) for p in args.extra_files),
         "include_files": tuple(str(_path(p, base)) for p in args.include_file),
+        "allow_secrets": tuple(args.allow_secret),
         "requirements": _requirements(args.requirements, namespace, base),
         "checkpoint": _checkpoint(args.checkpoint, namespace, base),
         "init_kwargs": _init_kwargs(args.init_kwargs, namespace),
@@ -206,10 +220,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     if args.model_file:
         config["model_file"] = args.model_file
     if args.config_file:
-        from msnb.engines.torchserve import model_config as user_config
-
-        config["model_yaml"] = user_config.read(_path(args.config_file, base))
-        config |= user_config.options_from(config["model_yaml"])
+        config["model_yaml"] = _config_file(_path(args.config_file, base))
+        config |= options_from(config["model_yaml"])
     return config
 
 
@@ -238,6 +250,14 @@ def parse_data(
             f"{option}: not valid JSON ({err}).",
             f"quote JSON in single quotes, e.g. {option} '{{\"x\": [1, 2]}}', or give @file.json or a variable name.",
         ) from None
+
+
+def _config_file(path: Path) -> dict[str, Any]:
+    """A user's own model-config.yaml; one that cannot be used is an OptionError naming it."""
+    try:
+        return read_user_file(path)
+    except ConfigFileError as err:
+        raise OptionError(str(err), HINT + ".") from None
 
 
 def _checkpoint(value: str | None, namespace: UserNamespace | None, base: Path) -> Any:

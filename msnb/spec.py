@@ -11,12 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msnb.engines.torchserve.store import SEGMENT_RULE, valid_segment
-
 if TYPE_CHECKING:  # a spec carries values; making them needs torch, reading a spec does not
     from msnb.capture.hf_objects import SavedObjects
     from msnb.capture.kernel_values import Values
-from msnb.engines.torchserve.model_config import merged
 from msnb.errors import SpecError
 from msnb.files import fingerprint
 from msnb.forms import (
@@ -31,6 +28,8 @@ from msnb.forms import (
 )
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
+from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
+from msnb.templates.msnb_serving import merged
 
 # TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
 # packages (``pip install -U --upgrade-strategy only-if-needed``), and the worker runs in it: only what the server
@@ -80,9 +79,15 @@ class SourceBlock:
     source: str
     origin: Origin
     names: tuple[str, ...] = ()
+    lines: tuple[int, ...] = ()  # the origin cell's line number of each line of ``source`` (0: none; empty: unknown)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", Origin.of(self.origin))
+        object.__setattr__(self, "lines", tuple(self.lines))
+
+    def cell_line(self, line: int) -> int:
+        """The origin cell's line for line ``line`` of ``source`` (``line`` itself when the mapping is unknown)."""
+        return self.lines[line - 1] if 0 < line <= len(self.lines) and self.lines[line - 1] else line
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,7 @@ class HandlerSpec:
     warnings: tuple[str, ...] = ()
     model_yaml: Mapping[str, Any] = field(
         default_factory=dict
-    )  # the user's --config-file (msnb.engines.torchserve.model_config)
+    )  # the user's --config-file (msnb.templates.msnb_serving)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))

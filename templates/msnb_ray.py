@@ -268,9 +268,10 @@ def worker_logs() -> None:
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
-    def __init__(self, model_dir: str, name: str | None = None, envelope: str | None = None):
+    def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None):
         import ray
 
+        os.environ.update(env or {})  # this model's --env variables, in this replica's process only, before its code
         worker_logs()
         gpu_id = replica_gpu_id(ray.get_gpu_ids())
         self.model = LoadedModel(enter(resolve(model_dir)), name, gpu_id, envelope=envelope)
@@ -431,7 +432,8 @@ def reply(status: int, headers: dict, body: bytes) -> Response:
 def model(args: dict) -> Any:
     """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
     gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true) or the
-    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node and max_surge_percent."""
+    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent
+    and env_vars (the variables its replicas get, set before the folder loads)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
     requirements = requirements_of(folder) if args.get("install_requirements", True) else []
@@ -440,7 +442,10 @@ def model(args: dict) -> Any:
     for key in ("max_replicas_per_node", "max_surge_percent"):  # surge: new replicas start before old ones stop
         if args.get(key) is not None:
             options[key] = int(args[key])
-    return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"), args.get("envelope"))
+    # The variables this model is given (--env) go to its replicas as a constructor argument, not as runtime_env
+    # env_vars: Ray 2.60's runtime_env_agent.log writes a runtime_env's env_vars, values included.
+    env = {str(k): str(v) for k, v in (args.get("env_vars") or {}).items()}
+    return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"), env, args.get("envelope"))
 
 
 def router(args: dict | None = None) -> Any:

@@ -752,3 +752,43 @@ def run_magic(shell, name: str, line: str = ""):
     with capture_output() as cap:
         value = shell.run_line_magic(name, line)
     return value, "".join([cap.stdout, cap.stderr, *(o.data.get("text/plain", "") for o in cap.outputs)])
+
+
+# A key a handler reads from its environment (--env): a realistic fake (split: this file holds none whole), the
+# variable it is given in, and a handler that answers with the key's SHA-256 (never the key), read at each request.
+ENV_KEY = "sk-proj-" + "Qx7Lm2Np9Rs4Tv6Wy8Za1Bc3" + "De5F" + "T3BlbkFJ" + "Gh7Jk9Lm2Np4Qr6St8Uv0"
+ENV_VAR = "MSNB_TEST_OPENAI_API_KEY"
+ENV_HANDLER = textwrap.dedent(f"""
+    import hashlib
+    import os
+
+    import torch
+
+    def init_function():
+        return torch.nn.Identity()
+
+    def preprocess(sample):
+        return torch.zeros(1)
+
+    def postprocess(output):
+        key = os.environ.get("{ENV_VAR}")
+        return {{"key_sha256": hashlib.sha256(key.encode()).hexdigest() if key else None}}
+""")
+
+
+def files_holding(root: Path, secret: str, skip: Path | None = None) -> list[Path]:
+    """Every file under ``root`` (but ``skip``) whose bytes hold ``secret`` as UTF-8 or UTF-16, zip members too."""
+    import zipfile
+
+    needles = [secret.encode(), secret.encode("utf-16-le")]
+    found = []
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file() and not p.is_symlink()):
+        if skip is not None and path.is_relative_to(skip):
+            continue
+        data = path.read_bytes()
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                data += b"".join(zf.read(n) for n in zf.namelist())
+        if any(n in data for n in needles):
+            found.append(path)
+    return found

@@ -50,10 +50,10 @@ def capture(
     handler, pulled, needed, warnings = _handler_and_closure(
         stmts, others, cell, cell_origin, namespace, _model_class(config.pop("model_file", None))
     )
-    # values (values.pt) and objects (hf_objects/)
     defined = {n for block in (*pulled, handler) for n in block.names}
-    config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind, defined)
+    config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind, defined)  # values.pt, hf_objects/
     warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
+    warnings += _secrets_let_through(name, (*pulled, handler), config, needed, namespace)
     config.setdefault("origin", cell_origin)
     default = default_handler_import(named) if named and form.entry not in handler.names else None
     blocks = (*((SourceBlock(default, f"--handler {named}", (form.entry,)),) if default else ()), *pulled, handler)
@@ -63,6 +63,15 @@ def capture(
     from msnb.capture.local_code import make_hermetic
 
     return make_hermetic(spec, search_path, include)
+
+
+def _secrets_let_through(name: str, blocks: tuple, config: dict, needed: dict, namespace: Any) -> tuple[str, ...]:
+    """Refuse the secrets the archive would take from the notebook (``notebook_secrets``): its code, values, options
+    and objects; the summary lines of those ``--allow-secret`` lets through."""
+    from msnb.capture import notebook_secrets
+
+    carried = notebook_secrets.carried_of(config, needed, namespace)
+    return notebook_secrets.check(name, blocks, carried, config.pop("allow_secrets", ()))
 
 
 def _model_class(name: Any) -> tuple[str, ...]:
@@ -110,7 +119,7 @@ def _handler_and_closure(
     if classes:  # a Hugging Face object whose class a cell defines: the class travels as code
         pulled, warnings = others.closure(free + classes, bound, star, changes, needed, as_code)
     names = tuple(dict.fromkeys(n for s in kept for n in s.in_order(s.defines)))
-    handler = SourceBlock("\n\n".join(s.text for s in kept), origin, names)
+    handler = joined([(s.text, s.first_line) for s in kept], origin, names)
     return handler, pulled, needed, _dropped_warnings([s for s in stmts if s not in kept], cell, set(needed)) + warnings
 
 
@@ -270,10 +279,19 @@ def _blocks(chosen: dict[tuple[int, int], tuple[Stmt, set[str]]]) -> tuple[Sourc
         texts, names = [], []
         for stmt, needed in items:
             own = needed if stmt.kind == "import" else stmt.defines
-            texts.append(import_only(stmt.node, needed) if stmt.kind == "import" else stmt.text)
+            texts.append((import_only(stmt.node, needed) if stmt.kind == "import" else stmt.text, stmt.first_line))
             names += [n for n in stmt.in_order(own) if n not in names]
-        blocks.append(SourceBlock("\n\n".join(texts), items[0][0].origin, tuple(names)))
+        blocks.append(joined(texts, items[0][0].origin, tuple(names)))
     return tuple(blocks)
+
+
+def joined(parts: list[tuple[str, int]], origin: Any, names: tuple[str, ...]) -> SourceBlock:
+    """One block of statements' ``(text, first cell line)``, a blank line between them, each line mapped to its cell's."""
+    lines: list[int] = []
+    for text, first in parts:
+        lines += [0] if lines else []
+        lines += range(first, first + text.count("\n") + 1)
+    return SourceBlock("\n\n".join(text for text, _ in parts), origin, names, tuple(lines))
 
 
 def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:

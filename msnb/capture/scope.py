@@ -204,6 +204,12 @@ class Stmt:
     def where(self, name: str) -> str:
         return f"line {first_use(self.node, name)} of {origin_phrase(self.origin)}"
 
+    @property
+    def first_line(self) -> int:
+        """The cell line where ``text`` starts (its first decorator's, for a decorated definition)."""
+        decorators = getattr(self.node, "decorator_list", None)
+        return min([d.lineno for d in decorators or ()] + [self.node.lineno])
+
 
 def origin_phrase(origin: Any) -> str:
     """``handler cell`` reads as "the handler cell" in messages; ``cell 3`` stays as it is."""

@@ -22,7 +22,7 @@ def run_compare(archives: list[Path], data: str, envelope: str | None, register_
     try:
         print("starting TorchServe and Ray Serve (loopback, token auth on) ...", flush=True)
         server.start()
-        on_torchserve = set(register_each(server, archives))
+        on_torchserve = set(register_each(server, archives, {}))
         ray.start()
         on_ray = set(deploy_archives(ray, archives, envelope))
         both = sorted(on_torchserve & on_ray)

@@ -81,10 +81,14 @@ def _run(client: NotebookClient, index: int, path: Path, label: str, store_histo
             "run the notebook top to bottom in Jupyter to find what kills it (memory is a common cause).",
         ) from None
     except CellExecutionError as err:
-        raise ExecuteError(
+        hint = [ln[len("Hint: ") :] for ln in str(err.evalue).splitlines() if ln.startswith("Hint: ")]
+        raise ExecuteError(  # an msnb error's own hint (a %%ms_handler that refused a secret) says what to do
             f"{path.name}, {label} failed in the fresh kernel: {err.ename}: {_first_line(err.evalue)}. "
             "Nothing was exported.",
-            "fix that cell so the notebook runs top to bottom (Restart & Run All in Jupyter shows the same error).",
+            hint[0]
+            if hint
+            else "fix that cell so the notebook runs top to bottom (Restart & Run All in Jupyter "
+            "shows the same error).",
         ) from None
 
 

@@ -331,7 +331,7 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = KSERVE_MODEL_STOR
         for spec in specs
     }
     where = f"{KSERVE_MOUNT}/{KSERVE_CONFIG_DIR}/"
-    header = f"# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from {where}.\n"
+    header = f"# Written by `msnb export --kserve`: KServe's TorchServe runtime reads it from {where}.\n" + SECRETS_NOTE
     return render_properties(kserve_properties(models, model_store, limits), header)
 
 
@@ -363,6 +363,12 @@ def format_table(report: Report) -> str:
     return "\n".join(lines) if report.exported else "no archive written"
 
 
+# Where a served model's key comes from on KServe: never this folder (msnb refuses secrets in archives; docs/hardening.md).
+SECRETS_NOTE = (
+    '# A handler reads a key from its environment (os.environ["OPENAI_API_KEY"]); on KServe it comes from a Kubernetes\n'
+    "# Secret: the InferenceService's spec.predictor.model.env: [{name: OPENAI_API_KEY, valueFrom: {secretKeyRef:\n"
+    "# {name: SECRET, key: KEY}}}]. Never put it in this folder.\n"
+)
 __all__ = ["Captured", "Exported", "Report", "export_notebook", "format_table", "kserve_config", "write_kserve"]
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
+from msnb.engines import env_vars
+from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.config import (
-    DEFAULT_MAX_BYTES,
     KSERVE_CONFIG_DIR,
     KSERVE_STORE_DIR,
     LIMIT_OPTIONS,
@@ -20,6 +21,7 @@ from msnb.engines.torchserve.config import (
 from msnb.errors import MsnbError, OptionError, ServerError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -170,6 +172,7 @@ def _add_serve(sub) -> None:
     srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
+    srv.add_argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP.replace("this", "the shell's"))
     srv.add_argument(
         "--engine",
         choices=("torchserve", "ray"),
@@ -298,16 +301,17 @@ def _serve(args: argparse.Namespace) -> int:
     from msnb.engines.torchserve import LocalServer
 
     archives = find_archives(args.paths)
+    env = env_vars.resolve(args.env, "the served models")  # a missing variable is refused before anything starts
     if args.engine == "ray":
         from msnb.cli.serve_ray import serve_on_ray
 
-        return serve_on_ray(archives, args.state, args.envelope, _wait, args.max_request_size)
+        return serve_on_ray(archives, args.state, _wait, envelope=args.envelope, env=env, limit=args.max_request_size)
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
     state = None
     try:
-        names = _register_each(server, archives)
+        names = _register_each(server, archives, env)
         state = serve_state.write(_record(server, names), args.state)
         print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
@@ -337,12 +341,13 @@ def _record(server, names: list[str]) -> serve_state.ServerRecord:
     )
 
 
-def _register_each(server, archives: list[Path]) -> list[str]:
-    """Register every archive that loads and report each that does not (with its worker log lines); only when
-    none loads is it an error. Returns the names served."""
+def _register_each(server, archives: list[Path], env: dict[str, str]) -> list[str]:
+    """Register every archive that loads, its workers given ``env`` (--env), and report each that does not (with its
+    worker log lines); only when none loads is it an error. Returns the names served."""
     served: list[str] = []
     for path in archives:
         try:
+            env_vars.give(server, path, env)
             status = server.register(path)
         except MsnbError as err:
             print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
@@ -410,8 +415,8 @@ def find_archives(paths: list[str]) -> list[Path]:
 def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None, stream=False):
     """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer (``stream``:
     an iterator over its chunks as they arrive)."""
+    from msnb.engines.auth import Keys
     from msnb.engines.torchserve import TorchServeClient
-    from msnb.engines.torchserve.auth import Keys
 
     if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
         record = _server(state, server)

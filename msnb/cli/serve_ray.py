@@ -15,17 +15,17 @@ from msnb.cli import serve_state
 from msnb.errors import MsnbError, ServerError
 
 
-def serve_on_ray(archives: list[Path], state: Path | None, envelope: str | None, wait, max_request_size=None) -> int:
-    """Start a local Ray Serve, serve every archive that loads, wait (``wait(engine)``) and stop; 0, or a
-    ServerError when none loads."""
+def serve_on_ray(archives: list[Path], state: Path | None, wait, *, envelope=None, env=None, limit=None) -> int:
+    """Start a local Ray Serve (the router's body ``limit``), serve every archive that loads (``envelope``, ``env``:
+    see ``deploy_archives``), wait (``wait(engine)``) and stop; 0, or a ServerError when none loads."""
     from msnb.engines.ray.engine import LocalRay
 
-    engine = LocalRay(max_request_size=max_request_size)
+    engine = LocalRay(max_request_size=limit)
     print("starting Ray Serve (loopback, Ray token auth on) ...", flush=True)
     engine.start()
     written = None
     try:
-        names = deploy_archives(engine, archives, envelope)
+        names = deploy_archives(engine, archives, envelope, env)
         written = serve_state.write(record(engine, names), state)
         print(f"inference {engine.inference_url}  (TorchServe's inference URLs; Ray Serve has no management API)")
         print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
@@ -40,9 +40,11 @@ def serve_on_ray(archives: list[Path], state: Path | None, envelope: str | None,
     return 0
 
 
-def deploy_archives(engine, archives: list[Path], envelope: str | None = None) -> list[str]:
-    """Open each archive into ``engine``'s store and serve those that open, all at once; each failure is reported
-    on stderr (its message, Hint and the replica's log lines) and the others serve. Returns the names served."""
+def deploy_archives(engine, archives: list[Path], envelope: str | None = None, env: dict | None = None) -> list[str]:
+    """Open each archive into ``engine``'s store and serve those that open, all at once (each wrapped in TorchServe's
+    ``envelope``, its replicas given the variables ``env``: any archive takes them on Ray, msnb's runtime or not);
+    each failure is reported on stderr (its message, Hint and the replica's log lines) and the others serve.
+    Returns the names served."""
     from msnb.package.mar_open import open_archive
 
     opened, taken = [], {m.name for m in engine.models()}
@@ -54,6 +56,7 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None) -
             continue
         taken.add(item.name)
         opened.append(item)
+        engine.model_env(item.name, env or {})
     extra = {"envelope": envelope} if envelope else {}
     sources = {item.name: item.source for item in opened}
     served = []

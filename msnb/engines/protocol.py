@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from msnb.engines.models import ModelStatus
-from msnb.engines.torchserve.store import ModelStore
+from msnb.engines.store import ModelStore
 
 
 @runtime_checkable
@@ -51,6 +51,9 @@ class Engine(Protocol):
 
     def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
         """Serve the model folder (or archive) at ``path`` as its model's version, replacing the old one."""
+
+    def model_env(self, name: str, values: dict[str, str]) -> None:
+        """Give the workers (replicas) ``name`` starts from now on these variables, and no other model's (``--env``)."""
 
     def models(self) -> list[ModelStatus]: ...
 

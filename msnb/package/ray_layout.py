@@ -14,13 +14,13 @@ from pathlib import Path
 import yaml
 
 from msnb.engines.ray import ROUTER_APP, require
-from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
 from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
 from msnb.templates import msnb_names
 from msnb.templates.msnb_ray_guard import KEY_VAR
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = "msnb_ray"
@@ -144,4 +144,13 @@ def _write(outdir: Path, stage, host: str, port: int) -> Path:
 
 
 def _header(command: str) -> str:
-    return f"# Written by `msnb export --ray`; from this folder: {command}\n"
+    return f"# Written by `msnb export --ray`; from this folder: {command}\n" + SECRETS_NOTE
+
+
+# Where a served model's key comes from on Ray: never the exported folder (msnb refuses secrets in archives).
+SECRETS_NOTE = (
+    '# A handler reads a key from its environment (os.environ["OPENAI_API_KEY"]); never put it in this folder. On\n'
+    "# Kubernetes give it from a Secret (rayservice.yaml: the containers' env, valueFrom.secretKeyRef). Ray's\n"
+    "# runtime_env env_vars (serve_config.yaml: applications[NAME].runtime_env) reach one application only, but Ray\n"
+    "# writes their values to runtime_env_agent.log.\n"
+)

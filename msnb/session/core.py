@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from msnb.capture.kernel_values import values_changed
+from msnb.engines import env_vars
+from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
@@ -29,6 +31,18 @@ DEFAULT_EXPORT = formats.DEFAULT_EXPORT
 # The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
 ENGINES = ("torchserve", "ray")
 STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
+EngineFactory = Callable[[str, int | None], Engine]  # (engine, port) -> that engine, not started yet
+
+
+def default_engine(engine: str, port: int | None = None) -> Engine:
+    """The process-wide engine of that name: the notebook's LocalServer, or its local Ray Serve (on ``port``)."""
+    if engine == "ray":
+        from msnb.engines.ray.engine import default_ray
+
+        return default_ray(port)
+    from msnb.engines.torchserve import default_server
+
+    return default_server()
 
 
 class StaleModelWarning(UserWarning):
@@ -38,16 +52,17 @@ class StaleModelWarning(UserWarning):
 class Session:
     """Specs defined in this process (by ``%%ms_handler`` or by hand) and the server they run on."""
 
-    def __init__(self, server_factory: Callable[[], Any] | None = None):
+    def __init__(self, engine_factory: EngineFactory = default_engine):
         self.specs: dict[str, HandlerSpec] = {}
         self.archives: dict[str, Path] = {}  # name -> the archive built last
         self.built_from: dict[Path, str] = {}  # archive -> its cell's digest when built (the widget builds its edits)
         self.served: dict[str, Served] = {}  # name -> the version and digest the server runs
         self.namespaces: dict[str, Mapping[str, Any] | None] = {}  # name -> the kernel namespace of its values
+        self.envs: dict[str, dict[str, str]] = {}  # name -> the variables (--env) its served workers were given
         self.observers = Observers()  # the widget and anything else that shows this session's state
         self._served_by: int | None = None  # the Java pid that serves them (a restart serves none of them)
-        self._server_factory = server_factory
-        self._server = None
+        self._engine_factory = engine_factory
+        self._server: Engine | None = None
         self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.session.reload)
         self.engine = ENGINES[0]
         self._engine_port: int | None = None
@@ -134,19 +149,10 @@ class Session:
         self.observers.notify("built", spec.name)
         return path
 
-    def server(self, create: bool = True):
-        """The session's LocalServer, started on first use."""
+    def server(self, create: bool = True) -> Engine | None:
+        """The session's engine (``engine_factory(self.engine, port)``), started on first use."""
         if self._server is None and create:
-            if self.engine == "ray":
-                from msnb.engines.ray.engine import default_ray
-
-                self._server = default_ray(self._engine_port)
-            elif self._server_factory is None:
-                from msnb.engines.torchserve import default_server
-
-                self._server = default_server()
-            else:
-                self._server = self._server_factory()
+            self._server = self._engine_factory(self.engine, self._engine_port)
         if self._server is not None and create and not self._server.running:
             self._server.start()
         if self._server is not None and self._server.pid != self._served_by:
@@ -177,14 +183,18 @@ class Session:
         progress: Progress | None = None,
         engine: str | None = None,
         port: int | None = None,
-    ):
+        env: Iterable[str] = (),
+    ) -> Engine:
         """Register the spec on the local server (``engine``: torchserve or ray, default the one in use), or
-        redeploy it if it changed; returns the server."""
+        redeploy it if it changed; ``env`` names variables of this process's environment its workers (replicas)
+        get, and no other model's. Returns the server."""
         spec = self.get(name_or_spec)
+        values = env_vars.resolve(env, spec.name)  # a missing variable is refused before anything starts
         self.use_engine(engine, port)
         report = progress or silent
         with interrupted("starting the local TorchServe", lambda: "it was stopped; nothing is running"):
             server = self._started(report)
+        self._give_env(server, spec.name, values)
         served = self.served.get(spec.name)
         if served is not None and served.digest == spec.digest():
             report(f"already serving {served.line()}", 1.0)
@@ -201,7 +211,15 @@ class Session:
         self.observers.notify("served", spec.name)
         return server
 
-    def _started(self, report: Progress):
+    def _give_env(self, server: Engine, name: str, values: dict[str, str]) -> None:
+        """Hand the server ``name``'s variables; changed ones need new workers: a deploy, not a reload."""
+        if self.envs.get(name) != values:
+            self.served.pop(name, None)
+            self.reloads.forget(name)
+        server.model_env(name, values)
+        self.envs[name] = values
+
+    def _started(self, report: Progress) -> Engine:
         server = self.server(create=False)
         if server is not None and server.running:
             return server
@@ -307,6 +325,7 @@ class Session:
         if self._server is not None:
             self._server.stop()
         self.served.clear()
+        self.envs.clear()
         self.reloads.forget()
         self.observers.notify("stopped")
 
@@ -349,13 +368,13 @@ class Session:
         }
 
 
-def deploy(server: Any, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
+def deploy(server: Engine, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
     """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
 
     The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
     makes that the default and unregisters the old version(s), with no restart.
     """
-    from msnb.engines.torchserve.store import safe_name
+    from msnb.engines.store import safe_name
 
     version = server.free_version(spec.name, spec.version)
     # Only what the server's environment lacks is installed (nothing, when it is the kernel's own): no model venv,
@@ -386,7 +405,7 @@ def interrupted(doing: str, state: Callable[[], str]) -> Iterator[None]:
         raise Interrupted(f"Interrupted while {doing}: {remains}.", "run the step again when you are ready.") from None
 
 
-def _serving(server: Any, name: str) -> str:
+def _serving(server: Engine, name: str) -> str:
     """What the server serves of ``name`` now, e.g. 'the server still runs; it serves mnist 1.0 (default)'."""
     if not server.running:
         return "the server was stopped"
@@ -403,7 +422,7 @@ def _archive_row(built: Built, digest: str, cell_digest: str | None = None) -> d
     return {"path": str(built.path), "version": built.version, "digest": built.digest, "stale": stale}
 
 
-def _server_info(server: Any, running: bool) -> dict[str, Any]:
+def _server_info(server: Engine | None, running: bool) -> dict[str, Any]:
     known = server is not None
     return {
         "engine": server.kind if known else ENGINES[0],

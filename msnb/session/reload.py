@@ -18,16 +18,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msnb.engines.models import ModelStatus
+from msnb.engines.protocol import Engine
+from msnb.engines.store import MANIFEST
 from msnb.engines.torchserve.client import _details
-from msnb.engines.torchserve.store import MANIFEST
 from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.package import archive
 from msnb.spec import HandlerSpec
 from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
+
+if TYPE_CHECKING:
+    from msnb.engines.torchserve.server import LocalServer
 
 DEV_ENTRY = "dev_reload.py"
 RELOAD, NEW_VERSION = "reload", "new version"
@@ -118,7 +122,7 @@ class Reloads:
     def __init__(self) -> None:
         self.models: dict[str, DevModel] = {}
 
-    def serve(self, server: Any, spec: HandlerSpec, deploy: Callable[..., ModelStatus]) -> ModelStatus:
+    def serve(self, server: Engine, spec: HandlerSpec, deploy: Callable[..., ModelStatus]) -> ModelStatus:
         """Reload ``spec`` in the live worker when only code or runtime values changed, else ``deploy`` it."""
         known = self.models.get(spec.name)
         why = refusal(known, spec, server.pid)
@@ -132,7 +136,7 @@ class Reloads:
         self.models[spec.name] = DevModel(spec, status, made["path"], made["secret"], server.pid, why=why)
         return status
 
-    def reload(self, server: Any, known: DevModel, spec: HandlerSpec) -> ModelStatus:
+    def reload(self, server: LocalServer, known: DevModel, spec: HandlerSpec) -> ModelStatus:
         """Stage generation N+1, ask the worker to load it; the old generation serves until it has."""
         number = known.generation + 1
         folder = stage_generation(known, spec, number)
@@ -194,7 +198,7 @@ def _written(write: Callable[[], None], final: Path, known: DevModel) -> None:
         raise ServerError(f"{error.message} Generation {known.generation} keeps serving.", error.hint) from None
 
 
-def ask_reload(server: Any, known: DevModel, number: int) -> None:
+def ask_reload(server: LocalServer, known: DevModel, number: int) -> None:
     """One reload request through the model's inference queue; a refusal or a failed load is a ServerError."""
     client = server.client
     url = f"{client.inference_url}/predictions/{known.spec.name}/{known.version}"

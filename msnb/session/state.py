@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from msnb.engines.torchserve.store import safe_name
+from msnb.engines.store import safe_name
 from msnb.package.render import HANDLER_MODULE, read_provenance
 from msnb.package.taken import Taken
 

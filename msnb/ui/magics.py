@@ -14,6 +14,7 @@ from IPython.display import display
 
 from msnb import options
 from msnb.engines.chunks import print_chunks
+from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
 from msnb.options import REQUEST_ARGUMENTS
@@ -175,12 +176,13 @@ class MsnbMagics(Magics):
     @argument("name", help="the handler's name")
     @argument("--engine", choices=ENGINES, help="torchserve (default) or ray: a kernel-owned local Ray Serve")
     @argument("--port", type=int, help="Ray Serve's HTTP port on 127.0.0.1 (default: a free one)")
+    @argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP)
     def ms_serve(self, line: str) -> Any:
-        """%ms_serve NAME [--engine ray]: start (or reuse) the notebook's local TorchServe (or Ray Serve) and
-        (re)deploy the handler; returns the server."""
+        """%ms_serve NAME [--engine ray] [--env VAR ...]: start (or reuse) the notebook's local TorchServe (or Ray
+        Serve) and (re)deploy the handler; returns the server."""
         args = parse_argstring(self.ms_serve, line)
         report = _progress(f"Serving {args.name}")
-        server = current().serve(args.name, progress=report, engine=args.engine, port=args.port)
+        server = current().serve(args.name, progress=report, engine=args.engine, port=args.port, env=args.env)
         served = current().served[args.name]
         reloaded = current().reloads.note(args.name)
         report(f"ready: {served.line()}{reloaded} at {server.inference_url}/predictions/{args.name}", 1.0)

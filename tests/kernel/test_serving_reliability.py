@@ -12,8 +12,8 @@ from helpers import mlp_class, poll
 from IPython.utils.capture import capture_output
 
 from bench.harness import ClientLoad
+from msnb.engines.store import safe_name
 from msnb.engines.torchserve.logs import LogCursor
-from msnb.engines.torchserve.store import safe_name
 
 pytestmark = pytest.mark.server
 

@@ -16,10 +16,10 @@ import torch
 import yaml
 from helpers import BODY, IMPORTS, NET, handler, notebook_answer, poll, run, standard
 
+from msnb.engines.auth import write_key_file
 from msnb.engines.models import PredictionError
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import TorchServeClient
-from msnb.engines.torchserve.auth import write_key_file
 from msnb.templates.msnb_ray_guard import read_key
 
 pytestmark = pytest.mark.xdist_group("ray-cluster")  # one cluster per module: keep its tests on one worker

@@ -28,7 +28,7 @@ def test_a_forward_that_breaks_on_a_batch_is_counted_in_status_and_its_traceback
     spec = spec_from_source(
         "batchbug", BATCH_ONLY_BUG, init_kwargs={"hidden": 8}, batch_size=4, max_batch_delay=300, example=INPUTS[0]
     )
-    session = Session(server_factory=lambda: LocalServer(tmp_path / "ts"))
+    session = Session(lambda engine, port: LocalServer(tmp_path / "ts"))
     session.add(spec)
     try:
         with pytest.warns(BatchFallbackWarning, match="mat1 and mat2 shapes cannot be multiplied"):

@@ -19,7 +19,7 @@ SAMPLE = {"x": [0.5, -1.0, 2.0, 0.25]}
 @pytest.fixture
 def session(tmp_path):
     workdir = tmp_path / "server"
-    session = Session(server_factory=lambda: LocalServer(workdir))
+    session = Session(lambda engine, port: LocalServer(workdir))
     yield session
     session.stop()
     assert not processes_naming(workdir)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import ANSWER_SOURCE, MLP_MODEL, mlp_model
 
+from msnb.engines.store import safe_name
 from msnb.engines.torchserve import LocalServer
-from msnb.engines.torchserve.store import safe_name
 from msnb.errors import BuildError, ServerError
 from msnb.session.core import Session, deploy
 from msnb.spec import spec_from_source
@@ -80,7 +80,7 @@ def test_a_reload_on_a_full_disk_leaves_no_half_generation_and_the_old_one_answe
     checkpoint = tmp_path / "mlp.pt"
     torch.save(mlp_model(8).state_dict(), checkpoint)
     server = LocalServer(tmp_path / "server", model_store=small_disk / "store")
-    session = Session(lambda: server)
+    session = Session(lambda engine, port: server)
     try:
         source = MLP_MODEL + (
             "\ndef preprocess(sample):\n    return torch.tensor(sample['x'], dtype=torch.float32)\n"

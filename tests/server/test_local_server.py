@@ -8,8 +8,8 @@ import pytest
 import requests
 from helpers import ANSWER_SOURCE, ECHO, build_mar
 
+from msnb.engines.store import safe_name
 from msnb.engines.torchserve import LocalServer, PredictionError
-from msnb.engines.torchserve.store import safe_name
 from msnb.errors import ServerError
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source

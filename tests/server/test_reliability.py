@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import ECHO, MLP_MODEL, build_mar, poll, processes_naming, strict_loads
 
+from msnb.engines import watchdog
 from msnb.engines.models import PredictionError
-from msnb.engines.torchserve import LocalServer, watchdog
+from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
 from msnb.session.core import deploy
 from msnb.spec import spec_from_source

@@ -41,7 +41,7 @@ def edit(tag: int, init_line: str = "") -> str:
 @pytest.fixture
 def session(tmp_path):
     server = LocalServer(tmp_path / "server")
-    sess = Session(lambda: server)
+    sess = Session(lambda engine, port: server)
     yield sess
     sess.stop()
 

@@ -251,7 +251,7 @@ def _alive(pid: int) -> bool:
 
 
 def _timestamp(text: str) -> float:
-    from msnb.engines.torchserve.auth import _parse_time
+    from msnb.engines.auth import _parse_time
 
     return _parse_time(text)
 

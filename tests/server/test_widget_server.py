@@ -35,7 +35,7 @@ def disabled(w: BuildWidget) -> dict[str, bool]:
 def test_real_server_killed_after_serve_then_serve_again(mlp_spec):
     # TorchServe's worker sockets live in the server's workdir: keep it short (AF_UNIX paths max 107 bytes).
     workdir = tempfile.mkdtemp(prefix="msnb-w-")
-    session = Session(server_factory=lambda: LocalServer(workdir))
+    session = Session(lambda engine, port: LocalServer(workdir))
     session.add(mlp_spec)
     w = BuildWidget("mlp", actions=Actions.from_session(session), devices=CPU_ONLY)
     try:

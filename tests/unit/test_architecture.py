@@ -18,14 +18,14 @@ PACKAGE = Path(msnb.__file__).parent
 TEMPLATES = Path(msnb.templates.__file__).parent
 MAX_FUNCTION_LINES = 40
 MAX_MODULE_LINES = 500
-# The shared vocabulary at the top of msnb/: every step speaks it; it imports only itself, the engines' constants
-# and the shipped runtime.
+# The shared vocabulary at the top of msnb/: every step speaks it; it imports only itself and the shipped runtime
+# (no engine: a handler's description does not stand on a server).
 VOCABULARY = {"msnb.errors", "msnb.files", "msnb.options", "msnb.spec", "msnb.roles", "msnb.forms"}
 BASE = ("msnb.errors", "msnb.files", "msnb.templates")
 # Each folder, top to bottom, and what it may import besides itself: every arrow points down.
 MAY_IMPORT = {
     "msnb.engines": BASE,
-    "vocabulary": (*VOCABULARY, "msnb.engines", "msnb.templates"),
+    "vocabulary": (*VOCABULARY, "msnb.templates"),
     "msnb.capture": (*VOCABULARY, "msnb.engines", "msnb.templates"),
     "msnb.package": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture"),
     "msnb.trial": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package"),
@@ -34,6 +34,11 @@ MAY_IMPORT = {
     "msnb.cli": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial",
                  "msnb.session"),
 }  # fmt: skip
+# The engines stand beside each other: the modules at the top of msnb/engines/ (the protocol and what both engines
+# speak: TorchServe's API, keys, store, process trees) import neither engine; Ray Serve takes from TorchServe only
+# its REST client (Ray's router answers TorchServe's URLs).
+ENGINES = ("msnb.engines.torchserve", "msnb.engines.ray")
+RAY_MAY_TAKE_FROM_TORCHSERVE = {"msnb.engines.torchserve.client"}
 # Only these run user code (in the test process they start); only the session and export decide to.
 RUNS_USER_CODE = "msnb.trial"
 DECIDES_TO_RUN_USER_CODE = {"msnb.session.core", "msnb.cli.export"}
@@ -132,6 +137,21 @@ def test_each_folder_imports_only_the_folders_below_it(folder):
         assert not bad, f"{name} ({folder}) imports {bad}: only {MAY_IMPORT[folder]} may be imported there"
 
 
+def test_the_engine_neutral_modules_import_neither_engine():
+    neutral = [n for n in graph() if n.startswith("msnb.engines.") and not n.startswith(ENGINES)]
+    assert "msnb.engines.protocol" in neutral
+    for name in neutral:
+        bad = sorted(d for d in graph()[name] if d.startswith(ENGINES))
+        assert not bad, f"{name} is shared by both engines but imports {bad}"
+
+
+def test_ray_serve_takes_nothing_from_torchserve_but_its_rest_client():
+    for name, deps in graph().items():
+        if name.startswith("msnb.engines.ray"):
+            taken = {d for d in deps if d.startswith("msnb.engines.torchserve")}
+            assert taken <= RAY_MAY_TAKE_FROM_TORCHSERVE, f"{name} imports {sorted(taken)} from engines.torchserve"
+
+
 def test_only_the_session_and_export_decide_to_run_user_code():
     users = {n for n, deps in graph().items() if any(d.startswith(RUNS_USER_CODE) for d in deps)}
     assert {u for u in users if not u.startswith(RUNS_USER_CODE)} <= DECIDES_TO_RUN_USER_CODE, users
@@ -175,7 +195,7 @@ def test_the_vocabulary_imports_no_ipython():
 def test_the_watchdog_process_imports_only_the_standard_library_and_psutil():
     code = (
         "import runpy, sys; sys.argv = ['watchdog', '--help']\n"
-        "import msnb.engines.torchserve.watchdog\n"
+        "import msnb.engines.watchdog\n"
         "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
         "('torch', 'IPython', 'yaml', 'requests', 'ts', 'numpy')))"
     )

@@ -19,10 +19,14 @@ SHARED = {p.name for p in msnb.templates.shared_handler_files()}
 FACTS = {
     "/mnt/models": {"msnb.engines.torchserve.config"},  # KSERVE_MOUNT
     "model-store": {"msnb.engines.torchserve.config"},  # KSERVE_STORE_DIR
-    "model_store": {"msnb.package.formats", "msnb.engines.torchserve.config"},  # DEFAULT_EXPORT; STORE_DIR and its key
-    "msnb-server-": {"msnb.engines.torchserve.watchdog"},  # TEMP_PREFIX
+    "model_store": {
+        "msnb.package.formats",
+        "msnb.engines.store",
+        "msnb.engines.torchserve.config",
+    },  # DEFAULT_EXPORT; STORE_DIR; its key
+    "msnb-server-": {"msnb.engines.watchdog"},  # TEMP_PREFIX
     "no-archive": {"msnb.package.formats"},  # SERVE_FORMAT (and the archiver's name of that format)
-    120: {"msnb.engines.torchserve.config"},  # DEFAULT_RESPONSE_TIMEOUT_S
+    120: {"msnb.templates.msnb_serving"},  # DEFAULT_RESPONSE_TIMEOUT_S
 }
 # The model folder's file names, shared across the boundary: spelled only in templates/msnb_names.py, by msnb/ and by
 # the runtime shipped in every archive alike.

@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from msnb.engines import watchdog
+from msnb.engines.auth import Keys, write_key_file
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
-from msnb.engines.torchserve import watchdog
-from msnb.engines.torchserve.auth import Keys, write_key_file
-from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, STORE_DIR
-from msnb.engines.torchserve.store import ModelStore, read_manifest
+from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
@@ -55,6 +55,7 @@ class LocalRay:
         self._cluster = self._watchdog = None
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
+        self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -92,7 +93,7 @@ class LocalRay:
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
-        from msnb.engines.torchserve import TorchServeClient
+        from msnb.engines.torchserve.client import TorchServeClient
 
         self.client = TorchServeClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -112,6 +113,7 @@ class LocalRay:
             self._cluster = self._watchdog = self.root = self.client = None
             self.http_port = self._requested_port
             self._folders.clear()
+            self._env.clear()
 
     @property
     def running(self) -> bool:
@@ -169,8 +171,10 @@ class LocalRay:
         return self.status(name)
 
     def _model_args(self, folder: Path, name: str) -> dict[str, Any]:
+        # env_vars: the replicas' constructor sets them (msnb_ray.model), no file holds them
         return {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
-                "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
+                "max_surge_percent": 100,  # one replica: its replacement starts before it stops
+                "env_vars": self._env.get(name, {})}  # fmt: skip
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
@@ -220,12 +224,18 @@ class LocalRay:
 
     register = redeploy
 
+    def model_env(self, name: str, values: dict[str, str]) -> None:
+        """Give the replicas ``name`` deploys from now on these variables (set by each replica's constructor before
+        the folder loads), and no other model's."""
+        self._env[name] = dict(values)
+
     def unregister(self, name: str, version: str | None = None) -> None:
         """Delete the application ``name`` (its replicas and its folder), as ``LocalServer.unregister`` does; Ray
         serves one version per name, so ``version`` is accepted for the same call and changes nothing."""
         from ray import serve
 
         serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
+        self._env.pop(name, None)
         folder = self._folders.pop(name, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -97,13 +97,27 @@ def started(temp_root: Path) -> Iterator[None]:
     def start(command: list[str], *args: Any, **kwargs: Any) -> Any:
         if command and command[0] == services.RAYLET_EXECUTABLE:
             command = [*command, *_listen_port_flag(command)]
-        return original(command, *args, **kwargs)
+        with _credentials_hidden():  # Ray copies os.environ into each process it starts
+            return original(command, *args, **kwargs)
 
     services.start_ray_process = start
     try:
         yield
     finally:
         services.start_ray_process = original
+
+
+@contextlib.contextmanager
+def _credentials_hidden() -> Iterator[None]:
+    """While a Ray process starts: this process's credential-looking variables out of its environment (Ray's own
+    token variables stay), so that a replica gets a credential only when its model names it (``--env``)."""
+    from msnb.engines.env_vars import credential
+
+    hidden = {k: os.environ.pop(k) for k in list(os.environ) if credential(k) and k not in AUTH_VARS}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
 
 
 def _listen_port_flag(raylet_command: list[str]) -> list[str]:

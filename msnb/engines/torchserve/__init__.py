@@ -1,7 +1,7 @@
 """TorchServe from Python: its process (LocalServer), its REST APIs (TorchServeClient), its files and logs.
 
 Imports nothing from msnb's notebook or packaging side: it serves any TorchServe archive. Names load on
-first use, so `python -m msnb.engines.torchserve.watchdog` stays light.
+first use.
 """
 
 from __future__ import annotations

@@ -16,13 +16,14 @@ from typing import Any, NoReturn
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from msnb.engines.auth import AuthorisedSession, Keys
 from msnb.engines.chunks import ChunkReader, is_stream
 from msnb.engines.models import ModelStatus, PredictionError, RawRequest, decode, encode, error_body
-from msnb.engines.torchserve.auth import AuthorisedSession, Keys
-from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S, LIMIT_OPTIONS, Limits
+from msnb.engines.store import next_version
+from msnb.engines.torchserve.config import LIMIT_OPTIONS, Limits
 from msnb.engines.torchserve.logs import LogCursor
-from msnb.engines.torchserve.store import next_version
 from msnb.errors import ServerError
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 REGISTER_TIMEOUT_S = 600.0
 # A prediction waits at most for one batch ahead of it and its own, each bounded by the model's responseTimeout

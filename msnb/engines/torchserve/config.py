@@ -12,7 +12,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from msnb.engines.store import STORE_DIR
 from msnb.errors import ServerError
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 JAVA_MIN = 11
 JAVA_HINT = (
@@ -21,13 +23,11 @@ JAVA_HINT = (
 )
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
-DEFAULT_RESPONSE_TIMEOUT_S = 120  # TorchServe's default responseTimeout (seconds per batch)
-DEFAULT_MAX_BYTES = 6553500  # TorchServe's default max_request_size and max_response_size (6.5 MB)
 # KServe's TorchServe runtime mounts the InferenceService's storageUri at /mnt/models and reads two folders of it.
 KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
-STORE_DIR = "model_store"  # a local server's model store, inside its workdir
+ENV_DIR = "model_env"  # its models' variables (--env), one 0600 file each, outside the store (msnb.engines.env_vars)
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
@@ -103,6 +103,11 @@ class Layout:
     @property
     def log_dir(self) -> Path:
         return self.workdir / "logs"
+
+    @property
+    def env_dir(self) -> Path:
+        """The models' variables (``--env``): private to the server, outside the model store and the models."""
+        return self.workdir / ENV_DIR
 
     @property
     def tmp_dir(self) -> Path:

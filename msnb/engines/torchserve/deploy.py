@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from msnb.engines.models import ModelStatus
+from msnb.engines.store import ModelStore, check_identity, read_manifest
 from msnb.engines.torchserve.client import TorchServeClient
-from msnb.engines.torchserve.config import DEFAULT_RESPONSE_TIMEOUT_S
-from msnb.engines.torchserve.store import ModelStore, check_identity, read_manifest
 from msnb.errors import Interrupted, ServerError
+from msnb.templates.msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
 
 
 def register(

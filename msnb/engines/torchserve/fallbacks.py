@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from msnb.engines.protocol import Engine
 from msnb.templates.msnb_fallback import FALLBACK_METRIC
 
 
-def batch_fallbacks(server: Any) -> dict[str, int]:
+def batch_fallbacks(server: Engine) -> dict[str, int]:
     """Model name -> batch fallbacks its workers counted (the shared handler's custom metric); {} when the
     metrics cannot be read (status must still show the rest)."""
     try:

@@ -21,14 +21,15 @@ from typing import Any
 
 import psutil
 
+from msnb.engines import env_vars, watchdog
+from msnb.engines.auth import Keys
 from msnb.engines.models import ModelStatus
+from msnb.engines.store import ModelStore
 from msnb.engines.torchserve import config as tsconfig
-from msnb.engines.torchserve import deploy, watchdog
-from msnb.engines.torchserve.auth import Keys
+from msnb.engines.torchserve import deploy
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
-from msnb.engines.torchserve.store import ModelStore
-from msnb.engines.torchserve.watchdog import TEMP_PREFIX
+from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import ServerError
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
@@ -153,6 +154,7 @@ class LocalServer:
             # is deep) and the keys of a server that no longer runs.
             shutil.rmtree(self.layout.tmp_dir, ignore_errors=True)
             self.layout.key_file.unlink(missing_ok=True)
+            env_vars.remove(self.layout.env_dir)  # the models' variables (--env) live as long as the server
             _LIVE.discard(self)
 
     def __enter__(self) -> "LocalServer":
@@ -217,6 +219,13 @@ class LocalServer:
     def unregister(self, name: str, version: str | None = None) -> None:
         """Unregister one version (or every version) of a model and delete its files from the model store."""
         deploy.unregister(self.client, self.store, name, version)
+        if version is None:
+            env_vars.remove(self.layout.env_dir, name)
+
+    def model_env(self, name: str, values: dict[str, str]) -> None:
+        """Give the workers ``name`` starts from now on these variables (none: no more), and no other model's workers
+        (a file its runtime reads: see ``msnb.engines.env_vars``)."""
+        env_vars.write(self.layout.env_dir, name, values)
 
     # ------------------------------------------------------------------ the client's calls, for convenience
     def predict(self, name: str, data: Any, **kwargs: Any) -> Any:
@@ -285,7 +294,7 @@ class LocalServer:
                 "see TorchServe's output below.",
                 details="\n".join(tail(lay.java_out, 20)),
             ) from None
-        self._watchdog = watchdog.spawn(pid, lay.model_store if self._owns_workdir else None)
+        self._watchdog = watchdog.spawn(pid, [*([lay.model_store] if self._owns_workdir else []), lay.env_dir])
         self._client = TorchServeClient(
             self.inference_url,
             self.management_url,
@@ -299,7 +308,10 @@ class LocalServer:
     def _launch_env(self, java: str) -> dict[str, str]:
         """The launcher's environment: no TS_* of ours leaks in, and every path of this server is its own."""
         lay = self.layout
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TS_")} | self.env
+        # A model gets the kernel's credentials only when named (--env, msnb.engines.env_vars): none by inheritance.
+        inherited = env_vars.without_credentials(os.environ)
+        env = {k: v for k, v in inherited.items() if not k.startswith("TS_")} | self.env
+        env[env_vars.ENV_DIR_VAR] = str(lay.env_dir)
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
         env.update(

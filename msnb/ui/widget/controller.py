@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.logs import user_frames
 from msnb.errors import MsnbError
 from msnb.ui.attributions import bars_html
@@ -328,11 +329,11 @@ def chunks_text(chunks: list) -> str:
     return "\n".join(json.dumps(c) if not isinstance(c, str) else c for c in chunks)
 
 
-def _server_state(server: Any) -> tuple[bool, str]:
+def _server_state(server: Engine | None) -> tuple[bool, str]:
     if server is None or not server.running:
         return False, "no local TorchServe running."
     return True, f"{server.label} running at {server.inference_url} (pid {server.pid}, workdir {server.workdir})."
 
 
-def _log_tail(server: Any) -> str:
+def _log_tail(server: Engine | None) -> str:
     return "\n".join(user_frames(server.log_tail(40).splitlines())) if server is not None else ""

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from msnb.engines.models import ModelStatus, WorkerStatus
+from msnb.engines.store import ModelStore, next_version
 from msnb.engines.torchserve import deploy
-from msnb.engines.torchserve.store import ModelStore, next_version
 from msnb.errors import Interrupted, ServerError
 
 OLD = ModelStatus("mlp", "1.0", False, (WorkerStatus("9000", "READY"),), "mlp-v1.0", response_timeout=1)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from msnb.engines.torchserve.auth import Keys, write_key_file
+from msnb.engines.auth import Keys, write_key_file
 from msnb.templates import msnb_ray_guard as guard
 
 KEY_ERROR = {"code": 400, "type": "InvalidKeyException",

@@ -8,7 +8,7 @@ import sys
 
 import psutil
 
-from msnb.engines.torchserve.watchdog import wait_gone
+from msnb.engines.watchdog import wait_gone
 
 
 def test_an_exited_process_its_parent_has_not_reaped_is_gone_at_once():

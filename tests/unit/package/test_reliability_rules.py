@@ -10,8 +10,8 @@ from helpers import MLP_MODEL, strict_loads
 
 from msnb import options
 from msnb.engines.models import encode
+from msnb.engines.store import check_identity
 from msnb.engines.torchserve import config as tsconfig
-from msnb.engines.torchserve.store import check_identity
 from msnb.errors import MsnbError, SpecError
 from msnb.spec import spec_from_source
 from msnb.trial import runner

@@ -31,7 +31,7 @@ def test_engine_ray_without_the_extra_names_it_and_stops_nothing(monkeypatch):
     for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as without the extra
-    session = Session(server_factory=FakeServer)
+    session = Session(lambda engine, port: FakeServer())
     server = session.server()
     with pytest.raises(MsnbError) as info:
         session.use_engine("ray")
@@ -41,7 +41,7 @@ def test_engine_ray_without_the_extra_names_it_and_stops_nothing(monkeypatch):
 
 def test_switching_engines_stops_the_other_one_first():
     pytest.importorskip("ray.serve")
-    session = Session(server_factory=FakeServer)
+    session = Session(lambda engine, port: FakeServer())
     server = session.server()
     session.use_engine("ray", port=8123)
     assert server.stopped and session.engine == "ray" and session.server(create=False) is None

@@ -1,4 +1,4 @@
-"""Stop a TorchServe process tree; run as `python -m msnb.engines.torchserve.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
+"""Stop an engine's process tree (a TorchServe, a Ray node); run as `python -m msnb.engines.watchdog PID [MODEL_STORE [KEY=VALUE]]` to stop
 it when the owner dies (KEY=VALUE: also every Ray process whose environment holds it, see ``marked``).
 
 The owner keeps the write end of the watchdog's stdin. Whatever way the owner ends (stop(),
@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -121,25 +122,31 @@ def stop_all(procs: list[psutil.Process], grace_s: float = MARKED_GRACE_S) -> No
     wait_gone(survivors, timeout=5.0)
 
 
-def spawn(pid: int, model_store: Path | None = None, marker: tuple[str, str] | None = None) -> subprocess.Popen:
+def spawn(
+    pid: int, model_store: Path | Sequence[Path] | None = None, marker: tuple[str, str] | None = None
+) -> subprocess.Popen:
     """Start a watchdog for ``pid``; keep the returned Popen (its stdin) alive as long as the server.
 
-    ``model_store`` (a temporary workdir's own) is deleted once the owner is gone; ``marker`` (KEY, VALUE): every
-    Ray process whose environment holds it is stopped first (see ``marked``).
+    ``model_store`` (a temporary workdir's own; or several folders: the models' variables too) is deleted once the
+    owner is gone; ``marker`` (KEY, VALUE): every Ray process whose environment holds it is stopped first (see
+    ``marked``).
     """
-    extra = [str(model_store)] if model_store else []
-    extra += ["=".join(marker)] if marker and model_store else []
+    folders = [model_store] if isinstance(model_store, (str, Path)) else list(model_store or ())
+    extra = [os.pathsep.join(map(str, folders))] if folders else []
+    extra += ["=".join(marker)] if marker and folders else []
     return subprocess.Popen(
-        [sys.executable, "-m", "msnb.engines.torchserve.watchdog", str(pid), *extra],
+        [sys.executable, "-m", "msnb.engines.watchdog", str(pid), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # survives a signal sent to the owner's process group
     )
 
 
-def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None, marker: tuple[str, str] | None = None) -> None:
+def watch(
+    pid: int, owner_fd: int = 0, model_store: Path | Sequence[Path] | None = None, marker: tuple[str, str] | None = None
+) -> None:
     """Block until the owner's pipe closes, then stop ``pid``'s tree (if it still runs) and the processes ``marker``
-    names, and delete ``model_store``."""
+    names, and delete ``model_store`` (one folder or several)."""
     try:
         java: psutil.Process | None = psutil.Process(pid)
     except psutil.NoSuchProcess:
@@ -155,8 +162,8 @@ def watch(pid: int, owner_fd: int = 0, model_store: Path | None = None, marker: 
         stop_all(list({p.pid: p for p in procs}.values()))
     elif java is not None:
         stop_tree(java)
-    if model_store is not None:
-        shutil.rmtree(model_store, ignore_errors=True)
+    for folder in [model_store] if isinstance(model_store, (str, Path)) else model_store or ():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def mark_owner(workdir: Path) -> None:
@@ -170,14 +177,16 @@ def mark_owner(workdir: Path) -> None:
 
 def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
     """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
-    from msnb.engines.torchserve.config import STORE_DIR  # here: the watchdog process imports only psutil
+    from msnb.engines.store import STORE_DIR  # here: the watchdog process imports only psutil
+    from msnb.engines.torchserve.config import ENV_DIR
 
     swept = []
     for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):
         workdir = owner_file.parent
-        if _owner_alive(owner_file) or not (workdir / STORE_DIR).exists():
+        if _owner_alive(owner_file) or not any((workdir / d).exists() for d in (STORE_DIR, ENV_DIR)):
             continue
-        shutil.rmtree(workdir / STORE_DIR, ignore_errors=True)
+        for folder in (STORE_DIR, ENV_DIR):  # the models' variables (--env) go with the store
+            shutil.rmtree(workdir / folder, ignore_errors=True)
         swept.append(workdir)
     return swept
 
@@ -200,4 +209,5 @@ def alive(proc: psutil.Process) -> bool:
 
 if __name__ == "__main__":
     mark = tuple(sys.argv[3].split("=", 1)) if len(sys.argv) > 3 else None
-    watch(int(sys.argv[1]), model_store=Path(sys.argv[2]) if len(sys.argv) > 2 else None, marker=mark)
+    folders = [Path(p) for p in sys.argv[2].split(os.pathsep) if p] if len(sys.argv) > 2 else []
+    watch(int(sys.argv[1]), model_store=folders, marker=mark)

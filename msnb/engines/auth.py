@@ -1,4 +1,5 @@
-"""Token authorisation for one TorchServe: its keys, renewed before they expire, on every HTTP call."""
+"""Token authorisation in TorchServe's format (key_file.json), for both engines: the keys, renewed before they
+expire, on every HTTP call."""
 
 from __future__ import annotations
 

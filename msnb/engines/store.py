@@ -1,4 +1,5 @@
-"""A TorchServe model store: archives copied in under a per-version name, read back by their manifest."""
+"""A model store (TorchServe's, and the Ray engine's alike): archives and model folders copied in under a per-version
+name, read back by their manifest."""
 
 from __future__ import annotations
 
@@ -9,17 +10,9 @@ from pathlib import Path
 
 from msnb.errors import ServerError
 from msnb.files import clone_file, clone_tree, disk_error, partial_sibling, remove, replace_tree
-from msnb.templates.msnb_names import MANIFEST
+from msnb.templates.msnb_names import MANIFEST, SEGMENT_RULE, valid_segment
 
-# Names and versions are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
-# version register but cannot be predicted on or removed (TorchServe registers an empty one as 1.0).
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
-SEGMENT_RULE = "letters, digits, '_', '-' or '.', starting with a letter or digit"
-
-
-def valid_segment(text: str) -> bool:
-    """True when ``text`` can be a model name or version in TorchServe's URLs."""
-    return bool(_SEGMENT.match(text or ""))
+STORE_DIR = "model_store"  # an engine's model store, inside its workdir
 
 
 def check_identity(name: str, version: str) -> None:
