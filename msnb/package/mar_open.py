@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from msnb.engines.torchserve.store import check_identity, safe_name
+from msnb.engines.store import check_identity, safe_name
 from msnb.errors import ServerError
 from msnb.files import clone_tree
 from msnb.package.mar_requirements import to_install
