@@ -25,8 +25,9 @@ from msnb.errors import OptionError
 from msnb.templates import msnb_env
 from msnb.templates.msnb_env import ENV_DIR_VAR
 
-__all__ = ["ENV_DIR_VAR", "ENV_HELP", "remove", "resolve", "without_credentials", "write"]
+__all__ = ["ENV_DIR", "ENV_DIR_VAR", "ENV_HELP", "remove", "resolve", "without_credentials", "write"]
 
+ENV_DIR = "model_env"  # a server's models' variables (--env): one 0600 file each, in its workdir, outside the store
 ENV_HELP = (
     "a variable of this environment the model's workers (replicas) get, and no other model's: its value is never "
     "written to the model folder, the archive or a log (repeatable; e.g. --env OPENAI_API_KEY)"

@@ -177,8 +177,8 @@ def mark_owner(workdir: Path) -> None:
 
 def sweep_stale(root: Path, prefix: str = TEMP_PREFIX) -> list[Path]:
     """Delete the model store of every temporary workdir in ``root`` whose owner process is gone; logs stay."""
+    from msnb.engines.env_vars import ENV_DIR
     from msnb.engines.store import STORE_DIR  # here: the watchdog process imports only psutil
-    from msnb.engines.torchserve.config import ENV_DIR
 
     swept = []
     for owner_file in Path(root).glob(f"{prefix}*/{OWNER_FILE}"):

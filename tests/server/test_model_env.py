@@ -16,7 +16,7 @@ from msnb.spec import spec_from_source
 def test_env_reaches_that_models_workers_only_and_no_file_holds_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_VAR, ENV_KEY)  # the kernel's environment (the server starts after: it is not inherited)
     server = LocalServer(tmp_path / "server")
-    session = Session(lambda: server)
+    session = Session(lambda engine, port: server)
     for name in ("keyed", "plain"):
         session.add(spec_from_source(name, ENV_HANDLER))
     try:

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from msnb.engines.env_vars import ENV_DIR
 from msnb.engines.store import STORE_DIR
 from msnb.errors import ServerError
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
@@ -27,7 +28,6 @@ PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_mana
 KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
-ENV_DIR = "model_env"  # its models' variables (--env), one 0600 file each, outside the store (msnb.engines.env_vars)
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
