@@ -116,8 +116,8 @@ def report(cold: dict, loads: dict, many: int, settings: Settings) -> dict:
         key = f"cold start, {n} archive(s): {{}} s" if n else f"tiny MLP, {CLIENTS} clients: {{}} {metric}"
         return med[key.format("ray")] / med[key.format("torchserve")]
 
-    ratios = {"Ray / TorchServe: cold start, 1 archive": over("", 1), f"Ray / TorchServe: cold start, {many} archives":
-              over("", many), "Ray / TorchServe: req/s": over("rps"), "Ray / TorchServe: p99": over("p99_ms")}  # fmt: skip
+    ratios = {f"Ray / TorchServe: cold start, {n} archive(s)": over("", n) for n in sorted({1, many})}
+    ratios.update({"Ray / TorchServe: req/s": over("rps"), "Ray / TorchServe: p99": over("p99_ms")})
     return {
         "title": "TorchServe archives on Ray Serve (msnb serve --engine ray) beside plain TorchServe",
         "unit": "s / req/s / ms",
@@ -128,3 +128,35 @@ def report(cold: dict, loads: dict, many: int, settings: Settings) -> dict:
         "start + every archive served + one answer from each (TorchServe registers one after another, Ray deploys "
         f"all in one Serve call); {CLIENTS} keep-alive clients on loopback, both engines with token auth on.",
     }
+
+
+RESULTS = Path(__file__).parent / "RAY_ARCHIVES.md"
+
+
+class OneRun(Settings):
+    """The quick sizes with one interleaved run of each variant (a busy machine's budget)."""
+
+    @property
+    def reps(self) -> int:
+        return 1
+
+
+def main() -> None:
+    """`python -m bench.ray_archives`: one quick interleaved run, appended to bench/RAY_ARCHIVES.md."""
+    import tempfile
+
+    from bench.report import machine
+
+    with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp:
+        result = run(OneRun(quick=True, workdir=Path(tmp)))
+    lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+             "| measurement | median |", "|---|---|"]  # fmt: skip
+    lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
+    lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
+    lines += ["", result["notes"]]
+    head = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
+    RESULTS.write_text(head + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
