@@ -36,6 +36,7 @@ BENCHMARKS = (
     "ray_archives",
     "streaming",
     "stream_speed",
+    "openai_speed",
     "light_processes",
     "secret_scan",
 )

@@ -11,6 +11,7 @@ import litserve as ls
 import torch
 
 from bench import models
+from bench.litserve_compat import without_mcp
 
 
 class CellAPI(ls.LitAPI):
@@ -54,6 +55,7 @@ def main(argv: list[str]) -> None:
         batch_timeout=float(timeout),
     )
     server = ls.LitServer(api, accelerator="cpu", workers_per_device=1)
+    without_mcp()  # bench/litserve_compat.py
     server.run(host="127.0.0.1", port=int(port), generate_client_file=False, log_level="warning")
 
 

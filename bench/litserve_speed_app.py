@@ -7,6 +7,7 @@ import sys
 
 import litserve as ls
 
+from bench.litserve_compat import without_mcp
 from bench.stream_speed_cell import TOKENS
 
 
@@ -27,6 +28,7 @@ class SimpleStreamingAPI(ls.LitAPI):
 
 def main(argv: list[str]) -> None:
     server = ls.LitServer(SimpleStreamingAPI(), stream=True)
+    without_mcp()  # bench/litserve_compat.py
     server.run(host="127.0.0.1", port=int(argv[0]), generate_client_file=False, log_level="warning")
 
 

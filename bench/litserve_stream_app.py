@@ -10,6 +10,7 @@ import litserve as ls
 import torch
 
 from bench import stream_model
+from bench.litserve_compat import without_mcp
 
 
 class StreamAPI(ls.LitAPI):
@@ -38,6 +39,7 @@ class StreamAPI(ls.LitAPI):
 def main(argv: list[str]) -> None:
     port, checkpoint = argv
     server = ls.LitServer(StreamAPI(checkpoint), accelerator="cpu", workers_per_device=1)
+    without_mcp()  # bench/litserve_compat.py
     server.run(host="127.0.0.1", port=int(port), generate_client_file=False, log_level="warning")
 
 

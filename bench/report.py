@@ -40,6 +40,8 @@ PANELS = [
     ("streaming", "per chunk ms", "Streaming: time per chunk", "ms"),
     ("stream_speed", "first token ms", "LitServe's stream speed test: first token", "ms"),
     ("stream_speed", "tokens per s", "LitServe's stream speed test: tokens/s", "tokens/s"),
+    ("openai_speed", "first token ms", "OpenAI API streamed: first token", "ms"),
+    ("openai_speed", "tokens per s", "OpenAI API streamed: tokens/s", "tokens/s"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")

@@ -12,15 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import OptionError, SpecError
-from msnb.templates.msnb_serving import (
-    DEFAULT_RESPONSE_TIMEOUT_S,
-    HINT,
-    ConfigFileError,
-    options_from,
-    read_user_file,
-)
+from msnb.templates.msnb_serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S, options_from
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
+CONFIG_HINT = "give a YAML mapping of model-config keys, e.g. `batchSize: 4` and a `handler:` section"
 ALLOW_FLAG = "--allow-files"  # `msnb export`'s option naming a further folder the notebook may take files from
 # The request options of %ms_test, %ms_predict (and --data of %ms_explain) and `msnb predict`, declared once:
 # flag -> argparse's keyword arguments.
@@ -98,7 +93,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_batch_delay",
         "ms TorchServe waits to fill a batch",
-        100,
+        DEFAULT_BATCH_DELAY_MS,
         int,
         0,
         label="Max batch delay (ms)",
@@ -131,6 +126,7 @@ OPTIONS: tuple[Option, ...] = (
         1,
     ),
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
+    Option("schema", "a JSON Schema file for the input: the MCP tool's inputSchema (default: inferred from --example)"),
     Option(
         "config_file",
         "your own model-config.yaml (torch-model-archiver's --config-file): its keys reach "
@@ -215,6 +211,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
     }
     if args.example is not None:
         config["example"] = parse_data(args.example, namespace, base, option="--example")
+    if args.schema:
+        config["input_schema"] = _schema(_path(args.schema, base))
     if args.handler:
         config["handler"] = args.handler
     if args.model_file:
@@ -252,12 +250,45 @@ def parse_data(
         ) from None
 
 
-def _config_file(path: Path) -> dict[str, Any]:
-    """A user's own model-config.yaml; one that cannot be used is an OptionError naming it."""
+def _schema(path: Path) -> dict:
+    """``--schema FILE``: a JSON Schema object (the MCP tool's inputSchema)."""
     try:
-        return read_user_file(path)
-    except ConfigFileError as err:
-        raise OptionError(str(err), HINT + ".") from None
+        schema = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise OptionError(
+            f"--schema: cannot read a JSON Schema from {str(path)!r}: {err}.",
+            'give a JSON file holding a schema, e.g. {"type": "object", "properties": {...}}.',
+        ) from None
+    if not isinstance(schema, dict):
+        raise OptionError(
+            f"--schema: {str(path)!r} holds a {type(schema).__name__}, not a JSON Schema object.",
+            'give a JSON object, e.g. {"type": "string"}.',
+        )
+    return schema
+
+
+def _config_file(path: Path) -> dict[str, Any]:
+    """A user's own model-config.yaml (``--config-file``): its mapping; a missing file, bad YAML or a non-mapping is
+    an OptionError naming the file (and line)."""
+    import yaml  # here: the option table loads without it
+
+    if not path.is_file():
+        raise OptionError(f"--config-file: {str(path)!r} does not exist.", CONFIG_HINT + ".")
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise OptionError(f"--config-file {path.name}:{where}: not YAML ({problem}).", CONFIG_HINT + ".") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise OptionError(f"--config-file {path.name}: cannot be read ({err}).", CONFIG_HINT + ".") from None
+    if not isinstance(loaded, dict):
+        raise OptionError(
+            f"--config-file {path.name}: holds a {type(loaded).__name__}, not a mapping of model-config keys.",
+            CONFIG_HINT + ".",
+        )
+    return loaded
 
 
 def _checkpoint(value: str | None, namespace: UserNamespace | None, base: Path) -> Any:

@@ -29,7 +29,7 @@ from msnb.forms import (
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
 from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
-from msnb.templates.msnb_serving import merged
+from msnb.templates.msnb_serving import ServingConfig
 
 # TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
 # packages (``pip install -U --upgrade-strategy only-if-needed``), and the worker runs in it: only what the server
@@ -132,6 +132,7 @@ class HandlerSpec:
     device: str = DEFAULTS["device"]
     max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
+    input_schema: Mapping[str, Any] | None = None  # --schema FILE: the MCP tool's input schema (msnb.package.api_card)
     values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
     objects: SavedObjects | None = None  # Hugging Face objects saved from the kernel (hf_objects/)
     max_value_mb: int = DEFAULTS["max_value_mb"]
@@ -296,30 +297,18 @@ class HandlerSpec:
             h.update(_live_fingerprint(self.checkpoint).encode())
         return h.hexdigest()[:12]
 
+    @property
+    def serving(self) -> ServingConfig:
+        """The serving settings (the user's --config-file as its extra keys)."""
+        return ServingConfig(self.workers, self.batch_size, self.max_batch_delay, self.response_timeout, self.device,
+                             self.max_gpu_memory, self.model_yaml)  # fmt: skip
+
     def model_config(self) -> dict[str, Any]:
-        """The values written to the archive's model-config.yaml."""
-        cfg: dict[str, Any] = {
-            "minWorkers": self.workers,
-            "maxWorkers": self.workers,
-            "batchSize": self.batch_size,
-            "maxBatchDelay": self.max_batch_delay,
-            "responseTimeout": self.response_timeout,
-        }
-        if self.device == "cpu":
-            cfg["deviceType"] = "cpu"
-        elif self.device == "gpu":
-            cfg["deviceType"] = "gpu"
-        system: dict[str, Any] = {}
+        """The values written to the archive's model-config.yaml: the serving settings, the archives to unpack
+        (system.extraFiles) and, with requirements, useVenv."""
         archives = [Path(p).name for p in self.extra_files if _is_archive(p)]
-        if archives:
-            system["extraFiles"] = archives
-        if self.max_gpu_memory is not None:
-            system["maxGPUMemory"] = self.max_gpu_memory
-        if system:
-            cfg["system"] = system
-        if self.requirements:
-            cfg[USE_VENV] = True
-        return merged(cfg, self.model_yaml)
+        own = {USE_VENV: True} if self.requirements else {}
+        return self.serving.to_model_config({"extraFiles": archives} if archives else None, **own)
 
 
 # ---------------------------------------------------------------- helpers

@@ -15,8 +15,9 @@ from importlib import resources
 from pathlib import Path
 
 SHARED_PREFIX = "msnb_"  # every module of the shared handler is named msnb_*.py
-# Engine adapters (msnb_ray*.py) sit beside the model folders they serve, not inside an archive.
-ENGINE_ADAPTER_PREFIX = "msnb_ray"
+# Engine adapters (msnb_ray*.py) and the protocols they answer (msnb_api*.py: OpenAI, MCP) sit beside the model folders
+# they serve, not inside an archive.
+ENGINE_ADAPTER_PREFIX = ("msnb_ray", "msnb_api")
 
 
 def shared_handler_files() -> tuple[Path, ...]:

@@ -15,6 +15,7 @@ VALUES_FILE = "values.pt"  # the kernel's runtime values (read by msnb_values)
 HF_DIR = "hf_objects"  # Hugging Face objects, one folder each by name (read by msnb_hf)
 MODEL_FILE = "model_file.py"  # an eager BaseHandler's model class: the manifest's modelFile
 MANIFEST = "MAR-INF/MANIFEST.json"  # torch-model-archiver's manifest
+API_CARD = "msnb_api.json"  # how the model shows at /v1 and as an MCP tool (msnb.package.api_card, msnb_api_mcp)
 
 # A model's name and version are URL path segments (/predictions/NAME/VERSION): '/', '?', '#', '%' or an empty
 # version register but cannot be predicted on or removed (TorchServe registers an empty one as 1.0).

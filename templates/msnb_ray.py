@@ -31,6 +31,7 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from .msnb_names import HANDLER_MODULE
+    from .msnb_ray_api import ApiRoutes, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
     from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from .msnb_ray_sequence import SequenceRouter
@@ -38,6 +39,7 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_names import HANDLER_MODULE
+    from msnb_ray_api import ApiRoutes, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
     from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from msnb_ray_sequence import SequenceRouter
@@ -292,8 +294,8 @@ class MsnbModel:
     async def describe(self, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
         return await asyncio.to_thread(locked, self.model, self.model.describe, customized, headers)
 
-    def streams(self) -> bool:
-        return streams(self.model)
+    def streams(self, card: bool = False) -> bool | dict:  # card: how /v1 and /mcp show the model (msnb_ray_api)
+        return model_card(self.model) if card else streams(self.model)
 
     async def infer_stream(self, body: bytes, headers: dict):
         """One prediction's answer as items of msnb_ray_stream (called with ``handle.options(stream=True)``)."""
@@ -315,6 +317,8 @@ class MsnbRouter:
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
         headers = {k.lower(): v for k, v in request.headers.items()}
+        if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (msnb_ray_api), their own 401
+            return await self.api.answer(request, "/" + "/".join(parts), headers)
         refusal = guard.refused(headers, self.key)
         if refusal:
             return reply(*error_reply(*refusal))
@@ -343,6 +347,7 @@ class MsnbRouter:
         limit = args.get("max_request_size")
         self.max_request_size = int(limit) if limit else None
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
+        self.api = ApiRoutes(self)  # /v1 and /mcp
 
     def app_handle(self, name: str) -> Any:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""

@@ -82,3 +82,20 @@ def char_lm() -> type:
     namespace: dict = {}
     exec(MODEL_SOURCE, namespace)
     return namespace["CharLM"]
+
+
+# The same LM asked through OpenAI's API: the request body is the sample (chat messages or a completions prompt),
+# the weights seeded in init_function (no checkpoint), the cell's docstring its MCP tool's description.
+API_DOC = "Continues a lowercase text, one character per step (a tiny character LM)."
+API_BODY = f'"""{API_DOC}"""\n' + HANDLER_BODY.replace(
+    "def preprocess(prompt):\n    return torch.tensor([STOI.get(c, 0) for c in prompt.lower()])",
+    "def preprocess(request):\n"
+    "    text = request['messages'][-1]['content'] if 'messages' in request else request['prompt']\n"
+    "    return torch.tensor([STOI.get(c, 0) for c in text.lower()])",
+).replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")
+
+
+def seeded_char_lm() -> torch.nn.Module:
+    """API_BODY's model, built here independently: CharLM with the weights its init_function seeds."""
+    torch.manual_seed(0)
+    return char_lm()(len(CHARS)).eval()

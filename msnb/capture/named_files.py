@@ -25,6 +25,7 @@ def named_paths(spec: Any, line: str | None, base: Path) -> list[tuple[str, Path
         args = parse_handler_line(line)
         requirements, example = _unquoted(args.requirements), _unquoted(args.example)
         named = [("--requirements", requirements), ("--example", example[1:] if example.startswith("@") else "")]
+        named.append(("--schema", _unquoted(args.schema)))
         for option, text in named:
             path = Path(text).expanduser() if text else None
             path = path if path is None or path.is_absolute() else base / path

@@ -24,10 +24,10 @@ from msnb.templates.msnb_names import HANDLER_MODULE, HF_DIR
 
 FLAG = "--allow-secret"
 SHORTEST = 8  # a shorter str / bytes is scanned only when its name or path says it is a password or key
-LINE_MOST = 4096  # a text value up to this long, on one line, is scanned as `NAME[path] = 'text'` (its name counts)
+LINE_MOST = 4096  # a text value up to this long, on one line, is scanned as `LABEL = 'text'` (its name counts)
 WEIGHTS = (".safetensors",)  # an object's weights: numbers, not text (its JSON files are scanned)
 SHOWN = 5  # findings named in one refusal (the rest counted)
-_CACHE: dict[tuple[str, str], tuple[Hit, ...]] = {}  # (name, snapshot digest) -> its findings: unchanged values once
+_CACHE: dict[tuple[str, str], tuple] = {}  # (name, snapshot digest) -> its findings: an unchanged value is scanned once
 _CACHE_MOST = 256
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL")  # a name worth suggesting as the variable's
 
@@ -93,21 +93,25 @@ def code_hits(block: SourceBlock) -> Iterator[Hit]:
         yield Hit(where, found, frozenset(names), token, _variable(binding[0] if binding else ""))
 
 
-def _value(name: str, carried: Carried) -> tuple[Hit, ...]:
-    """The findings in one value (cached by its snapshot's digest: an unchanged value is scanned once)."""
+def _value(name: str, carried: Carried) -> Iterator[Hit]:
+    """The hits in one value; its findings are cached by its snapshot's digest (an unchanged value is scanned once)."""
     key = (name, carried.digests.get(name, ""))
-    if key[1] and key in _CACHE:
-        return _CACHE[key]
-    hits = tuple(value_hits(name, carried.values[name], carried.where.get(name, "")))
-    if key[1]:
-        if len(_CACHE) >= _CACHE_MOST:
-            _CACHE.clear()
-        _CACHE[key] = hits
-    return hits
+    found = _CACHE.get(key) if key[1] else None
+    if found is None:
+        found = tuple(value_findings(name, carried.values[name]))
+        if key[1]:
+            if len(_CACHE) >= _CACHE_MOST:
+                _CACHE.clear()
+            _CACHE[key] = found
+    used = carried.where.get(name, "")
+    what = f" ({used})" if used else ""
+    for shown, finding, where in found:
+        yield Hit(f"`{shown}`{where}{what}", finding, frozenset({name, shown}), _token(name, shown), _variable(name))
 
 
-def value_hits(name: str, value: Any, used: str = "") -> Iterator[Hit]:
-    """The secrets in a value's str and bytes parts (keys too); ``value`` passed ``value_walk.check`` (bounded).
+def value_findings(name: str, value: Any) -> Iterator[tuple[str, secret_scan.Finding, str]]:
+    """The secrets in a value's str and bytes parts (keys too), each with its part as shown (``CONFIG['aws'][1]``)
+    and, for a multi-line text, its line; ``value`` passed ``value_walk.check`` (bounded).
 
     Each short text is scanned as one line ``LABEL = 'text'``, LABEL its nearest str key (else the value's name), so
     that a detector reading names (``password = ...``) sees it; a path is rendered only for a finding."""
@@ -120,15 +124,12 @@ def value_hits(name: str, value: Any, used: str = "") -> Iterator[Hit]:
             short.append((path, f"{label} = {text!r}"))
         else:
             long.append((path, text))
-    found_in = [(short[f.line - 1][0], f, "") for f in secret_scan.findings("\n".join(t for _, t in short), "v.py")]
+    for found in secret_scan.findings("\n".join(t for _, t in short), "values.py"):
+        yield f"{name}{render(short[found.line - 1][0])}", found, ""
     for path, text in long:
         found = secret_scan.scan_bytes(text, "value.txt") if isinstance(text, bytes) else secret_scan.scan_text(text)
         if found:
-            found_in.append((path, found, f", line {found.line} of its text"))
-    what = f" ({used})" if used else ""
-    for path, found, where in found_in:
-        shown = f"{name}{render(path)}"
-        yield Hit(f"`{shown}`{where}{what}", found, frozenset({name, shown}), _token(name, shown), _variable(name))
+            yield f"{name}{render(path)}", found, f", line {found.line} of its text"
 
 
 def _label(name: str, path: Any) -> str:
@@ -145,7 +146,8 @@ def leaves(value: Any) -> Iterator[tuple[Any, str | bytes]]:
     value itself, the entries of lists, tuples and dicts, and dict keys (a key's path ends at its entry)."""
     if isinstance(value, (str, bytes)):
         yield None, value
-        return
+    if not isinstance(value, (list, tuple, dict)):
+        return  # a number, a tensor: no text
     stack: list[tuple[Any, Any]] = [(value, None)]
     seen: set[int] = set()
     while stack:

@@ -32,6 +32,7 @@ from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.package import archive, formats
 from msnb.package.import_check import check_imports
 from msnb.spec import HandlerSpec
+from msnb.templates.msnb_serving import FRONTEND_KEYS
 from msnb.trial import runner
 
 
@@ -337,8 +338,7 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = KSERVE_MODEL_STOR
 
 def _snapshot(spec: HandlerSpec) -> dict:
     cfg = spec.model_config()
-    keys = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
-    return {k: cfg[k] for k in keys} | {"batchSize": 1}
+    return {k: cfg[k] for k in FRONTEND_KEYS if k != "deviceType"} | {"batchSize": 1}
 
 
 def format_table(report: Report) -> str:

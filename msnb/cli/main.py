@@ -314,6 +314,7 @@ def _serve(args: argparse.Namespace) -> int:
         names = _register_each(server, archives, env)
         state = serve_state.write(_record(server, names), args.state)
         print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
+        print(f"openai {server.openai_base_url}  mcp {server.mcp_url}  (the same key)")
         print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
         print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops the server.", flush=True)
         if not _wait(server):

@@ -37,6 +37,14 @@ class Engine(Protocol):
     def inference_url(self) -> str: ...
 
     @property
+    def openai_base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``: OpenAI's API over the models that stream (the inference key as API key)."""
+
+    @property
+    def mcp_url(self) -> str:
+        """MCP's streamable HTTP endpoint (``.../mcp``): every served model is a tool."""
+
+    @property
     def log_dir(self) -> Path: ...
 
     @property

@@ -17,11 +17,12 @@ from msnb.capture import requirement_rules, secret_rules
 from msnb.errors import BuildError, SpecError
 from msnb.files import clone_file, clone_tree, disk_error, link_or_copy, partial_sibling, replace_tree
 from msnb.forms import MODEL_FILE, ROLES_FORM
+from msnb.package import api_card
 from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.render import HANDLER_MODULE, render_handler
 from msnb.spec import BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
-from msnb.templates.msnb_names import CHECKPOINT, CONFIG, HF_DIR, REQUIREMENTS, VALUES_FILE
+from msnb.templates.msnb_names import API_CARD, CHECKPOINT, CONFIG, HF_DIR, REQUIREMENTS, VALUES_FILE
 
 Progress = Callable[[str, float], None]
 
@@ -40,6 +41,7 @@ def stage(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     for src in shared_handler_files():
         shutil.copy2(src, model_dir / src.name)
     (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
+    api_card.write(spec, model_dir)  # how /v1 and /mcp show it (msnb_api.json)
     if spec.requirements:
         (model_dir / REQUIREMENTS).write_text(
             "\n".join(requirement_rules.check(spec.requirements, spec.max_requirements)) + "\n"
@@ -170,6 +172,7 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str], checkpoi
         MODEL_FILE,
         VALUES_FILE,
         HF_DIR,
+        API_CARD,
         "MAR-INF",
         *(p.name for p in shared_handler_files()),
     }

@@ -18,7 +18,7 @@ from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
-from msnb.templates import msnb_names
+from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names
 from msnb.templates.msnb_ray_guard import KEY_VAR
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
@@ -31,9 +31,9 @@ KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
 def adapter_files() -> list[Path]:
-    """The adapter modules (templates/msnb_ray*.py) that sit beside the exported model folders."""
+    """The adapter modules (templates/msnb_ray*.py, msnb_api*.py) that sit beside the exported model folders."""
     root = resources.files("msnb.templates")
-    adapter = [p for p in root.iterdir() if p.name.startswith(ADAPTER) and p.name.endswith(".py")]
+    adapter = [p for p in root.iterdir() if p.name.startswith(ENGINE_ADAPTER_PREFIX) and p.name.endswith(".py")]
     return sorted(Path(str(p)) for p in [*adapter, root / f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"])
 
 

@@ -428,6 +428,8 @@ def _server_info(server: Engine | None, running: bool) -> dict[str, Any]:
         "engine": server.kind if known else ENGINES[0],
         "running": running,
         "url": server.inference_url if running else None,
+        "openai_base_url": server.openai_base_url if running else None,  # /v1 and /mcp: the same key
+        "mcp_url": server.mcp_url if running else None,
         "log_dir": str(server.log_dir) if known else None,
         "key_file": str(server.key_file) if known and server.key_file else None,
     }

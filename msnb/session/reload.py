@@ -26,8 +26,10 @@ from msnb.engines.store import MANIFEST
 from msnb.engines.torchserve.client import _details
 from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
+from msnb.options import OPTION
 from msnb.package import archive
 from msnb.spec import HandlerSpec
+from msnb.templates import msnb_serving as serving
 from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
 
 if TYPE_CHECKING:
@@ -36,15 +38,8 @@ if TYPE_CHECKING:
 DEV_ENTRY = "dev_reload.py"
 RELOAD, NEW_VERSION = "reload", "new version"
 # model-config keys the frontend acts on (a change needs a new registration), with the option that sets them
-FRONTEND_KEYS = {
-    "batchSize": "--batch-size",
-    "maxBatchDelay": "--max-batch-delay",
-    "minWorkers": "--workers",
-    "maxWorkers": "--workers",
-    "responseTimeout": "--response-timeout",
-    "deviceType": "--device",
-    "system": "--extra-files / --max-gpu-memory",
-}
+FRONTEND_KEYS = {key: OPTION[name].flag for key, name in serving.FRONTEND_KEYS.items()}
+FRONTEND_KEYS[serving.SYSTEM] = "--extra-files / --max-gpu-memory"
 
 
 @dataclass

@@ -140,7 +140,14 @@ class Status(View, dict):
         server = status.get("server", {})
         rows = [("server", f"running at {server['url']}" if server.get("running") else "not running")]
         rows += [
-            (label, server[key]) for label, key in (("logs", "log_dir"), ("key file", "key_file")) if server.get(key)
+            (label, server[key])
+            for label, key in (
+                ("OpenAI API", "openai_base_url"),
+                ("MCP", "mcp_url"),
+                ("logs", "log_dir"),
+                ("key file", "key_file"),
+            )  # fmt: skip
+            if server.get(key)
         ]
         View.__init__(self, "msnb status", rows)
         self.table = [_handler_cells(n, h) for n, h in status.get("handlers", {}).items()]

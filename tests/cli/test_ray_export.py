@@ -22,8 +22,12 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
     assert names == [
         "first",
+        "msnb_api_mcp.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "msnb_api_openai.py",
+        "msnb_api_wire.py",
         "msnb_names.py",
         "msnb_ray.py",
+        "msnb_ray_api.py",
         "msnb_ray_context.py",
         "msnb_ray_guard.py",
         "msnb_ray_load.py",
@@ -36,7 +40,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert "serve run serve_config.yaml" in out
     for name in ("first", "second"):  # the engine-neutral model folder, as TorchServe registers it
         folder = tmp_path / "ray" / name
-        assert {"handler_model.py", "msnb_handler.py", "model.pt", "model-config.yaml"} <= {
+        assert {"handler_model.py", "msnb_handler.py", "model.pt", "model-config.yaml", "msnb_api.json"} <= {
             p.name for p in folder.iterdir()
         }
         assert (folder / "MAR-INF" / "MANIFEST.json").is_file() and not (folder / "msnb_ray.py").exists()

@@ -10,10 +10,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import openai
 import pytest
 import requests
 import torch
 import yaml
+from api_clients import mcp_tools, openai_client
 from helpers import BODY, IMPORTS, NET, handler, notebook_answer, poll, run, standard
 
 from msnb.engines.auth import write_key_file
@@ -221,6 +223,17 @@ def test_a_str_answer_keeps_its_content_type_and_unknown_models_get_404(served):
     assert resp.text == f"label {expected(served.folder, [1, 2, 3, 4])['label']}"
     missing = requests.post(f"{served.url}/predictions/nope", json={}, headers=headers, timeout=30)
     assert missing.status_code == 404 and missing.json()["type"] == "ModelNotFoundException"
+
+
+def test_the_exported_router_answers_mcp_and_openais_api_with_the_same_key(served):
+    key = read_key(key_file(served.outdir))
+    tools, (called,) = mcp_tools(f"{served.url}/mcp", key, [("mlp", {"x": [1, 2, 3, 4]})])
+    assert {t.name for t in tools} == {"mlp", "text"}
+    assert called.structured_content == expected(served.folder, [1, 2, 3, 4])
+    client = openai_client(f"{served.url}/v1", key)
+    assert [m.id for m in client.models.list()] == []  # neither model streams
+    with pytest.raises(openai.BadRequestError, match="does not stream"):
+        client.chat.completions.create(model="mlp", messages=[{"role": "user", "content": "x"}])
 
 
 def test_batches_larger_than_one_show_in_ray_s_prometheus_metrics(served):

@@ -146,6 +146,16 @@ class LocalRay:
         return f"http://{LOOPBACK}:{self.http_port}"
 
     @property
+    def openai_base_url(self) -> str:
+        """OpenAI's API over the streaming models, answered by the router (templates/msnb_ray_api.py)."""
+        return f"{self.inference_url}/v1"
+
+    @property
+    def mcp_url(self) -> str:
+        """MCP's streamable HTTP endpoint: every served model is a tool."""
+        return f"{self.inference_url}/mcp"
+
+    @property
     def log_dir(self) -> Path:
         return Path(self._cluster.head_node.get_logs_dir_path()) if self._cluster else Path(tempfile.gettempdir())
 

@@ -27,7 +27,9 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore
 from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve import deploy
+from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.client import TorchServeClient
+from msnb.engines.torchserve.front import Front
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import ServerError
@@ -81,6 +83,9 @@ class LocalServer:
         self._java: psutil.Process | None = None
         self._watchdog: subprocess.Popen | None = None
         self._client: TorchServeClient | None = None
+        self._front: Front | None = (
+            None  # OpenAI's /v1 and MCP's /mcp beside TorchServe (msnb.engines.torchserve.front)
+        )
         self.store = ModelStore(self.layout.model_store)
         self.python = str(python or sys.executable)  # the interpreter TorchServe and its workers run on
         self._lock = threading.RLock()
@@ -125,6 +130,8 @@ class LocalServer:
             try:
                 self._launch(java)
                 self._wait_ready()
+                self._front = Front(TorchServeModels(lambda: self.client, self.layout.model_store),
+                                    lambda: self.client.keys.header("inference")).start()  # fmt: skip
                 return
             except _PortTaken:
                 if attempt == 2 or self._requested_ports:
@@ -133,6 +140,9 @@ class LocalServer:
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
         with self._lock:
+            if self._front is not None:  # /v1 and /mcp first: nothing answers for a server that is going
+                self._front.stop()
+                self._front = None
             if self._java is not None:
                 watchdog.stop_tree(self._java)
                 self._java = None
@@ -184,6 +194,16 @@ class LocalServer:
         return f"http://127.0.0.1:{self.ports.get('metrics')}"
 
     @property
+    def openai_base_url(self) -> str:
+        """OpenAI's API over the streaming models: ``OpenAI(base_url=server.openai_base_url, api_key=KEY)``."""
+        return f"{self._front.url}/v1" if self._front is not None else ""
+
+    @property
+    def mcp_url(self) -> str:
+        """MCP's streamable HTTP endpoint: every served model is a tool (the inference key as bearer)."""
+        return f"{self._front.url}/mcp" if self._front is not None else ""
+
+    @property
     def log_dir(self) -> Path:
         return self.layout.log_dir
 
@@ -210,17 +230,27 @@ class LocalServer:
 
         ``params``: workers, batch_size, max_batch_delay, response_timeout (override the archive's config).
         """
-        return deploy.register(self.client, self.store, path, **params)
+        status = deploy.register(self.client, self.store, path, **params)
+        self._forget_cards()  # the new version's card (msnb_api.json) from now on
+        return status
 
     def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
         """Register the archive as its model's new default version and unregister the old ones; no restart."""
-        return deploy.redeploy(self.client, self.store, path, **params)
+        status = deploy.redeploy(self.client, self.store, path, **params)
+        self._forget_cards()  # the new version's card (msnb_api.json) from now on
+        return status
 
     def unregister(self, name: str, version: str | None = None) -> None:
         """Unregister one version (or every version) of a model and delete its files from the model store."""
         deploy.unregister(self.client, self.store, name, version)
+        self._forget_cards()
         if version is None:
             env_vars.remove(self.layout.env_dir, name)
+
+    def _forget_cards(self) -> None:
+        front = self._front
+        if front is not None:
+            front.models.forget()
 
     def model_env(self, name: str, values: dict[str, str]) -> None:
         """Give the workers ``name`` starts from now on these variables (none: no more), and no other model's workers

@@ -159,3 +159,11 @@ def test_a_hugging_face_objects_json_files_are_scanned_and_its_weights_are_not()
         "OpenAI Token" in caught.value.message
     )
     assert check("m", (), carried, ["tok"])[0].startswith("secret let through by --allow-secret tok: hf_objects/")
+
+
+def test_numbers_and_tensors_are_values_without_text():
+    import torch
+
+    pool = [(cell(2), "n = count()\nmean = stats()\n")]
+    spec = run(USES.format(name="[n, mean]"), pool, namespace={"n": 3, "mean": torch.zeros(2)})
+    assert set(spec.values.names) == {"n", "mean"}

@@ -63,3 +63,10 @@ def test_checkpoint_descriptions():
     assert describe_checkpoint("/m/model.pt") == "/m/model.pt"
     assert describe_checkpoint(torch.nn.Linear(2, 2)).startswith("Linear module")
     assert describe_checkpoint(torch.nn.Linear(2, 2).state_dict()) == "state_dict variable (2 entries)"
+
+
+def test_status_shows_the_openai_and_mcp_urls_of_a_running_server():
+    server = {"running": True, "url": "http://127.0.0.1:1", "openai_base_url": "http://127.0.0.1:2/v1",
+              "mcp_url": "http://127.0.0.1:2/mcp"}  # fmt: skip
+    shown = repr(Status({"server": server, "handlers": {}}))
+    assert "OpenAI API: http://127.0.0.1:2/v1" in shown and "MCP: http://127.0.0.1:2/mcp" in shown

@@ -1,0 +1,127 @@
+"""Benchmark: OpenAI's API, streamed, beside LitServe's OpenAISpec. One chat completion with ``stream=True`` streams
+TOKENS text pieces; the official ``openai`` client measures the time to the first content delta and the pieces per
+second. msnb serves a handler cell (bench/openai_speed_cell.py) at ``server.openai_base_url`` on TorchServe (msnb's
+front) and on Ray Serve (the router); LitServe 0.2.19 serves the same generator with ``OpenAISpec``."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.beside_litserve import LitServeProcess
+from bench.harness import Settings, inference_headers, interleave, msnb_engine, stop_engine, summary
+from bench.openai_speed_cell import CELL, TOKENS
+from msnb.session.core import deploy
+from msnb.spec import spec_from_source
+
+NAME = "openaispeed"
+LITSERVE = "LitServe OpenAISpec (anchor)"
+MESSAGES = [{"role": "user", "content": "count"}]
+
+
+class OpenAIApp(LitServeProcess):
+    """LitServe's OpenAISpec server (``bench.litserve_openai_app``) on a free loopback port."""
+
+    def __init__(self, work: Path):
+        super().__init__(work, Path(), ((), 1, 0))
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "bench.litserve_openai_app", str(self.port)]
+
+
+def speed_test(client, model: str) -> tuple[float, float]:
+    """One streamed chat completion: ms to its first content delta, and content deltas per second."""
+    start = time.perf_counter()
+    stream = client.chat.completions.create(model=model, messages=MESSAGES, stream=True)
+    tokens, first = 0, None
+    for chunk in stream:
+        if not chunk.choices or not chunk.choices[0].delta.content:
+            continue
+        if first is None:
+            first = time.perf_counter() - start
+        tokens += 1
+    elapsed = time.perf_counter() - start
+    if tokens != TOKENS:
+        raise RuntimeError(f"{model} streamed {tokens} content deltas, not {TOKENS}")
+    return first * 1000, tokens / elapsed
+
+
+def run(settings: Settings) -> dict:
+    from openai import OpenAI
+
+    work = settings.workdir / "openai_speed"
+    work.mkdir(parents=True, exist_ok=True)
+    engines: dict[str, Callable[[], tuple[str, str, Callable[[], None]]]] = {
+        "TorchServe (msnb)": lambda: _msnb("torchserve", work, settings)
+    }
+    if importlib.util.find_spec("ray") is not None and not settings.smoke:  # the smoke run: CI time, one engine
+        engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work, settings)
+    if importlib.util.find_spec("litserve") is not None:
+        engines[LITSERVE] = lambda: _litserve(work)
+    stops, measures = [], {}
+    try:
+        for name, start in engines.items():
+            base_url, key, stop = start()
+            stops.append(stop)
+            client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)  # one per server, kept alive
+            measures[name] = lambda c=client, m=(NAME if "msnb" in name else "lit"): speed_test(c, m)
+        for measure in measures.values():  # warm-up
+            measure()
+        runs = interleave(measures, settings.size(10, 3, 1))
+    finally:
+        for stop in stops:
+            stop()
+    rows = {n: {"first token ms": [r[0] for r in rs], "tokens per s": [r[1] for r in rs]} for n, rs in runs.items()}
+    return report(rows, settings)
+
+
+def _msnb(kind: str, work: Path, settings: Settings) -> tuple[str, str, Callable[[], None]]:
+    engine = msnb_engine(kind, work, settings)
+    engine.start()
+    try:
+        deploy(engine, spec_from_source(NAME, CELL))
+    except BaseException:
+        stop_engine(engine, settings)
+        raise
+    key = inference_headers(engine).get("Authorization", "Bearer none").split()[1]
+    return engine.openai_base_url, key, lambda: stop_engine(engine, settings)
+
+
+def _litserve(work: Path) -> tuple[str, str, Callable[[], None]]:
+    app = OpenAIApp(work).start()
+    return f"{app.url}/v1", "none", app.stop
+
+
+def report(rows: dict, settings: Settings) -> dict:
+    ratios, targets = {}, []
+    lit = rows.get(LITSERVE)
+    for name, row in rows.items():
+        if name == LITSERVE or lit is None:
+            continue
+        first, speed = statistics.median(row["first token ms"]), statistics.median(row["tokens per s"])
+        lit_first, lit_speed = statistics.median(lit["first token ms"]), statistics.median(lit["tokens per s"])
+        ratios[f"{name}: first token / LitServe's"] = first / lit_first
+        ratios[f"{name}: tokens per s / LitServe's"] = speed / lit_speed
+        targets += [
+            {"target": f"{name}: first token no later than LitServe's", "value": f"{first:.1f} vs {lit_first:.1f} ms",
+             "met": first <= lit_first},
+            {"target": f"{name}: at least LitServe's tokens/s", "value": f"{speed:.0f} vs {lit_speed:.0f}/s",
+             "met": speed >= lit_speed},
+        ]  # fmt: skip
+    return {
+        "title": "OpenAI's API streamed: msnb on TorchServe and Ray Serve beside LitServe's OpenAISpec",
+        "unit": "ms, tokens/s",
+        "rows": {name: {k: summary(v) for k, v in row.items()} for name, row in rows.items()},
+        "ratios": ratios,
+        "targets": targets,
+        "notes": f"{settings.mode}one chat completion with `stream=True` streams {TOKENS:,} text pieces; the client "
+        "is the official `openai` package (one client per server, kept alive), run against each server in turn, "
+        "rounds interleaved, after one warm-up each. msnb serves `bench/openai_speed_cell.py` (a generator "
+        "`inference`, one str piece per step) at `server.openai_base_url`, token authorisation on; LitServe 0.2.19 "
+        "serves the same pieces from a generator `predict` with `OpenAISpec` (`bench/litserve_openai_app.py`). "
+        "Loopback, batch size 1, every server up during every round.",
+    }

@@ -1,0 +1,240 @@
+"""OpenAI's /v1 and MCP's /mcp in the Ray router: the protocols of msnb_api_* over the model applications' replicas.
+
+A completion streams the pieces a replica's handler sends (msnb_ray_stream's items: each piece as the handler sent it),
+closed early once max_tokens or a stop string ends it (the replica then closes the generator no request reads). A
+model's API card (msnb_api.json in its folder, and whether it streams) comes from one of its replicas, kept for
+CARD_TTL_S. The inference key as OpenAI's 401 and MCP's bearer. Depends on ray[serve], starlette and the standard
+library, never on msnb.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from starlette.responses import Response, StreamingResponse
+
+if __package__:
+    from . import msnb_api_mcp as mcp
+    from . import msnb_ray_guard as guard
+    from .msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
+    from .msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+    from .msnb_names import API_CARD
+    from .msnb_ray_stream import WHOLE, streams
+else:
+    import msnb_api_mcp as mcp
+    import msnb_ray_guard as guard
+    from msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
+    from msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+    from msnb_names import API_CARD
+    from msnb_ray_stream import WHOLE, streams
+
+CARD_TTL_S = 10.0  # a card older than this is read again (in the background: a replica call costs ms)
+ERROR_KEYS = {"error", "hint", "stage", "type"}  # the shared handler's error line ending a stream
+
+
+def json_reply(status: int, value: Any) -> Response:
+    return Response(json.dumps(value).encode(), status_code=status, media_type=JSON_TYPE)
+
+
+def error_reply(err: ApiError) -> Response:
+    return Response(err.encoded(), status_code=err.status, media_type=JSON_TYPE)
+
+
+def error_line(text: str) -> dict | None:
+    """The handler's error line at the end of a text stream ("\\n" + JSON + "\\n"), else None."""
+    if not text.rstrip().endswith("}"):
+        return None
+    try:
+        value = json.loads(text[text.rfind("\n{", 0, len(text) - 1) + 1 :])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and ERROR_KEYS <= set(value) else None
+
+
+class ApiRoutes:
+    """The router's /v1 and /mcp: ``router`` gives the model applications' handles (``app_handle``) and the key."""
+
+    def __init__(self, router: Any):
+        self.router = router
+        self.cards: dict[str, tuple[float, dict]] = {}  # name -> (when read, card)
+        self.reading: set[str] = set()  # cards being read again
+
+    async def answer(self, request: Any, path: str, headers: dict) -> Response:
+        if request.method in ("GET", "DELETE") and path == "/mcp":
+            return Response(b"", status_code=405, headers={"allow": "POST"})
+        if path != "/v1/models" and path not in ROUTES and path != "/mcp":
+            return error_reply(ApiError(404, f"Unknown path {path}.", code="not_found"))
+        if guard.refused(headers, self.router.key):
+            return error_reply(unauthorised())
+        try:
+            if path == "/v1/models":
+                cards = await self.all_cards()
+                return json_reply(200, models([n for n, c in cards.items() if c.get("streams")]))
+            body = await request.body()
+            return await (self.mcp(body) if path == "/mcp" else self.complete(ROUTES[path], body))
+        except ApiError as err:
+            return error_reply(err)
+        except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
+            return error_reply(ApiError(503, f"{type(err).__name__}: {err}", "server_error"))
+
+    async def card(self, name: str) -> dict | None:
+        """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call
+        on a request's way to its first token); None when there is no such model."""
+        kept = self.cards.get(name)
+        if kept is None:
+            return await self.read_card(name)
+        if time.monotonic() - kept[0] >= CARD_TTL_S and name not in self.reading:
+            self.reading.add(name)
+            task = asyncio.ensure_future(self.read_card(name))
+            task.add_done_callback(lambda _: self.reading.discard(name))
+        return kept[1]
+
+    async def read_card(self, name: str) -> dict | None:
+        handle = self.router.app_handle(name)
+        if handle is None:
+            self.cards.pop(name, None)
+            return None
+        try:
+            card = await handle.streams.remote(True)
+        except Exception:  # deleted meanwhile, or an application that is not a model (the router itself)
+            self.cards.pop(name, None)
+            return None
+        self.cards[name] = (time.monotonic(), card)
+        return card
+
+    async def all_cards(self) -> dict[str, dict]:
+        own = serve.get_replica_context().app_name
+        names = sorted(n for n in serve.status().applications if n != own)
+        return {n: card for n in names if (card := await self.card(n)) is not None}
+
+    async def complete(self, kind: str, raw: bytes) -> Response:
+        try:
+            body = json.loads(raw)
+        except ValueError as err:
+            raise ApiError(400, f"The request body is not JSON: {err}.") from None
+        request = parse(kind, body)
+        card = await self.card(request.model)
+        if card is None:
+            cards = await self.all_cards()
+            raise not_found(request.model, [n for n, c in cards.items() if c.get("streams")])
+        if not card.get("streams"):
+            raise not_streaming(request.model)
+        answer, pieces = Answer(request), await self.pieces(request.model, raw)
+        if not answer.stream:
+            await self.drain(answer, pieces)
+            return Response(answer.body(), media_type=JSON_TYPE)
+        return StreamingResponse(
+            self.events(answer, pieces), media_type=SSE_TYPE, headers={"cache-control": "no-cache"}
+        )
+
+    async def pieces(self, name: str, raw: bytes) -> AsyncIterator[str]:
+        """The model's str pieces for request body ``raw``; an error answer before them raises ApiError at once."""
+        replies = (
+            self.router.app_handle(name).options(stream=True).infer_stream.remote(raw, {"content-type": JSON_TYPE})
+        )
+        try:
+            kind, status, head, first = await replies.__anext__()
+        except StopAsyncIteration:
+            first, kind, status, head = [], "", 200, {}
+        if kind == WHOLE:
+            raise upstream_error(status if status >= 400 else 500, _decoded(first))
+        if "jsonl" in head.get("content-type", ""):
+            raise ApiError(400, "The model streams JSON values, not text: /v1 needs a generator that yields str "
+                           "pieces. Hint: make postprocess return a str per step.", param="model")  # fmt: skip
+        return _texts(first, replies)
+
+    async def drain(self, answer: Answer, pieces: AsyncIterator[str]) -> None:
+        try:
+            async for piece in pieces:
+                answer.feed(piece)
+                if answer.done:
+                    break
+        finally:
+            await pieces.aclose()  # closes the replica's stream: its generator stops
+        answer.close()
+
+    async def events(self, answer: Answer, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+        try:
+            async for piece in pieces:
+                out = answer.feed(piece)
+                if out:
+                    yield out
+                if answer.done:
+                    break
+        except ApiError as err:
+            yield answer.fail(err)
+            return
+        finally:
+            await pieces.aclose()
+        yield answer.close()
+
+    async def mcp(self, raw: bytes) -> Response:
+        step = mcp.step(raw)
+        if step.kind == "reply":
+            return Response(
+                mcp.encoded(step.body), status_code=step.status, media_type=JSON_TYPE if step.body else None
+            )
+        if step.kind == "list":
+            cards = await self.all_cards()
+            return json_reply(200, mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in cards.items()]))
+        card = await self.card(step.name)
+        if card is None:
+            return json_reply(200, mcp.unknown_tool(step.id, step.name, list(await self.all_cards())))
+        sample = json.dumps(mcp.sample(card, step.arguments)).encode()
+        try:
+            answer = await self.predict(step.name, sample, bool(card.get("streams")))
+        except ApiError as err:
+            return json_reply(200, mcp.call_reply(step.id, err.message, failed=True))
+        return json_reply(200, mcp.call_reply(step.id, answer))
+
+    async def predict(self, name: str, body: bytes, streams: bool) -> Any:
+        """One prediction: the decoded answer; a streaming model's joined text."""
+        if streams:
+            return "".join([piece async for piece in await self.pieces(name, body)])
+        status, _, answer = await self.router.app_handle(name).infer.remote(False, body, {"content-type": JSON_TYPE})
+        if status >= 400:
+            raise upstream_error(status, _decoded(answer))
+        return _decoded(answer)
+
+
+async def _texts(first: list[bytes], replies: Any) -> AsyncIterator[str]:
+    """Each piece as text; the handler's error line raises ApiError; closing it cancels the replica's stream."""
+    try:
+        batches = [first]
+        while batches:
+            for piece in batches.pop():
+                text = bytes(piece).decode("utf-8", "replace")
+                failure = error_line(text)
+                if failure is not None:
+                    raise upstream_error(500, failure)
+                if text:
+                    yield text
+            async for _, _, _, more in replies:
+                batches.append(more)
+                break
+    finally:
+        replies.cancel()
+
+
+def _decoded(body: Any) -> Any:
+    raw = b"".join(body) if isinstance(body, list) else body
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        return bytes(raw).decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+
+
+def model_card(model: Any) -> dict:
+    """A replica's model as /v1 and /mcp show it: its folder's card, and whether it streams (asked of the loaded
+    handler, so that an own handler sending TorchServe's intermediate responses streams too)."""
+    folder = Path(model.context.system_properties.get("model_dir") or ".")
+    path = folder / API_CARD
+    card = mcp.read_card(path.read_text() if path.is_file() else None, model.name)
+    card["streams"] = streams(model)
+    return card

@@ -1,0 +1,58 @@
+"""OpenAI's and MCP's official clients against a notebook's streaming LM on the Ray engine (the router's /v1 and /mcp):
+the notebook's greedy generation whole, streamed and as a completion, max_tokens, the models list, a wrong key, the
+MCP tool call equal to %ms_predict, two streams in one batch, and a client that leaves mid-stream."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from api_clients import concurrently, mcp_tools, openai_client, streamed_text
+from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
+from IPython.utils.capture import capture_output
+from test_ray_notebook import cell
+
+pytestmark = pytest.mark.xdist_group("ray-notebook")
+PROMPTS = ("the cat", "a dog sat")
+
+
+def truth(prompt: str) -> str:
+    return "".join(greedy(seeded_char_lm(), prompt))
+
+
+def test_openai_and_mcp_clients_get_the_notebooks_generation_from_ray(
+    ip, ray_session, ray_engine, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    cell(ip, MODEL_SOURCE)
+    cell(
+        ip, f'%%ms_handler rapi --batch-size 2 --max-batch-delay 300 --example \'{{"prompt": "the cat"}}\'\n{API_BODY}'
+    )
+    cell(ip, "%ms_serve rapi --engine ray")
+    engine = ray_engine
+    key = json.loads(engine.key_file.read_text())["inference"]["key"]
+    client = openai_client(engine.openai_base_url, key)
+    whole = client.chat.completions.create(model="rapi", messages=[{"role": "user", "content": "the cat"}])
+    assert whole.choices[0].message.content == truth("the cat") and whole.usage.completion_tokens == 24
+    pieces, finish = streamed_text(client, "rapi", "the cat")
+    assert "".join(pieces) == truth("the cat") and len(pieces) > 1 and finish == "stop"
+    assert client.completions.create(model="rapi", prompt="a dog sat").choices[0].text == truth("a dog sat")
+    short, finish = streamed_text(client, "rapi", "the cat", max_tokens=4)
+    assert "".join(short) == truth("the cat")[:4] and finish == "length"
+    assert [m.id for m in client.models.list()] == ["rapi"]
+    with pytest.raises(openai.AuthenticationError):
+        openai_client(engine.openai_base_url, "wrong").models.list()
+
+    tools, (called,) = mcp_tools(engine.mcp_url, key, [("rapi", {"prompt": "the cat"})])
+    assert [(t.name, t.description) for t in tools] == [("rapi", API_DOC)]
+    with capture_output():
+        predicted = ip.run_line_magic("ms_predict", 'rapi --data \'{"prompt": "the cat"}\'')
+    assert called.structured_content == {"result": predicted} == {"result": truth("the cat")}
+
+    got = concurrently({p: (lambda p=p: "".join(streamed_text(client, "rapi", p)[0])) for p in PROMPTS})
+    assert got == {p: truth(p) for p in PROMPTS}
+    leaving = client.chat.completions.create(model="rapi", messages=[{"role": "user", "content": "x"}], stream=True)
+    next(iter(leaving))
+    leaving.close()  # the client leaves after its first chunk; the others are still answered
+    assert "".join(streamed_text(client, "rapi", "a dog sat")[0]) == truth("a dog sat")

@@ -1,0 +1,105 @@
+"""A served model through OpenAI's official client and MCP's official client on a real TorchServe (msnb's front on
+loopback): chat and completions, streamed and whole, equal the notebook's greedy generation in plain torch; max_tokens,
+stop, the models list, a wrong key, refused fields; two streams in one batch; a client that leaves mid-stream."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+import requests
+import torch
+from api_clients import concurrently, mcp_tools, openai_client, streamed_text
+from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
+from helpers import MLP_SOURCE, mlp_model, processes_naming
+
+from msnb.engines.torchserve import LocalServer
+from msnb.session.core import deploy
+from msnb.spec import spec_from_source
+
+PROMPTS = ("the cat", "a dog sat")
+LM = API_BODY.replace('"""\n', '"""\n' + MODEL_SOURCE, 1)  # one module: the docstring first, the model, the roles
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory):
+    """One TorchServe with the streaming LM (batch size 2) and a model that answers whole, and its key."""
+    srv = LocalServer(tmp_path_factory.mktemp("api-server"))
+    with srv:
+        deploy(srv, spec_from_source("gen", LM, batch_size=2, max_batch_delay=300,
+                                     example={"prompt": "the cat"}))  # fmt: skip
+        deploy(srv, spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [0.0] * 4}))
+        key = json.loads(srv.key_file.read_text())["inference"]["key"]
+        yield srv, key
+        url = srv.openai_base_url
+    assert not processes_naming(srv.workdir) and srv.openai_base_url == ""
+    with pytest.raises(requests.ConnectionError):  # the front stopped with the server
+        requests.get(f"{url}/models", timeout=5)
+
+
+def truth(prompt: str) -> str:
+    return "".join(greedy(seeded_char_lm(), prompt))
+
+
+def test_the_openai_client_gets_the_notebooks_generation_whole_streamed_and_as_a_completion(api_server):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    assert server.openai_base_url.startswith("http://127.0.0.1:") and server.openai_base_url.endswith("/v1")
+    whole = client.chat.completions.create(model="gen", messages=[{"role": "user", "content": "the cat"}])
+    assert whole.choices[0].message.content == truth("the cat") and whole.choices[0].finish_reason == "stop"
+    assert whole.usage.completion_tokens == len(truth("the cat"))  # one piece per character
+    pieces, finish = streamed_text(client, "gen", "the cat")
+    assert "".join(pieces) == truth("the cat") and len(pieces) > 1 and finish == "stop"
+    text = client.completions.create(model="gen", prompt="a dog sat")
+    assert text.choices[0].text == truth("a dog sat")
+    short, finish = streamed_text(client, "gen", "the cat", max_tokens=5)
+    assert "".join(short) == truth("the cat")[:5] and finish == "length"
+    cut = client.completions.create(model="gen", prompt="the cat", stop=[truth("the cat")[6:8]])
+    assert cut.choices[0].text == truth("the cat")[:6] and cut.choices[0].finish_reason == "stop"
+    assert [m.id for m in client.models.list()] == ["gen"]  # the models that stream
+
+
+def test_a_wrong_key_is_401_and_what_msnb_cannot_honour_is_a_400_naming_it(api_server):
+    server, key = api_server
+    with pytest.raises(openai.AuthenticationError):
+        openai_client(server.openai_base_url, "not-the-key").models.list()
+    client = openai_client(server.openai_base_url, key)
+    with pytest.raises(openai.BadRequestError, match="does not stream") as err:
+        client.chat.completions.create(model="mlp", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="gen", messages=[{"role": "user", "content": "x"}], n=2)
+    assert err.value.param == "n"
+    with pytest.raises(openai.NotFoundError, match="gen"):
+        client.completions.create(model="nope", prompt="x")
+
+
+def test_mcp_tools_are_the_served_models_and_a_call_answers_as_predict_does(api_server):
+    server, key = api_server
+    x = [0.5, -1.0, 2.0, 0.1]
+    tools, (gen, mlp) = mcp_tools(server.mcp_url, key, [("gen", {"prompt": "the cat"}), ("mlp", {"x": x})])
+    by_name = {t.name: t for t in tools}
+    assert set(by_name) == {"gen", "mlp"} and by_name["gen"].description == API_DOC
+    assert by_name["gen"].input_schema["properties"] == {"prompt": {"type": "string"}}
+    assert (
+        gen.structured_content
+        == {"result": truth("the cat")}
+        == {"result": server.predict("gen", {"prompt": "the cat"})}
+    )
+    assert gen.content[0].text == truth("the cat") and not gen.is_error
+    with torch.no_grad():
+        label = int(mlp_model()(torch.tensor([x]))[0].argmax())
+    assert mlp.structured_content == server.predict("mlp", {"x": x}) and mlp.structured_content["label"] == label
+
+
+def test_two_streams_share_a_batch_and_a_client_that_leaves_does_not_stop_the_others(api_server):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    got = concurrently({p: (lambda p=p: "".join(streamed_text(client, "gen", p)[0])) for p in PROMPTS})
+    assert got == {p: truth(p) for p in PROMPTS}
+    leaving = client.chat.completions.create(
+        model="gen", messages=[{"role": "user", "content": "the cat"}], stream=True
+    )
+    next(iter(leaving))
+    leaving.close()  # the client leaves after its first chunk
+    assert "".join(streamed_text(client, "gen", "a dog sat")[0]) == truth("a dog sat")

@@ -1,0 +1,134 @@
+"""The OpenAI and MCP protocols over a model's pieces, with no server: requests refused naming their field, stop strings
+cut across pieces, max_tokens closing the stream, OpenAI's JSON and server-sent events, MCP's JSON-RPC steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from msnb.templates import msnb_api_mcp as mcp
+from msnb.templates.msnb_api_openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
+from msnb.templates.msnb_api_wire import DONE, Answer, models
+
+CHAT_BODY = {"model": "gen", "messages": [{"role": "user", "content": "the cat"}]}
+
+
+def events(raw: bytes) -> list:
+    """The server-sent events' payloads ([DONE] as the string)."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if block:
+            assert block.startswith("data: ")
+            data = block[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def run(body: dict, pieces: list[str], kind: str = CHAT) -> tuple[Answer, bytes]:
+    """A request answered from ``pieces`` as an engine's driver does: feed until done, then close."""
+    answer, out = Answer(parse(kind, body)), b""
+    for piece in pieces:
+        out += answer.feed(piece)
+        if answer.done:
+            break
+    return answer, out + answer.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("n", 2), ("tools", [{"type": "function"}]), ("tool_choice", "auto"), ("logprobs", True), ("echo", True),
+     ("response_format", {"type": "json_object"}), ("best_of", 3)],
+)  # fmt: skip
+def test_a_field_msnb_cannot_honour_is_a_400_naming_it(field, value):
+    with pytest.raises(ApiError) as err:
+        parse(CHAT, {**CHAT_BODY, field: value})
+    assert err.value.status == 400 and err.value.param == field and err.value.kind == "invalid_request_error"
+    assert f"`{field}`" in err.value.message and "Hint:" in err.value.message
+    assert err.value.body()["error"]["param"] == field
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "field"),
+    [(CHAT, {"messages": []}, "model"), (CHAT, {"model": "gen"}, "messages"), (TEXT, {"model": "g"}, "prompt"),
+     (TEXT, {"model": "g", "prompt": ["a", "b"]}, "prompt"), (CHAT, {**CHAT_BODY, "max_tokens": 0}, "max_tokens"),
+     (CHAT, {**CHAT_BODY, "stop": ["a"] * 5}, "stop"), (CHAT, {**CHAT_BODY, "stream": "yes"}, "stream")],
+)  # fmt: skip
+def test_a_malformed_request_names_its_field(kind, body, field):
+    with pytest.raises(ApiError) as err:
+        parse(kind, body)
+    assert err.value.status == 400 and err.value.param == field
+
+
+def test_the_whole_body_is_the_sample_and_sampling_fields_reach_the_handler():
+    body = {**CHAT_BODY, "temperature": 0.3, "max_tokens": 5, "stop": "x", "n": 1}
+    request = parse(CHAT, body)
+    assert request.sample == body and request.max_tokens == 5 and request.stop == ("x",)
+
+
+def test_a_stop_string_split_over_pieces_cuts_the_text_and_nothing_of_it_is_sent():
+    answer, raw = run({**CHAT_BODY, "stop": ["END"], "stream": True}, ["ab", "cE", "N", "Dzz", "more"])
+    got = events(raw)
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in got if isinstance(e, dict))
+    assert text == "abc" and answer.completion.finish_reason == "stop"
+    assert got[-1] == "[DONE]" and got[-2]["choices"][0]["finish_reason"] == "stop"
+    assert answer.completion.pieces == 4  # the piece after the stop was never read
+
+
+def test_a_held_tail_that_is_no_stop_after_all_is_sent():
+    completion = Completion(parse(TEXT, {"model": "g", "prompt": "p", "stop": ["abc"]}))
+    assert completion.feed("xa") == "x" and completion.feed("bd") == "abd" and completion.end() == ""
+    assert completion.text == "xabd" and completion.finish_reason == "stop"
+
+
+@given(st.lists(st.text(alphabet="abc", max_size=4), max_size=8), st.text(alphabet="abc", min_size=1, max_size=3))
+def test_the_text_is_the_joined_pieces_cut_at_the_first_stop_however_they_are_cut(pieces, stop):
+    completion = Completion(parse(TEXT, {"model": "g", "prompt": "p", "stop": stop}))
+    sent = "".join(completion.feed(p) for p in pieces) + completion.end()
+    joined = "".join(pieces)
+    assert sent == (joined[: joined.index(stop)] if stop in joined else joined)
+
+
+def test_max_tokens_closes_after_that_many_pieces_with_finish_reason_length_and_counts_them():
+    answer, _ = run({**CHAT_BODY, "max_tokens": 3}, ["a", "b", "c", "d"])
+    body = json.loads(answer.body())
+    assert body["object"] == "chat.completion" and body["choices"][0]["message"]["content"] == "abc"
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"] == {"prompt_tokens": 0, "completion_tokens": 3, "total_tokens": 3}
+
+
+def test_a_completions_stream_is_text_completion_chunks_then_done_with_usage_when_asked():
+    body = {"model": "g", "prompt": "p", "stream": True, "stream_options": {"include_usage": True}}
+    _, raw = run(body, ["x", "y"], TEXT)
+    got = events(raw)
+    assert [e["choices"][0]["text"] for e in got[:2]] == ["x", "y"] and got[0]["object"] == "text_completion"
+    assert got[2]["choices"][0]["finish_reason"] == "stop" and got[3]["usage"]["completion_tokens"] == 2
+    assert raw.endswith(DONE)
+
+
+def test_the_401_and_the_models_list_have_openais_shape():
+    assert unauthorised().status == 401 and unauthorised().body()["error"]["code"] == "invalid_api_key"
+    assert models(["gen"])["data"][0]["id"] == "gen"
+
+
+def test_mcp_initialize_answers_the_clients_version_and_notifications_get_202():
+    msg = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}
+    step = mcp.step(json.dumps(msg).encode())
+    assert step.kind == "reply" and step.body["result"]["protocolVersion"] == "2025-06-18"
+    assert mcp.step(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}').status == 202
+    assert mcp.step(b"{").status == 400
+    unknown = mcp.step(b'{"jsonrpc": "2.0", "id": 2, "method": "server/discover"}')
+    assert unknown.body["error"]["code"] == mcp.METHOD_NOT_FOUND
+
+
+def test_mcp_a_call_names_its_tool_and_a_wrapped_input_is_its_one_argument():
+    step = mcp.step(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "gen", '
+                    b'"arguments": {"input": "the cat"}}}')  # fmt: skip
+    assert (step.kind, step.name) == ("call", "gen")
+    assert mcp.sample({"wrapped": True}, step.arguments) == "the cat"
+    reply = mcp.call_reply(3, ["a", 1])
+    assert reply["result"]["structuredContent"] == {"result": ["a", 1]} and not reply["result"]["isError"]
+    assert json.loads(reply["result"]["content"][0]["text"]) == ["a", 1]
+    assert mcp.tool("gen", mcp.read_card(None, "gen"))["inputSchema"] == {"type": "object"}
