@@ -33,6 +33,7 @@ BENCHMARKS = (
     "beside_litserve",
     "ts_settings",
     "ray_serve",
+    "ray_archives",
     "streaming",
     "stream_speed",
     "openai_speed",

@@ -12,10 +12,15 @@ import logging
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import Any
 
 import torch
+
+try:
+    from msnb_unpack import UnsafeArchiveError, unpack_archive
+except ImportError:  # imported as msnb.templates.msnb_load instead of from a model dir
+    from .msnb_unpack import UnsafeArchiveError, unpack_archive
 
 try:
     import fcntl
@@ -105,30 +110,6 @@ def gpu_memory_fraction(max_mb: float, total_mb: float) -> float:
     return min(1.0, float(max_mb) / float(total_mb))
 
 
-def _check_member(archive: Path, name: str) -> None:
-    parts = PurePosixPath(name.replace("\\", "/"))
-    if parts.is_absolute() or PureWindowsPath(name).drive or ".." in parts.parts:
-        raise HandlerLoadError(
-            f"Extra file {archive.name} has an unsafe member {name!r} (absolute path or '..').",
-            "rebuild the archive with paths relative to its root, e.g. `tar -C dir -czf deps.tgz .`.",
-        )
-
-
-def unpack_archive(archive: Path, dest: Path) -> None:
-    """Extract a .zip/.tar/.tar.gz/.tgz into ``dest`` keeping folders; refuse absolute or '..' members."""
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            for name in zf.namelist():
-                _check_member(archive, name)
-            zf.extractall(dest)
-        return
-    with tarfile.open(archive) as tf:
-        for member in tf.getmembers():
-            _check_member(archive, member.name)
-        # The "data" filter also refuses links pointing outside dest and device files.
-        tf.extractall(dest, filter="data")
-
-
 def unpack_extra_files(model_dir: Path, names: list[str]) -> None:
     """Unpack every archive named in model-config ``system.extraFiles`` into the model dir, once."""
     if not names:
@@ -153,6 +134,8 @@ def _unpack_named(model_dir: Path, name: str) -> None:
         )
     try:
         unpack_archive(path, model_dir)
+    except UnsafeArchiveError as err:
+        raise HandlerLoadError(f"Extra file {err.message}", err.hint) from None
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as err:
         raise HandlerLoadError(
             f"Extra file {name!r} could not be unpacked: {err}", "check that the archive is complete and not corrupted."

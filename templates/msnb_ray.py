@@ -12,7 +12,6 @@ Depends on ray[serve], starlette, pyyaml and the standard library, never on msnb
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import os
@@ -20,7 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ray import exceptions as ray_errors
 from ray import serve
 from ray.serve.exceptions import DeploymentUnavailableError, ReplicaUnavailableError
@@ -32,16 +30,18 @@ from starlette.responses import Response
 # sys.path) must not be picked, or every replica fails with "No module named 'msnb_ray_context'".
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
-    from .msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
+    from .msnb_names import HANDLER_MODULE
     from .msnb_ray_api import ApiRoutes, model_card
-    from .msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+    from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
+    from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
-    from msnb_names import CONFIG, HANDLER_MODULE, MANIFEST, REQUIREMENTS
+    from msnb_names import HANDLER_MODULE
     from msnb_ray_api import ApiRoutes, model_card
-    from msnb_ray_context import RayMetrics, make_context, replica_gpu_id, set_requests
+    from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
+    from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 
@@ -65,13 +65,6 @@ logger = logging.getLogger("ray.serve")  # Serve's logger: its lines land in the
 def resolve(model_dir: str) -> Path:
     """A relative model folder lives beside this module (the exported folder, wherever Ray unpacked it)."""
     return (Path(__file__).resolve().parent / model_dir).resolve()
-
-
-def read_folder(folder: Path) -> tuple[dict, dict]:
-    """The folder's manifest (MAR-INF/MANIFEST.json) and model-config.yaml (empty when absent)."""
-    manifest = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).is_file() else {}
-    config = yaml.safe_load((folder / CONFIG).read_text()) if (folder / CONFIG).is_file() else None
-    return manifest, config or {}
 
 
 def deployment_options(config: dict, requirements: list[str], num_cpus: float = 1.0, gpu_mb: float | None = None):
@@ -146,35 +139,21 @@ def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, b
     return status, headers, body
 
 
-def enter(folder: Path) -> Path:
-    """Make ``folder`` this process's cwd and first import path, as a TorchServe worker does."""
-    os.chdir(folder)
-    sys.path.insert(0, str(folder))
-    return folder
-
-
-def requirements_of(folder: Path) -> list[str]:
-    """The folder's requirements.txt lines (PEP 508 requirements; comments and blank lines dropped)."""
-    path = folder / REQUIREMENTS
-    lines = path.read_text().splitlines() if path.is_file() else []
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-
-
 class LoadedModel:
     """A model folder (the cwd, see ``enter``) loaded as a TorchServe worker loads it; ``answer`` runs ``handle``
     on one batch."""
 
-    def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None):
+    def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None,
+                 envelope: str | None = None):  # fmt: skip
         self.manifest, self.config = read_folder(folder)
         model = self.manifest.get("model") or {}
         self.name = name or model.get("modelName") or folder.name
         handler = model.get("handler") or f"{HANDLER_MODULE}.py"
-        self.entry = load_entry(handler)
         metrics = metrics if metrics is not None else RayMetrics(self.name)
-        self.context = make_context(self.name, str(folder), self.manifest, self.config, gpu_id, metrics)
+        self.entry, self.context = load_handler(folder, self.name, handler, self.config, gpu_id, metrics, envelope)
+        self.context.cl_socket = ChunkSocket(self.context)  # send_intermediate_predict_response writes here
         # an own handler that streams with TorchServe's intermediate responses (its module names the call)
         self.sends_chunks = sends_intermediate(Path(handler.partition(":")[0]).stem)
-        self.entry(None, self.context)
 
     def answer(self, requests: list[tuple[bool, bytes, dict]]) -> list[tuple[int, dict, bytes]]:
         """One ``handle`` call for the batch; each request gets its own status, headers and body."""
@@ -209,14 +188,6 @@ class LoadedModel:
         return 200, {"content-type": JSON_TYPE}, json.dumps([entry]).encode()
 
 
-def sends_intermediate(module: str) -> bool:
-    """Whether the handler module's text calls ``send_intermediate_predict_response`` (TorchServe's streaming)."""
-    try:
-        return "send_intermediate_predict_response" in Path(sys.modules[module].__file__).read_text()
-    except (KeyError, OSError, TypeError):
-        return False
-
-
 def describe_entry(name: str, manifest: dict, config: dict) -> dict:
     """The fields of TorchServe's describe answer that a replica knows (its model's manifest and model-config)."""
     batch, delay = batch_settings(config)
@@ -235,13 +206,21 @@ def describe_entry(name: str, manifest: dict, config: dict) -> dict:
 
 def metadata(answer: Any) -> dict:
     """A describe answer as TorchServe's frontend turns it into customizedMetadata: JSON text parsed; anything
-    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``)."""
+    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``); members whose
+    value is null are left out, as TorchServe's Gson writes them (found by ``msnb compare``)."""
     if isinstance(answer, (bytes, bytearray, str)):
         try:
             answer = json.loads(answer)
         except ValueError:
             return {}
-    return answer if isinstance(answer, dict) else {}
+    return without_nulls(answer) if isinstance(answer, dict) else {}
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null object member left out, at any depth (Gson's default; list items are kept)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return [without_nulls(v) for v in value] if isinstance(value, list) else value
 
 
 def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
@@ -256,16 +235,6 @@ def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
 
 def failed(what: str, err: BaseException) -> tuple[int, dict, bytes]:
     return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")
-
-
-def load_entry(handler: str) -> Any:
-    """The manifest's handler as TorchServe resolves it: ``module.py[:function]``, the function ``handle``."""
-    module_name, _, function = handler.partition(":")
-    module = importlib.import_module(Path(module_name).stem)
-    entry = getattr(module, function or "handle", None)
-    if entry is None:
-        raise RuntimeError(f"{handler}: no module-level {function or 'handle'} function to call.")
-    return entry
 
 
 class LogLines:
@@ -302,12 +271,13 @@ def worker_logs() -> None:
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
-    def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None):
+    def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None):
         import ray
 
         os.environ.update(env or {})  # this model's --env variables, in this replica's process only, before its code
         worker_logs()
-        self.model = LoadedModel(enter(resolve(model_dir)), name, replica_gpu_id(ray.get_gpu_ids()))
+        gpu_id = replica_gpu_id(ray.get_gpu_ids())
+        self.model = LoadedModel(enter(resolve(model_dir)), name, gpu_id, envelope=envelope)
         size, wait_s = batch_settings(self.model.config)
         for batched in (self._batch, self._stream):  # whole answers, streamed answers (msnb_ray_stream)
             batched.set_max_batch_size(size)
@@ -467,12 +437,13 @@ def reply(status: int, headers: dict, body: bytes) -> Response:
 
 def model(args: dict) -> Any:
     """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
-    gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true),
-    max_replicas_per_node, max_surge_percent and env_vars (the variables its replicas get, set before the folder
-    loads)."""
+    gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true) or the
+    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent
+    and env_vars (the variables its replicas get, set before the folder loads)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
     requirements = requirements_of(folder) if args.get("install_requirements", True) else []
+    requirements = list(args.get("requirements", requirements))  # given: only what the environment lacks
     options = deployment_options(config, requirements, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
     for key in ("max_replicas_per_node", "max_surge_percent"):  # surge: new replicas start before old ones stop
         if args.get(key) is not None:
@@ -480,7 +451,7 @@ def model(args: dict) -> Any:
     # The variables this model is given (--env) go to its replicas as a constructor argument, not as runtime_env
     # env_vars: Ray 2.60's runtime_env_agent.log writes a runtime_env's env_vars, values included.
     env = {str(k): str(v) for k, v in (args.get("env_vars") or {}).items()}
-    return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"), env)
+    return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"), env, args.get("envelope"))
 
 
 def router(args: dict | None = None) -> Any:

@@ -179,6 +179,11 @@ class RayMetrics:
 
     def __init__(self, model_name: str, factory: Any = None):
         self.model_name, self._factory, self._metrics = model_name, factory, {}
+        self.request_ids: Any = None
+
+    def set_request_ids(self, request_ids: Any) -> None:
+        """TorchServe's loader names the load's request (a metrics cache API); Ray's metrics have no request."""
+        self.request_ids = request_ids
 
     def _metric(self, name: str, kind: str) -> Any:
         if (name, kind) not in self._metrics:

@@ -45,6 +45,12 @@ REBUILT_BY = frozenset(
         "json",
     }
 )
+# Calls on a logger, a lock or a compiled pattern that leave it as its statement built it (a module-level
+# `logger.info("loaded")` does not make the logger a runtime value; `logger.setLevel(...)` does).
+LEAVES_ALIKE = frozenset(
+    {"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "isEnabledFor", "getEffectiveLevel",
+     "acquire", "release", "locked", "match", "fullmatch", "search", "findall", "finditer", "sub", "subn", "split"}
+)  # fmt: skip
 CALLS_READING_FILES = ("open",)  # and any call named load / *load (torch.load, json.load, np.load, pickle.load)
 _MISSING = object()
 
@@ -90,7 +96,17 @@ class Rebuild:
         """Whether a later module-level statement may change a name ``stmt`` binds through a call: a method of it
         (``est.fit(X)``, ``logger.setLevel(...)``) or a call statement it is passed to (``train(est)``)."""
         later = [s for s in self.stmts if s.pos > stmt.pos and s.kind not in ("def", "import", "doc")]
-        return any(_calls_with(s.node, stmt.defines) for s in later)
+        value = _assigned(stmt)
+        calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)] if value is not None else []
+        alike = LEAVES_ALIKE if calls and all(self._from_module(call) for call in calls) else frozenset()
+        return any(_calls_with(s.node, stmt.defines, alike) for s in later)
+
+    def _from_module(self, call: ast.Call) -> bool:
+        """Whether ``call`` is a call into a module of REBUILT_BY (``logging.getLogger``, ``re.compile``)."""
+        root = call.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and self.modules.get(root.id) in REBUILT_BY
 
     def _rebuilt_alike(self, call: ast.Call) -> bool:
         root = call.func
@@ -105,12 +121,15 @@ class Rebuild:
         return root.id in BUILTINS and root.id not in self.bound
 
 
-def _calls_with(node: ast.stmt, names: set[str]) -> bool:
+def _calls_with(node: ast.stmt, names: set[str], alike: frozenset = frozenset()) -> bool:
+    """Whether ``node`` calls a method of one of ``names`` (one in ``alike`` excepted: it leaves the object as it was)
+    or passes one to a call statement."""
     for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
         root = call.func
         while isinstance(root, ast.Attribute):
             root = root.value
-        if call.func is not root and isinstance(root, ast.Name) and root.id in names:
+        skip = isinstance(call.func, ast.Attribute) and call.func.value is root and call.func.attr in alike
+        if call.func is not root and isinstance(root, ast.Name) and root.id in names and not skip:
             return True
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         return any(isinstance(a, ast.Name) and a.id in names for a in node.value.args)

@@ -27,7 +27,7 @@ from msnb.engines.torchserve.config import (
     kserve_properties,
     render_properties,
 )
-from msnb.errors import BuildError, MsnbError
+from msnb.errors import BuildError, MsnbError, OptionError
 from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.package import archive, formats
 from msnb.package.import_check import check_imports
@@ -370,3 +370,23 @@ SECRETS_NOTE = (
     "# {name: SECRET, key: KEY}}}]. Never put it in this folder.\n"
 )
 __all__ = ["Captured", "Exported", "Report", "export_notebook", "format_table", "kserve_config", "write_kserve"]
+
+
+def is_archive(path: Path) -> bool:
+    """Whether ``path`` names an archive (or a folder of them), not a notebook."""
+    return path.is_dir() or path.name.endswith((".mar", ".tar.gz", ".tgz"))
+
+
+def export_archives(find, paths: list[str], ray: str | None, host: str | None) -> int:
+    """`msnb export A.mar B.mar --ray OUT`: archives torch-model-archiver made as a Ray Serve application (``find``:
+    `msnb serve`'s archive finder). Returns the exit code."""
+    if not ray or not all(is_archive(Path(p)) for p in paths):
+        raise OptionError(
+            "msnb export takes one notebook, or archives with --ray OUT.",
+            "export a notebook: `msnb export nb.ipynb -o store/`; archives: `msnb export A.mar B.mar --ray OUT`.",
+        )
+    from msnb.package.ray_layout import DEFAULT_HOST, write_ray_archives
+
+    out = write_ray_archives(find(paths), Path(ray), host or DEFAULT_HOST)
+    print(f"Ray Serve folder: {out.resolve()} (from there: serve run serve_config.yaml)")
+    return 0

@@ -35,7 +35,7 @@ one archive per handler into OUTDIR. Relative paths in the options (--checkpoint
 Names bound at run time (a vocabulary built by a loop, a literal changed later) are refused there; with
 --execute the notebook first runs top to bottom in a fresh kernel (its folder as the cwd) and its
 handlers are exported as that kernel captured them, runtime values snapshotted as data."""
-SERVE_HELP = """Start a private TorchServe on 127.0.0.1 (free ports, token auth on), register every archive
+SERVE_HELP = """Start a private TorchServe (or with --engine ray a local Ray Serve) on 127.0.0.1 (free ports, token auth on), register every archive
 found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
 `msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
 reported (with its worker log lines) and the others are served; the exit code is 1 only when none loads. While it runs, its URL,
@@ -79,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{export,serve,predict,compare}")
     _add_export(sub)
     _add_serve(sub)
     _add_predict(sub)
+    _add_compare(sub)
     return parser
 
 
@@ -93,7 +94,12 @@ def _add_command(sub, name: str, summary: str, description: str) -> argparse.Arg
 
 def _add_export(sub) -> None:
     exp = _add_command(sub, "export", "notebook -> .mar files (runs the notebook only with --execute)", EXPORT_HELP)
-    exp.add_argument("notebook", help="the .ipynb file")
+    exp.add_argument(
+        "notebook",
+        nargs="+",
+        metavar="NOTEBOOK | ARCHIVE...",
+        help="the .ipynb file; or, with --ray, archives torch-model-archiver made (.mar, tgz, folders, stores)",
+    )
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
     exp.add_argument(
         "-o", "--outdir", help=f"folder for the archives (default: {DEFAULT_EXPORT}, or none with --kserve)"
@@ -167,6 +173,16 @@ def _add_serve(sub) -> None:
     srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
     srv.add_argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP.replace("this", "the shell's"))
+    srv.add_argument(
+        "--engine",
+        choices=("torchserve", "ray"),
+        default="torchserve",
+        help="torchserve (default), or ray: the same archives loaded by TorchServe's worker code on a local Ray Serve "
+        '(needs pip install "msnb[ray]")',
+    )
+    srv.add_argument(
+        "--envelope", metavar="NAME", help="with --engine ray: TorchServe's service_envelope (e.g. kserve, kservev2)"
+    )
     _limit_arguments(srv, "of the server")
     srv.set_defaults(run=_serve)
 
@@ -188,6 +204,24 @@ def _add_predict(sub) -> None:
     pre.set_defaults(run=_predict)
 
 
+def _add_compare(sub) -> None:
+    from msnb.engines.compare import __doc__ as requests_help
+
+    cmp = _add_command(sub, "compare", "the same requests to TorchServe and Ray Serve, answers compared", requests_help)
+    cmp.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder or model store")
+    cmp.add_argument("--data", required=True, metavar="@FILE", help="the requests: a JSON Lines file")
+    cmp.add_argument("--envelope", metavar="NAME", help="TorchServe's service_envelope on the Ray side")
+    cmp.set_defaults(run=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from msnb.cli.compare import requests_file, run_compare
+
+    args.usage_errors = False
+    requests_file(args.data)  # a bad --data is refused before anything starts
+    return run_compare(find_archives(args.paths), args.data, args.envelope, _register_each)
+
+
 def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
     for key in LIMIT_OPTIONS:
         what = key.split("_")[1]
@@ -205,9 +239,13 @@ def _limits(args: argparse.Namespace) -> Limits:
 
 def _export(args: argparse.Namespace) -> int:
     from msnb.cli.execute import ExecuteError
-    from msnb.cli.export import export_notebook, format_table
+    from msnb.cli.export import export_archives, export_notebook, format_table, is_archive
 
     args.usage_errors = True  # an export error before any handler ran is about the command line
+    if len(args.notebook) > 1 or is_archive(Path(args.notebook[0])):
+        args.usage_errors = False  # a refused archive is not a command-line error
+        return export_archives(find_archives, args.notebook, args.ray, args.ray_host)
+    args.notebook = args.notebook[0]
     outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     try:
         report = export_notebook(
@@ -264,6 +302,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     archives = find_archives(args.paths)
     env = env_vars.resolve(args.env, "the served models")  # a missing variable is refused before anything starts
+    if args.engine == "ray":
+        from msnb.cli.serve_ray import serve_on_ray
+
+        return serve_on_ray(archives, args.state, _wait, envelope=args.envelope, env=env, limit=args.max_request_size)
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()
@@ -380,9 +422,8 @@ def send(name: str, data, *, version=None, url=None, token_file=None, state=None
     if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
         record = _server(state, server)
         print(f"answered by {record.describe()}", file=sys.stderr, flush=True)
-        client = TorchServeClient(
-            record.inference_url, record.management_url, keys=Keys(Path(record.key_file), record.management_url)
-        )
+        management = record.management_url or None  # none on Ray Serve: its key is never renewed
+        client = TorchServeClient(record.inference_url, management, keys=Keys(Path(record.key_file), management))
     else:  # a server given by --url: its key is used as given, never renewed
         client = TorchServeClient.connect(url, token_file)
     if stream:

@@ -25,6 +25,7 @@ class ServerRecord:
     management_url: str
     key_file: str
     models: list[str] = field(default_factory=list)
+    engine: str = "torchserve"  # or "ray": `msnb serve --engine ray` (no management URL)
 
     def describe(self) -> str:
         models = ", ".join(self.models) or "no models"

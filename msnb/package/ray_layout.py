@@ -90,13 +90,40 @@ def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, 
     """Write OUTDIR/<name>/ (model folders), the adapter, serve_config.yaml and rayservice.yaml.
 
     Built in a hidden staging folder inside OUTDIR and moved into place only when everything built."""
-    config = serve_config({s.name: s.version for s in specs}, host, port)
-    validate(config)
+
+    def stage(staging: Path) -> dict[str, str]:
+        for spec in specs:
+            archive.build(spec, staging, fmt=formats.SERVE_FORMAT)
+        return {s.name: s.version for s in specs}
+
+    return _write(outdir, stage, host, port)
+
+
+def write_ray_archives(paths: list[Path], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Path:
+    """``write_ray`` for archives torch-model-archiver made (``msnb export A.mar B.mar --ray OUT``): each opened as
+    ``msnb serve --engine ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are
+    installed where it runs (the application's ``runtime_env``), not checked against this environment."""
+    from msnb.package.mar_open import open_archive
+
+    def stage(staging: Path) -> dict[str, str]:
+        models: dict[str, str] = {}
+        for path in paths:
+            item = open_archive(path, staging / ".opened", set(models), check_requirements=False)
+            item.folder.rename(staging / item.name)
+            models[item.name] = item.version
+        shutil.rmtree(staging / ".opened", ignore_errors=True)
+        return models
+
+    return _write(outdir, stage, host, port)
+
+
+def _write(outdir: Path, stage, host: str, port: int) -> Path:
+    require()
     outdir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".msnb-ray-", dir=outdir))
     try:
-        for spec in specs:
-            archive.build(spec, staging, fmt=formats.SERVE_FORMAT)
+        config = serve_config(stage(staging), host, port)
+        validate(config)
         for src in adapter_files():
             shutil.copy2(src, staging / src.name)
         (staging / SERVE_CONFIG).write_text(

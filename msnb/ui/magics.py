@@ -215,13 +215,14 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the served model's name")
-    @_request_arguments("--data")
+    @_request_arguments(*REQUEST_ARGUMENTS)
     @argument("--version", help="a model version (default: the served one)")
     def ms_explain(self, line: str) -> Explanation:
-        """%ms_explain NAME [--data ...] [--version V]: ask the local TorchServe's /explanations; shows the
-        attributions as bars (``.answer`` holds the data). Without an ``explain`` role: Integrated Gradients."""
+        """%ms_explain NAME [--data ...] [--data-binary @file --content-type T --header K:V] [--version V]: ask the
+        local server's /explanations; shows the attributions as bars (``.answer`` holds the data). Without an
+        ``explain`` role: Integrated Gradients."""
         args = parse_argstring(self.ms_explain, line)
-        data = self._data(args.data) if args.data is not None else None
+        data = self._request(args)  # None: the handler's --example
         return Explanation(current().explain(args.name, data, version=args.version))
 
     @line_magic

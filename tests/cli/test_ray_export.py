@@ -30,6 +30,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "msnb_ray_api.py",
         "msnb_ray_context.py",
         "msnb_ray_guard.py",
+        "msnb_ray_load.py",
         "msnb_ray_sequence.py",
         "msnb_ray_stream.py",
         "rayservice.yaml",
@@ -81,3 +82,31 @@ def test_export_ray_without_the_extra_names_it_and_writes_nothing(tmp_path, caps
     code, _, err = run(capsys, "export", nb, "--ray", tmp_path / "ray")
     assert code == 2 and INSTALL_HINT in err and 'pip install "msnb[ray]"' in err
     assert not (tmp_path / "ray").exists()
+
+
+def test_export_ray_from_archives_torch_model_archiver_made(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    from helpers import ECHO, build_mar
+    from ts_archives import as_tgz
+
+    echo = build_mar(tmp_path / "echo", "echo", ECHO, requirements=["lru-dict"])
+    other = as_tgz(build_mar(tmp_path / "other", "other", ECHO, version="2.0"), "other", tmp_path)
+    code, out, err = run(capsys, "export", echo, other, "--ray", tmp_path / "ray")
+    assert code == 0, err
+    config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
+    apps = {a["name"]: a for a in config["applications"]}
+    assert apps["echo"]["args"] == {"model_dir": "echo", "version": "1.0"}
+    assert apps["other"]["args"] == {"model_dir": "other", "version": "2.0"}
+    assert apps["msnb-router"]["route_prefix"] == "/" and config["http_options"]["host"] == "127.0.0.1"
+    assert (tmp_path / "ray" / "echo" / "echo_handler.py").read_text() == ECHO  # the archive's files, unchanged
+    assert (tmp_path / "ray" / "echo" / "echo_requirements.txt").read_text() == "lru-dict\n"
+    service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
+    env = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[0]["valueFrom"]["secretKeyRef"] == {"name": "msnb-inference-key", "key": "key"}
+    assert service["spec"]["rayClusterConfig"]["authOptions"] == {"mode": "token"}
+
+    code, _, err = run(capsys, "export", echo, echo, "--ray", tmp_path / "twice")
+    assert code == 1 and "another archive already has the model name 'echo'" in err and "Hint:" in err
+    assert not (tmp_path / "twice").exists() or not any((tmp_path / "twice").iterdir())
+    code, _, err = run(capsys, "export", echo, "-o", tmp_path / "store")
+    assert code == 2 and "archives with --ray OUT" in err

@@ -159,7 +159,7 @@ def test_ms_explain_before_serve_says_what_to_run_first(ip):
 
 @pytest.mark.server
 @pytest.mark.timeout(240)
-def test_ms_explain_asks_the_served_model(ip, session):
+def test_ms_explain_asks_the_served_model(ip, session, tmp_path):
     handler_cell(ip, f"kexserved {EXAMPLE}")
     local, _ = line_magic(ip, "ms_test", "kexserved --explain")
     assert line_magic(ip, "ms_serve", "kexserved")[0] is not None
@@ -167,6 +167,12 @@ def test_ms_explain_asks_the_served_model(ip, session):
     assert served.answer["target"] == local.answer["target"], out
     assert served.attributions == pytest.approx(local.attributions, abs=1e-5)
     assert "[  0]" in repr(served)
+    (tmp_path / "body.json").write_text('{"x": [1, 2, 3, 4]}')
+    sent = f"kexserved --data-binary @{tmp_path / 'body.json'} --content-type application/json --header x-trace:1"
+    raw, out = line_magic(ip, "ms_explain", sent)  # the body as a client sends it, with %ms_predict's options
+    assert raw is not None, out
+    assert raw.answer["target"] == served.answer["target"], out
+    assert raw.attributions == pytest.approx(served.attributions, abs=1e-6)
     bad, out = line_magic(ip, "ms_explain", """kexserved --data '{"x": [1, 2, 3, 4], "target": 5}'""")
     assert bad is None and "HTTP 400" in out and "Hint: send a 'target' from 0 to 2" in out
 

@@ -44,8 +44,10 @@ ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: mi
 class LocalRay:
     """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
 
-    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS):
+    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
+                 max_request_size: int | None = None):  # fmt: skip
         self.http_port, self.num_cpus, self.replica_cpus = http_port, num_cpus, replica_cpus
+        self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
@@ -85,7 +87,7 @@ class LocalRay:
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": port})
-        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": DEFAULT_MAX_BYTES}
+        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": self.max_request_size}
         # Not waited for here: its replica starts while the first model's does (see _router_running).
         serve.run_many([serve.RunTarget(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
@@ -167,12 +169,9 @@ class LocalRay:
 
         folder = Path(path)
         name, version = read_manifest(folder)
-        args = {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
-                "max_surge_percent": 100}  # one replica: its replacement starts before it stops  # fmt: skip
-        args["env_vars"] = self._env.get(name, {})  # the replicas' constructor sets them (msnb_ray.model): no file
         self._refuse_unschedulable(name, folder)
         try:
-            serve.run(msnb_ray.model(args), name=name, route_prefix=None)
+            serve.run(msnb_ray.model(self._model_args(folder, name)), name=name, route_prefix=None)
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
         self._router_running()
@@ -180,6 +179,58 @@ class LocalRay:
         if previous is not None and previous != folder:
             shutil.rmtree(previous, ignore_errors=True)
         return self.status(name)
+
+    def _model_args(self, folder: Path, name: str) -> dict[str, Any]:
+        # env_vars: the replicas' constructor sets them (msnb_ray.model), no file holds them
+        return {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
+                "max_surge_percent": 100,  # one replica: its replacement starts before it stops
+                "env_vars": self._env.get(name, {})}  # fmt: skip
+
+    def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
+        """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
+        ``requirements``, ``envelope``), in one Serve call so that their replicas start at once; yields
+        ``(name, ModelStatus)`` as each runs, ``(name, ServerError)`` as each fails (deleted: the rest serve on)."""
+        import ray
+        from ray import serve
+
+        from msnb.templates import msnb_ray
+
+        targets, pending, free = [], {}, ray.available_resources().get("CPU", 0.0)
+        for folder, extra in models:
+            name = read_manifest(folder)[0]
+            try:
+                free -= self._refuse_unschedulable(name, folder, free)
+            except ServerError as err:
+                yield name, err
+                continue
+            app = msnb_ray.model({**self._model_args(folder, name), **extra})
+            targets.append(serve.RunTarget(app, name=name, route_prefix=None))
+            pending[name] = folder
+        if targets:
+            serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+            self._router_running()
+        yield from self._settled(pending, timeout_s)
+
+    def _settled(self, pending: dict[str, Path], timeout_s: float) -> Iterator[tuple]:
+        """Each pending application once it runs or has failed (or is still not running after ``timeout_s``)."""
+        from ray import serve
+
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            apps = serve.status().applications
+            for name in list(pending):
+                app = apps.get(name)
+                state = app.status if app is not None else "NOT_STARTED"
+                if state == "RUNNING":
+                    self._folders[name] = pending.pop(name)
+                    yield name, self.status(name)
+                elif state == "DEPLOY_FAILED" or time.monotonic() > deadline:
+                    text = f"{app.message if app else 'not started'}\n{_deployment_message(name)}"
+                    error = load_error(name, "\n".join([text, *self.model_log(name, 30)]))
+                    serve.delete(name, _blocking=False)
+                    shutil.rmtree(pending.pop(name), ignore_errors=True)
+                    yield name, error
+            time.sleep(0.1 if pending else 0)
 
     register = redeploy
 
@@ -199,18 +250,20 @@ class LocalRay:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
 
-    def _refuse_unschedulable(self, name: str, folder: Path) -> None:
-        """A ServerError, before anything is deployed, when the replicas of ``folder`` do not fit in the logical CPUs
-        left (a redeploy's new replicas start before the old ones stop, so they need room too)."""
+    def _refuse_unschedulable(self, name: str, folder: Path, free: float | None = None) -> float:
+        """The logical CPUs the replicas of ``folder`` need; a ServerError, before anything is deployed, when they do
+        not fit in the ``free`` ones (default: those Ray has free now; a redeploy's new replicas start before the
+        old ones stop, so they need room too)."""
         import ray
 
         from msnb.templates.msnb_ray import read_folder
 
         config = read_folder(folder)[1]
         replicas = int(config.get("minWorkers") or 1)
-        need, free = replicas * self.replica_cpus, ray.available_resources().get("CPU", 0.0)
+        need = replicas * self.replica_cpus
+        free = ray.available_resources().get("CPU", 0.0) if free is None else free
         if need <= free + 1e-9:
-            return
+            return need
         served = ", ".join(self._folders) or "none"
         raise ServerError(
             f"{name} cannot start on the kernel's Ray: its {replicas} replica(s) need {need:g} of its "

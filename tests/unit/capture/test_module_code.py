@@ -127,3 +127,22 @@ def test_a_rebuilt_statement_that_fails_on_the_server_is_shown_by_the_test_with_
         runner.validate(spec)
     assert "at `logger = logging.getLogger(os.environ['MSNB_KERNEL_ONLY'])` (from cell In[1]" in err.value.message
     assert "KeyError" in err.value.message and err.value.hint
+
+
+def test_a_module_level_call_on_a_logger_a_lock_or_a_pattern_keeps_it_code_without_a_kernel():
+    pool = cells(
+        "import logging\nimport re\nimport threading\nlogger = logging.getLogger(__name__)\n"
+        "logger.info('Transformers version %s', '5.23')\nlock = threading.Lock()\nlock.acquire()\nlock.release()\n"
+        "WORD = re.compile(r'[a-z]+')\nFIRST = WORD.findall('the cat')\n"
+    )
+    cell = "def handle(data, context):\n    with lock:\n        logger.info('x')\n    return [WORD.findall(d) for d in data]\n"
+    spec = capture("own", cell, pool)
+    for line in ("logger = logging.getLogger(__name__)", "lock = threading.Lock()", "WORD = re.compile(r'[a-z]+')"):
+        assert line in spec.source
+    assert loaded(spec)["handle"](["the cat"], None) == [["the", "cat"]]
+
+
+def test_a_module_level_call_that_may_change_a_logger_still_makes_it_a_runtime_value():
+    pool = cells("import logging\nlogger = logging.getLogger(__name__)\nlogger.setLevel(logging.DEBUG)\n")
+    with pytest.raises(CaptureError, match="`logger`"):
+        capture("own", "def handle(data, context):\n    logger.info('x')\n    return data\n", pool)

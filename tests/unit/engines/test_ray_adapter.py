@@ -152,7 +152,7 @@ def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exporte
     code = (
         f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_ray_context\n"
         "from msnb.templates import msnb_ray\n"
-        "print(msnb_ray.make_context.__module__, msnb_ray.RayMetrics.__module__)\n"
+        "print(msnb_ray.ChunkSocket.__module__, msnb_ray.RayMetrics.__module__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["msnb.templates.msnb_ray_context"] * 2
@@ -291,3 +291,8 @@ def test_chunks_sent_while_the_last_went_out_travel_together_per_request_in_orde
     assert pieces == {0: [b"a", b"b", b"c"], 1: [b'{"n": 1}\n']} and types == {0: text, 1: jsonl}
     assert ended and left == 0
     assert asyncio.run(drain([]))[0] == ({0: [b"a"]}, {0: text}, False)  # nothing waiting: sent at once, alone
+
+
+def test_a_describe_answer_leaves_out_null_members_as_torchserves_frontend_does():
+    answer = json.dumps({"echo": None, "batch": 1, "labels": ["a", None], "nested": {"x": None, "y": 2}})
+    assert msnb_ray.metadata(answer) == {"batch": 1, "labels": ["a", None], "nested": {"y": 2}}

@@ -1,0 +1,162 @@
+"""Benchmark: archives torch-model-archiver made, served by `msnb serve --engine ray`'s path (one Ray start, every
+archive's replicas started by one Serve call) beside a plain TorchServe registering the same archives: cold start to
+every first answer for 1 and for 8 archives, then one tiny-MLP archive under 16 clients (req/s, p50, p99), the two
+engines' runs interleaved."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from bench.harness import Settings, inference_headers, interleave, load, ray_engine, stop_engine, summary
+
+CLIENTS, BATCH, DELAY_MS = 16, 8, 5
+SAMPLE = {"x": [0.5, -1.0, 2.0, 0.25]}
+HANDLER = textwrap.dedent("""
+    import torch
+
+    _net = None
+
+    def handle(data, context):
+        global _net
+        if data is None:
+            torch.manual_seed(0)
+            _net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).eval()
+            return None
+        with torch.inference_mode():
+            rows = torch.tensor([row["body"]["x"] for row in data], dtype=torch.float32)
+            return [[round(v, 5) for v in out.tolist()] for out in _net(rows)]
+""")
+
+
+def build(work: Path, name: str) -> Path:
+    """One tiny-MLP archive made by torch-model-archiver (batchSize 8, maxBatchDelay 5 ms)."""
+    folder = work / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny.py").write_text(HANDLER)
+    (folder / "model-config.yaml").write_text(f"batchSize: {BATCH}\nmaxBatchDelay: {DELAY_MS}\n")
+    archiver = Path(sys.executable).with_name("torch-model-archiver")
+    subprocess.run([str(archiver), "--model-name", name, "--version", "1.0", "--handler", str(folder / "tiny.py"),
+                    "--config-file", str(folder / "model-config.yaml"), "--export-path", str(folder), "-f"],
+                   check=True, capture_output=True, env={**os.environ, "TMPDIR": str(folder)})  # fmt: skip
+    return folder / f"{name}.mar"
+
+
+def serve(kind: str, archives: list[Path], work: Path, settings: Settings):
+    """A started engine of ``kind`` serving every archive, each answered once."""
+    if kind == "ray":
+        from msnb.cli.serve_ray import deploy_archives
+
+        engine = ray_engine(settings).start()
+        with contextlib.redirect_stdout(io.StringIO()):
+            deploy_archives(engine, archives)
+    else:
+        from msnb.engines.torchserve import LocalServer
+
+        engine = LocalServer(work / f"ts-{time.monotonic_ns()}").start()
+        for path in archives:
+            engine.register(path)
+    for path in archives:
+        engine.predict(path.stem, SAMPLE)
+    return engine
+
+
+def release(engine, archives: list[Path], settings: Settings) -> None:
+    for path in archives if settings.smoke and engine.kind == "ray" else []:  # the smoke run's shared Ray stays
+        engine.unregister(path.stem)
+    stop_engine(engine, settings)
+
+
+def cold_start(kind: str, archives: list[Path], work: Path, settings: Settings) -> float:
+    start = time.perf_counter()
+    engine = serve(kind, archives, work, settings)
+    took = time.perf_counter() - start
+    release(engine, archives, settings)
+    return took
+
+
+def run(settings: Settings) -> dict:
+    work = settings.workdir / "ray_archives"
+    many = settings.size(8, 8, 1)  # smoke: one archive, one Ray start (the shared one)
+    archives = [build(work, f"tiny{i}") for i in range(many)]
+    variants = {f"{kind} {n}": (kind, archives[:n]) for n in (1, many) for kind in ("torchserve", "ray")}
+    cold = interleave({k: lambda v=v: cold_start(*v, work, settings) for k, v in variants.items()}, settings.reps)
+    engines = {kind: serve(kind, archives[:1], work, settings) for kind in ("torchserve", "ray")}
+    try:
+        total = settings.size(2000, 400, CLIENTS)
+        loads = interleave(
+            {k: lambda e=e: _load(e, archives[0].stem, total) for k, e in engines.items()}, settings.reps
+        )
+    finally:
+        for engine in engines.values():
+            release(engine, archives[:1], settings)
+    return report(cold, loads, many, settings)
+
+
+def _load(engine, name: str, total: int) -> dict:
+    url = f"{engine.inference_url}/predictions/{name}"
+    return load(url, json.dumps(SAMPLE).encode(), total, CLIENTS, inference_headers(engine), wall_cap=120)
+
+
+def report(cold: dict, loads: dict, many: int, settings: Settings) -> dict:
+    rows = {f"cold start, {k.split()[1]} archive(s): {k.split()[0]} s": summary(v) for k, v in cold.items()}
+    for kind, runs in loads.items():
+        for metric in ("rps", "p50_ms", "p99_ms"):
+            rows[f"tiny MLP, {CLIENTS} clients: {kind} {metric}"] = summary([r[metric] for r in runs])
+    med = {k: v["median"] for k, v in rows.items()}
+
+    def over(metric: str, n: int | None = None) -> float:
+        key = f"cold start, {n} archive(s): {{}} s" if n else f"tiny MLP, {CLIENTS} clients: {{}} {metric}"
+        return med[key.format("ray")] / med[key.format("torchserve")]
+
+    ratios = {f"Ray / TorchServe: cold start, {n} archive(s)": over("", n) for n in sorted({1, many})}
+    ratios.update({"Ray / TorchServe: req/s": over("rps"), "Ray / TorchServe: p99": over("p99_ms")})
+    return {
+        "title": "TorchServe archives on Ray Serve (msnb serve --engine ray) beside plain TorchServe",
+        "unit": "s / req/s / ms",
+        "rows": rows,
+        "ratios": ratios,
+        "notes": f"{settings.mode}{settings.reps} interleaved run(s) each; archives made by torch-model-archiver "
+        f"(a module-level tiny MLP 4-16-3, batchSize {BATCH}, maxBatchDelay {DELAY_MS} ms); cold start = engine "
+        "start + every archive served + one answer from each (TorchServe registers one after another, Ray deploys "
+        f"all in one Serve call); {CLIENTS} keep-alive clients on loopback, both engines with token auth on.",
+    }
+
+
+RESULTS = Path(__file__).parent / "RAY_ARCHIVES.md"
+
+
+class OneRun(Settings):
+    """The quick sizes with one interleaved run of each variant (a busy machine's budget)."""
+
+    @property
+    def reps(self) -> int:
+        return 1
+
+
+def main() -> None:
+    """`python -m bench.ray_archives`: one quick interleaved run, appended to bench/RAY_ARCHIVES.md."""
+    import tempfile
+
+    from bench.report import machine
+
+    with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp:
+        result = run(OneRun(quick=True, workdir=Path(tmp)))
+    lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+             "| measurement | median |", "|---|---|"]  # fmt: skip
+    lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
+    lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
+    lines += ["", result["notes"]]
+    head = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
+    RESULTS.write_text(head + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""TorchServe archives (a .mar, a tgz model archive, a no-archive folder) opened as the model folders Ray Serve serves.
+
+Each is unpacked safely into the engine's store (``msnb_unpack``: every member checked before anything is written),
+then checked as a TorchServe worker would find it: a manifest, the files it names (handler, modelFile,
+serializedFile, configFile), a name not served twice, and the requirements this environment lacks (never a second
+torch; refused, naming them, when no package index answers).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from msnb.engines.store import check_identity, safe_name
+from msnb.errors import ServerError
+from msnb.files import clone_tree
+from msnb.package.mar_requirements import to_install
+from msnb.templates.msnb_names import MANIFEST
+from msnb.templates.msnb_unpack import UnsafeArchiveError, unpack_archive
+
+ARCHIVE_HINT = (
+    "pass a .mar built by torch-model-archiver (zip or tgz) or a no-archive folder with MAR-INF/MANIFEST.json."
+)
+
+
+@dataclass(frozen=True)
+class OpenedArchive:
+    """One archive as its model folder in the store: name, version and the requirements to install for it."""
+
+    source: Path
+    folder: Path
+    name: str
+    version: str
+    requirements: tuple[str, ...] = ()
+
+
+def open_archive(
+    path: Path, store: Path, taken: set[str] = frozenset(), check_requirements: bool = True
+) -> OpenedArchive:
+    """``path`` unpacked (or copied) into ``store``/NAME-VERSION and checked (its requirements against this
+    environment unless ``check_requirements`` is False); a ServerError with a Hint otherwise, and then nothing of it
+    is left in ``store``."""
+    store.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=store))
+    try:
+        root = _unpacked(Path(path), staging)
+        manifest = _manifest(path, root)
+        model = manifest["model"]
+        name, version = model["modelName"], str(model.get("modelVersion") or "1.0")
+        check_identity(name, version)
+        if name in taken:
+            raise ServerError(
+                f"{path}: another archive already has the model name {name!r}.",
+                "each archive needs its own model name: rebuild one with torch-model-archiver --model-name OTHER.",
+            )
+        _check_files(path, root, model)
+        requirements = to_install(path, root, model.get("requirementsFile")) if check_requirements else ()
+        folder = store / safe_name(name, version)
+        shutil.rmtree(folder, ignore_errors=True)
+        root.rename(folder)
+        return OpenedArchive(Path(path), folder, name, version, requirements)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _unpacked(path: Path, staging: Path) -> Path:
+    """The model folder's root inside ``staging``: a folder copied, an archive unpacked (a tgz holds NAME/...)."""
+    if path.is_dir():
+        _refuse_links_out(path)
+        clone_tree(path, staging / "model")
+        return staging / "model"
+    try:
+        unpack_archive(path, staging / "model")
+    except UnsafeArchiveError as err:
+        raise ServerError(f"{path}: refused, nothing unpacked: {err.message}", err.hint) from None
+    except Exception as err:  # zipfile.BadZipFile, tarfile.ReadError, EOFError, zlib.error: truncated or corrupt
+        raise ServerError(
+            f"{path} is not a readable model archive ({type(err).__name__}: {err}).",
+            f"the file is truncated or corrupt: copy or build it again; {ARCHIVE_HINT}",
+        ) from None
+    root = staging / "model"
+    inner = [p for p in root.iterdir() if (p / MANIFEST).is_file()] if not (root / MANIFEST).is_file() else []
+    return inner[0] if len(inner) == 1 else root
+
+
+def _refuse_links_out(folder: Path) -> None:
+    top = folder.resolve()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for entry in (*dirnames, *filenames):
+            link = Path(dirpath) / entry
+            if link.is_symlink() and not link.resolve().is_relative_to(top):
+                raise ServerError(
+                    f"{folder}: {link} is a link pointing out of the model folder ({os.readlink(link)}).",
+                    "put the file itself in the folder instead of a link to it.",
+                )
+
+
+def _manifest(path: Path, root: Path) -> dict:
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+        if not isinstance(manifest.get("model"), dict) or not manifest["model"].get("modelName"):
+            raise KeyError("model.modelName")
+        return manifest
+    except (OSError, ValueError, KeyError) as err:
+        raise ServerError(
+            f"{path} is not a TorchServe model archive: no readable {MANIFEST} ({type(err).__name__}: {err}).",
+            ARCHIVE_HINT,
+        ) from None
+
+
+def _check_files(path: Path, root: Path, model: dict) -> None:
+    """Every file the manifest names is in the archive; a handler not there must be a default handler's name."""
+    handler = str(model.get("handler") or "")
+    module = handler.partition(":")[0]
+    named = [model.get(key) for key in ("modelFile", "serializedFile", "configFile", "requirementsFile")]
+    if module.endswith(".py") or (root / f"{module}.py").is_file() or not _default_handler(module):
+        named.append(module if module.endswith(".py") else f"{module}.py")
+    for name in filter(None, named):
+        if not (root / Path(name).name).is_file() and not (root / name).is_file():
+            raise ServerError(
+                f"{path}: its manifest names {name!r}, which is not in the archive.",
+                "build the archive again with that file (torch-model-archiver --handler / --model-file / "
+                "--serialized-file / --extra-files), or name a default handler such as text_classifier.",
+            )
+
+
+def _default_handler(name: str) -> bool:
+    """Whether ``name`` is one of TorchServe's default handlers (``ts.torch_handler.<name>``)."""
+    try:
+        return bool(name) and importlib.util.find_spec(f"ts.torch_handler.{name}") is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,160 @@
+"""TorchServe archives of every handler kind, made by torch-model-archiver (not msnb) from handlers and tiny models
+of these tests' own, and the bad archives a user may be handed: what ``msnb serve --engine ray`` must serve (or
+refuse) as a plain TorchServe does."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+import textwrap
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from helpers import (
+    ARCHIVER,
+    BROKEN_INIT,
+    TS_DESCRIBED,
+    TS_EAGER_HANDLER,
+    TS_NAMED_ENTRY,
+    TS_STREAMING,
+    TS_TEXT_MODEL,
+    eager_files,
+    scripted_mlp,
+)
+
+# A class entry point (one class with initialize/handle, no module-level handle): reads its model-config's
+# handler section, records context.metrics, answers a flagged request with a status of its own.
+CLASS_ENTRY = textwrap.dedent("""
+    class Scaler:
+        def initialize(self, context):
+            self.factor = context.model_yaml_config["handler"]["factor"]
+            self.batch = context.system_properties["batch_size"]
+
+        def handle(self, data, context):
+            context.metrics.add_counter("ScaledRequests", len(data))
+            out = []
+            for idx, row in enumerate(data):
+                body = row.get("body") or row.get("data")
+                if body.get("reject"):
+                    context.set_response_status(422, "Unprocessable", idx)
+                    out.append({"error": "rejected"})
+                    continue
+                out.append({"y": [v * self.factor for v in body["x"]], "batch_size": self.batch})
+            return out
+""")
+CLASS_CONFIG = "batchSize: 4\nmaxBatchDelay: 20\nresponseTimeout: 30\nhandler:\n  factor: 3\n"
+TS_SCRIPTED_HANDLER = TS_EAGER_HANDLER.replace("class Classifier", "class ScriptedClassifier")
+VOCAB = ["a", "good", "movie", "a good", "good movie", "bad", "bad movie"]
+
+
+def archiver(folder: Path, name: str, handler: str, *args: str) -> list[str]:
+    return [str(ARCHIVER), "--model-name", name, "--version", "1.0", "--handler", handler,
+            "--export-path", str(folder), "-f", *args]  # fmt: skip
+
+
+def _handler_file(folder: Path, name: str, source: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}_handler.py").write_text(source)
+    return folder / f"{name}_handler.py"
+
+
+def commands(root: Path) -> dict[str, list[str]]:
+    """The archiver command of each good archive (their files written under ``root``)."""
+    cmds = {}
+    named = _handler_file(root / "named", "named", TS_NAMED_ENTRY)
+    (root / "named" / "requirements.txt").write_text("numpy\n")  # satisfied here: nothing is installed
+    cmds["named"] = archiver(root / "named", "named", f"{named.with_suffix('')}:entry_point_function_name",
+                             "--requirements-file", str(root / "named" / "requirements.txt"))  # fmt: skip
+    klass = _handler_file(root / "klass", "klass", CLASS_ENTRY)
+    (root / "klass" / "model-config.yaml").write_text(CLASS_CONFIG)
+    cmds["klass"] = archiver(
+        root / "klass", "klass", str(klass), "--config-file", str(root / "klass" / "model-config.yaml")
+    )
+    _, eager = eager_files(root / "eager")
+    cmds["eager"] = archiver(
+        root / "eager", "eager", str(_handler_file(root / "eager", "eager", TS_EAGER_HANDLER)), *eager
+    )
+    scripted = scripted_mlp(root / "scripted.pt")
+    handler = _handler_file(root / "scripted", "scripted", TS_SCRIPTED_HANDLER)
+    cmds["scripted"] = archiver(root / "scripted", "scripted", str(handler), "--serialized-file", str(scripted))
+    cmds["news"] = archiver(root / "news", "news", "text_classifier", *text_classifier_files(root / "news"))
+    cmds["stream"] = archiver(root / "stream", "stream", str(_handler_file(root / "stream", "stream", TS_STREAMING)))
+    cmds["desc"] = archiver(root / "desc", "desc", str(_handler_file(root / "desc", "desc", TS_DESCRIBED)))
+    cmds["broken"] = archiver(root / "broken", "broken", str(_handler_file(root / "broken", "broken", BROKEN_INIT)))
+    return cmds
+
+
+def text_classifier_files(folder: Path) -> list[str]:
+    """TorchServe's default text_classifier's files: an eager model, its vocabulary and index_to_name.json."""
+    _, eager = eager_files(folder, TS_TEXT_MODEL, "TextClassificationModel", "model.pt")
+    torch.save({w: i for i, w in enumerate(VOCAB)}, folder / "source_vocab.pt")
+    (folder / "index_to_name.json").write_text(json.dumps({"0": "neg", "1": "pos"}))
+    return [*eager, "--extra-files", f"{folder / 'source_vocab.pt'},{folder / 'index_to_name.json'}"]
+
+
+def build_all(root: Path) -> dict[str, Path]:
+    """Every good archive (and ``broken``, whose initialize fails) as NAME -> .mar, built side by side."""
+    cmds = commands(root)
+
+    def build(name: str) -> Path:
+        subprocess.run(cmds[name], check=True, capture_output=True, timeout=180, env=_env(root / name))
+        return root / name / f"{name}.mar"
+
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip(cmds, pool.map(build, cmds)))
+
+
+def _env(folder: Path) -> dict:
+    import os
+
+    return {**os.environ, "TMPDIR": str(folder)}  # the archiver stages in $TMPDIR/<model-name>/
+
+
+def as_tgz(mar: Path, name: str, dest: Path) -> Path:
+    """The archive in torch-model-archiver's tgz format: its members under ``name/``."""
+    out = dest / f"{name}.tar.gz"
+    with zipfile.ZipFile(mar) as zf, tarfile.open(out, "w:gz") as tf:
+        for info in zf.infolist():
+            member = tarfile.TarInfo(f"{name}/{info.filename}")
+            member.size = info.file_size
+            with zf.open(info) as data:
+                tf.addfile(member, data)
+    return out
+
+
+def as_folder(mar: Path, dest: Path) -> Path:
+    """The archive in torch-model-archiver's no-archive format: a folder."""
+    with zipfile.ZipFile(mar) as zf:
+        zf.extractall(dest)
+    return dest
+
+
+def rewritten(mar: Path, dest: Path, drop: str = "", replace: dict[str, bytes] | None = None) -> Path:
+    """A copy of ``mar`` named after ``dest`` (its manifest's modelName), without member ``drop`` and with
+    ``replace``'s members' new content."""
+    replace = dict(replace or {})
+    with zipfile.ZipFile(mar) as src:
+        manifest = json.loads(src.read("MAR-INF/MANIFEST.json"))
+    manifest["model"]["modelName"] = dest.stem
+    replace["MAR-INF/MANIFEST.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(mar) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            if info.filename != drop:
+                out.writestr(info, replace.get(info.filename, src.read(info)))
+    return dest
+
+
+def truncated(mar: Path, dest: Path) -> Path:
+    data = mar.read_bytes()
+    dest.write_bytes(data[: len(data) // 2])
+    return dest
+
+
+def duplicate(mar: Path, dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(mar, dest)
+    return dest
