@@ -28,6 +28,7 @@ def serve_on_ray(archives: list[Path], state: Path | None, wait, *, envelope=Non
         names = deploy_archives(engine, archives, envelope, env)
         written = serve_state.write(record(engine, names), state)
         print(f"inference {engine.inference_url}  (TorchServe's inference URLs; Ray Serve has no management API)")
+        print(f"openai {engine.openai_base_url}  mcp {engine.mcp_url}  (the same key)")
         print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
         print(f"try:   msnb predict NAME --data '<json>'   (state file {written})\nCtrl-C stops Ray Serve.", flush=True)
         if not wait(engine):
