@@ -7,7 +7,9 @@ import re
 from typing import Any
 
 _SHAPE_FAULT = re.compile(r"shape|size of tensor|sizes? mismatch|dimension|mat1 and mat2|expected input", re.I)
-_NO_CUDA = re.compile(r"not compiled with CUDA|no CUDA GPUs|CUDA driver|cuda.*(unavailable|not available)", re.I)
+_NO_CUDA = re.compile(
+    r"not compiled with CUDA|no CUDA GPUs|CUDA driver|no NVIDIA driver|cuda.*(unavailable|not available)", re.I
+)
 _FLOAT32_MAX = 3.4028234663852886e38
 _WALK_LIMIT = 100_000  # entries looked at in one request body: a bound, not a parser
 

@@ -17,7 +17,7 @@ from msnb.package.server_packages import missing
 
 # Installed with the server, never per model: a second copy in a replica's environment shadows the server's own.
 SERVER_OWNED = {"torch", "torchvision", "torchaudio", "torchtext", "torchserve", "torch-model-archiver", "ray"}
-INDEX_TIMEOUT_S = 120
+INDEX_TIMEOUT_S = 180  # one pip install of what an archive's requirements.txt lacks
 
 
 def read_lines(path: Path, root: Path, name: str) -> list[str]:

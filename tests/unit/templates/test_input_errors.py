@@ -98,3 +98,16 @@ def test_a_raw_bytes_request_from_a_file_that_does_not_exist_is_refused_before_s
     assert "curl -T" in err.value.hint
     with pytest.raises(OptionError, match="not NAME:VALUE"):
         from_options("x", None, ["no-colon"], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "AssertionError: Torch not compiled with CUDA enabled",  # torch's CPU build
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",  # CUDA build
+    ],
+)
+def test_a_cuda_call_without_a_gpu_is_recognised_from_either_torch_build(message):
+    from msnb.templates.msnb_faults import no_cuda
+
+    assert no_cuda(message) and not no_cuda("RuntimeError: mat1 and mat2 shapes cannot be multiplied")
