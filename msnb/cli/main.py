@@ -351,18 +351,16 @@ def _register_each(server, archives: list[Path], env: dict[str, str]) -> list[st
             env_vars.give(server, path, env)
             status = server.register(path)
         except MsnbError as err:
-            print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
+            serve_state.report(path, err)
             continue
         served.append(status.name)
         print(f"serving {status.name} {status.version}: POST {server.inference_url}/predictions/{status.name}")
-    if not served:
-        raise ServerError(
-            f"None of the {len(archives)} archive(s) could be served (each error is above).",
-            "fix the handler named in the worker log lines, export it again and rerun `msnb serve`.",
-        )
-    if len(served) < len(archives):
-        print(f"warning: serving {len(served)} of {len(archives)} archives", file=sys.stderr, flush=True)
-    return served
+    return serve_state.served_or_fail(
+        served,
+        len(archives),
+        "",
+        "fix the handler named in the worker log lines, export it again and rerun `msnb serve`.",
+    )
 
 
 def _predict(args: argparse.Namespace) -> int:

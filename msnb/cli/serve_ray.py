@@ -8,7 +8,6 @@ side by side; the same state file, so `msnb predict` finds it.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from msnb.cli import serve_state
@@ -53,7 +52,7 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None, e
         try:
             item = open_archive(path, engine.store.root, taken)
         except MsnbError as err:
-            report(path, err)
+            serve_state.report(path, err)
             continue
         taken.add(item.name)
         opened.append(item)
@@ -64,22 +63,16 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None, e
     models = [(item.folder, {"requirements": list(item.requirements), **extra}) for item in opened]
     for name, outcome in engine.deploy_many(models):
         if isinstance(outcome, MsnbError):
-            report(sources[name], outcome)
+            serve_state.report(sources[name], outcome)
             continue
         served.append(name)
         print(f"serving {name} {outcome.version}: POST {engine.inference_url}/predictions/{name}", flush=True)
-    if not served:
-        raise ServerError(
-            f"None of the {len(archives)} archive(s) could be served on Ray (each error is above).",
-            "fix what each error names (its handler's log lines are under it) and rerun `msnb serve --engine ray`.",
-        )
-    if len(served) < len(archives):
-        print(f"warning: serving {len(served)} of {len(archives)} archives", file=sys.stderr, flush=True)
-    return served
-
-
-def report(path: Path, err: MsnbError) -> None:
-    print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
+    return serve_state.served_or_fail(
+        served,
+        len(archives),
+        " on Ray",
+        "fix what each error names (its handler's log lines are under it) and rerun `msnb serve --engine ray`.",
+    )
 
 
 def record(engine, names: list[str]) -> serve_state.ServerRecord:

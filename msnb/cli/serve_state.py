@@ -1,13 +1,15 @@
-"""Where each `msnb serve` tells `msnb predict` how to reach it: one state file per server, chosen by folder or pid."""
+"""Where each `msnb serve` tells `msnb predict` how to reach it: one state file per server, chosen by folder or pid;
+and what either engine's `msnb serve` says of the archives it could and could not serve."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from msnb.errors import MsnbError, OptionError
+from msnb.errors import MsnbError, OptionError, ServerError
 from msnb.files import write_atomic
 
 STATE_ENV = "MSNB_STATE_DIR"
@@ -109,3 +111,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def report(path: Path, err: MsnbError) -> None:
+    """One archive that could not be served: its error (with its Hint and worker lines); the others serve on."""
+    print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
+
+
+def served_or_fail(served: list[str], total: int, where: str, hint: str) -> list[str]:
+    """``served`` when at least one of ``total`` archives serves (a warning when not all do); else a ServerError."""
+    if not served:
+        raise ServerError(f"None of the {total} archive(s) could be served{where} (each error is above).", hint)
+    if len(served) < total:
+        print(f"warning: serving {len(served)} of {total} archives", file=sys.stderr, flush=True)
+    return served
