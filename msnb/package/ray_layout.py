@@ -18,7 +18,7 @@ from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
 from msnb.spec import HandlerSpec
-from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names
+from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names, msnb_serving
 from msnb.templates.msnb_ray_guard import KEY_VAR
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
@@ -31,10 +31,12 @@ KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
 def adapter_files() -> list[Path]:
-    """The adapter modules (templates/msnb_ray*.py, msnb_api*.py) that sit beside the exported model folders."""
+    """The adapter modules (templates/msnb_ray*.py, msnb_api*.py, and the shared msnb_names and msnb_serving they
+    import) that sit beside the exported model folders."""
     root = resources.files("msnb.templates")
     adapter = [p for p in root.iterdir() if p.name.startswith(ENGINE_ADAPTER_PREFIX) and p.name.endswith(".py")]
-    return sorted(Path(str(p)) for p in [*adapter, root / f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"])
+    shared = [root / f"{module.__name__.rsplit('.', 1)[1]}.py" for module in (msnb_names, msnb_serving)]
+    return sorted(Path(str(p)) for p in [*adapter, *shared])
 
 
 def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict:
