@@ -303,7 +303,7 @@ def test_a_str_answer_keeps_its_content_type_and_unknown_models_get_404(served):
 def test_the_exported_router_answers_mcp_and_openais_api_with_the_same_key(served):
     key = read_key(key_file(served.outdir))
     tools, (called,) = mcp_tools(f"{served.url}/mcp", key, [("mlp", {"x": [1, 2, 3, 4]})])
-    assert {t.name for t in tools} == {"mlp", "text"}
+    assert {t.name for t in tools} == {"mlp", "text", *FOREIGN}  # every application the router serves
     assert called.structured_content == expected(served.folder, [1, 2, 3, 4])
     client = openai_client(f"{served.url}/v1", key)
     assert [m.id for m in client.models.list()] == []  # neither model streams
