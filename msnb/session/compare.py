@@ -17,6 +17,7 @@ from typing import Any
 from msnb.engines import compare
 from msnb.engines.compare import Answer, Request
 from msnb.errors import MsnbError
+from msnb.options import parse_data
 from msnb.session.core import ENGINES, Session, default_engine, deploy
 
 Row = tuple[Request, Answer, Answer, "str | None"]
@@ -24,20 +25,21 @@ Row = tuple[Request, Answer, Answer, "str | None"]
 _deployed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def requests_for(name: str, data: str | None, example: Any) -> list[Request]:
-    """The requests: ``@FILE`` is `msnb compare`'s JSON Lines file, any other ``data`` one JSON body, None the
-    handler's ``--example``."""
-    if data is not None and data.startswith("@"):
-        return compare.read_requests(Path(data[1:]).expanduser(), [name])
-    body = data if data is not None else json.dumps(example)
-    return [compare.parse_request(json.dumps({"body": json.loads(body)}), 1, [name], Path.cwd())]
+def requests_for(name: str, data: str | None, example: Any, namespace: dict | None = None) -> list[Request]:
+    """The requests: ``@FILE`` is `msnb compare`'s JSON Lines file; any other ``data`` one body, as ``%ms_predict``
+    reads its --data (JSON, or a variable of ``namespace``); None the handler's ``--example``."""
+    text = data.strip().strip("'\"") if data is not None else None
+    if text is not None and text.startswith("@"):
+        return compare.read_requests(Path(text[1:]).expanduser(), [name])
+    body = example if data is None else parse_data(data, namespace, Path.cwd())
+    return [compare.parse_request(json.dumps({"body": body}), 1, [name], Path.cwd())]
 
 
-def compare_cell(session: Session, name: str, data: str | None = None) -> list[Row]:
-    """Serve the handler ``name`` on both engines and send every request to both; the rows when all agree, else an
-    MsnbError whose details are the table."""
+def compare_cell(session: Session, name: str, data: str | None = None, namespace: dict | None = None) -> list[Row]:
+    """Serve the handler ``name`` on both engines and send every request (``data``: see ``requests_for``) to both;
+    the rows when all agree, else an MsnbError whose details are the table."""
     spec = session.get(name)
-    requests = requests_for(spec.name, data, spec.example)
+    requests = requests_for(spec.name, data, spec.example, namespace)
     other_kind = next(kind for kind in ENGINES if kind != session.engine)
     own = session.serve(spec.name)
     other, started = _other_engine(other_kind)

@@ -232,12 +232,16 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
-    @argument("--data", help="one JSON body, or @requests.jsonl (`msnb compare`'s file; default: the --example)")
+    @argument(
+        "--data",
+        help="one body (JSON or a variable), or @requests.jsonl (`msnb compare`'s request file); "
+        "default: the handler's --example",
+    )
     def ms_compare(self, line: str) -> views.View:
         """%ms_compare NAME [--data JSON | --data @requests.jsonl]: serve the handler on TorchServe and on Ray Serve
         side by side, send each request to both and show the table; the cell fails when any answer differs."""
         args = parse_argstring(self.ms_compare, line)
-        rows = compare_cell(current(), args.name, args.data)
+        rows = compare_cell(current(), args.name, args.data, self.shell.user_ns)
         return views.View(f"TorchServe and Ray Serve answered all {len(rows)} requests alike", pre=table(rows))
 
     @line_magic

@@ -38,7 +38,8 @@ def test_ms_compare_shows_both_engines_answers_and_fails_the_cell_on_a_differenc
         assert "answered all 1 requests alike" in shown.text()
         assert "1: predictions cmp  200" in shown.pre and "equal" in shown.pre
         torch.manual_seed(0)  # the notebook's own computation: plain torch on the same weights and input
-        expected = round(float(torch.nn.Linear(2, 1)(torch.tensor([0.5, -2.0]))), 4)
+        with torch.no_grad():
+            expected = round(float(torch.nn.Linear(2, 1)(torch.tensor([0.5, -2.0]))), 4)
         shown = cell(ip, """%ms_compare cmp --data '{"x": [0.5, -2]}'""")
         assert "1: predictions cmp  200" in shown.pre and "equal" in shown.pre
         assert ray_session.predict("cmp", {"x": [0.5, -2]}) == {"y": expected}
