@@ -252,6 +252,11 @@ def _export(args: argparse.Namespace) -> int:
     if len(args.notebook) > 1 or is_archive(Path(args.notebook[0])):
         args.usage_errors = False  # a refused archive is not a command-line error
         return export_archives(find_archives, args.notebook, args.ray, args.ray_host, args.kserve_python)
+    if args.kserve_python:
+        raise OptionError(
+            "--kserve-python takes archives torch-model-archiver made, not a notebook.",
+            "build the archives first (`msnb export nb.ipynb -o store/`), then `msnb export store/ --kserve-python OUT`.",
+        )
     args.notebook = args.notebook[0]
     outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     try:

@@ -154,3 +154,14 @@ def test_an_archive_exported_for_kserves_python_server_answers_v1_and_v2_as_torc
     linear = torch.nn.Linear(2, 1)
     expected = [[round(v, 5) for v in linear(torch.tensor(i["x"])).tolist()] for i in V1["instances"]]
     assert on_kserve[0] == [200, {"predictions": expected}]
+
+
+def test_a_notebook_or_a_corrupt_archive_is_refused_with_a_hint_and_nothing_is_written(exported, capsys, tmp_path):
+    notebook = tmp_path / "nb.ipynb"
+    notebook.write_text("{}")
+    code, _, err = run(capsys, "export", notebook, "--kserve-python", tmp_path / "out")
+    assert code != 0 and "--kserve-python takes archives" in err and "Hint:" in err
+    corrupt = ts_archives.truncated(exported[0], tmp_path / "corrupt.mar")
+    code, _, err = run(capsys, "export", corrupt, "--kserve-python", tmp_path / "out")
+    assert code != 0 and "not a readable model archive" in err and "Hint:" in err
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
