@@ -103,13 +103,13 @@ def write_ray_archives(paths: list[Path], outdir: Path, host: str = DEFAULT_HOST
     """``write_ray`` for archives torch-model-archiver made (``msnb export A.mar B.mar --ray OUT``): each opened as
     ``msnb serve --engine ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are
     installed where it runs (the application's ``runtime_env``), not checked against this environment."""
-    from msnb.package.mar_open import open_archive
+    from msnb.package.model_folder import ModelFolder
 
     def stage(staging: Path) -> dict[str, str]:
         models: dict[str, str] = {}
         for path in paths:
-            item = open_archive(path, staging / ".opened", set(models), check_requirements=False)
-            item.folder.rename(staging / item.name)
+            item = ModelFolder.open(path, staging / ".opened", set(models), check_requirements=False)
+            item.path.rename(staging / item.name)
             models[item.name] = item.version
         shutil.rmtree(staging / ".opened", ignore_errors=True)
         return models
