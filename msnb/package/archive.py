@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from model_archiver.model_archiver_config import ModelArchiverConfig
@@ -32,7 +33,7 @@ def build(
 ) -> Path:
     """Build ``<export_path>/<archive_name>.mar`` (or a no-archive folder) from ``spec``: its model folder staged
     (in place for a no-archive folder, else in a private temp dir) and packed; runs no user code."""
-    return _packing(spec, export_path, fmt, archive_name or spec.name, progress)
+    return _writing(export_path, fmt, archive_name or spec.name, progress, lambda *a: _build(spec, *a))
 
 
 def pack(
@@ -46,52 +47,52 @@ def pack(
     """Pack the staged ``folder`` as ``<export_path>/<archive_name>.mar`` (or lay it out as a no-archive folder of
     private copies); runs no user code. Whether to run the folder first (``trial.runner.validate``) is the caller's
     decision."""
-    return _packing(folder, export_path, fmt, archive_name or folder.name, progress)
+    return _writing(export_path, fmt, archive_name or folder.name, progress, lambda *a: _pack_folder(folder, *a))
 
 
-def _packing(
-    what: HandlerSpec | ModelFolder, export_path: str | Path, fmt: str, archive_name: str, progress: Progress | None
-) -> Path:
+def pack_or_build(item: ModelFolder | HandlerSpec, export_path: Path, fmt: str = EXPORT_FORMAT) -> Path:
+    """A layout's archive: a staged folder packed (an export's), or a spec built."""
+    return pack(item, export_path, fmt) if isinstance(item, ModelFolder) else build(item, export_path, fmt)
+
+
+def _writing(export_path: str | Path, fmt: str, name: str, progress: Progress | None, write: Callable) -> Path:
+    """``write(export_path, name, fmt, report)`` under a clear error for an unknown format or a full disk."""
     if fmt not in FORMATS:
         raise BuildError(f"Unknown archive format {fmt!r}.", f"use one of {', '.join(FORMATS)}.")
     report = progress or (lambda step, frac: None)
     export_path = Path(export_path).expanduser()
     ensure_writable(export_path)
-    final = export_path / (archive_name if fmt == SERVE_FORMAT else f"{archive_name}.mar")
+    final = export_path / (name if fmt == SERVE_FORMAT else f"{name}.mar")
     try:
-        if fmt == SERVE_FORMAT:
-            _lay_out(what, export_path, archive_name, report)
-        else:
-            _zip(what, export_path, archive_name, fmt, report)
+        write(export_path, name, fmt, report)
     except OSError as err:
         raise disk_error(final, err) from None
     report("done", 1.0)
     return final
 
 
-def _lay_out(what: HandlerSpec | ModelFolder, export_path: Path, archive_name: str, report: Progress) -> None:
-    """A no-archive folder, staged (or copied) in a hidden sibling and renamed into place: never a half-written one."""
-    with partial_sibling(export_path / archive_name) as partial:
-        report("staging model directory", 0.5)
-        if isinstance(what, ModelFolder):
-            clone_tree(what.path, partial / archive_name)  # private copies: a served folder never changes
-            folder = ModelFolder(partial / archive_name, what.name, what.version, spec=what.spec)
-        else:
-            folder = ModelFolder.stage(what, partial / archive_name)
-        _pack(folder, partial, archive_name, SERVE_FORMAT)
-        replace_tree(partial / archive_name, export_path / archive_name)
+def _pack_folder(folder: ModelFolder, export_path: Path, name: str, fmt: str, report: Progress) -> None:
+    if fmt == SERVE_FORMAT:  # laid out in a hidden sibling, renamed into place: never a half-written folder
+        with partial_sibling(export_path / name) as partial:
+            report("laying out model directory", 0.5)
+            clone_tree(folder.path, partial / name)  # private copies: a served folder never changes
+            _pack(replace(folder, path=partial / name), partial, name, fmt)
+            replace_tree(partial / name, export_path / name)
+        return
+    report(f"packing {fmt} archive", 0.6)
+    _pack(folder, export_path, name, fmt)
 
 
-def _zip(what: HandlerSpec | ModelFolder, export_path: Path, archive_name: str, fmt: str, report: Progress) -> None:
-    if isinstance(what, ModelFolder):
-        report(f"packing {fmt} archive", 0.6)
-        _pack(what, export_path, archive_name, fmt)
+def _build(spec: HandlerSpec, export_path: Path, name: str, fmt: str, report: Progress) -> None:
+    if fmt == SERVE_FORMAT:  # staged in place (private copies, written once) in a hidden sibling, renamed into place
+        with partial_sibling(export_path / name) as partial:
+            report("staging model directory", 0.5)
+            _pack(ModelFolder.stage(spec, partial / name), partial, name, fmt)
+            replace_tree(partial / name, export_path / name)
         return
     with tempfile.TemporaryDirectory(prefix="msnb-stage-") as tmp:
         report("staging model directory", 0.4)
-        folder = ModelFolder.stage(what, Path(tmp) / "model", temporary=True)
-        report(f"packing {fmt} archive", 0.6)
-        _pack(folder, export_path, archive_name, fmt)
+        _pack_folder(ModelFolder.stage(spec, Path(tmp) / "model", temporary=True), export_path, name, fmt, report)
 
 
 def _pack(folder: ModelFolder, export_path: Path, archive_name: str, fmt: str) -> None:
