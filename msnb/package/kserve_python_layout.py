@@ -18,6 +18,7 @@ from pathlib import Path
 from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package.mar_requirements import read_lines
+from msnb.package.model_folder import ModelFolder
 from msnb.templates import msnb_names
 from msnb.templates.msnb_names import MANIFEST, REQUIREMENTS
 
@@ -29,16 +30,14 @@ SERVER_PACKAGES = ("torch", "torchserve")  # pinned to this environment's versio
 def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
     """OUT/<name>/ per archive, the predictor and requirements.txt; built in a hidden folder inside OUT and moved
     into place only when everything was written. A refused archive is a ServerError with a Hint (nothing written)."""
-    from msnb.package.mar_open import open_archive
-
     outdir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-python-", dir=outdir))
     try:
         names: set[str] = set()
         wanted: list[str] = []
         for path in paths:
-            item = open_archive(path, staging / ".opened", names, check_requirements=False)
-            item.folder.rename(staging / item.name)
+            item = ModelFolder.open(path, staging / ".opened", names, check_requirements=False)
+            item.path.rename(staging / item.name)
             names.add(item.name)
             wanted += _archive_requirements(path, staging / item.name)
         shutil.rmtree(staging / ".opened", ignore_errors=True)
