@@ -265,13 +265,23 @@ def test_exported_archives_answer_on_two_nodes_as_a_plain_torchserve_serving_the
              enumerate(FOREIGN_REQUESTS + ENVELOPED_REQUESTS, 1)]  # fmt: skip
     plain = LocalServer(tmp_path / "ts")
     enveloped = LocalServer(tmp_path / "ts-kserve", properties={"service_envelope": ENVELOPES["kserved"]})
-    with plain, enveloped:
+
+    def up(server: LocalServer) -> None:  # the two TorchServes start and register side by side
+        server.start()
         for name in FOREIGN:
-            (enveloped if name in ENVELOPES else plain).register(archives[name])
+            if (name in ENVELOPES) == (server is enveloped):
+                server.register(archives[name])
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(up, (plain, enveloped)))
         ready = {"klass": None, "slow": {"sleep": 0}, "kserved": ENVELOPED_REQUESTS[0]["body"]}
         poll(lambda: all(served.answers(n, body) for n, body in ready.items()), 300, "the archives' applications")
         rows = compare.compare(plain, cluster, lines[: len(FOREIGN_REQUESTS)])
         rows += compare.compare(enveloped, cluster, lines[len(FOREIGN_REQUESTS) :])
+    finally:
+        plain.stop()
+        enveloped.stop()
     assert [diff for *_, diff in rows] == [None] * len(rows), compare.table(rows)
     assert [ts.status for _, ts, _, _ in rows] == [200, 422, 200, 200, 500, 200, 200]
     assert json.loads(rows[0][2].body) == {"y": [3, 6], "batch_size": 4}  # plain Python on the same input
