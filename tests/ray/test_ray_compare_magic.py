@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 import textwrap
 
-import pytest
 import torch
 from test_ray_notebook import cell
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 # A request without "x" makes the input from the serving process's pid: the two engines' answers then differ.
 HANDLER = textwrap.dedent(
     """
