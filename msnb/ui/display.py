@@ -12,6 +12,7 @@ from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
 
 _MAX = 200  # characters of an example / prediction shown inline
+_AMBER = " style='background:#fff4d6'"  # a warning row stands out from the summary it is part of
 
 
 class View:
@@ -33,7 +34,8 @@ class View:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><th style='text-align:left'>{_escaped(k)}</th><td style='text-align:left'>{_escaped(v)}</td></tr>"
+            f"<tr{_AMBER if k == 'warning' else ''}><th style='text-align:left'>{_escaped(k)}</th>"
+            f"<td style='text-align:left'>{_escaped(v)}</td></tr>"
             for k, v in self.rows
         )
         pre = f"<pre>{_escaped(self.pre)}</pre>" if self.pre else ""

@@ -139,6 +139,25 @@ def test_ms_test_with_a_bad_sample_shows_the_error_not_a_traceback(ip):
     assert value is None and "Hint:" in out and "Traceback (most recent call last)" not in out.split("Hint:")[0]
 
 
+def test_a_failing_test_points_at_the_cells_and_their_lines_not_at_the_rendered_file(ip):
+    handler_cell(ip, "kframes")
+    _, out = line_magic(ip, "ms_test", """kframes --data '{"x": "oops"}'""")  # preprocess: line 10 with %%ms_handler
+    assert "line 10, in preprocess" in out and "handler_model.py" not in out and "msnb-forkserver" not in out, out
+    _, out = line_magic(ip, "ms_test", """kframes --data '{"x": [1, 2, 3]}'""")  # KNet.forward, pulled in from its cell
+    assert ", in forward" in out and "cell In[" in out and "handler_model.py" not in out, out
+
+
+def test_a_misspelt_role_is_said_at_capture_and_when_the_test_fails(ip):
+    _, shown_at_capture = handler_cell(ip, "ktypo", HANDLER.replace("def preprocess(", "def preprocces("))
+    assert (
+        "did you mean `preprocess`?" in shown_at_capture
+        and "Hint: rename `preprocces` to `preprocess`" in shown_at_capture
+    )
+    value, out = line_magic(ip, "ms_test", """ktypo --data '{"x": [1, 2, 3, 4]}'""")
+    assert value is None and "Role `preprocess` was not found: the cell defines `preprocces`" in out, out
+    assert "Hint: rename `preprocces` to `preprocess`" in out and out.count("must be Tensor, not list") == 1, out
+
+
 def test_ms_test_explain_shows_attribution_bars_in_process(ip):
     handler_cell(ip, f"kexplain {EXAMPLE}")
     explanation, _ = line_magic(ip, "ms_test", "kexplain --explain")
@@ -299,6 +318,8 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     assert answer == expected, out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")
     assert bad is None and "Hint:" in out
+    # the worker's traceback names the cell's line (line 1: %%ms_handler), not the served handler_model.py's
+    assert "line 10, in preprocess" in out and "handler_model.py" not in out, out
     server.stop()  # restarted by hand (as an error hint suggests): it serves nothing until %ms_serve
     server.start()
     value, out = line_magic(ip, "ms_predict", "kserved")
