@@ -143,9 +143,17 @@ def _parse_json(text: str, required: bool) -> Any:
     except json.JSONDecodeError as err:
         near = text.splitlines()[err.lineno - 1][max(0, err.colno - 11) : err.colno + 10] if text.splitlines() else ""
         raise FieldError(
-            f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg} (near {near!r}). "
-            'Hint: use double quotes for strings and keys, e.g. {"x": [1, 2]}.'
+            f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg} (near {near!r}). Hint: {_json_hint(err)}"
         ) from None
+
+
+def _json_hint(err: json.JSONDecodeError) -> str:
+    """The fix for what the decoder met: an input cut short, single quotes, or another mistake."""
+    if err.pos >= len(err.doc.rstrip()) or err.msg.startswith("Unterminated string"):
+        return "the JSON ends early: close every string, [ and { it opens."
+    if "double quotes" in err.msg or err.doc[err.pos : err.pos + 1] == "'":
+        return 'use double quotes for strings and keys, e.g. {"x": [1, 2]}.'
+    return 'fix the JSON there, e.g. {"x": [1, 2]}.'
 
 
 def _checkpoint_text(checkpoint: Any) -> str:

@@ -43,7 +43,6 @@ class BuildWidget(widgets.VBox):
             value=0.0, min=0.0, max=1.0, description="Progress", style=_STYLE
         ).add_class("msnb-progress")
         self.step, self.status = _html("msnb-step"), _html("msnb-status")
-        self.button_errors = _html("msnb-button-errors")  # field errors again, where the click happened
         self.result, self.log_view = _html("msnb-result"), _html("msnb-log")
         self.chart = _html("msnb-chart")  # Explain's attributions as bars
         note = _html("msnb-device-note", html.escape(inventory.note or ""))
@@ -55,7 +54,6 @@ class BuildWidget(widgets.VBox):
                 title,
                 *rows,
                 widgets.HBox(list(self.buttons.values())),
-                self.button_errors,
                 widgets.HBox([self.progress, self.step]),
                 self.status,
                 widgets.HTML("<b>Result</b>"),
@@ -117,7 +115,6 @@ class BuildWidget(widgets.VBox):
                 self.buttons[action].disabled = not enabled
             for field, label in self.field_errors.items():
                 label.value = _error_html(c.errors.get(field, ""))
-            self.button_errors.value = "<br>".join(_error_html(f"{LABELS[f]}: {e}") for f, e in c.errors.items())
             step, fraction = c.progress
             self.progress.value = max(0.0, min(1.0, fraction))
             self.progress.bar_style = _BAR_STYLE.get(c.outcome, "")
