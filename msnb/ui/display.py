@@ -91,6 +91,18 @@ class SpecSummary(View):
         super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)
 
 
+class Printed(list):
+    """A streamed answer's chunks (a list) that ``%ms_predict --stream`` printed as they came: no Out repeats them."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def took(seconds: float) -> str:
+    """A duration as a person reads it: ``12 ms`` or ``3.4 s``."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
 class ProgressView(View):
     """One step of a long action: a progress bar in notebooks, ``[####....]  40% step`` in a terminal."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -182,12 +183,13 @@ class MsnbMagics(Magics):
         """%ms_serve NAME [--engine ray] [--env VAR ...]: start (or reuse) the notebook's local TorchServe (or Ray
         Serve) and (re)deploy the handler; returns the server."""
         args = parse_argstring(self.ms_serve, line)
-        report = _progress(f"Serving {args.name}")
+        report, started = _progress(f"Serving {args.name}"), time.perf_counter()
         server = current().serve(args.name, progress=report, engine=args.engine, port=args.port, env=args.env)
         served = current().served[args.name]
         reloaded = current().reloads.note(args.name)
-        report(f"ready: {served.line()}{reloaded} at {server.inference_url}/predictions/{args.name}", 1.0)
-        return server
+        where = f"{server.inference_url}/predictions/{args.name}"
+        report(f"ready: {served.line()}{reloaded} at {where} (took {views.took(time.perf_counter() - started)})", 1.0)
+        return server  # shown by its ready line above, not as an Out (see load_ipython_extension)
 
     @line_magic
     @_usage_errors
@@ -203,7 +205,9 @@ class MsnbMagics(Magics):
         args = parse_argstring(self.ms_predict, line)
         data = self._request(args)  # None: the handler's --example
         if args.stream:
-            answer = print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
+            answer = views.Printed(
+                print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
+            )
         else:
             answer = current().predict(args.name, data, version=args.version, warn=False)
         stale = current().stale(args.name)
@@ -309,5 +313,8 @@ def load_ipython_extension(ip: Any) -> None:
         prefix = "%%" if magic == "ms_handler" else "%"
         ip.set_hook("complete_command", magic_help.completer(names, magic_help.flags(method)), str_key=prefix + magic)
     formatters = ip.display_formatter.formatters
+    for module, engine in (("msnb.engines.torchserve.server", "LocalServer"), ("msnb.engines.ray.engine", "LocalRay")):
+        # `%ms_serve` returns its server for `server = %ms_serve NAME`; its ready line said it: no Out repeats it
+        ip.display_formatter.ipython_display_formatter.for_type_by_name(module, engine, lambda server: None)
     formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
     formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

@@ -205,8 +205,9 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         assert '"score"' in local and local.startswith("Test · test process, no server · ")
         built = _click_and_wait(page, "build", "Built ")
         assert "widget_mlp.mar" in built
-        _click_and_wait(page, "serve", "Serving widget_mlp v2.0 (digest", while_running="starting TorchServe (Java)")
+        _click_and_wait(page, "serve", "Serve done in ", while_running="starting TorchServe (Java)")
         status = page.locator(".msnb-status").inner_text()
+        assert "serving widget_mlp v2.0 (digest " in status
         workdir = Path(re.search(r"workdir (\S+?)\)", status).group(1))
         assert kernel_tmp in workdir.parents and _ours(workdir)  # the Java server runs under the kernel's TMPDIR
         _snap(page, "serving")
@@ -215,6 +216,11 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         assert served.startswith("Predict · served widget_mlp v2.0 (digest ")  # told apart from Test, with its latency
         assert re.match(r"Predict · .* · \d+(\.\d)? m?s\n", served), served
         assert _answer(served) == _answer(local)  # TorchServe answers what the in-process test did
+        _fill(page, "payload", '{"x": "oops"}')  # the worker's traceback names the notebook's cell, not a temp file
+        failed = _click_and_wait(page, "predict", "Hint:")
+        logged = page.locator(".msnb-log").inner_text()
+        assert "handler_model.py" not in failed + logged and re.search(r"cell In\[\d+\], line 8, in preprocess", logged)
+        _snap(page, "predict-error")
         _snap(page, "predict")
 
         _click_and_wait(page, "stop", "Server stopped.")

@@ -14,6 +14,7 @@ from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.logs import user_frames
 from msnb.errors import MsnbError
 from msnb.ui.attributions import bars_html
+from msnb.ui.display import took
 from msnb.ui.widget import fields
 from msnb.ui.widget.devices import Inventory, check_max_gpu_memory, list_devices
 from msnb.ui.widget.fields import FieldError
@@ -173,8 +174,8 @@ class Controller:
             parsed = self.validate(action)
             if self.errors:
                 labels = ", ".join(fields.LABELS[f] for f in self.errors)
-                self._set_result(f"{action.title()} not started: {labels} need fixing (see under the field).", ok=False)
-                self.progress, self.outcome = (f"{action} not started: fix the fields", 0.0), "invalid"
+                self._set_result(f"{action.title()} not started: fix {labels} (see under the field).", ok=False)
+                self.progress, self.outcome = (f"{action} not started", 0.0), "invalid"
                 self.on_change()
                 return None
             self.running, self.progress, self.outcome = action, (BUSY[action], 0.0), "running"
@@ -218,18 +219,20 @@ class Controller:
         payload = parsed.get("payload", fields.NO_PAYLOAD)
         spec = self._spec(parsed)
         answers = self.actions.test(spec, None if payload is fields.NO_PAYLOAD else [payload])
-        self._log(f"[test] {spec.name} answered in its test process in {elapsed()}")
-        return f"Test · test process, no server · {elapsed()}\n" + "\n".join(fields.pretty(a) for a in answers)
+        took = elapsed()
+        self._log(f"[test] {spec.name} answered in its test process in {took}")
+        return f"Test · test process, no server · {took}\n" + "\n".join(fields.pretty(a) for a in answers)
 
     def _do_build(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
-        self._log(f"[build] built {path} in {elapsed()}")
-        return f"Built {path} in {elapsed()}"
+        took = elapsed()
+        self._log(f"[build] built {path} in {took}")
+        return f"Built {path} in {took}"
 
     def _do_serve(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         spec = self._spec(parsed)
         self.actions.serve(spec, self._progress, parsed.get("engine"))
-        return f"Serving {self.actions.served(spec.name) or spec.name} (took {elapsed()})."
+        return f"Serve done in {elapsed()}: click Predict to ask {spec.name} (the status line says where it runs)."
 
     def _do_predict(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         heading = f"Predict · served {self.actions.served(self.served) or self.served}"
@@ -239,9 +242,10 @@ class Controller:
             answer = self._ask_server(
                 lambda name, data: self._show(self.actions.predict_stream(name, data), heading), parsed["payload"]
             )
-        self._log(f"[predict] {self.served} answered in {elapsed()}")
+        took = elapsed()
+        self._log(f"[predict] {self.served} answered in {took}")
         stale = self.actions.stale(self.served)
-        return f"{heading} · {elapsed()}\n{answer}" + (f"\nWarning: {stale}" if stale else "")
+        return f"{heading} · {took}\n{answer}" + (f"\nWarning: {stale}" if stale else "")
 
     def _show(self, chunks: Any, heading: str) -> str:
         """Show the chunks in the result as each arrives; returns the whole answer's text."""
@@ -322,11 +326,6 @@ class Controller:
         served = f" serving {self.actions.served(name)};" if running and name else ""
         stale = self.actions.stale(name) if running and name else None
         return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
-
-
-def took(seconds: float) -> str:
-    """A duration as a person reads it: ``12 ms`` or ``3.4 s``."""
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def chunks_text(chunks: list) -> str:

@@ -44,7 +44,7 @@ def test_bad_numbers_are_field_errors_and_nothing_runs(fake, field, text):
             assert ok  # 0 ms delay is valid
             continue
         assert not ok and field in c.errors and "Hint:" in c.errors[field]
-        assert "need fixing" in c.result
+        assert "not started: fix" in c.result
     assert fake.names() == (["test", "build", "serve"] if field == "max_batch_delay" and text == "0" else [])
 
 
@@ -60,7 +60,7 @@ def test_missing_checkpoint_is_a_field_error_before_building(fake, tmp_path):
     c = make(fake)
     c.set("checkpoint", str(tmp_path / "missing.pth"))
     assert not c.run("build")
-    assert "no checkpoint file" in c.errors["checkpoint"] and fake.calls == []
+    assert "does not exist" in c.errors["checkpoint"] and fake.calls == []
     (tmp_path / "real.pth").write_bytes(b"x")
     c.set("checkpoint", str(tmp_path / "real.pth"))
     assert c.run("build")
@@ -281,7 +281,7 @@ def test_a_bad_json_is_said_once_under_its_field_and_a_cut_input_is_not_blamed_o
 def test_test_predict_and_stop_each_log_a_line_and_results_say_which_and_how_long(fake):
     c = make(fake)
     assert c.run("test") and re.match(r"Test · test process, no server · \d+ ms\n", c.result)
-    assert c.run("serve") and re.fullmatch(r"Serving mlp v1\.0 \(digest abc\) \(took \d+ ms\)\.", c.result)
+    assert c.run("serve") and re.match(r"Serve done in \d+ ms: click Predict", c.result)
     assert "pid 4242" not in c.result and "pid 4242" in c.status  # the server's line once, in the status
     assert c.run("predict") and re.match(r"Predict · served mlp v1\.0 \(digest abc\) · \d+ ms\n", c.result)
     assert c.run("stop")
