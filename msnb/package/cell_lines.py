@@ -43,9 +43,17 @@ def pointing_at_cells(spec: HandlerSpec | None) -> Iterator[None]:
         yield
     except MsnbError as err:
         if spec is not None:
-            err.message, err.details = in_cells(err.message, spec), in_cells(err.details, spec)
+            err.message, err.details = in_cells(err.message, spec), _said_once(err.message, in_cells(err.details, spec))
             err.args = (err.render(),)
         raise
+
+
+def _said_once(message: str, details: str | None) -> str | None:
+    """``details`` without a traceback's last line (the exception) when the message says it already."""
+    lines = (details or "").rstrip().splitlines()
+    if lines and lines[-1].strip() and lines[-1].strip() in message and len(lines) > 1:
+        return "\n".join(lines[:-1])
+    return details
 
 
 def chunks_pointing_at_cells(chunks: Iterable[Any], spec: HandlerSpec | None) -> Iterator[Any]:

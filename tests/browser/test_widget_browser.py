@@ -216,12 +216,15 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         assert served.startswith("Predict · served widget_mlp v2.0 (digest ")  # told apart from Test, with its latency
         assert re.match(r"Predict · .* · \d+(\.\d)? m?s\n", served), served
         assert _answer(served) == _answer(local)  # TorchServe answers what the in-process test did
+        _snap(page, "predict")
         _fill(page, "payload", '{"x": "oops"}')  # the worker's traceback names the notebook's cell, not a temp file
         failed = _click_and_wait(page, "predict", "Hint:")
         logged = page.locator(".msnb-log").inner_text()
-        assert "handler_model.py" not in failed + logged and re.search(r"cell In\[\d+\], line 8, in preprocess", logged)
+        assert logged.count("invalid data type") == 1, logged  # the exception said once
+        assert "handler_model.py" not in failed + logged and re.search(
+            r"(cell In\[\d+\]|handler cell), line 8, in preprocess", logged
+        )
         _snap(page, "predict-error")
-        _snap(page, "predict")
 
         _click_and_wait(page, "stop", "Server stopped.")
         assert _gone(workdir, timeout=60), [p.info for p in _ours(workdir)]
