@@ -112,7 +112,7 @@ class MsnbMagics(Magics):
                 "fix the cell and run it again.",
             )
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
-        pool, origin = self._executed_cells()
+        pool, origin = self._executed_cells(cell)
         # runtime values are snapshotted from the namespace (and checked again for staleness); the spec is shown
         # as a summary by the HandlerSpec formatter
         return current().capture(args.name, cell, pool, origin, self.shell.user_ns, Path.cwd(), **config)
@@ -272,10 +272,12 @@ class MsnbMagics(Magics):
         finally:  # a nested run_cell clears the displayhook's result: this cell's Out would be lost
             self.shell.displayhook.exec_result = outer
 
-    def _executed_cells(self) -> tuple[list[tuple[str, str]], str]:
-        """The kernel's other executed cells in execution order, and this cell's origin label."""
+    def _executed_cells(self, cell: str) -> tuple[list[tuple[str, str]], str]:
+        """The kernel's other executed cells in execution order, and this (handler) cell's origin label."""
         history = self.shell.history_manager.input_hist_raw
         now = self.shell.execution_count  # this cell's index while it runs with history on
+        if now >= len(history) and history and cell.strip() and history[-1].rstrip().endswith(cell.rstrip()):
+            now = len(history) - 1  # IPython 9 has stored the running cell last, its count already the next one
         pool = [(Origin(f"cell In[{i}]", cell=i), src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
         return pool, Origin(f"cell In[{now}]", cell=now) if now < len(history) else Origin("handler cell")
 
