@@ -91,6 +91,18 @@ class SpecSummary(View):
         super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)
 
 
+class Note(View):
+    """One grey line beside a result (how long a prediction took)."""
+
+    css_class = "msnb-note"
+
+    def text(self) -> str:
+        return shown(self.title)
+
+    def _repr_html_(self) -> str:
+        return f"<div class='msnb-note' style='color:#666'>{_escaped(self.title)}</div>"
+
+
 class Printed(list):
     """A streamed answer's chunks (a list) that ``%ms_predict --stream`` printed as they came: no Out repeats them."""
 

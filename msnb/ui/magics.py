@@ -204,12 +204,14 @@ class MsnbMagics(Magics):
         of chunks)."""
         args = parse_argstring(self.ms_predict, line)
         data = self._request(args)  # None: the handler's --example
+        started = time.perf_counter()
         if args.stream:
             answer = views.Printed(
                 print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
             )
         else:
             answer = current().predict(args.name, data, version=args.version, warn=False)
+        display(views.Note(f"{args.name} answered in {views.took(time.perf_counter() - started)}"))
         stale = current().stale(args.name)
         if stale and args.version is None:
             display(views.WarningView(stale))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -316,7 +317,7 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     assert server is not None and server.running, out
     assert "ready: kserved v1.0 (digest " in out and "at http://127.0.0.1" in out
     answer, out = line_magic(ip, "ms_predict", "kserved")
-    assert answer == expected, out
+    assert answer == expected and re.search(r"kserved answered in \d+(\.\d)? m?s", out), out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")
     assert bad is None and "Hint:" in out
     # the worker's traceback names the cell's line (line 1: %%ms_handler), not the served handler_model.py's
