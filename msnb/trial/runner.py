@@ -11,7 +11,10 @@ from typing import Any
 
 from msnb.errors import HandlerRunError
 from msnb.files import disk_error
+from msnb.forms import ROLES_FORM
+from msnb.package.cell_lines import pointing_at_cells
 from msnb.package.model_folder import ModelFolder, staged
+from msnb.roles import did_you_mean
 from msnb.spec import HandlerSpec
 from msnb.trial import batches, processes
 from msnb.trial.worker import DESCRIBE, Answer, LoadedHandler, customized_metadata, last_traceback
@@ -45,9 +48,10 @@ def predict_in_process(
     batches of the handler's batch size (``batchtest``); a failed sample raises by default."""
     folder = folder_of(what)
     spec = folder.spec
-    answers, log = _run_staged(folder, list(samples), explain)
-    if raise_on_error:
-        _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
+    with pointing_at_cells(spec):
+        answers, log = _run_staged(folder, list(samples), explain)
+        if raise_on_error:
+            _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
     return [a.body for a in answers]
 
 
@@ -56,8 +60,9 @@ def describe(what: Runnable) -> Any:
     describe job (``describe_handle`` of a BaseHandler), run in the folder's test process."""
     folder = folder_of(what)
     spec = folder.spec
-    (answer,), log, _ = processes.worker_for(folder).run([], DESCRIBE)
-    _raise_first_failure(spec, [answer], log, what=f"{spec.name}'s describe failed with status {{status}}")
+    with pointing_at_cells(spec):
+        (answer,), log, _ = processes.worker_for(folder).run([], DESCRIBE)
+        _raise_first_failure(spec, [answer], log, what=f"{spec.name}'s describe failed with status {{status}}")
     return customized_metadata(answer.body)
 
 
@@ -65,14 +70,15 @@ def validate(what: Runnable) -> None:
     """Build-time check: the folder's handler loads, and answers its example (when it has one) without error."""
     folder = folder_of(what)
     spec = folder.spec
-    answers, log = _run_staged(folder, [] if spec.example is None else [spec.example])
-    _raise_first_failure(
-        spec,
-        answers,
-        log,
-        what=f"Handler {spec.name!r} rejected its example (status {{status}})",
-        default_hint="fix the handler or the --example input.",
-    )
+    with pointing_at_cells(spec):
+        answers, log = _run_staged(folder, [] if spec.example is None else [spec.example])
+        _raise_first_failure(
+            spec,
+            answers,
+            log,
+            what=f"Handler {spec.name!r} rejected its example (status {{status}})",
+            default_hint="fix the handler or the --example input.",
+        )
 
 
 def _run_staged(folder: ModelFolder, samples: list[Any], explain: bool = False) -> tuple[list[Answer], list[str]]:
@@ -94,10 +100,31 @@ def _raise_first_failure(
         if answer.ok:
             continue
         body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
-        details = "\n".join(last_traceback(log))
-        streamed = "" if not answer.chunks else f" (after {len(answer.chunks)} chunks were sent)"
+        message = f"{what.format(i=i, status=answer.status)}{_streamed(answer)}: {body.get('error')}"
+        trace = last_traceback(log)
+        if trace and trace[-1].strip() and trace[-1].strip() in message:  # the exception line: said once, above
+            trace = trace[:-1]
+        typo = missing_role(spec)
         raise HandlerRunError(
-            f"{what.format(i=i, status=answer.status)}{streamed}: {body.get('error')}",
-            body.get("hint") or default_hint,
-            details=details or None,
+            message + (f"\n{typo[0]}" if typo else ""),
+            typo[1] if typo else body.get("hint") or default_hint,
+            details="\n".join(trace) or None,
         )
+
+
+def _streamed(answer: Answer) -> str:
+    return "" if not answer.chunks else f" (after {len(answer.chunks)} chunks were sent)"
+
+
+def missing_role(spec: HandlerSpec) -> tuple[str, str] | None:
+    """A role the handler cell misspelled (``preprocces``): what that did, and the fix; None when none is."""
+    defined = spec.blocks[-1].names if spec.blocks and spec.form == ROLES_FORM else ()
+    for name in defined:
+        role = did_you_mean(name)
+        if role is not None and role not in spec.roles:
+            return (
+                f"Role `{role}` was not found: the cell defines `{name}`, which is no role, so the handler ran "
+                f"without a {role}.",
+                f"rename `{name}` to `{role}` in the %%ms_handler cell and run it again.",
+            )
+    return None
