@@ -2,9 +2,9 @@
 connection per front thread (a client's connection), each request sent in one write, and a chunked answer read one
 HTTP chunk at a time as each arrives (TorchServe sends each intermediate response, one piece, as one chunk).
 
-``requests`` cost the front about 5 ms of a stream's first chunk on a loaded machine (time stamps from the front
-to the worker and back, bench/openai_speed.py): preparing the request, its hooks and cookies, and urllib3's
-response around the socket. Nothing here is TorchServe's: the key and the paths come from the caller.
+``requests`` cost the front several milliseconds of a stream's first chunk on a loaded machine (time stamps from
+the front to the worker and back, docs/openai-mcp.md#measured): preparing the request, its hooks and cookies, and
+urllib3's response around the socket. Nothing here is TorchServe's: the key and the paths come from the caller.
 """
 
 from __future__ import annotations
