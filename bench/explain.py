@@ -9,7 +9,7 @@ import time
 from bench import models
 from bench.harness import Settings, interleave, summary
 from msnb.engines.torchserve import LocalServer
-from msnb.package.archive import stage
+from msnb.package.model_folder import ModelFolder
 from msnb.session.core import deploy
 from msnb.templates.msnb_explain_budget import SHARE_ENV
 from msnb.trial.runner import LoadedHandler
@@ -25,7 +25,7 @@ def run(settings: Settings) -> dict:
     spec = models.mlp_spec(NAME, models.SMALL, checkpoint)
     # Explanation latency alone: the explanation pacing (msnb_explain_budget) is off, in-process and on the server.
     os.environ[SHARE_ENV] = "1"
-    handler = LoadedHandler(spec, stage(spec, work / "model", temporary=True))
+    handler = LoadedHandler(spec, ModelFolder.stage(spec, work / "model", temporary=True).path)
     calls = settings.size(100, 20, 2)
     try:
         with LocalServer(work / "server") as server:

@@ -12,7 +12,7 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from bench import models
 from bench.harness import Settings, interleave, summary
-from msnb.package.archive import stage
+from msnb.package.model_folder import ModelFolder
 from msnb.trial.runner import LoadedHandler
 
 BATCH = 8
@@ -23,7 +23,7 @@ def run(settings: Settings) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
     spec = models.mlp_spec("overhead", models.SMALL, checkpoint, batch_size=BATCH)
-    handler = LoadedHandler(spec, stage(spec, work / "model", temporary=True))
+    handler = LoadedHandler(spec, ModelFolder.stage(spec, work / "model", temporary=True).path)
     _with_server_metrics(handler)
     handle, context = handler.module.handle, handler.context
     model, pre, post = handle.model, handle.preprocess, handle.postprocess

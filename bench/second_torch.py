@@ -21,6 +21,7 @@ from msnb.engines.torchserve import LocalServer
 from msnb.package import archive
 from msnb.session.core import deploy
 from msnb.spec import USE_VENV
+from msnb.templates.msnb_names import CONFIG
 
 CELL = """
 import captum
@@ -68,7 +69,7 @@ def measure(server: LocalServer, serve) -> dict:
 def before(server: LocalServer, spec) -> str:
     """%ms_serve as it was: every pin in requirements.txt and no useVenv, so TorchServe runs pip install -t."""
     path = archive.build(spec, server.store.root, fmt=archive.SERVE_FORMAT, archive_name="before")
-    config = path / archive.CONFIG
+    config = path / CONFIG
     config.write_text(yaml.safe_dump({k: v for k, v in yaml.safe_load(config.read_text()).items() if k != USE_VENV}))
     return server.redeploy(path, workers=1).name
 

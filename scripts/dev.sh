@@ -2,7 +2,7 @@
 # One entry point for a fresh machine (Python 3.11 and Java 17 needed; 3.13 too for its test tiers):
 #   bash scripts/dev.sh demo   set up .venv, build the quickstart notebook's handler, serve it, predict, stop
 #   bash scripts/dev.sh test   set up .venv (+ Chromium for the browser test), ruff (lint + format check), the
-#                              docs' strict build, every test tier; beside it, the install, unit, spine and kernel
+#                              docs' strict build, every test tier; beside it, the install, unit, spine and core kernel
 #                              tiers on the other tested Python versions (TEST_PYTHONS). Arguments run only those tests.
 #   bash scripts/dev.sh bench  set up .venv and run the benchmarks (pass --quick for the short run, --smoke for the least run)
 # pyproject.toml declares ranges; constraints.txt pins this environment. A venv is reinstalled only when
@@ -70,14 +70,20 @@ run_pytest() {  # run_pytest VENV [pytest args]: Jupyter and TorchServe write to
     return $rc
 }
 
-other_pythons() {  # the install, unit, spine and kernel tiers on each other tested Python (TEST_PYTHONS)
+# What the other tested Pythons run: the tiers whose subject is the Python version (msnb's own modules, archives, the
+# install into a fresh venv, and the magics capturing cells in a real shell); the rest of the kernel tier drives
+# TorchServe and Ray, which the main Python covers.
+OTHER_PYTHON_TESTS="tests/unit tests/spine tests/install tests/kernel/test_magics.py tests/kernel/test_magics_as_typed.py tests/kernel/test_runtime_values.py"
+
+other_pythons() {  # OTHER_PYTHON_TESTS on each other tested Python (TEST_PYTHONS)
     local v py rc=0
     for v in $TEST_PYTHONS; do
         py=$(find_python "$v")
         if [[ -z $py ]]; then echo "== python$v not found: its tiers did not run" >&2; rc=1; continue; fi
         setup_venv "$ROOT/.venv-$v" "$py" test
-        echo "== Python $v: install, unit, spine and kernel tiers (set up and run beside the main run)"
-        run_pytest "$ROOT/.venv-$v" -n 1 -m "not one_python" tests/unit tests/spine tests/kernel tests/install || rc=$?
+        echo "== Python $v: $OTHER_PYTHON_TESTS (set up and run beside the main run)"
+        # shellcheck disable=SC2086  # the list splits into paths
+        run_pytest "$ROOT/.venv-$v" -n 1 -m "not one_python" $OTHER_PYTHON_TESTS || rc=$?
     done
     return $rc
 }

@@ -36,6 +36,7 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
+    from .msnb_serving import ServingConfig
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_names import HANDLER_MODULE
@@ -44,10 +45,10 @@ else:  # msnb_ray, beside its model folders (an exported application)
     from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
+    from msnb_serving import ServingConfig
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
-TORCHSERVE_DELAY_MS = 100  # TorchServe's maxBatchDelay default
 JSON_TYPE = "application/json"
 REPLICA_TRIES = 3  # a call whose replica was lost (its node gone) is sent again, to another replica
 # What a call gets when its replica's process or node went: the actor dead or unreachable, the worker or node
@@ -69,11 +70,11 @@ def resolve(model_dir: str) -> Path:
 
 def deployment_options(config: dict, requirements: list[str], num_cpus: float = 1.0, gpu_mb: float | None = None):
     """TorchServe's model-config as Ray Serve deployment options (the mapping table in docs/ray.md)."""
-    batch = int(config.get("batchSize") or 1)
-    low, high = int(config.get("minWorkers") or 1), int(config.get("maxWorkers") or config.get("minWorkers") or 1)
+    serving = ServingConfig.from_model_config(config)  # msnb_serving: the one reading of model-config's keys
+    batch, (low, high) = serving.batch_size or 1, workers(serving)
     actor: dict[str, Any] = {"num_cpus": num_cpus}
-    if str(config.get("deviceType") or "").lower() == "gpu":
-        max_mb = (config.get("system") or {}).get("maxGPUMemory")
+    if serving.device == "gpu":
+        max_mb = serving.max_gpu_memory
         actor["num_gpus"] = min(1.0, round(float(max_mb) / gpu_mb, 2)) if max_mb and gpu_mb else 1
     if requirements:
         actor["runtime_env"] = {"pip": list(requirements)}
@@ -95,10 +96,16 @@ def deployment_options(config: dict, requirements: list[str], num_cpus: float = 
     return options
 
 
+def workers(serving: ServingConfig) -> tuple[int, int]:
+    """The replicas' (fewest, most): minWorkers and maxWorkers, at least one."""
+    low = serving.workers or 1
+    return low, serving.max_workers or low
+
+
 def batch_settings(config: dict) -> tuple[int, float]:
     """``@serve.batch``'s max_batch_size and batch_wait_timeout_s from batchSize and maxBatchDelay (ms)."""
-    delay = config.get("maxBatchDelay")
-    return int(config.get("batchSize") or 1), (TORCHSERVE_DELAY_MS if delay is None else float(delay)) / 1000
+    serving = ServingConfig.from_model_config(config)
+    return serving.batch_size or 1, serving.max_batch_delay / 1000
 
 
 def decode_body(body: bytes, content_type: str) -> Any:
@@ -191,13 +198,13 @@ class LoadedModel:
 def describe_entry(name: str, manifest: dict, config: dict) -> dict:
     """The fields of TorchServe's describe answer that a replica knows (its model's manifest and model-config)."""
     batch, delay = batch_settings(config)
-    low = int(config.get("minWorkers") or 1)
+    low, high = workers(ServingConfig.from_model_config(config))
     return {
         "modelName": name,
         "modelVersion": str((manifest.get("model") or {}).get("modelVersion") or ""),
         "runtime": "python",
         "minWorkers": low,
-        "maxWorkers": int(config.get("maxWorkers") or low),
+        "maxWorkers": high,
         "batchSize": batch,
         "maxBatchDelay": round(delay * 1000),
         "stateful": bool(config.get("sequenceBatching")),

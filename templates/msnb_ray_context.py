@@ -106,9 +106,11 @@ def replica_gpu_id(assigned_gpus: list) -> int | None:
     return 0 if assigned_gpus else None
 
 
-def make_context(name: str, model_dir: str, manifest: dict, config: dict, gpu_id: int | None, metrics: Any) -> Any:
-    """A handler context as a TorchServe worker builds it for ``model_dir`` (its manifest and model-config)."""
-    batch_size = int(config.get("batchSize") or 1)
+def make_context(
+    name: str, model_dir: str, manifest: dict, config: dict, batch_size: int, gpu_id: int | None, metrics: Any
+) -> Any:
+    """A handler context as a TorchServe worker builds it for ``model_dir`` (its manifest, model-config and batch
+    size)."""
     try:
         context = Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics,
                           model_yaml_config=config)  # fmt: skip

@@ -18,9 +18,11 @@ import yaml
 if __package__:  # msnb.templates.msnb_ray_load (the notebook's engine)
     from .msnb_names import CONFIG, MANIFEST, REQUIREMENTS
     from .msnb_ray_context import make_context
+    from .msnb_serving import ServingConfig
 else:  # beside its model folders (an exported application)
     from msnb_names import CONFIG, MANIFEST, REQUIREMENTS
     from msnb_ray_context import make_context
+    from msnb_serving import ServingConfig
 
 
 def read_folder(folder: Path) -> tuple[dict, dict]:
@@ -61,12 +63,12 @@ def load_handler(folder: Path, name: str, handler: str, config: dict, gpu_id: in
     """(entry point, context), initialized, as a TorchServe worker loads them: with TorchServe's own loader when
     ``ts`` is installed (``module.py[:function]``, the one class with ``handle``, a default handler by name such as
     ``text_classifier``, an envelope), else a module-level function and the adapter's own Context."""
-    batch_size = int(config.get("batchSize") or 1)
+    batch_size = ServingConfig.from_model_config(config).batch_size or 1
     try:
         from ts.model_loader import TsModelLoader
     except ImportError:
         entry = load_entry(handler)
-        context = make_context(name, str(folder), read_folder(folder)[0], config, gpu_id, metrics)
+        context = make_context(name, str(folder), read_folder(folder)[0], config, batch_size, gpu_id, metrics)
         entry(None, context)
         return entry, context
     module = Path(handler.partition(":")[0]).stem

@@ -57,6 +57,12 @@ class ServingConfig:
         memory = (config.get(SYSTEM) if isinstance(config.get(SYSTEM), dict) else {}).get("maxGPUMemory")
         return cls(**options_from(config), max_gpu_memory=memory if isinstance(memory, int) else None, extra=config)
 
+    @property
+    def max_workers(self) -> int:
+        """The pool's upper bound: TorchServe's maxWorkers (msnb writes ``workers`` for both; a user's file may not)."""
+        value = self.extra.get("maxWorkers")
+        return value if isinstance(value, int) and value else self.workers
+
     def to_model_config(self, system: Mapping[str, Any] | None = None, **keys: Any) -> dict[str, Any]:
         """The model-config.yaml mapping: the frontend keys, deviceType (cpu / gpu only), the ``system`` section
         (msnb's ``system`` keys, then maxGPUMemory), msnb's other ``keys``, all under ``extra``."""

@@ -15,10 +15,10 @@ from importlib import resources
 from pathlib import Path
 
 from msnb.capture.notebook import handler_cells, load_handlers, read_notebook
-from msnb.cli.export import write_archive
 from msnb.errors import MsnbError
 from msnb.options import parse_handler_line
 from msnb.package.formats import EXPORT_FORMAT
+from msnb.session.export import write_archive
 
 
 @contextmanager

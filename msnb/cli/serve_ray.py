@@ -1,6 +1,6 @@
 """`msnb serve PATH... --engine ray`: TorchServe archives served unchanged on a local Ray Serve until Ctrl-C.
 
-The same archives as `msnb serve` takes, each opened as its model folder (``msnb.package.mar_open``) and loaded by
+The same archives as `msnb serve` takes, each opened as its model folder (``ModelFolder.open``) and loaded by
 TorchServe's own worker code inside a Ray Serve replica; one Ray start for all of them, their replicas started
 side by side; the same state file, so `msnb predict` finds it.
 """
@@ -45,12 +45,12 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None, e
     ``envelope``, its replicas given the variables ``env``: any archive takes them on Ray, msnb's runtime or not);
     each failure is reported on stderr (its message, Hint and the replica's log lines) and the others serve.
     Returns the names served."""
-    from msnb.package.mar_open import open_archive
+    from msnb.package.model_folder import ModelFolder
 
     opened, taken = [], {m.name for m in engine.models()}
     for path in archives:
         try:
-            item = open_archive(path, engine.store.root, taken)
+            item = ModelFolder.open(path, engine.store.root, taken)
         except MsnbError as err:
             serve_state.report(path, err)
             continue
@@ -60,7 +60,7 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None, e
     extra = {"envelope": envelope} if envelope else {}
     sources = {item.name: item.source for item in opened}
     served = []
-    models = [(item.folder, {"requirements": list(item.requirements), **extra}) for item in opened]
+    models = [(item.path, {"requirements": list(item.requirements), **extra}) for item in opened]
     for name, outcome in engine.deploy_many(models):
         if isinstance(outcome, MsnbError):
             serve_state.report(sources[name], outcome)

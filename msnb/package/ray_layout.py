@@ -17,8 +17,9 @@ from msnb.engines.ray import ROUTER_APP, require
 from msnb.errors import BuildError
 from msnb.files import move_into
 from msnb.package import archive, formats
+from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
-from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names
+from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names, msnb_serving
 from msnb.templates.msnb_ray_guard import KEY_VAR
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
@@ -31,10 +32,12 @@ KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
 def adapter_files() -> list[Path]:
-    """The adapter modules (templates/msnb_ray*.py, msnb_api*.py) that sit beside the exported model folders."""
+    """The adapter modules (templates/msnb_ray*.py, msnb_api*.py, and the shared msnb_names and msnb_serving they
+    import) that sit beside the exported model folders."""
     root = resources.files("msnb.templates")
     adapter = [p for p in root.iterdir() if p.name.startswith(ENGINE_ADAPTER_PREFIX) and p.name.endswith(".py")]
-    return sorted(Path(str(p)) for p in [*adapter, root / f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"])
+    shared = [root / f"{module.__name__.rsplit('.', 1)[1]}.py" for module in (msnb_names, msnb_serving)]
+    return sorted(Path(str(p)) for p in [*adapter, *shared])
 
 
 def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict:
@@ -86,15 +89,18 @@ def _container() -> dict:
             "workingDir": "/serve", "env": [key], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
 
 
-def write_ray(specs: list[HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Path:
-    """Write OUTDIR/<name>/ (model folders), the adapter, serve_config.yaml and rayservice.yaml.
+def write_ray(
+    folders: list[ModelFolder | HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+) -> Path:
+    """Write OUTDIR/<name>/ (the model folders laid out; a spec's staged to be), the adapter, serve_config.yaml and
+    rayservice.yaml.
 
     Built in a hidden staging folder inside OUTDIR and moved into place only when everything built."""
 
     def stage(staging: Path) -> dict[str, str]:
-        for spec in specs:
-            archive.build(spec, staging, fmt=formats.SERVE_FORMAT)
-        return {s.name: s.version for s in specs}
+        for folder in folders:
+            archive.pack_or_build(folder, staging, formats.SERVE_FORMAT)
+        return {f.name: f.version for f in folders}
 
     return _write(outdir, stage, host, port)
 
@@ -103,13 +109,12 @@ def write_ray_archives(paths: list[Path], outdir: Path, host: str = DEFAULT_HOST
     """``write_ray`` for archives torch-model-archiver made (``msnb export A.mar B.mar --ray OUT``): each opened as
     ``msnb serve --engine ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are
     installed where it runs (the application's ``runtime_env``), not checked against this environment."""
-    from msnb.package.mar_open import open_archive
 
     def stage(staging: Path) -> dict[str, str]:
         models: dict[str, str] = {}
         for path in paths:
-            item = open_archive(path, staging / ".opened", set(models), check_requirements=False)
-            item.folder.rename(staging / item.name)
+            item = ModelFolder.open(path, staging / ".opened", set(models), check_requirements=False)
+            item.path.rename(staging / item.name)
             models[item.name] = item.version
         shutil.rmtree(staging / ".opened", ignore_errors=True)
         return models

@@ -20,7 +20,7 @@ from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
-from msnb.package import archive, formats, server_packages, taken
+from msnb.package import archive, formats, model_folder, server_packages, taken
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
 from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
@@ -134,16 +134,18 @@ class Session:
         dev: bool = False,
         progress: Progress | None = None,
     ) -> Path:
-        """Run the handler on its example in a test process, then pack it (``fmt``; ``dev`` is the fast format)."""
+        """Stage the model folder once, run it on its example in a test process, then pack that folder (``fmt``;
+        ``dev`` is the fast format)."""
         spec = self.get(name_or_spec)
         report = progress or silent
         report("validating handler in a test process", 0.1)
-        runner.validate(spec)
+        folder = runner.folder_of(spec)  # the folder tested is the folder packed
+        runner.validate(folder)
         fmt = fmt or (formats.DEV_FORMAT if dev else formats.EXPORT_FORMAT)
         kept = keep_aside(Path(export_path).expanduser() / f"{spec.name}.mar", spec.version)
         if kept is not None:
             report(f"kept the archive of another version as {kept}", 0.3)
-        path = archive.build(spec, export_path, fmt=fmt, progress=report)
+        path = archive.pack(folder, export_path, fmt=fmt, progress=report)
         self.archives[spec.name] = path
         if (cell := self.specs.get(spec.name)) is not None:
             self.built_from[path.resolve()] = cell.digest()
@@ -326,6 +328,7 @@ class Session:
         """Stop the server and the test processes; returns what was stopped, in words."""
         said = self._what_runs()
         processes.close()  # the test processes too: nothing of the session keeps running
+        model_folder.forget()  # and the folders they ran
         if self._server is not None:
             self._server.stop()
         self.served.clear()

@@ -27,7 +27,7 @@ from msnb.engines.torchserve.client import _details
 from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.options import OPTION
-from msnb.package import archive
+from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
 from msnb.templates import DEV_ENTRY
 from msnb.templates import msnb_serving as serving
@@ -181,7 +181,7 @@ def stage_generation(known: DevModel, spec: HandlerSpec, number: int) -> Path:
 
     def write() -> None:
         with partial_sibling(folder) as partial:
-            archive.stage(spec.replace(version=known.version), partial / folder.name)
+            ModelFolder.stage(spec.replace(version=known.version), partial / folder.name)
             reuse_bytecode(previous, partial / folder.name)
             replace_tree(partial / folder.name, folder)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
 from msnb.trial import processes
 
@@ -20,14 +21,14 @@ class BatchFallbackWarning(UserWarning):
 warnings.simplefilter("always", BatchFallbackWarning, append=True)
 
 
-def run_like_server(spec: HandlerSpec, samples: list, explain: Any = False) -> tuple[list, list[str]]:
-    """Answer ``samples`` in ``spec``'s test process in batches of its batch size: (answers, log lines).
+def run_like_server(folder: ModelFolder, samples: list, explain: Any = False) -> tuple[list, list[str]]:
+    """Answer ``samples`` in ``folder``'s test process in batches of its batch size: (answers, log lines).
 
     With one sample to predict and a batch size over 1, the sample is also sent twice in one batch, so a
     forward that breaks on a batch shows before serving; its answers are not returned (not for a request of a
     stateful sequence, whose state would count it).
     """
-    worker = processes.worker_for(spec)
+    spec, worker = folder.spec, processes.worker_for(folder)
     flags = [explain] * len(samples) if isinstance(explain, bool) else list(explain)
     size = max(1, spec.batch_size)
     answers, log, fallbacks = [], [], []

@@ -34,7 +34,7 @@ class Loadable(NamedTuple):
     batch_size: int
     form: str
     entry: str | None
-    checkpoint_name: str = CHECKPOINT  # msnb.package.archive.checkpoint_name (the manifest's serializedFile)
+    checkpoint_name: str = CHECKPOINT  # msnb.package.model_folder.checkpoint_name (the manifest's serializedFile)
 
 
 def main(conn: Any) -> None:

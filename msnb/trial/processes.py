@@ -1,4 +1,5 @@
-"""Test processes: each handler generation is tested in its own child process, forked from a warm fork server.
+"""Test processes: each staged model folder (a handler generation) is tested in its own child process, forked from a
+warm fork server.
 
 The kernel never imports the rendered handler: its ``sys.modules``, ``sys.path`` and working directory stay
 as they are, and a handler that ends its process (``os._exit``, a segfault) ends a test process, reported like a
@@ -20,8 +21,8 @@ from typing import Any
 
 from msnb.errors import HandlerRunError
 from msnb.files import disk_error
-from msnb.package.archive import checkpoint_name
-from msnb.spec import HandlerSpec
+from msnb.package.model_folder import ModelFolder
+from msnb.templates.msnb_names import CHECKPOINT
 from msnb.trial import fork_server
 
 TAIL_LINES = 20  # how many of a crashed test process's last lines each stream shows
@@ -31,25 +32,26 @@ _WORKERS: dict[str, "TestWorker"] = {}  # handler name -> the process testing it
 warm_up = fork_server.warm_up
 
 
-def run(spec: HandlerSpec, samples: list, explain: Any = False) -> tuple[list, list[str], list[dict]]:
-    """Answer ``samples`` as one batch in ``spec``'s test process: (answers, log lines, batch fallbacks)."""
-    return worker_for(spec).run(samples, explain)
+def run(folder: ModelFolder, samples: list, explain: Any = False) -> tuple[list, list[str], list[dict]]:
+    """Answer ``samples`` as one batch in ``folder``'s test process: (answers, log lines, batch fallbacks)."""
+    return worker_for(folder).run(samples, explain)
 
 
-def worker_for(spec: HandlerSpec) -> "TestWorker":
-    """The live test process of this very generation of ``spec``; a new one (the old one stopped) otherwise."""
-    key = _generation(spec)
+def worker_for(folder: ModelFolder) -> "TestWorker":
+    """The live test process of this very generation of the folder's handler; a new one (the old one stopped)
+    otherwise."""
+    name, key = folder.name, folder.generation
     with _LOCK:
-        worker = _WORKERS.get(spec.name)
+        worker = _WORKERS.get(name)
         if worker is not None and worker.key == key and worker.alive:
             return worker
         if worker is not None:
             worker.close()
-        worker = _WORKERS[spec.name] = TestWorker(spec, key)
+        worker = _WORKERS[name] = TestWorker(folder)
         try:
             worker.start()
         except BaseException:
-            _WORKERS.pop(spec.name, None)
+            _WORKERS.pop(name, None)
             worker.close()
             raise
     return worker
@@ -68,25 +70,13 @@ def close(name: str | None = None) -> None:
 atexit.register(close)
 
 
-def _generation(spec: HandlerSpec) -> str:
-    """What makes a test process stale: the spec's digest and the files it stages beside the checkpoint."""
-    stamps = []
-    for extra in spec.extra_files:
-        try:
-            st = Path(extra).stat()
-            stamps.append(f"{st.st_size}:{st.st_mtime_ns}")
-        except OSError:
-            stamps.append("missing")
-    return spec.digest() + "|" + "|".join(stamps)
-
-
 class TestWorker:
-    """One test process: its staged model dir, its pipe, and the files its output goes to."""
+    """One test process: the model folder it runs, its pipe, and the files its output goes to."""
 
     __test__ = False  # not a pytest test
 
-    def __init__(self, spec: HandlerSpec, key: str):
-        self.spec, self.key = spec, key
+    def __init__(self, folder: ModelFolder):
+        self.folder, self.spec, self.key = folder, folder.spec, folder.generation
         self.tmp = tempfile.TemporaryDirectory(prefix="msnb-test-", dir=fork_server.workdir())
         root = Path(self.tmp.name)
         self.streams = Streams(*(str(root / f"{s}.txt") for s in Streams._fields))
@@ -99,19 +89,19 @@ class TestWorker:
         return self.process is not None and self.process.is_alive()
 
     def start(self) -> None:
-        """Stage the handler, fork the process and wait until it has loaded (or raise its load error)."""
-        from msnb.package.archive import stage  # torch and TorchServe: imported when a test needs them
-        from msnb.trial.child import Loadable
+        """Link the model folder into the process's own model dir (what the handler writes there stays there, as in
+        a worker's), fork the process and wait until it has loaded (or raise its load error)."""
+        from msnb.trial.child import Loadable  # torch and TorchServe: imported when a test needs them
 
         try:
-            model_dir = stage(self.spec, Path(self.tmp.name) / "model", temporary=True)
+            model_dir = self.folder.linked(Path(self.tmp.name) / "model").path
             for path in self.streams:
                 Path(path).touch(mode=0o600)
         except OSError as err:  # a full or read-only $TMPDIR: worker_for removes what was written
             raise disk_error(Path(self.tmp.name) / "model", err, HandlerRunError) from None
         self.process, self.conn = fork_server.take()
         loadable = Loadable(
-            self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry, checkpoint_name(self.spec)
+            self.spec.name, self.spec.batch_size, self.spec.form, self.spec.entry, self.folder.checkpoint or CHECKPOINT
         )
         self.conn.send((str(model_dir), loadable, self.streams))
         with self.lock:

@@ -1,12 +1,17 @@
-"""Run a rendered handler as the server would, without a server: in its test process (testworker), in batches
-of its batch size (batchtest); a failed sample or load becomes an msnb error."""
+"""Run a model folder as the server would, without a server: in its test process (testworker), in batches of its
+batch size (batchtest); a failed sample or load becomes an msnb error. Given a spec, each runs the folder staged from it
+(``model_folder.staged``: once per generation, the folder a build then packs)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from msnb.errors import HandlerRunError
+from msnb.files import disk_error
+from msnb.package.model_folder import ModelFolder, staged
 from msnb.spec import HandlerSpec
 from msnb.trial import batches, processes
 from msnb.trial.worker import DESCRIBE, Answer, LoadedHandler, customized_metadata, last_traceback
@@ -14,34 +19,53 @@ from msnb.trial.worker import DESCRIBE, Answer, LoadedHandler, customized_metada
 __all__ = ["Answer", "LoadedHandler", "describe", "predict_in_process", "run_handler", "validate"]
 
 
-def run_handler(spec: HandlerSpec, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
-    """Answer ``samples`` as ONE batch in ``spec``'s test process (``explain``: see ``LoadedHandler.run``)."""
+Runnable = HandlerSpec | ModelFolder
+
+
+def folder_of(what: Runnable) -> ModelFolder:
+    """``what`` itself, or the folder staged from the spec (a full or read-only $TMPDIR: a clear error)."""
+    if isinstance(what, ModelFolder):
+        return what
+    try:
+        return staged(what)
+    except OSError as err:
+        raise disk_error(Path(tempfile.gettempdir()) / f"msnb-folder-{what.name}", err, HandlerRunError) from None
+
+
+def run_handler(what: Runnable, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
+    """Answer ``samples`` as ONE batch in the folder's test process (``explain``: see ``LoadedHandler.run``)."""
     samples = list(samples)
-    return processes.worker_for(spec).run(samples, explain)[0] if samples else []
+    return processes.worker_for(folder_of(what)).run(samples, explain)[0] if samples else []
 
 
 def predict_in_process(
-    spec: HandlerSpec, samples: Iterable[Any], *, raise_on_error: bool = True, explain: bool = False
+    what: Runnable, samples: Iterable[Any], *, raise_on_error: bool = True, explain: bool = False
 ) -> list[Any]:
     """The answers (bodies) the server would give for ``samples`` (explanations with ``explain``), sent in
     batches of the handler's batch size (``batchtest``); a failed sample raises by default."""
-    answers, log = _run_staged(spec, list(samples), explain)
+    folder = folder_of(what)
+    spec = folder.spec
+    answers, log = _run_staged(folder, list(samples), explain)
     if raise_on_error:
         _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
     return [a.body for a in answers]
 
 
-def describe(spec: HandlerSpec) -> Any:
+def describe(what: Runnable) -> Any:
     """What ``GET /models/NAME?customized=true`` shows as ``customizedMetadata``: the handler's answer to the
-    describe job (``describe_handle`` of a BaseHandler), run in ``spec``'s test process."""
-    (answer,), log, _ = processes.worker_for(spec).run([], DESCRIBE)
+    describe job (``describe_handle`` of a BaseHandler), run in the folder's test process."""
+    folder = folder_of(what)
+    spec = folder.spec
+    (answer,), log, _ = processes.worker_for(folder).run([], DESCRIBE)
     _raise_first_failure(spec, [answer], log, what=f"{spec.name}'s describe failed with status {{status}}")
     return customized_metadata(answer.body)
 
 
-def validate(spec: HandlerSpec) -> None:
-    """Build-time check: the handler loads, and answers its example (when it has one) without error."""
-    answers, log = _run_staged(spec, [] if spec.example is None else [spec.example])
+def validate(what: Runnable) -> None:
+    """Build-time check: the folder's handler loads, and answers its example (when it has one) without error."""
+    folder = folder_of(what)
+    spec = folder.spec
+    answers, log = _run_staged(folder, [] if spec.example is None else [spec.example])
     _raise_first_failure(
         spec,
         answers,
@@ -51,12 +75,12 @@ def validate(spec: HandlerSpec) -> None:
     )
 
 
-def _run_staged(spec: HandlerSpec, samples: list[Any], explain: bool = False) -> tuple[list[Answer], list[str]]:
-    """Load ``spec`` in its test process (a child: the kernel is left alone) and answer ``samples`` there."""
+def _run_staged(folder: ModelFolder, samples: list[Any], explain: bool = False) -> tuple[list[Answer], list[str]]:
+    """Load ``folder`` in its test process (a child: the kernel is left alone) and answer ``samples`` there."""
     if not samples:
-        processes.worker_for(spec)  # loading is the check
+        processes.worker_for(folder)  # loading is the check
         return [], []
-    return batches.run_like_server(spec, samples, explain)
+    return batches.run_like_server(folder, samples, explain)
 
 
 def _raise_first_failure(

@@ -25,9 +25,11 @@ from msnb.engines.models import RawRequest, encode
 from msnb.engines.torchserve.logs import user_frames
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
-from msnb.package.archive import CONFIG, checkpoint_name, shared_handler_files
+from msnb.package.model_folder import checkpoint_name
 from msnb.package.render import BLOCK_MARKER, HANDLER_MODULE
 from msnb.spec import HandlerSpec
+from msnb.templates import shared_handler_files
+from msnb.templates.msnb_names import CONFIG
 from msnb.trial.worker_imports import NoImports, WorkerImports
 
 DESCRIBE = "describe"  # LoadedHandler.run's `explain` for a customized describe instead of a batch of samples

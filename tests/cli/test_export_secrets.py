@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from helpers import IMPORTS, NET, handler, make_notebook, run
 
-from msnb.cli.export import SECRETS_NOTE, kserve_config
+from msnb.package.kserve_layout import SECRETS_NOTE, kserve_config
 from msnb.package.ray_layout import SECRETS_NOTE as RAY_NOTE
 from msnb.package.ray_layout import _header
 from msnb.spec import spec_from_source

@@ -17,7 +17,7 @@ from helpers import MLP_SOURCE, mlp_model, notebook_answer
 from ts.context import Context, RequestProcessor
 from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
-from msnb.package.archive import stage
+from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_names import CONFIG, HANDLER_MODULE
 from msnb.ui.widget.devices import list_devices
@@ -37,7 +37,7 @@ def served(tmp_path) -> Iterator:
     loaded: list[str] = []
 
     def load(spec, gpu=0, **config):
-        model_dir = stage(spec, tmp_path / spec.name)
+        model_dir = ModelFolder.stage(spec, tmp_path / spec.name).path
         yaml_config = yaml.safe_load((model_dir / CONFIG).read_text()) | config
         metrics = MetricsCacheYamlImpl(config_file_path=str(TS_METRICS_YAML))
         metrics.initialize_cache()

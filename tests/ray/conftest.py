@@ -106,7 +106,18 @@ def _shares(item) -> bool:
     return SHARED_FIXTURE in getattr(item, "fixturenames", ())
 
 
+# Two xdist groups, so that the two workers each run one of them: the tests that share the kernel's Ray (one process
+# must hold them all: it starts that Ray once) and the tests that start and end a Ray of their own (at most one of
+# theirs at a time on this 2-core machine). The cluster module keeps its own group (one cluster per module).
+SHARED_GROUP, OWN_GROUP = "ray-shared", "ray-own"
+HERE = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.parent == HERE and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUP if _shares(item) else OWN_GROUP))
     # stable: the others keep their order; a test that stops the shared Ray runs after those that use it
     items.sort(key=lambda item: (_shares(item), STOPPING_FIXTURE in getattr(item, "fixturenames", ())))
 

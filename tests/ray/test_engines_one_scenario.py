@@ -11,7 +11,6 @@ from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 from msnb.engines.protocol import Engine
 from msnb.spec import spec_from_source
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")  # one local Ray at a time, as the notebook's
 INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
 SHIFTED = MLP_SOURCE.replace(
     "def postprocess(output):\n", "def postprocess(output):\n    print('postprocess printed', int(output.argmax()))\n"

@@ -16,7 +16,6 @@ from msnb.cli.serve_ray import deploy_archives
 from msnb.engines import compare
 from msnb.engines.torchserve import LocalServer
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 GOOD = ("named", "klass", "eager", "scripted", "news", "stream", "desc")
 REQUESTS = [  # the JSON Lines of `msnb compare`: each sent to both servers
     {"model": "named", "body": {"x": [1.0, 2.0, 3.0]}},

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 from docrun import DOCS, run_python_page
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")  # one local Ray at a time on this machine
-
 
 @pytest.mark.timeout(900)
 def test_the_ray_pages_examples_run_as_written_in_a_fresh_kernel(tmp_path):

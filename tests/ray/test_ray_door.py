@@ -24,7 +24,6 @@ import msnb.session.core
 from msnb.engines.models import PredictionError
 from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 LINE = """rdoor --batch-size 8 --max-batch-delay 500 --example '{"x": [1, 2, 3, 4]}'"""
 FOREIGN = textwrap.dedent(
     """

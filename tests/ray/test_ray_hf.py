@@ -10,7 +10,6 @@ import torch
 from test_ray_notebook import cell
 
 pytest.importorskip("transformers")
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 TRAIN = "from hf_models import encode, train, train_tokenizer, tiny_bert\n" + textwrap.dedent(
     """
     ray_tokenizer = train_tokenizer()

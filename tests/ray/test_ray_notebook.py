@@ -16,7 +16,6 @@ from IPython.utils.capture import capture_output
 from msnb.engines.ray import INSTALL_HINT
 from msnb.errors import MsnbError
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 NET_CELL = "import torch\n" + mlp_class("RNet")
 HANDLER = textwrap.dedent(
     """

@@ -13,7 +13,6 @@ from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from IPython.utils.capture import capture_output
 from test_ray_notebook import cell
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 PROMPTS = ("the cat", "a dog sat")
 
 

@@ -14,7 +14,6 @@ import psutil
 import pytest
 from helpers import poll
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 GONE_WITHIN_S = 10  # the promise: every process of the session and its temp dir gone 10 s after the owner
 OWNER = textwrap.dedent(
     """
@@ -35,11 +34,22 @@ def start_owner(tmp_path: Path, piped: bool) -> tuple[subprocess.Popen, Path, li
     out = subprocess.PIPE if piped else log.open("w")
     owner = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=out,
                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    if piped:  # read the pipe as Jupyter does; Serve's log lines come first
-        line = poll(lambda: _root_line(owner.stdout.readline()), 300, "the owner's Ray to start")
-    else:
-        line = poll(lambda: next((x for x in log.read_text().splitlines() if _root_line(x)), ""), 300,
-                    "the owner's Ray to start", interval=0.5, log=log.read_text)  # fmt: skip
+    seen: list[str] = []
+
+    def root_line() -> str:
+        """The owner's "root:" line; an owner that ended first fails the test at once, with its output."""
+        if piped:  # read the pipe as Jupyter does; Serve's log lines come first
+            seen.append(owner.stdout.readline())
+        else:
+            seen[:] = log.read_text().splitlines(keepends=True)
+        found = next((x for x in seen if _root_line(x)), "")
+        if not found and owner.poll() is not None:
+            pytest.fail(f"the owner ended ({owner.returncode}) before its Ray started:\n{''.join(seen)[-3000:]}")
+        return found
+
+    line = poll(
+        root_line, 300, "the owner's Ray to start", interval=0.01 if piped else 0.5, log=lambda: "".join(seen)[-3000:]
+    )
     root = Path(line.split(":", 1)[1].strip())
     started = psutil.Process(owner.pid).children(recursive=True)
     commands = [" ".join(p.cmdline()) for p in started]

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from helpers import ECHO, build_mar, poll, processes_naming, run
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")  # one local Ray at a time
 MSNB = str(Path(sys.executable).with_name("msnb"))
 
 

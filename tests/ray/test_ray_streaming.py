@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from charlm import HANDLER_BODY, MODEL_SOURCE, TRAIN_SOURCE, greedy
 from helpers import poll
 from IPython.utils.capture import capture_output
 from test_ray_notebook import cell
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 LONG_STEPS = 400  # a stream long enough that a client leaves while it is still being produced
 SLOW = """
 import time

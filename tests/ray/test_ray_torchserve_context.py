@@ -27,7 +27,6 @@ from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
 from msnb.session.core import deploy
 
-pytestmark = pytest.mark.xdist_group("ray-notebook")
 HANDLERS = {"pe": RAISES_513, "words": STREAMS_WORDS, "desc": DESCRIBES}
 
 

@@ -17,6 +17,7 @@ from msnb.errors import BuildError, HandlerRunError, SpecError
 from msnb.package import archive, formats
 from msnb.session.core import Session
 from msnb.spec import spec_from_source
+from msnb.templates import shared_handler_files
 from msnb.trial.runner import predict_in_process
 
 
@@ -48,7 +49,7 @@ def test_standard_mar_holds_handler_shared_modules_config_and_checkpoint(tmp_pat
         "configFile": "model-config.yaml",
     }
     assert {"handler_model.py", "msnb_handler.py", "model-config.yaml", "model.pt", "requirements.txt"} <= names
-    assert {p.name for p in archive.shared_handler_files()} <= names
+    assert {p.name for p in shared_handler_files()} <= names
     with zipfile.ZipFile(mar) as z:
         assert z.getinfo("model.pt").compress_type == zipfile.ZIP_DEFLATED
         assert b"handle = _msnb_handler_factory(" in z.read("handler_model.py")

@@ -40,9 +40,13 @@ MAY_IMPORT = {
 # its REST client (Ray's router answers TorchServe's URLs).
 ENGINES = ("msnb.engines.torchserve", "msnb.engines.ray")
 RAY_MAY_TAKE_FROM_TORCHSERVE = {"msnb.engines.torchserve.client"}
-# Only these run user code (in the test process they start); only the session and export decide to.
+# The model folder is the one hand-off: only its module stages one from a spec or opens one from an archive, and the
+# trial takes nothing of the package but the folder it runs (and the rendered handler's names).
+STAGES_OR_OPENS = {"msnb.package.staging", "msnb.package.mar_checks"}
+TRIAL_TAKES_FROM_PACKAGE = {"msnb.package.model_folder", "msnb.package.render"}
+# Only these run user code (in the test process they start); only the session and the export pipeline decide to.
 RUNS_USER_CODE = "msnb.trial"
-DECIDES_TO_RUN_USER_CODE = {"msnb.session.core", "msnb.cli.export"}
+DECIDES_TO_RUN_USER_CODE = {"msnb.session.core", "msnb.session.export"}
 
 
 def module_name(path: Path) -> str:
@@ -151,6 +155,27 @@ def test_ray_serve_takes_nothing_from_torchserve_but_its_rest_client():
         if name.startswith("msnb.engines.ray"):
             taken = {d for d in deps if d.startswith("msnb.engines.torchserve")}
             assert taken <= RAY_MAY_TAKE_FROM_TORCHSERVE, f"{name} imports {sorted(taken)} from engines.torchserve"
+
+
+def test_only_the_model_folder_module_stages_or_opens_a_model_folder():
+    for name, deps in graph().items():
+        used = {d for d in deps if d.startswith(tuple(STAGES_OR_OPENS))}
+        assert not used or name in {"msnb.package.model_folder", *STAGES_OR_OPENS}, f"{name} imports {sorted(used)}"
+
+
+def test_the_trial_runs_a_model_folder_and_takes_nothing_else_of_the_package():
+    for name, deps in graph().items():
+        if name.startswith("msnb.trial"):
+            taken = {".".join(d.split(".")[:3]) for d in deps if d.startswith("msnb.package")}
+            assert taken <= TRIAL_TAKES_FROM_PACKAGE, f"{name} imports {sorted(taken)} from msnb.package"
+
+
+def test_export_is_a_surface_over_the_pipeline_and_its_layouts_live_in_the_package():
+    deps = graph()
+    assert not {d for d in deps["msnb.session.export"] if d.startswith("msnb.cli")}
+    assert not {d for d in deps["msnb.cli.export"] if d.startswith(("msnb.trial", "msnb.package.import_check"))}
+    layouts = {n for n in deps if n.endswith("_layout")}
+    assert layouts and all(n.startswith("msnb.package.") for n in layouts), layouts
 
 
 def test_only_the_session_and_export_decide_to_run_user_code():

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 from msnb.errors import ServerError
-from msnb.package.mar_open import open_archive
+from msnb.package.model_folder import ModelFolder
 from msnb.templates import msnb_unpack
 
 MANIFEST = json.dumps({"model": {"modelName": "m", "modelVersion": "1.0", "handler": "h.py"}}).encode()
@@ -66,7 +66,7 @@ def test_an_archive_with_a_member_or_link_leaving_its_folder_is_refused_before_a
     archive = make(tmp_path / "src" / "a.mar", {**GOOD, **members}, links)
     store = tmp_path / "store"
     with pytest.raises(ServerError, match="refused, nothing unpacked") as caught:
-        open_archive(archive, store)
+        ModelFolder.open(archive, store)
     assert refusal in caught.value.message and caught.value.hint
     assert written(store) == [] and written(tmp_path) == ["src", "src/a.mar", "store"]
 
@@ -76,13 +76,13 @@ def test_members_inflating_past_the_bound_are_refused_before_anything_is_unpacke
     bomb = zip_archive(tmp_path / "bomb.mar", {**GOOD, "zeros.bin": bytes(2_000_000)})
     assert bomb.stat().st_size < 20_000  # a small file that inflates a hundredfold
     with pytest.raises(ServerError, match="would inflate to 2000") as caught:
-        open_archive(bomb, tmp_path / "store")
+        ModelFolder.open(bomb, tmp_path / "store")
     assert "zip bomb" in caught.value.hint
     assert written(tmp_path / "store") == []
 
 
 def test_a_good_archive_opens_into_its_own_folder_in_the_store(tmp_path):
-    opened = open_archive(zip_archive(tmp_path / "a.mar", GOOD), tmp_path / "store")
+    opened = ModelFolder.open(zip_archive(tmp_path / "a.mar", GOOD), tmp_path / "store")
     assert (opened.name, opened.version, opened.requirements) == ("m", "1.0", ())
     assert written(tmp_path / "store") == ["m-1.0", "m-1.0/MAR-INF", "m-1.0/MAR-INF/MANIFEST.json", "m-1.0/h.py"]
 
@@ -94,7 +94,7 @@ def test_a_folder_with_a_link_pointing_out_is_refused(tmp_path):
     (folder / "h.py").write_bytes(GOOD["h.py"])
     (folder / "secret").symlink_to("/etc/passwd")
     with pytest.raises(ServerError, match="pointing out of the model folder"):
-        open_archive(folder, tmp_path / "store")
+        ModelFolder.open(folder, tmp_path / "store")
     assert written(tmp_path / "store") == []
 
 
@@ -103,8 +103,8 @@ def test_requirements_asking_for_another_torch_are_refused(tmp_path):
     manifest["model"]["requirementsFile"] = "requirements.txt"
     members = {**GOOD, "MAR-INF/MANIFEST.json": json.dumps(manifest).encode(), "requirements.txt": b"torch==1.13.1\n"}
     with pytest.raises(ServerError, match="torch==1.13.1") as caught:
-        open_archive(zip_archive(tmp_path / "a.mar", members), tmp_path / "store")
+        ModelFolder.open(zip_archive(tmp_path / "a.mar", members), tmp_path / "store")
     assert "never installs a second torch" in caught.value.hint
     members["requirements.txt"] = b"--index-url http://evil/simple\n"
     with pytest.raises(ServerError, match="not a PEP 508 requirement"):
-        open_archive(zip_archive(tmp_path / "b.mar", members), tmp_path / "store")
+        ModelFolder.open(zip_archive(tmp_path / "b.mar", members), tmp_path / "store")

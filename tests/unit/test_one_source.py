@@ -10,7 +10,7 @@ import msnb
 import msnb.templates
 from msnb.engines.torchserve.logs import is_library_frame
 from msnb.options import OPTIONS, handler_magic
-from msnb.package import archive
+from msnb.package import staging
 
 PACKAGE = Path(msnb.__file__).parent
 TEMPLATES = Path(msnb.templates.__file__).parent
@@ -70,7 +70,7 @@ def test_the_shared_handler_list_is_every_msnb_module_of_the_templates_package()
     adapters = {n for n in on_disk if n.startswith(msnb.templates.ENGINE_ADAPTER_PREFIX)}
     assert adapters, "the Ray adapter lives beside the shared handler"
     assert SHARED == on_disk - adapters  # an engine adapter serves model folders; no archive carries it
-    assert archive.shared_handler_files is msnb.templates.shared_handler_files
+    assert staging.shared_handler_files is msnb.templates.shared_handler_files
 
 
 def test_no_module_spells_a_shared_module_name_it_imports_the_list():

@@ -29,7 +29,7 @@ from msnb.engines.ray import ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
@@ -256,10 +256,9 @@ class LocalRay:
         old ones stop, so they need room too)."""
         import ray
 
-        from msnb.templates.msnb_ray import read_folder
+        from msnb.templates.msnb_ray import read_folder, workers
 
-        config = read_folder(folder)[1]
-        replicas = int(config.get("minWorkers") or 1)
+        replicas = workers(ServingConfig.from_model_config(read_folder(folder)[1]))[0]
         need = replicas * self.replica_cpus
         free = ray.available_resources().get("CPU", 0.0) if free is None else free
         if need <= free + 1e-9:

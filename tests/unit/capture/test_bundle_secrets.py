@@ -16,6 +16,7 @@ from msnb.capture.local_code import search_path
 from msnb.errors import CaptureError, SpecError
 from msnb.options import handler_config, parse_handler_line
 from msnb.package import archive, formats
+from msnb.package.model_folder import ModelFolder
 from msnb.ui.display import SpecSummary
 
 CELL = "import torch\nimport mypkg\n\ndef init_function():\n    return torch.nn.Linear(mypkg.N, 1)\n"
@@ -159,5 +160,5 @@ def test_an_extra_file_named_with_a_control_character_is_refused(tmp_path):
     root = make_project(tmp_path / "nb")
     (root / "bell\x07.txt").write_text("x")
     with pytest.raises(SpecError, match=r"Extra file .*bell\\x07.txt.* has a name with a backslash or a control"):
-        archive.stage(capture_in(root, "--extra-files 'bell\x07.txt'"), tmp_path / "model")
+        ModelFolder.stage(capture_in(root, "--extra-files 'bell\x07.txt'"), tmp_path / "model")
     assert not (tmp_path / "model").exists()

@@ -19,7 +19,7 @@ from msnb.capture.cells import RUNTIME_HINT, capture
 from msnb.capture.kernel_values import values_changed
 from msnb.capture.local_code import search_path
 from msnb.errors import CaptureError
-from msnb.package import archive
+from msnb.package.model_folder import ModelFolder
 from msnb.templates.msnb_hf import HF_DIR, ObjectLoadError, load_object
 from msnb.trial import runner
 from msnb.ui.display import SpecSummary
@@ -55,7 +55,7 @@ def test_a_trained_tokenizer_and_model_serve_the_notebooks_answers(kernel, cell,
 
 def test_objects_are_saved_as_safetensors_and_json_never_pickles(kernel, tmp_path):
     spec = run(HANDLER, kernel)
-    staged = archive.stage(spec, tmp_path / "model")
+    staged = ModelFolder.stage(spec, tmp_path / "model").path
     files = sorted(p.relative_to(staged / HF_DIR).as_posix() for p in (staged / HF_DIR).rglob("*") if p.is_file())
     assert files == [
         "model/config.json",
@@ -71,7 +71,7 @@ def test_objects_are_saved_as_safetensors_and_json_never_pickles(kernel, tmp_pat
 def test_the_served_model_keeps_eval_mode_and_its_dtype(kernel, tmp_path):
     half = {**kernel, "model": trained()[1].to(torch.bfloat16)}
     spec = run(HANDLER, half)
-    staged = archive.stage(spec, tmp_path / "model")
+    staged = ModelFolder.stage(spec, tmp_path / "model").path
     model = load_object(str(staged / "handler_model.py"), "model", spec.objects.items[0].cls, "bfloat16")
     assert model.dtype == torch.bfloat16 and not model.training
 
@@ -200,7 +200,7 @@ def test_encodings_of_one_text_collate_into_the_keywords_forward_takes(kernel):
 def test_the_mar_the_kserve_and_the_ray_layouts_carry_the_objects_unchanged(kernel, tmp_path):
     import zipfile
 
-    from msnb.cli.export import write_kserve
+    from msnb.package.kserve_layout import write_kserve
     from msnb.package.ray_layout import write_ray
 
     spec = run(HANDLER, kernel)

@@ -20,7 +20,7 @@ from msnb.capture.cells import capture
 from msnb.capture.kernel_values import values_changed
 from msnb.capture.local_code import search_path
 from msnb.errors import CaptureError
-from msnb.package import archive
+from msnb.package.model_folder import ModelFolder
 from msnb.templates.msnb_hf import HF_DIR
 from msnb.trial import runner
 
@@ -57,7 +57,7 @@ def test_a_lora_model_trained_in_the_notebook_serves_the_notebooks_answers(adapt
 def test_the_adapter_and_its_base_are_saved_apart_as_safetensors_and_the_kernels_model_is_untouched(tmp_path):
     tokenizer, model = lora_model()
     before = logits(model, tokenizer, TEXTS)
-    staged = archive.stage(run({"tokenizer": tokenizer, "model": model}), tmp_path / "model")
+    staged = ModelFolder.stage(run({"tokenizer": tokenizer, "model": model}), tmp_path / "model").path
     saved = sorted(p.relative_to(staged / HF_DIR / "model").as_posix() for p in (staged / HF_DIR / "model").rglob("*"))
     assert [p for p in saved if "." in p and not p.endswith(".md")] == [
         "adapter/adapter_config.json",

@@ -17,7 +17,7 @@ from hf_models import logits, tiny_bert, train, train_tokenizer, trained
 
 from msnb.capture.cells import capture
 from msnb.errors import CaptureError
-from msnb.package import archive
+from msnb.package.model_folder import ModelFolder
 from msnb.templates.msnb_hf import HF_DIR
 from msnb.trial import runner
 
@@ -116,7 +116,7 @@ def test_a_model_whose_class_a_cell_defines_serves_the_notebooks_answers(cls):
 
 def test_its_weights_and_config_travel_as_safetensors_and_json_and_the_class_is_rebound_from_the_code(tmp_path):
     pool, namespace = notebook("MeanClassifier")
-    staged = archive.stage(run(pool, namespace), tmp_path / "model")
+    staged = ModelFolder.stage(run(pool, namespace), tmp_path / "model").path
     assert sorted(p.name for p in (staged / HF_DIR / "model").iterdir()) == ["config.json", "model.safetensors"]
     config = json.loads((staged / HF_DIR / "config/config.json").read_text())
     assert config["model_type"] == "mean-classifier" and config["hidden"] == 16

@@ -12,7 +12,7 @@ from msnb.capture.named_files import refusal
 from msnb.errors import OptionError
 from msnb.options import handler_config, parse_handler_line
 from msnb.package.api_card import card
-from msnb.package.archive import stage
+from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_names import API_CARD
 
@@ -21,7 +21,7 @@ DOC = '"""Continues a lowercase text, one character per step."""\n'
 
 def test_a_streaming_cells_card_has_its_docstring_a_wrapped_string_input_and_says_it_streams(tmp_path):
     spec = spec_from_source("gen", DOC + MODEL_SOURCE + HANDLER_BODY, example="the cat")
-    stage(spec, tmp_path)
+    ModelFolder.stage(spec, tmp_path)
     got = json.loads((tmp_path / API_CARD).read_text())
     assert got["description"] == "Continues a lowercase text, one character per step." and got["streams"]
     assert got["wrapped"] and got["input_schema"]["properties"] == {"input": {"type": "string"}}

@@ -9,8 +9,9 @@ from helpers import MLP_SOURCE, mlp_model
 
 from msnb.files import clone_file, clone_tree
 from msnb.package import taken
-from msnb.package.archive import CHECKPOINT, stage
+from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
+from msnb.templates.msnb_names import CHECKPOINT
 from msnb.ui.display import Status
 
 
@@ -38,7 +39,7 @@ def test_a_served_model_dir_holds_copies_of_the_checkpoint_and_extra_files(tmp_p
     torch.save(mlp_model().state_dict(), checkpoint)
     labels.write_text('["a", "b", "c"]')
     spec = spec_from_source("fixed", MLP_SOURCE, checkpoint=str(checkpoint), extra_files=[str(labels)])
-    model_dir = stage(spec, tmp_path / "model")
+    model_dir = ModelFolder.stage(spec, tmp_path / "model").path
     for src, copy in ((checkpoint, model_dir / CHECKPOINT), (labels, model_dir / "labels.json")):
         assert copy.read_bytes() == src.read_bytes() and not os.path.samefile(src, copy)
     torch.save({"other": torch.zeros(1)}, checkpoint)

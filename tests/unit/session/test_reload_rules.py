@@ -13,9 +13,11 @@ from ts.context import Context, RequestProcessor
 
 from msnb.engines.models import ModelStatus
 from msnb.package import archive
+from msnb.package.model_folder import ModelFolder
 from msnb.session.reload import DEV_ENTRY, DevModel, checkpoint_identity, install, mark_current, refusal
 from msnb.spec import spec_from_source
-from msnb.templates import dev_reload
+from msnb.templates import dev_reload, shared_handler_files
+from msnb.templates.msnb_names import CHECKPOINT
 from msnb.trial.runner import predict_in_process
 
 SAMPLE = {"x": [1.0, -2.0, 0.5, 3.0]}
@@ -49,7 +51,7 @@ def test_a_built_mar_holds_no_reload_machinery(tmp_path, ckpt):
     assert DEV_ENTRY not in names and dev_reload.SECRET_FILE not in names
     assert not any(n.startswith(dev_reload.GENERATIONS) for n in names)
     assert b"dev_reload" not in text and dev_reload.RELOAD_HEADER.encode() not in text
-    assert all(p.name != DEV_ENTRY for p in archive.shared_handler_files())
+    assert all(p.name != DEV_ENTRY for p in shared_handler_files())
 
 
 @pytest.mark.parametrize(
@@ -94,7 +96,7 @@ def test_a_live_model_trained_in_place_after_serving_takes_a_new_version_as_the_
 
 
 def context(model_dir, headers: list[dict]) -> Context:
-    ctx = Context("mlp", str(model_dir), {"model": {"serializedFile": archive.CHECKPOINT}}, 1, None, "0.12.0")
+    ctx = Context("mlp", str(model_dir), {"model": {"serializedFile": CHECKPOINT}}, 1, None, "0.12.0")
     ctx.request_processor = [RequestProcessor(h) for h in headers]
     ctx.request_ids = {i: str(i) for i in range(len(headers))}
     return ctx
@@ -124,7 +126,7 @@ def test_the_dev_entry_swaps_generations_and_refuses_a_wrong_secret(served_dir, 
     entry(None, context(folder, []))
     assert entry([{"body": SAMPLE}], context(folder, [{}]))[0]["tag"] == 1
     edited = spec_from_source("mlp", source(2), checkpoint=ckpt)
-    archive.stage(edited, folder / dev_reload.GENERATIONS / "2")
+    ModelFolder.stage(edited, folder / dev_reload.GENERATIONS / "2")
     wrong = context(folder, [{dev_reload.RELOAD_HEADER: "guess"}, {}])
     refused = entry([{"body": {"generation": 2}}, {"body": SAMPLE}], wrong)
     assert wrong.get_response_status(0)[0] == 403 and "refused" in refused[0]["error"]
@@ -138,7 +140,7 @@ def test_a_generation_that_fails_to_load_leaves_the_old_one_serving(served_dir, 
     folder, secret = served_dir
     entry(None, context(folder, []))
     broken = spec_from_source("mlp", source(2, "    raise RuntimeError('no weights today')\n"), checkpoint=ckpt)
-    archive.stage(broken, folder / dev_reload.GENERATIONS / "2")
+    ModelFolder.stage(broken, folder / dev_reload.GENERATIONS / "2")
     ctx = context(folder, [{dev_reload.RELOAD_HEADER: secret}])
     failed = entry([{"body": {"generation": 2}}], ctx)[0]
     assert ctx.get_response_status(0)[0] == 500 and "no weights today" in failed["error"] and failed["hint"]
@@ -147,7 +149,7 @@ def test_a_generation_that_fails_to_load_leaves_the_old_one_serving(served_dir, 
 
 def test_a_restarted_worker_loads_the_current_generation(served_dir, ckpt, entry):
     folder, _ = served_dir
-    archive.stage(spec_from_source("mlp", source(7), checkpoint=ckpt), folder / dev_reload.GENERATIONS / "7")
+    ModelFolder.stage(spec_from_source("mlp", source(7), checkpoint=ckpt), folder / dev_reload.GENERATIONS / "7")
     mark_current(folder, 7)
     entry(None, context(folder, []))
     assert entry([{"body": SAMPLE}], context(folder, [{}]))[0]["tag"] == 7

@@ -10,8 +10,7 @@ from torch import nn
 from ts.context import RequestProcessor
 
 from msnb.engines.torchserve.logs import is_library_frame, library_files
-from msnb.package.archive import shared_handler_files
-from msnb.templates import DEV_ENTRY
+from msnb.templates import DEV_ENTRY, shared_handler_files
 
 
 def test_a_wrong_shape_input_is_a_400_with_the_input_hint_and_the_rest_answer(tmp_path):

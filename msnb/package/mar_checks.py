@@ -1,9 +1,6 @@
-"""TorchServe archives (a .mar, a tgz model archive, a no-archive folder) opened as the model folders Ray Serve serves.
-
-Each is unpacked safely into the engine's store (``msnb_unpack``: every member checked before anything is written),
-then checked as a TorchServe worker would find it: a manifest, the files it names (handler, modelFile,
-serializedFile, configFile), a name not served twice, and the requirements this environment lacks (never a second
-torch; refused, naming them, when no package index answers).
+"""The checks of an archive torch-model-archiver made (a .mar, a tgz model archive, a no-archive folder), for
+``ModelFolder.open``: unpacked safely (``msnb_unpack``: every member checked before anything is written), then read as
+a TorchServe worker would find it: a manifest and the files it names (handler, modelFile, serializedFile, configFile).
 """
 
 from __future__ import annotations
@@ -11,15 +8,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from msnb.engines.store import check_identity, safe_name
 from msnb.errors import ServerError
 from msnb.files import clone_tree
-from msnb.package.mar_requirements import to_install
 from msnb.templates.msnb_names import MANIFEST
 from msnb.templates.msnb_unpack import UnsafeArchiveError, unpack_archive
 
@@ -28,47 +20,7 @@ ARCHIVE_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class OpenedArchive:
-    """One archive as its model folder in the store: name, version and the requirements to install for it."""
-
-    source: Path
-    folder: Path
-    name: str
-    version: str
-    requirements: tuple[str, ...] = ()
-
-
-def open_archive(
-    path: Path, store: Path, taken: set[str] = frozenset(), check_requirements: bool = True
-) -> OpenedArchive:
-    """``path`` unpacked (or copied) into ``store``/NAME-VERSION and checked (its requirements against this
-    environment unless ``check_requirements`` is False); a ServerError with a Hint otherwise, and then nothing of it
-    is left in ``store``."""
-    store.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".incoming-", dir=store))
-    try:
-        root = _unpacked(Path(path), staging)
-        manifest = _manifest(path, root)
-        model = manifest["model"]
-        name, version = model["modelName"], str(model.get("modelVersion") or "1.0")
-        check_identity(name, version)
-        if name in taken:
-            raise ServerError(
-                f"{path}: another archive already has the model name {name!r}.",
-                "each archive needs its own model name: rebuild one with torch-model-archiver --model-name OTHER.",
-            )
-        _check_files(path, root, model)
-        requirements = to_install(path, root, model.get("requirementsFile")) if check_requirements else ()
-        folder = store / safe_name(name, version)
-        shutil.rmtree(folder, ignore_errors=True)
-        root.rename(folder)
-        return OpenedArchive(Path(path), folder, name, version, requirements)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _unpacked(path: Path, staging: Path) -> Path:
+def unpacked(path: Path, staging: Path) -> Path:
     """The model folder's root inside ``staging``: a folder copied, an archive unpacked (a tgz holds NAME/...)."""
     if path.is_dir():
         _refuse_links_out(path)
@@ -100,7 +52,7 @@ def _refuse_links_out(folder: Path) -> None:
                 )
 
 
-def _manifest(path: Path, root: Path) -> dict:
+def manifest(path: Path, root: Path) -> dict:
     try:
         manifest = json.loads((root / MANIFEST).read_text())
         if not isinstance(manifest.get("model"), dict) or not manifest["model"].get("modelName"):
@@ -113,7 +65,7 @@ def _manifest(path: Path, root: Path) -> dict:
         ) from None
 
 
-def _check_files(path: Path, root: Path, model: dict) -> None:
+def check_files(path: Path, root: Path, model: dict) -> None:
     """Every file the manifest names is in the archive; a handler not there must be a default handler's name."""
     handler = str(model.get("handler") or "")
     module = handler.partition(":")[0]

@@ -1,0 +1,143 @@
+"""The model folder: a staged TorchServe model directory (handler, shared runtime, files, model-config.yaml), the one
+hand-off between the front half (capture, package) and the back half (trial, archive, engines, exports).
+
+A build stages it once (``staged``); ``%ms_test`` runs that folder (through a copy made of links: what a test process
+writes there, as a worker unpacking its extra files, never reaches it), ``%ms_build`` packs it (``archive.pack``), the
+engines deploy a folder and the exports lay one out. An archive that torch-model-archiver made (a .mar, a tgz, a
+no-archive folder: not msnb's) enters at the same point: ``ModelFolder.open``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from msnb.engines.store import check_identity, safe_name
+from msnb.errors import ServerError
+from msnb.files import link_or_copy
+from msnb.package import mar_checks, staging
+from msnb.package.mar_requirements import to_install
+from msnb.spec import HandlerSpec
+from msnb.templates.msnb_names import REQUIREMENTS
+
+ARCHIVE_HINT = mar_checks.ARCHIVE_HINT
+checkpoint_name = staging.checkpoint_name  # the serializedFile's name for a spec
+_LOCK = threading.Lock()
+_STAGED: dict[str, tuple[ModelFolder, tempfile.TemporaryDirectory]] = {}  # name -> its latest generation's folder
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model directory as TorchServe unpacks one: where it is, the model's name and version, where it came from."""
+
+    path: Path
+    name: str
+    version: str
+    spec: HandlerSpec | None = None  # what msnb staged it from (None: an archive made elsewhere)
+    source: Path | None = None  # the archive it was opened from
+    requirements: tuple[str, ...] = ()  # an opened archive's requirements this environment lacks
+    generation: str = ""  # what makes a test of it stale (``generation``)
+
+    @classmethod
+    def stage(cls, spec: HandlerSpec, path: Path, *, temporary: bool = False) -> ModelFolder:
+        """``spec`` written into ``path`` exactly as TorchServe will unpack it (the manifest is written when packed).
+
+        Checkpoint and extra files are private copies (a copy-on-write clone where the filesystem has them): a
+        model dir that is served never changes when the notebook re-saves its files. A ``temporary`` folder (packed
+        into a zip, which copies them, or tested) links them instead.
+        """
+        staging.write(spec, Path(path), temporary=temporary)
+        return cls(Path(path), spec.name, spec.version, spec=spec, generation=generation(spec))
+
+    @classmethod
+    def open(
+        cls, path: Path, store: Path, taken: set[str] = frozenset(), check_requirements: bool = True
+    ) -> ModelFolder:
+        """``path`` unpacked (or copied) into ``store``/NAME-VERSION and checked (its requirements against this
+        environment unless ``check_requirements`` is False); a ServerError with a Hint otherwise, and then nothing of
+        it is left in ``store``."""
+        store.mkdir(parents=True, exist_ok=True)
+        incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=store))
+        try:
+            root = mar_checks.unpacked(Path(path), incoming)
+            model = mar_checks.manifest(path, root)["model"]
+            name, version = model["modelName"], str(model.get("modelVersion") or "1.0")
+            check_identity(name, version)
+            if name in taken:
+                raise ServerError(
+                    f"{path}: another archive already has the model name {name!r}.",
+                    "each archive needs its own model name: rebuild one with torch-model-archiver --model-name OTHER.",
+                )
+            mar_checks.check_files(path, root, model)
+            requirements = to_install(path, root, model.get("requirementsFile")) if check_requirements else ()
+            folder = store / safe_name(name, version)
+            shutil.rmtree(folder, ignore_errors=True)
+            root.rename(folder)
+            return cls(folder, name, version, source=Path(path), requirements=requirements)
+        finally:
+            shutil.rmtree(incoming, ignore_errors=True)
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The serialized file's name (the manifest's serializedFile), when the folder has one."""
+        name = staging.checkpoint_name(self.spec) if self.spec is not None else None
+        return name if name is not None and (self.path / name).exists() else None
+
+    @property
+    def requirements_file(self) -> str | None:
+        return REQUIREMENTS if (self.path / REQUIREMENTS).is_file() else None
+
+    def linked(self, dest: Path) -> ModelFolder:
+        """This folder at ``dest`` made of links to its files (a hard link where it can, else a symlink)."""
+        for dirpath, _dirnames, filenames in os.walk(self.path):
+            here = Path(dest) / Path(dirpath).relative_to(self.path)
+            here.mkdir(parents=True, exist_ok=True)
+            for name in filenames:
+                link_or_copy(Path(dirpath) / name, here / name, symlink_ok=True)
+        return replace(self, path=Path(dest))
+
+
+def generation(spec: HandlerSpec) -> str:
+    """What makes a staged folder stale: the spec's digest and the files it stages beside the checkpoint."""
+    stamps = []
+    for extra in spec.extra_files:
+        try:
+            st = Path(extra).stat()
+            stamps.append(f"{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            stamps.append("missing")
+    return spec.digest() + "|" + "|".join(stamps)
+
+
+def staged(spec: HandlerSpec) -> ModelFolder:
+    """The temporary folder of this very ``spec`` and generation of its files, staged once (anew when either
+    changed): the folder a test runs and a build packs. An OSError (a full or read-only $TMPDIR) leaves nothing."""
+    key = generation(spec)
+    with _LOCK:
+        held = _STAGED.pop(spec.name, None)
+        if held is not None and held[0].spec is spec and held[0].generation == key and held[0].path.is_dir():
+            _STAGED[spec.name] = held
+            return held[0]
+        if held is not None:
+            held[1].cleanup()
+        tmp = tempfile.TemporaryDirectory(prefix="msnb-folder-")
+        try:
+            folder = ModelFolder.stage(spec, Path(tmp.name) / "model", temporary=True)
+        except BaseException:
+            tmp.cleanup()
+            raise
+        _STAGED[spec.name] = (folder, tmp)
+        return folder
+
+
+def forget(name: str | None = None) -> None:
+    """Remove the staged folder of ``name`` (every one by default)."""
+    with _LOCK:
+        for key in list(_STAGED) if name is None else [name]:
+            held = _STAGED.pop(key, None)
+            if held is not None:
+                held[1].cleanup()
