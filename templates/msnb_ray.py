@@ -36,6 +36,7 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
+    from .msnb_ray_timeout import bounded, response_timeout, timed_out
     from .msnb_serving import ServingConfig
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
@@ -45,6 +46,7 @@ else:  # msnb_ray, beside its model folders (an exported application)
     from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
+    from msnb_ray_timeout import bounded, response_timeout, timed_out
     from msnb_serving import ServingConfig
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
@@ -289,14 +291,24 @@ class MsnbModel:
         for batched in (self._batch, self._stream):  # whole answers, streamed answers (msnb_ray_stream)
             batched.set_max_batch_size(size)
             batched.set_batch_wait_timeout_s(wait_s)
+        self.timeout_s, self.stuck = response_timeout(self.model.config), ""  # msnb_ray_timeout
 
     async def infer(self, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         return await self._batch((explain, body, headers))
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _batch(self, requests: list) -> list:
-        # handle() is synchronous user code: run it off the replica's event loop.
-        return await asyncio.to_thread(answer_whole, self.model, requests)
+        # handle() is synchronous user code: run it off the replica's event loop, for at most responseTimeout.
+        try:
+            return await bounded(lambda began: answer_whole(self.model, requests, began), self.timeout_s)
+        except TimeoutError:
+            self.stuck = f"{self.model.name}: a batch ran past its responseTimeout of {self.timeout_s:g} s"
+            logger.error("%s; this replica asks to be replaced, as TorchServe restarts its worker", self.stuck)
+            return timed_out(len(requests))
+
+    def check_health(self) -> None:
+        if self.stuck:  # Serve replaces an unhealthy replica (msnb_ray_timeout)
+            raise RuntimeError(self.stuck)
 
     async def describe(self, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
         return await asyncio.to_thread(locked, self.model, self.model.describe, customized, headers)

@@ -47,9 +47,9 @@ def locked(model: Any, call: Callable, *args: Any) -> Any:
         return call(*args)
 
 
-def answer_whole(model: Any, requests: list) -> list[tuple[int, dict, bytes]]:
+def answer_whole(model: Any, requests: list, began: Callable[[], None] = lambda: None) -> list[tuple[int, dict, bytes]]:
     """``model.answer`` for whole answers: a streaming handler's chunks are gathered into its answer, marked with
-    STREAM_HEADER so that the router streams the next requests."""
+    STREAM_HEADER so that the router streams the next requests; ``began()`` once the model is this batch's."""
     gathered: dict[int, list[bytes]] = {}
     kinds: dict[int, str] = {}
 
@@ -60,6 +60,7 @@ def answer_whole(model: Any, requests: list) -> list[tuple[int, dict, bytes]]:
         return ()
 
     with model_lock(model):
+        began()
         model.context.msnb_send_chunks = gather
         replies = model.answer(requests)
     out = []

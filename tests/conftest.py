@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import MLP_SOURCE
 
+import msnb.session.core
 from msnb.spec import spec_from_source
 
 TIERS = ("kernel", "server", "browser", "install", "ray", "gpu", "docs")
@@ -31,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """On an xdist worker with ``--dist loadgroup``, an ``xdist_group`` test must carry its group in its node id (how
     xdist keeps a group on one worker): a pytest that ignores it splits the groups silently, so such a test fails."""
-    if item.config.getvalue("loadgroup") and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+    if item.config.getoption("loadgroup", False) and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
         pytest.fail(
             f"xdist_group is ignored: {item.nodeid} may run beside the rest of its group on another worker "
             "(pytest-xdist cannot mark this pytest's node ids). Hint: install the pytest that constraints.txt pins "
@@ -65,3 +66,22 @@ def mlp_source() -> str:
 def mlp_spec():
     """A small classifier handler: {"x": [4 floats]} -> {"label", "scores"}."""
     return spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [1, 2, 3, 4]})
+
+
+@pytest.fixture(scope="module")
+def ip():
+    """IPython's test shell (one per process) with `%load_ext msnb` done; a module may extend it with cells."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "msnb")
+    return shell
+
+
+@pytest.fixture
+def session(monkeypatch):
+    """A fresh msnb session for the test (specs, archives, server), stopped (its engine with it) afterwards."""
+    fresh = msnb.session.core.Session()
+    monkeypatch.setattr(msnb.session.core, "_default", fresh)
+    yield fresh
+    fresh.stop()

@@ -47,6 +47,26 @@ CLASS_ENTRY = textwrap.dedent("""
             return out
 """)
 CLASS_CONFIG = "batchSize: 4\nmaxBatchDelay: 20\nresponseTimeout: 30\nhandler:\n  factor: 3\n"
+# Served with TorchServe's service_envelope kserve: handle gets the request's "instances", one row each, and its list
+# becomes {"predictions": [...]} (or {"explanations": [...]} on /explanations).
+ENVELOPED = textwrap.dedent("""
+    def handle(data, context):
+        if data is None:
+            return None
+        return [{"y": [v * 2 for v in row["x"]]} for row in data]
+""")
+# Slower than its model-config's responseTimeout when a request asks it to sleep.
+SLOW = textwrap.dedent("""
+    import time
+
+    def handle(data, context):
+        if data is None:
+            return None
+        body = data[0].get("body") or data[0].get("data")
+        time.sleep(body.get("sleep", 0))
+        return [{"slept": body.get("sleep", 0)} for _ in data]
+""")
+SLOW_CONFIG = "responseTimeout: 2\n"
 TS_SCRIPTED_HANDLER = TS_EAGER_HANDLER.replace("class Classifier", "class ScriptedClassifier")
 VOCAB = ["a", "good", "movie", "a good", "good movie", "bad", "bad movie"]
 
@@ -62,9 +82,11 @@ def _handler_file(folder: Path, name: str, source: str) -> Path:
     return folder / f"{name}_handler.py"
 
 
-def commands(root: Path) -> dict[str, list[str]]:
-    """The archiver command of each good archive (their files written under ``root``)."""
+def commands(root: Path, names: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """The archiver command of each archive (their files written under ``root``); the eager, TorchScript and text
+    models (saved with torch) only when ``names`` asks for them (empty: all)."""
     cmds = {}
+    wanted = set(names) or {"eager", "scripted", "news"}
     named = _handler_file(root / "named", "named", TS_NAMED_ENTRY)
     (root / "named" / "requirements.txt").write_text("numpy\n")  # satisfied here: nothing is installed
     cmds["named"] = archiver(root / "named", "named", f"{named.with_suffix('')}:entry_point_function_name",
@@ -74,17 +96,23 @@ def commands(root: Path) -> dict[str, list[str]]:
     cmds["klass"] = archiver(
         root / "klass", "klass", str(klass), "--config-file", str(root / "klass" / "model-config.yaml")
     )
-    _, eager = eager_files(root / "eager")
-    cmds["eager"] = archiver(
-        root / "eager", "eager", str(_handler_file(root / "eager", "eager", TS_EAGER_HANDLER)), *eager
-    )
-    scripted = scripted_mlp(root / "scripted.pt")
-    handler = _handler_file(root / "scripted", "scripted", TS_SCRIPTED_HANDLER)
-    cmds["scripted"] = archiver(root / "scripted", "scripted", str(handler), "--serialized-file", str(scripted))
-    cmds["news"] = archiver(root / "news", "news", "text_classifier", *text_classifier_files(root / "news"))
+    if "eager" in wanted:
+        _, eager = eager_files(root / "eager")
+        handler = _handler_file(root / "eager", "eager", TS_EAGER_HANDLER)
+        cmds["eager"] = archiver(root / "eager", "eager", str(handler), *eager)
+    if "scripted" in wanted:
+        scripted = scripted_mlp(root / "scripted.pt")
+        handler = _handler_file(root / "scripted", "scripted", TS_SCRIPTED_HANDLER)
+        cmds["scripted"] = archiver(root / "scripted", "scripted", str(handler), "--serialized-file", str(scripted))
+    if "news" in wanted:
+        cmds["news"] = archiver(root / "news", "news", "text_classifier", *text_classifier_files(root / "news"))
     cmds["stream"] = archiver(root / "stream", "stream", str(_handler_file(root / "stream", "stream", TS_STREAMING)))
     cmds["desc"] = archiver(root / "desc", "desc", str(_handler_file(root / "desc", "desc", TS_DESCRIBED)))
     cmds["broken"] = archiver(root / "broken", "broken", str(_handler_file(root / "broken", "broken", BROKEN_INIT)))
+    cmds["kserved"] = archiver(root / "kserved", "kserved", str(_handler_file(root / "kserved", "kserved", ENVELOPED)))
+    slow = _handler_file(root / "slow", "slow", SLOW)
+    (root / "slow" / "model-config.yaml").write_text(SLOW_CONFIG)
+    cmds["slow"] = archiver(root / "slow", "slow", str(slow), "--config-file", str(root / "slow" / "model-config.yaml"))
     return cmds
 
 
@@ -96,9 +124,13 @@ def text_classifier_files(folder: Path) -> list[str]:
     return [*eager, "--extra-files", f"{folder / 'source_vocab.pt'},{folder / 'index_to_name.json'}"]
 
 
-def build_all(root: Path) -> dict[str, Path]:
-    """Every good archive (and ``broken``, whose initialize fails) as NAME -> .mar, built side by side."""
-    cmds = commands(root)
+DEFAULT = ("named", "klass", "eager", "scripted", "news", "stream", "desc", "broken")
+
+
+def build_all(root: Path, names: tuple[str, ...] = DEFAULT) -> dict[str, Path]:
+    """The archives ``names`` (by default every good one and ``broken``, whose initialize fails) as NAME -> .mar,
+    built side by side."""
+    cmds = {name: command for name, command in commands(root, names).items() if name in names}
 
     def build(name: str) -> Path:
         subprocess.run(cmds[name], check=True, capture_output=True, timeout=180, env=_env(root / name))

@@ -18,7 +18,9 @@ def run_compare(archives: list[Path], data: str, envelope: str | None, register_
     from msnb.engines.torchserve import LocalServer
 
     path = requests_file(data)
-    server, ray = LocalServer(), LocalRay()
+    # the envelope on both sides: TorchServe's service_envelope, the Ray applications' envelope argument
+    server = LocalServer(properties={"service_envelope": envelope} if envelope else None)
+    ray = LocalRay()
     try:
         print("starting TorchServe and Ray Serve (loopback, token auth on) ...", flush=True)
         server.start()

@@ -119,16 +119,23 @@ def is_archive(path: Path) -> bool:
     return path.is_dir() or path.name.endswith((".mar", ".tar.gz", ".tgz"))
 
 
-def export_archives(find, paths: list[str], ray: str | None, host: str | None) -> int:
-    """`msnb export A.mar B.mar --ray OUT`: archives torch-model-archiver made as a Ray Serve application (``find``:
-    `msnb serve`'s archive finder). Returns the exit code."""
-    if not ray or not all(is_archive(Path(p)) for p in paths):
+def export_archives(find, paths: list[str], ray: str | None, host: str | None, kserve_python: str | None = None) -> int:
+    """`msnb export A.mar B.mar --ray OUT` (and/or `--kserve-python OUT`): archives torch-model-archiver made as a Ray
+    Serve application, or as KServe's Python model server's folder (``find``: `msnb serve`'s archive finder). Returns
+    the exit code."""
+    if not (ray or kserve_python) or not all(is_archive(Path(p)) for p in paths):
         raise OptionError(
-            "msnb export takes one notebook, or archives with --ray OUT.",
+            "msnb export takes one notebook, or archives with --ray OUT or --kserve-python OUT.",
             "export a notebook: `msnb export nb.ipynb -o store/`; archives: `msnb export A.mar B.mar --ray OUT`.",
         )
-    from msnb.package.ray_layout import DEFAULT_HOST, write_ray_archives
+    if ray:
+        from msnb.package.ray_layout import DEFAULT_HOST, write_ray_archives
 
-    out = write_ray_archives(find(paths), Path(ray), host or DEFAULT_HOST)
-    print(f"Ray Serve folder: {out.resolve()} (from there: serve run serve_config.yaml)")
+        out = write_ray_archives(find(paths), Path(ray), host or DEFAULT_HOST)
+        print(f"Ray Serve folder: {out.resolve()} (from there: serve run serve_config.yaml)")
+    if kserve_python:
+        from msnb.package.kserve_python_layout import PREDICTOR, write_kserve_python
+
+        out = write_kserve_python(find(paths), Path(kserve_python))
+        print(f"KServe Python server folder: {out.resolve()} (from there: python {PREDICTOR})")
     return 0

@@ -98,7 +98,8 @@ def _add_export(sub) -> None:
         "notebook",
         nargs="+",
         metavar="NOTEBOOK | ARCHIVE...",
-        help="the .ipynb file; or, with --ray, archives torch-model-archiver made (.mar, tgz, folders, stores)",
+        help="the .ipynb file; or, with --ray / --kserve-python, archives torch-model-archiver made (.mar, tgz, "
+        "folders, stores)",
     )
     exp.add_argument("--handler", action="append", metavar="NAME", help="export only this handler (repeatable)")
     exp.add_argument(
@@ -142,6 +143,12 @@ def _add_layouts(exp: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also write a Ray Serve folder: DIR/<name>/ model folders, the adapter and serve_config.yaml "
         '(`serve run serve_config.yaml` from DIR; KubeRay\'s serveConfigV2); needs pip install "msnb[ray]"',
+    )
+    exp.add_argument(
+        "--kserve-python",
+        metavar="DIR",
+        help="archives only: write a folder KServe's own Python model server serves (no TorchServe frontend): "
+        "DIR/<name>/ model folders, kserve_predictor.py (KServe's v1 and v2 protocols) and requirements.txt",
     )
     exp.add_argument(
         "--ray-host",
@@ -244,7 +251,12 @@ def _export(args: argparse.Namespace) -> int:
     args.usage_errors = True  # an export error before any handler ran is about the command line
     if len(args.notebook) > 1 or is_archive(Path(args.notebook[0])):
         args.usage_errors = False  # a refused archive is not a command-line error
-        return export_archives(find_archives, args.notebook, args.ray, args.ray_host)
+        return export_archives(find_archives, args.notebook, args.ray, args.ray_host, args.kserve_python)
+    if args.kserve_python:
+        raise OptionError(
+            "--kserve-python takes archives torch-model-archiver made, not a notebook.",
+            "build the archives first (`msnb export nb.ipynb -o store/`), then `msnb export store/ --kserve-python OUT`.",
+        )
     args.notebook = args.notebook[0]
     outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     try:

@@ -1,4 +1,5 @@
-"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/stop/status/logs/widget): thin over session."""
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/compare/stop/status/logs/widget): thin over
+session."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from IPython.display import display
 from msnb import options
 from msnb.capture.magic_lines import msnb_lines
 from msnb.engines.chunks import print_chunks
+from msnb.engines.compare import table
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
 from msnb.options import REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
+from msnb.session.compare import compare_cell
 from msnb.session.core import ENGINES, current, warm_up
 from msnb.spec import HandlerSpec, Origin
 from msnb.ui import display as views
@@ -230,6 +233,22 @@ class MsnbMagics(Magics):
         args = parse_argstring(self.ms_explain, line)
         data = self._request(args)  # None: the handler's --example
         return Explanation(current().explain(args.name, data, version=args.version))
+
+    @line_magic
+    @_usage_errors
+    @magic_arguments()
+    @argument("name", help="the handler's name")
+    @argument(
+        "--data",
+        help="one body (JSON or a variable), or @requests.jsonl (`msnb compare`'s request file); "
+        "default: the handler's --example",
+    )
+    def ms_compare(self, line: str) -> views.View:
+        """%ms_compare NAME [--data JSON | --data @requests.jsonl]: serve the handler on TorchServe and on Ray Serve
+        side by side, send each request to both and show the table; the cell fails when any answer differs."""
+        args = parse_argstring(self.ms_compare, line)
+        rows = compare_cell(current(), args.name, args.data, self.shell.user_ns)
+        return views.View(f"TorchServe and Ray Serve answered all {len(rows)} requests alike", pre=table(rows))
 
     @line_magic
     @_usage_errors

@@ -33,6 +33,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "msnb_ray_load.py",
         "msnb_ray_sequence.py",
         "msnb_ray_stream.py",
+        "msnb_ray_timeout.py",  # responseTimeout
         "msnb_serving.py",  # TorchServe's defaults, as the shared handler reads them
         "rayservice.yaml",
         "second",

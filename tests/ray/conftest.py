@@ -57,25 +57,6 @@ def two_nodes():
         nodes.shutdown()
 
 
-@pytest.fixture(scope="module")
-def ip():
-    """IPython's test shell with `%load_ext msnb` done (as the kernel tier's)."""
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "msnb")
-    return shell
-
-
-@pytest.fixture
-def session(monkeypatch):
-    """A fresh session for the test, stopped (its engine with it) afterwards."""
-    fresh = msnb.session.core.Session()
-    monkeypatch.setattr(msnb.session.core, "_default", fresh)
-    yield fresh
-    fresh.stop()
-
-
 class SharedRay:
     """One kernel-like local Ray (``LocalRay``) for the tests that deploy to it and ask it, started on first use.
 

@@ -1,7 +1,10 @@
-"""An exported folder served by `serve run serve_config.yaml` on a real two-node Ray cluster, as a user runs it."""
+"""An exported folder served by `serve run serve_config.yaml` on a real two-node Ray cluster, as a user runs it: a
+notebook's handlers (`msnb export nb.ipynb --ray`) and archives torch-model-archiver made (`msnb export A.mar B.mar
+--ray`), the latter answering as a plain TorchServe serving the same files."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,25 +12,48 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import openai
 import pytest
 import requests
 import torch
+import ts_archives
 import yaml
 from api_clients import mcp_tools, openai_client
 from helpers import BODY, IMPORTS, NET, handler, notebook_answer, poll, run, standard
 
+from msnb.engines import compare
 from msnb.engines.auth import write_key_file
 from msnb.engines.models import PredictionError
+from msnb.engines.ray import ROUTER_APP
 from msnb.engines.ray.nodes import environment, free_port
-from msnb.engines.torchserve import TorchServeClient
+from msnb.engines.torchserve import LocalServer, TorchServeClient
 from msnb.templates.msnb_ray_guard import read_key
 
-pytestmark = pytest.mark.xdist_group("ray-cluster")  # one cluster per module: keep its tests on one worker
+# One cluster per module: keep its tests on one worker. The first test's time holds the cluster's start and the
+# `serve run` of every application (several minutes on a loaded 2-core machine).
+pytestmark = [pytest.mark.xdist_group("ray-cluster"), pytest.mark.timeout(900)]
 MLP_OPTIONS = "--workers 2 --batch-size 8 --max-batch-delay 50"
 TEXT_BODY = BODY.split("def postprocess")[0] + 'def postprocess(output):\n    return f"label {int(output.argmax())}"\n'
 V2_BODY = BODY.replace('"label": int(output.argmax()),', '"label": int(output.argmax()), "v": 2,')
+# Archives torch-model-archiver made (tests/ts_archives.py), exported with `msnb export A.mar B.mar --ray`: a class
+# entry point with batching, its model-config's handler section and a status of its own; a handler slower than its
+# responseTimeout when asked; one served in TorchServe's kserve envelope (its service_envelope, the application's
+# envelope argument).
+FOREIGN = ("klass", "slow", "kserved")
+ENVELOPES = {"kserved": "kserve"}
+FOREIGN_REQUESTS = [  # `msnb compare`'s request lines, each sent to a plain TorchServe and to the cluster
+    {"model": "klass", "body": {"x": [1, 2]}},
+    {"model": "klass", "body": {"x": [1], "reject": True}},  # the handler's own 422
+    {"model": "klass", "body": {"x": [0.5, 4]}},
+    {"model": "slow", "body": {"sleep": 0}},
+    {"model": "slow", "body": {"sleep": 6}},  # past its responseTimeout of 2 s: TorchServe's 500, "Worker died."
+]
+ENVELOPED_REQUESTS = [
+    {"model": "kserved", "body": {"instances": [{"x": [1, 2]}, {"x": [3]}]}},
+    {"model": "kserved", "path": "explanations", "body": {"instances": [{"x": [4]}]}},
+]
 
 
 def expected(folder: Path, x: list[float]) -> dict:
@@ -40,10 +66,12 @@ def expected(folder: Path, x: list[float]) -> dict:
     return notebook_answer(net.eval(), x, namespace["postprocess"], batched=False)
 
 
-def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, mlp_body: str = BODY, version: str = "1.0"):
+def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, foreign: Path, mlp_body: str = BODY,
+           version: str = "1.0"):  # fmt: skip
     """`msnb export --ray`, then the edits a user makes for this machine: the port, one proxy (two nodes on one
     machine would share its port), fractional CPUs, one replica per node, the router beside the proxy and its
-    inference key in a file (as a mounted secret)."""
+    inference key in a file (as a mounted secret); and the applications of the archives' export (``foreign``, see
+    ``with_archives``) beside the notebook's."""
     nb = standard(
         folder, handler("mlp", f"{MLP_OPTIONS} --version {version}", mlp_body), handler("text", body=TEXT_BODY)
     )
@@ -52,11 +80,24 @@ def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, mlp_body: s
     config = yaml.safe_load((outdir / "serve_config.yaml").read_text())
     config["http_options"]["port"], config["proxy_location"] = port, "HeadOnly"
     for app in config["applications"]:
-        if app["name"] == "msnb-router":
+        if app["name"] == ROUTER_APP:
             app["args"] |= {"resources": pin, "key_file": str(key_file(outdir))}
         else:
             app["args"] |= {"num_cpus": 0.25, "max_replicas_per_node": 1}
+    config["applications"][-1:-1] = with_archives(foreign)
     (outdir / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def with_archives(foreign: Path) -> list[dict]:
+    """The model applications of `msnb export A.mar B.mar --ray FOREIGN`, to serve beside the notebook's on one
+    cluster (one router): each model folder named by its path, a small CPU share, TorchServe's service_envelope as
+    the application's envelope argument."""
+    config = yaml.safe_load((foreign / "serve_config.yaml").read_text())
+    apps = [app for app in config["applications"] if app["name"] != ROUTER_APP]
+    for app in apps:
+        app["args"] |= {"model_dir": str(foreign / app["args"]["model_dir"]), "num_cpus": 0.1}
+        app["args"] |= {"envelope": ENVELOPES[app["name"]]} if app["name"] in ENVELOPES else {}
+    return apps
 
 
 def key_file(outdir: Path) -> Path:
@@ -87,9 +128,9 @@ class Served:
                 [serve, *args, "serve_config.yaml"], cwd=self.outdir, env=env, stdout=log, stderr=log
             )
 
-    def answers(self, name: str = "mlp") -> bool:
+    def answers(self, name: str = "mlp", body: dict | None = None) -> bool:
         try:
-            return bool(self.client.predict(name, {"x": [1, 2, 3, 4]}, timeout=30))
+            return bool(self.client.predict(name, body or {"x": [1, 2, 3, 4]}, timeout=30))
         except Exception:
             return False
 
@@ -100,11 +141,22 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(two_nodes, tmp_path_factory, capsys_module):
+def archives(tmp_path_factory, capsys_module) -> dict[str, Path]:
+    """FOREIGN's archives (NAME -> .mar) and, as "out", their `msnb export A.mar B.mar --ray OUT` folder."""
+    root = tmp_path_factory.mktemp("mars")
+    mars = ts_archives.build_all(root, FOREIGN)
+    code, out, err = run(capsys_module, "export", *mars.values(), "--ray", root / "out")
+    assert code == 0, err
+    return {**mars, "out": root / "out"}
+
+
+@pytest.fixture(scope="module")
+def served(two_nodes, archives, tmp_path_factory, capsys_module):
     root = tmp_path_factory.mktemp("export")
     port = free_port()
-    export(capsys_module, root / "nb", root / "out", port, two_nodes.head_resource)
+    export(capsys_module, root / "nb", root / "out", port, two_nodes.head_resource, archives["out"])
     served = Served(two_nodes, root / "nb", root / "out", port)
+    served.archives = archives["out"]
     try:
         poll(lambda: served.answers("mlp") and served.answers("text"), 600, "both applications", interval=1,
              log=lambda: served.log.read_text()[-3000:])  # fmt: skip
@@ -206,6 +258,39 @@ def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(ser
     both_replicas_running(served)  # with max_replicas_per_node 1: one replica on each node
 
 
+def test_exported_archives_answer_on_two_nodes_as_a_plain_torchserve_serving_them(served, archives, tmp_path):
+    # The truth: TorchServe serving the same files (kserved in TorchServe's kserve envelope, service_envelope).
+    cluster = SimpleNamespace(client=served.client, inference_url=served.url)
+    lines = [compare.parse_request(json.dumps(r), n, list(FOREIGN), tmp_path) for n, r in
+             enumerate(FOREIGN_REQUESTS + ENVELOPED_REQUESTS, 1)]  # fmt: skip
+    plain = LocalServer(tmp_path / "ts")
+    enveloped = LocalServer(tmp_path / "ts-kserve", properties={"service_envelope": ENVELOPES["kserved"]})
+
+    def up(server: LocalServer) -> None:  # the two TorchServes start and register side by side
+        server.start()
+        for name in FOREIGN:
+            if (name in ENVELOPES) == (server is enveloped):
+                server.register(archives[name])
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(up, (plain, enveloped)))
+        ready = {"klass": None, "slow": {"sleep": 0}, "kserved": ENVELOPED_REQUESTS[0]["body"]}
+        poll(lambda: all(served.answers(n, body) for n, body in ready.items()), 300, "the archives' applications")
+        rows = compare.compare(plain, cluster, lines[: len(FOREIGN_REQUESTS)])
+        rows += compare.compare(enveloped, cluster, lines[len(FOREIGN_REQUESTS) :])
+    finally:
+        plain.stop()
+        enveloped.stop()
+    assert [diff for *_, diff in rows] == [None] * len(rows), compare.table(rows)
+    assert [ts.status for _, ts, _, _ in rows] == [200, 422, 200, 200, 500, 200, 200]
+    assert json.loads(rows[0][2].body) == {"y": [3, 6], "batch_size": 4}  # plain Python on the same input
+    assert json.loads(rows[2][2].body) == {"y": [1.5, 12], "batch_size": 4}
+    assert json.loads(rows[4][2].body)["message"] == "Worker died."
+    assert json.loads(rows[5][2].body) == {"predictions": [{"y": [2, 4]}, {"y": [6]}]}
+    assert json.loads(rows[6][2].body) == {"explanations": [{"y": [8]}]}
+
+
 def test_a_bad_sample_among_8_concurrent_requests_gets_its_own_400(served):
     inputs = [{"x": [i, 1, 2, 3]} for i in range(8)]
     inputs[3] = {"y": 1}
@@ -228,7 +313,7 @@ def test_a_str_answer_keeps_its_content_type_and_unknown_models_get_404(served):
 def test_the_exported_router_answers_mcp_and_openais_api_with_the_same_key(served):
     key = read_key(key_file(served.outdir))
     tools, (called,) = mcp_tools(f"{served.url}/mcp", key, [("mlp", {"x": [1, 2, 3, 4]})])
-    assert {t.name for t in tools} == {"mlp", "text"}
+    assert {t.name for t in tools} == {"mlp", "text", *FOREIGN}  # every application the router serves
     assert called.structured_content == expected(served.folder, [1, 2, 3, 4])
     client = openai_client(f"{served.url}/v1", key)
     assert [m.id for m in client.models.list()] == []  # neither model streams
@@ -256,7 +341,8 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
     try:
         poll(lambda: len(answers) > 20, 60, "answers before the redeploy")
         port = int(served.url.rsplit(":", 1)[1])
-        export(capsys_module, served.folder, served.outdir, port, served.nodes.head_resource, V2_BODY, "2.0")
+        export(capsys_module, served.folder, served.outdir, port, served.nodes.head_resource, served.archives, V2_BODY,
+               "2.0")  # fmt: skip
         deploy = served.serve("run", "--non-blocking")
         assert deploy.wait(300) == 0, served.log.read_text()[-3000:]
         poll(lambda: all(a.get("v") == 2 for a in answers[-16:]), 300, "the new version answering everyone", 0.5)

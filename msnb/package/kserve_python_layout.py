@@ -1,0 +1,69 @@
+"""``msnb export A.mar B.mar --kserve-python OUT``: archives torch-model-archiver made, as a folder KServe's own Python
+model server serves (no TorchServe frontend, no Java): each archive opened as ``msnb serve`` opens it into
+OUT/<name>/, ``kserve_predictor.py`` (with ``msnb_names.py``; one ``kserve.Model`` per folder, loaded by TorchServe's ``TsModelLoader``,
+answering KServe's v1 and v2 protocols) and ``requirements.txt`` (the server's packages, then the archives' own).
+
+From OUT: ``pip install -r requirements.txt && python kserve_predictor.py`` (KServe's ModelServer arguments, e.g.
+``--http_port 8080``); the same folder is a custom predictor's image or storageUri on KServe.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from importlib import metadata, resources
+from pathlib import Path
+
+from msnb.errors import BuildError
+from msnb.files import move_into
+from msnb.package.mar_requirements import read_lines
+from msnb.package.model_folder import ModelFolder
+from msnb.templates import msnb_names
+from msnb.templates.msnb_names import MANIFEST, REQUIREMENTS
+
+PREDICTOR = "kserve_predictor.py"
+KSERVE = "kserve==0.21.0"  # the KServe release the predictor is tested with (its own environment: tests/cli)
+SERVER_PACKAGES = ("torch", "torchserve")  # pinned to this environment's versions: the archives were checked here
+
+
+def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
+    """OUT/<name>/ per archive, the predictor and requirements.txt; built in a hidden folder inside OUT and moved
+    into place only when everything was written. A refused archive is a ServerError with a Hint (nothing written)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-python-", dir=outdir))
+    try:
+        names: set[str] = set()
+        wanted: list[str] = []
+        for path in paths:
+            item = ModelFolder.open(path, staging / ".opened", names, check_requirements=False)
+            item.path.rename(staging / item.name)
+            names.add(item.name)
+            wanted += _archive_requirements(path, staging / item.name)
+        shutil.rmtree(staging / ".opened", ignore_errors=True)
+        for module in (PREDICTOR, f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"):  # the predictor, the names it reads
+            shutil.copy2(Path(str(resources.files("msnb.templates") / module)), staging / module)
+        (staging / REQUIREMENTS).write_text(requirements(wanted))
+        for item in sorted(staging.iterdir()):
+            move_into(item, outdir)
+        return outdir
+    except OSError as err:
+        raise BuildError(
+            f"Cannot write into {str(outdir.resolve())!r}: {err}.", "check the folder's permissions."
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _archive_requirements(path: Path, folder: Path) -> list[str]:
+    manifest = json.loads((folder / MANIFEST).read_text())
+    named = (manifest.get("model") or {}).get("requirementsFile")
+    return read_lines(path, folder, named) if named else []
+
+
+def requirements(archives: list[str]) -> str:
+    """The predictor's environment: KServe, this environment's torch and TorchServe, then the archives' lines."""
+    pins = [KSERVE] + [f"{name}=={metadata.version(name).split('+')[0]}" for name in SERVER_PACKAGES]
+    own = [line for line in dict.fromkeys(archives) if line not in pins]
+    header = f"# Written by `msnb export --kserve-python`: pip install -r {REQUIREMENTS}, then python {PREDICTOR}\n"
+    return header + "".join(f"{line}\n" for line in pins + own)
