@@ -119,7 +119,8 @@ class Session:
                     "pass --data '<json>' (or samples=[...]), or give the handler --example.",
                 )
             samples = [spec.example]
-        return runner.predict_in_process(spec, samples, explain=explain)
+        with pointing_at_cells(spec):  # a traceback names the cell's lines, not the test process's copy
+            return runner.predict_in_process(spec, samples, explain=explain)
 
     def describe(self, name_or_spec: str | HandlerSpec) -> Any:
         """What the server's ``GET /models/NAME?customized=true`` would show as ``customizedMetadata``, from the

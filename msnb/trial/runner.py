@@ -12,7 +12,6 @@ from typing import Any
 from msnb.errors import HandlerRunError
 from msnb.files import disk_error
 from msnb.forms import ROLES_FORM
-from msnb.package.cell_lines import pointing_at_cells
 from msnb.package.model_folder import ModelFolder, staged
 from msnb.roles import did_you_mean
 from msnb.spec import HandlerSpec
@@ -48,10 +47,9 @@ def predict_in_process(
     batches of the handler's batch size (``batchtest``); a failed sample raises by default."""
     folder = folder_of(what)
     spec = folder.spec
-    with pointing_at_cells(spec):
-        answers, log = _run_staged(folder, list(samples), explain)
-        if raise_on_error:
-            _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
+    answers, log = _run_staged(folder, list(samples), explain)
+    if raise_on_error:
+        _raise_first_failure(spec, answers, log, what="Sample {i} failed with status {status}")
     return [a.body for a in answers]
 
 
@@ -60,9 +58,8 @@ def describe(what: Runnable) -> Any:
     describe job (``describe_handle`` of a BaseHandler), run in the folder's test process."""
     folder = folder_of(what)
     spec = folder.spec
-    with pointing_at_cells(spec):
-        (answer,), log, _ = processes.worker_for(folder).run([], DESCRIBE)
-        _raise_first_failure(spec, [answer], log, what=f"{spec.name}'s describe failed with status {{status}}")
+    (answer,), log, _ = processes.worker_for(folder).run([], DESCRIBE)
+    _raise_first_failure(spec, [answer], log, what=f"{spec.name}'s describe failed with status {{status}}")
     return customized_metadata(answer.body)
 
 
@@ -70,15 +67,14 @@ def validate(what: Runnable) -> None:
     """Build-time check: the folder's handler loads, and answers its example (when it has one) without error."""
     folder = folder_of(what)
     spec = folder.spec
-    with pointing_at_cells(spec):
-        answers, log = _run_staged(folder, [] if spec.example is None else [spec.example])
-        _raise_first_failure(
-            spec,
-            answers,
-            log,
-            what=f"Handler {spec.name!r} rejected its example (status {{status}})",
-            default_hint="fix the handler or the --example input.",
-        )
+    answers, log = _run_staged(folder, [] if spec.example is None else [spec.example])
+    _raise_first_failure(
+        spec,
+        answers,
+        log,
+        what=f"Handler {spec.name!r} rejected its example (status {{status}})",
+        default_hint="fix the handler or the --example input.",
+    )
 
 
 def _run_staged(folder: ModelFolder, samples: list[Any], explain: bool = False) -> tuple[list[Answer], list[str]]:
