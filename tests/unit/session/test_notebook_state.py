@@ -56,7 +56,7 @@ def test_field_errors_are_named_by_their_labels_and_the_bar_is_not_red(fake):
     c.set("batch_size", "zero")
     assert not c.run("build")
     assert "Batch size" in c.result and "batch_size" not in c.result
-    assert c.outcome == "invalid" and c.progress == ("build not started: fix the fields", 0.0)
+    assert c.outcome == "invalid" and c.progress == ("build not started", 0.0)
 
 
 def test_the_widget_shows_the_workers_log(fake):
