@@ -142,7 +142,8 @@ class Session:
         report = progress or silent
         report("validating handler in a test process", 0.1)
         folder = runner.folder_of(spec)  # the folder tested is the folder packed
-        runner.validate(folder)
+        with pointing_at_cells(spec):  # a failed check names the cell's lines, as %ms_test does
+            runner.validate(folder)
         fmt = fmt or (formats.DEV_FORMAT if dev else formats.EXPORT_FORMAT)
         kept = keep_aside(Path(export_path).expanduser() / f"{spec.name}.mar", spec.version)
         if kept is not None:

@@ -147,6 +147,10 @@ def test_a_failing_test_points_at_the_cells_and_their_lines_not_at_the_rendered_
     assert "handler_model.py" not in out and "msnb-forkserver" not in out, out
     _, out = line_magic(ip, "ms_test", """kframes --data '{"x": [1, 2, 3]}'""")  # KNet.forward, pulled in from its cell
     assert ", in forward" in out and "cell In[" in out and "handler_model.py" not in out, out
+    handler_cell(ip, """kframes --example '{"x": "oops"}'""")  # %ms_build's check runs the example: the same frames
+    _, out = line_magic(ip, "ms_build", "kframes")
+    assert "cell In[" in out.split(", line 10, in preprocess")[0].splitlines()[-1], out
+    assert "handler_model.py" not in out and "msnb-forkserver" not in out, out
 
 
 def test_a_misspelt_role_is_said_at_capture_and_when_the_test_fails(ip):
