@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -72,6 +73,46 @@ def stop_engine(engine: Any, settings: Settings) -> None:
 
     if not (settings.smoke and engine is default_ray()):
         engine.stop()
+
+
+def msnb_serving(kind: str, work: Path, settings: Settings, name: str, cell: str) -> tuple[Any, Callable[[], None]]:
+    """msnb's engine of ``kind`` (see ``msnb_engine``), started, serving handler cell ``cell`` as model ``name``;
+    and how to stop it (``stop_engine``)."""
+    from msnb.session.core import deploy
+    from msnb.spec import spec_from_source
+
+    engine = msnb_engine(kind, work, settings)
+    engine.start()
+    try:
+        deploy(engine, spec_from_source(name, cell))
+    except BaseException:
+        stop_engine(engine, settings)
+        raise
+    return engine, lambda: stop_engine(engine, settings)
+
+
+def interleave_servers(starts: dict[str, Callable[[], tuple[Callable[[], Any], Callable[[], None]]]],
+                       reps: int) -> dict[str, list]:  # fmt: skip
+    """Start every server (``starts``: name -> a call that starts it and returns its measure and its stop), warm
+    each up with one measure, then run the measures interleaved ``reps`` times; every server is up during every
+    round and stopped at the end, even when one fails."""
+    stops, measures = [], {}
+    try:
+        for name, start in starts.items():
+            measure, stop = start()
+            stops.append(stop)
+            measures[name] = measure
+        for measure in measures.values():  # warm-up
+            measure()
+        return interleave(measures, reps)
+    finally:
+        for stop in stops:
+            stop()
+
+
+def load_average() -> str:
+    """The machine's load average now (1, 5 and 15 minutes), as a note writes it beside the figures."""
+    return "load average {:.1f} / {:.1f} / {:.1f} (1 / 5 / 15 min)".format(*os.getloadavg())
 
 
 def interleave(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, list]:

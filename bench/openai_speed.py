@@ -13,10 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.beside_litserve import LitServeProcess
-from bench.harness import Settings, inference_headers, interleave, msnb_engine, stop_engine, summary
+from bench.harness import Settings, inference_headers, interleave_servers, load_average, msnb_serving, summary
 from bench.openai_speed_cell import CELL, TOKENS
-from msnb.session.core import deploy
-from msnb.spec import spec_from_source
 
 NAME = "openaispeed"
 LITSERVE = "LitServe OpenAISpec (anchor)"
@@ -55,40 +53,31 @@ def run(settings: Settings) -> dict:
 
     work = settings.workdir / "openai_speed"
     work.mkdir(parents=True, exist_ok=True)
-    engines: dict[str, Callable[[], tuple[str, str, Callable[[], None]]]] = {
-        "TorchServe (msnb)": lambda: _msnb("torchserve", work, settings)
-    }
-    if importlib.util.find_spec("ray") is not None and not settings.smoke:  # the smoke run: CI time, one engine
-        engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work, settings)
-    if importlib.util.find_spec("litserve") is not None:
-        engines[LITSERVE] = lambda: _litserve(work)
-    stops, measures = [], {}
-    try:
-        for name, start in engines.items():
-            base_url, key, stop = start()
-            stops.append(stop)
+
+    def start(serve: Callable[[], tuple[str, str, Callable[[], None]]], model: str) -> Callable[[], tuple]:
+        def started() -> tuple[Callable[[], tuple[float, float]], Callable[[], None]]:
+            base_url, key, stop = serve()
             client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)  # one per server, kept alive
-            measures[name] = lambda c=client, m=(NAME if "msnb" in name else "lit"): speed_test(c, m)
-        for measure in measures.values():  # warm-up
-            measure()
-        runs = interleave(measures, settings.size(10, 3, 1))
-    finally:
-        for stop in stops:
-            stop()
+            return lambda: speed_test(client, model), stop
+
+        return started
+
+    starts = {"TorchServe (msnb)": start(lambda: _msnb("torchserve", work, settings), NAME)}
+    if importlib.util.find_spec("ray") is not None and not settings.smoke:  # the smoke run: CI time, one engine
+        starts["Ray Serve (msnb)"] = start(lambda: _msnb("ray", work, settings), NAME)
+    if importlib.util.find_spec("litserve") is not None:
+        starts[LITSERVE] = start(lambda: _litserve(work), "lit")
+    load = [load_average()]
+    runs = interleave_servers(starts, settings.size(10, 3, 1))
+    load.append(load_average())
     rows = {n: {"first token ms": [r[0] for r in rs], "tokens per s": [r[1] for r in rs]} for n, rs in runs.items()}
-    return report(rows, settings)
+    return report(rows, settings, load)
 
 
 def _msnb(kind: str, work: Path, settings: Settings) -> tuple[str, str, Callable[[], None]]:
-    engine = msnb_engine(kind, work, settings)
-    engine.start()
-    try:
-        deploy(engine, spec_from_source(NAME, CELL))
-    except BaseException:
-        stop_engine(engine, settings)
-        raise
+    engine, stop = msnb_serving(kind, work, settings, NAME, CELL)
     key = inference_headers(engine).get("Authorization", "Bearer none").split()[1]
-    return engine.openai_base_url, key, lambda: stop_engine(engine, settings)
+    return engine.openai_base_url, key, stop
 
 
 def _litserve(work: Path) -> tuple[str, str, Callable[[], None]]:
@@ -96,7 +85,7 @@ def _litserve(work: Path) -> tuple[str, str, Callable[[], None]]:
     return f"{app.url}/v1", "none", app.stop
 
 
-def report(rows: dict, settings: Settings) -> dict:
+def report(rows: dict, settings: Settings, load: list[str]) -> dict:
     ratios, targets = {}, []
     lit = rows.get(LITSERVE)
     for name, row in rows.items():
@@ -123,5 +112,6 @@ def report(rows: dict, settings: Settings) -> dict:
         "rounds interleaved, after one warm-up each. msnb serves `bench/openai_speed_cell.py` (a generator "
         "`inference`, one str piece per step) at `server.openai_base_url`, token authorisation on; LitServe 0.2.19 "
         "serves the same pieces from a generator `predict` with `OpenAISpec` (`bench/litserve_openai_app.py`). "
-        "Loopback, batch size 1, every server up during every round.",
+        f"Loopback, batch size 1, every server up during every round. Before the rounds: {load[0]}; after: "
+        f"{load[1]} (a shared machine: the rounds are interleaved so that each server meets the same load).",
     }

@@ -15,10 +15,8 @@ from pathlib import Path
 import requests
 
 from bench.beside_litserve import LitServeProcess
-from bench.harness import Settings, inference_headers, interleave, msnb_engine, stop_engine, summary
+from bench.harness import Settings, inference_headers, interleave_servers, load_average, msnb_serving, summary
 from bench.stream_speed_cell import CELL, TOKENS
-from msnb.session.core import deploy
-from msnb.spec import spec_from_source
 
 NAME = "streamspeed"
 LITSERVE = "LitServe (anchor)"
@@ -56,42 +54,29 @@ def speed_test(session: requests.Session, url: str, headers: dict) -> tuple[floa
 def run(settings: Settings) -> dict:
     work = settings.workdir / "stream_speed"
     work.mkdir(parents=True, exist_ok=True)
-    engines: dict[str, Callable[[], tuple[str, dict, Callable[[], None]]]] = {
-        "TorchServe (msnb)": lambda: _msnb("torchserve", work, settings)
-    }
-    if importlib.util.find_spec("ray") is not None:  # the optional engine and anchor: measured when installed
-        engines["Ray Serve (msnb)"] = lambda: _msnb("ray", work, settings)
-    if importlib.util.find_spec("litserve") is not None:
-        engines[LITSERVE] = lambda: _litserve(work)
-    stops, measures = [], {}
-    try:
-        for name, start in engines.items():
-            url, headers, stop = start()
-            stops.append(stop)
+
+    def start(serve: Callable[[], tuple[str, dict, Callable[[], None]]]) -> Callable[[], tuple]:
+        def started() -> tuple[Callable[[], tuple[float, float]], Callable[[], None]]:
+            url, headers, stop = serve()
             session = requests.Session()  # one per server, kept alive, as LitServe's test does
-            measures[name] = lambda s=session, u=url, h=headers: speed_test(s, u, h)
-        for measure in measures.values():  # warm-up
-            measure()
-        runs = interleave(measures, settings.size(10, 3, 1))
-    finally:
-        for stop in stops:
-            stop()
+            return lambda: speed_test(session, url, headers), stop
+
+        return started
+
+    starts = {"TorchServe (msnb)": start(lambda: _msnb("torchserve", work, settings))}
+    if importlib.util.find_spec("ray") is not None:  # the optional engine and anchor: measured when installed
+        starts["Ray Serve (msnb)"] = start(lambda: _msnb("ray", work, settings))
+    if importlib.util.find_spec("litserve") is not None:
+        starts[LITSERVE] = start(lambda: _litserve(work))
+    load = [load_average()]
+    runs = interleave_servers(starts, settings.size(10, 3, 1))
+    load.append(load_average())
     rows = {n: {"first token ms": [r[0] for r in rs], "tokens per s": [r[1] for r in rs]} for n, rs in runs.items()}
-    return report(rows, settings)
+    return report(rows, settings, load)
 
 
 def _msnb(kind: str, work: Path, settings: Settings) -> tuple[str, dict, Callable[[], None]]:
-    engine = msnb_engine(kind, work, settings)
-    engine.start()
-    try:
-        deploy(engine, spec_from_source(NAME, CELL))
-    except BaseException:
-        stop_engine(engine, settings)
-        raise
-
-    def stop() -> None:
-        stop_engine(engine, settings)
-
+    engine, stop = msnb_serving(kind, work, settings, NAME, CELL)
     return f"{engine.inference_url}/predictions/{NAME}", inference_headers(engine), stop
 
 
@@ -100,7 +85,7 @@ def _litserve(work: Path) -> tuple[str, dict, Callable[[], None]]:
     return f"{app.url}/predict", {}, app.stop
 
 
-def report(rows: dict, settings: Settings) -> dict:
+def report(rows: dict, settings: Settings, load: list[str]) -> dict:
     ratios, targets = {}, []
     lit = rows.get(LITSERVE)
     for name, row in rows.items():
@@ -131,5 +116,6 @@ def report(rows: dict, settings: Settings) -> dict:
         "run against each server in turn, rounds interleaved, after one warm-up each. LitServe runs its test's own "
         "server (generator `predict` + `encode_response`, `stream=True`); msnb serves the cell in "
         "`bench/stream_speed_cell.py` (a generator `inference`, one JSON chunk per step) as `%ms_serve` does, token "
-        "authorisation on. Loopback, batch size 1, every server up during every round.",
+        f"authorisation on. Loopback, batch size 1, every server up during every round. Before the rounds: "
+        f"{load[0]}; after: {load[1]}.",
     }

@@ -193,6 +193,29 @@ def parse_handler_line(line: str):
     return parse_argstring(handler_magic(), line)
 
 
+def option_value(dest: str, text: str, base_dir: Path | None = None, namespace: UserNamespace | None = None) -> Any:
+    """One handler option's value from the text a person typed for it (a widget field: one item per line where the
+    option takes several), through the magic line's own parser and resolution; a whole number below its minimum is
+    refused as HandlerSpec refuses it. Raises OptionError (or SpecError) saying what is wrong."""
+    option = OPTION[dest]
+    items = [line.strip() for line in text.splitlines() if line.strip()]
+    if dest == "requirements" and items:
+        items = [",".join(items)]
+    words = [option.flag, *items] if items else []
+    try:
+        args = parse_handler_line(shlex.join(["_", *words]))
+    except Exception as err:  # argparse's error, raised as IPython's UsageError
+        if option.type is int:
+            problem, hint = f"takes a whole number, got {text.strip()!r}", f"type a number >= {option.minimum}."
+        else:
+            problem, hint = str(err).removeprefix(f"argument {option.flag}: "), option.help_text
+        raise OptionError(f"{option.flag} {problem}.", hint) from None
+    value = handler_config(args, {} if namespace is None else namespace, base_dir)[dest]
+    if option.minimum is not None and value is not None and value < option.minimum:
+        raise OptionError(f"{option.flag} must be >= {option.minimum}, got {value}.", f"e.g. {max(option.minimum, 1)}.")
+    return value
+
+
 def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: Path | None = None) -> dict[str, Any]:
     """HandlerSpec keyword arguments from parsed options.
 

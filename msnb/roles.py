@@ -172,6 +172,7 @@ def typo_warnings(tree: ast.Module, form: str, roles: Mapping[str, str]) -> tupl
             if role is not None and role not in roles:
                 warnings.append(
                     f"line {node.lineno}: `{node.name}` is not a role and nothing calls it: "
-                    f"did you mean `{role}`? (as written, the handler runs without a {role})"
+                    f"did you mean `{role}`? (as written, the handler runs without a {role}) "
+                    f"Hint: rename `{node.name}` to `{role}`."
                 )
     return tuple(warnings)

@@ -10,7 +10,8 @@ document per line (``application/jsonl``). A failure mid-stream ends that reques
 On TorchServe each chunk is an intermediate response (``ts.handler_utils.utils.send_intermediate_predict_response``:
 the HTTP answer is chunked, the handler's return value is each request's last piece). Another engine's context
 carries its own ``msnb_send_chunks(pieces, types)``, which returns the requests whose clients went away: their
-streams end, and a generator no request reads any more is closed. Depends only on torch, the standard library and
+streams end, and a generator no request reads any more is closed. On msnb's local TorchServe the streams its front
+ends early are told the same way (msnb_cancel). Depends only on torch, the standard library and
 (optionally) TorchServe, never on msnb.
 """
 
@@ -27,9 +28,11 @@ from typing import Any
 import torch
 
 try:
+    from msnb_cancel import Cancels
     from msnb_collate import CollateError, collate, json_safe, split, to_device
     from msnb_content_type import JSONL_TYPE, TEXT_TYPE
 except ImportError:  # imported as msnb.templates.msnb_stream instead of from a model dir
+    from .msnb_cancel import Cancels
     from .msnb_collate import CollateError, collate, json_safe, split, to_device
     from .msnb_content_type import JSONL_TYPE, TEXT_TYPE
 
@@ -161,7 +164,7 @@ def stream_samples(handler: Any, samples: list, indices: list[int], context: Any
     streams = {pos: RequestStream(indices[pos]) for pos in inputs}
     marks.append(time.perf_counter())
     if inputs:
-        pump(handler, sources(handler, inputs, context), streams, sender(context))
+        pump(handler, sources(handler, inputs, context), streams, sender(context, [indices[p] for p in inputs]))
     marks.append(time.perf_counter())  # the whole stream counts as inference (postprocess runs inside it)
     timings = {"preprocess": marks[1] - marks[0], "inference": marks[2] - marks[1], "postprocess": 0.0}
     handler.metrics.add(context, {stage: seconds * 1000 for stage, seconds in timings.items()}, len(samples))
@@ -264,17 +267,21 @@ def _wire(handler: Any, stream: RequestStream, chunks: Any) -> str:
     return "".join(out)
 
 
-def sender(context: Any) -> Callable[[dict[int, str], dict[int, str]], None]:
-    """How chunks reach the clients: the context's own ``msnb_send_chunks`` or TorchServe's intermediate responses."""
+def sender(context: Any, indices: list[int]) -> Callable[[dict[int, str], dict[int, str]], set[int]]:
+    """How chunks reach the clients: the context's own ``msnb_send_chunks`` or TorchServe's intermediate responses
+    (the requests whose streams msnb's front ended are told by msnb_cancel)."""
     own = getattr(context, "msnb_send_chunks", None)
     if own is not None:
         return own
     from ts.handler_utils.utils import send_intermediate_predict_response
 
-    def send(pieces: dict[int, str], types: dict[int, str]) -> None:
+    cancels = Cancels(context, indices)
+
+    def send(pieces: dict[int, str], types: dict[int, str]) -> set[int]:
         for idx, ctype in types.items():
             context.set_response_content_type(idx, ctype)
         ids = {idx: context.request_ids[idx] for idx in pieces}
         send_intermediate_predict_response(pieces, ids, "Intermediate Prediction success", 200, context)
+        return cancels.ended(pieces) if cancels.paths else set()
 
     return send

@@ -21,6 +21,7 @@ from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.files import remove
 from msnb.package import archive, formats, model_folder, server_packages, taken
+from msnb.package.cell_lines import chunks_pointing_at_cells, in_cells, pointing_at_cells
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
 from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
@@ -118,7 +119,8 @@ class Session:
                     "pass --data '<json>' (or samples=[...]), or give the handler --example.",
                 )
             samples = [spec.example]
-        return runner.predict_in_process(spec, samples, explain=explain)
+        with pointing_at_cells(spec):  # a traceback names the cell's lines, not the test process's copy
+            return runner.predict_in_process(spec, samples, explain=explain)
 
     def describe(self, name_or_spec: str | HandlerSpec) -> Any:
         """What the server's ``GET /models/NAME?customized=true`` would show as ``customizedMetadata``, from the
@@ -205,7 +207,7 @@ class Session:
             return server
         detail = server.progress_detail(spec.name)
         files = taken.taken_by(spec)  # as the build below copies them
-        with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)):
+        with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)), pointing_at_cells(spec):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
                 status = self.reloads.serve(server, spec, deploy)  # a reload in the worker, or a new version
         cell = self.specs.get(spec.name)
@@ -278,7 +280,7 @@ class Session:
             raise MsnbError(
                 f"No {server.label} log lines for {name!r} in {server.log_dir}.", f"serve it: %ms_serve {name}."
             )
-        return "\n".join(found)
+        return in_cells("\n".join(found), self._served_spec(name))
 
     def predict(
         self, name: str, data: Any = None, version: str | None = None, *, warn: bool = True, explain: bool = False
@@ -286,7 +288,10 @@ class Session:
         """Ask the local server (``/explanations`` with ``explain``); ``data`` None sends the handler's example;
         warns when the cell changed since."""
         server, data = self._serving(name, data, warn)
-        with interrupted(f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"):
+        waiting = interrupted(
+            f"waiting for {name}'s answer", lambda: "the server keeps running and may still answer it"
+        )
+        with waiting, pointing_at_cells(self._served_spec(name)):
             if explain:
                 return server.explain(name, data, version=version)
             return server.predict(name, data, version=version)
@@ -294,7 +299,12 @@ class Session:
     def predict_stream(self, name: str, data: Any = None, version: str | None = None, *, warn: bool = True):
         """Ask the local server and iterate over the answer's chunks as they arrive (see ``predict``)."""
         server, data = self._serving(name, data, warn)
-        return server.predict_stream(name, data, version=version)
+        return chunks_pointing_at_cells(server.predict_stream(name, data, version=version), self._served_spec(name))
+
+    def _served_spec(self, name: str) -> HandlerSpec | None:
+        """The cell's spec of the served ``name`` when it is the one served (its tracebacks then name cell lines)."""
+        served, spec = self.served.get(name), self.specs.get(name)
+        return spec if served and spec and spec.digest() in (served.digest, served.cell_digest) else None
 
     def _serving(self, name: str, data: Any, warn: bool) -> tuple[Any, Any]:
         """The server that serves ``name`` and the input to send it (the example when ``data`` is None)."""

@@ -11,7 +11,9 @@ from typing import Any
 
 from msnb.errors import HandlerRunError
 from msnb.files import disk_error
+from msnb.forms import ROLES_FORM
 from msnb.package.model_folder import ModelFolder, staged
+from msnb.roles import did_you_mean
 from msnb.spec import HandlerSpec
 from msnb.trial import batches, processes
 from msnb.trial.worker import DESCRIBE, Answer, LoadedHandler, customized_metadata, last_traceback
@@ -94,10 +96,31 @@ def _raise_first_failure(
         if answer.ok:
             continue
         body = answer.body if isinstance(answer.body, dict) else {"error": answer.body}
-        details = "\n".join(last_traceback(log))
-        streamed = "" if not answer.chunks else f" (after {len(answer.chunks)} chunks were sent)"
+        message = f"{what.format(i=i, status=answer.status)}{_streamed(answer)}: {body.get('error')}"
+        trace = last_traceback(log)
+        if trace and trace[-1].strip() and trace[-1].strip() in message:  # the exception line: said once, above
+            trace = trace[:-1]
+        typo = missing_role(spec)
         raise HandlerRunError(
-            f"{what.format(i=i, status=answer.status)}{streamed}: {body.get('error')}",
-            body.get("hint") or default_hint,
-            details=details or None,
+            message + (f"\n{typo[0]}" if typo else ""),
+            typo[1] if typo else body.get("hint") or default_hint,
+            details="\n".join(trace) or None,
         )
+
+
+def _streamed(answer: Answer) -> str:
+    return "" if not answer.chunks else f" (after {len(answer.chunks)} chunks were sent)"
+
+
+def missing_role(spec: HandlerSpec) -> tuple[str, str] | None:
+    """A role the handler cell misspelled (``preprocces``): what that did, and the fix; None when none is."""
+    defined = spec.blocks[-1].names if spec.blocks and spec.form == ROLES_FORM else ()
+    for name in defined:
+        role = did_you_mean(name)
+        if role is not None and role not in spec.roles:
+            return (
+                f"Role `{role}` was not found: the cell defines `{name}`, which is no role, so the handler ran "
+                f"without a {role}.",
+                f"rename `{name}` to `{role}` in the %%ms_handler cell and run it again.",
+            )
+    return None

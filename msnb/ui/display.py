@@ -12,6 +12,7 @@ from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
 
 _MAX = 200  # characters of an example / prediction shown inline
+_AMBER = " style='background:#fff4d6'"  # a warning row stands out from the summary it is part of
 
 
 class View:
@@ -33,7 +34,8 @@ class View:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><th style='text-align:left'>{_escaped(k)}</th><td style='text-align:left'>{_escaped(v)}</td></tr>"
+            f"<tr{_AMBER if k == 'warning' else ''}><th style='text-align:left'>{_escaped(k)}</th>"
+            f"<td style='text-align:left'>{_escaped(v)}</td></tr>"
             for k, v in self.rows
         )
         pre = f"<pre>{_escaped(self.pre)}</pre>" if self.pre else ""
@@ -87,6 +89,30 @@ class SpecSummary(View):
         rows += [("warning", w) for w in spec.warnings]
         rows.append(("next", f"%ms_test {spec.name}, %ms_build {spec.name}, %ms_serve {spec.name}"))
         super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)
+
+
+class Note(View):
+    """One grey line beside a result (how long a prediction took)."""
+
+    css_class = "msnb-note"
+
+    def text(self) -> str:
+        return shown(self.title)
+
+    def _repr_html_(self) -> str:
+        return f"<div class='msnb-note' style='color:#666'>{_escaped(self.title)}</div>"
+
+
+class Printed(list):
+    """A streamed answer's chunks (a list) that ``%ms_predict --stream`` printed as they came: no Out repeats them."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def took(seconds: float) -> str:
+    """A duration as a person reads it: ``12 ms`` or ``3.4 s``."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 class ProgressView(View):

@@ -4,6 +4,7 @@ session."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ class MsnbMagics(Magics):
                 "fix the cell and run it again.",
             )
         config = options.handler_config(args, self.shell.user_ns, Path.cwd())
-        pool, origin = self._executed_cells()
+        pool, origin = self._executed_cells(cell)
         # runtime values are snapshotted from the namespace (and checked again for staleness); the spec is shown
         # as a summary by the HandlerSpec formatter
         return current().capture(args.name, cell, pool, origin, self.shell.user_ns, Path.cwd(), **config)
@@ -185,12 +186,13 @@ class MsnbMagics(Magics):
         """%ms_serve NAME [--engine ray] [--env VAR ...]: start (or reuse) the notebook's local TorchServe (or Ray
         Serve) and (re)deploy the handler; returns the server."""
         args = parse_argstring(self.ms_serve, line)
-        report = _progress(f"Serving {args.name}")
+        report, started = _progress(f"Serving {args.name}"), time.perf_counter()
         server = current().serve(args.name, progress=report, engine=args.engine, port=args.port, env=args.env)
         served = current().served[args.name]
         reloaded = current().reloads.note(args.name)
-        report(f"ready: {served.line()}{reloaded} at {server.inference_url}/predictions/{args.name}", 1.0)
-        return server
+        where = f"{server.inference_url}/predictions/{args.name}"
+        report(f"ready: {served.line()}{reloaded} at {where} (took {views.took(time.perf_counter() - started)})", 1.0)
+        return server  # shown by its ready line above, not as an Out (see load_ipython_extension)
 
     @line_magic
     @_usage_errors
@@ -205,10 +207,14 @@ class MsnbMagics(Magics):
         of chunks)."""
         args = parse_argstring(self.ms_predict, line)
         data = self._request(args)  # None: the handler's --example
+        started = time.perf_counter()
         if args.stream:
-            answer = print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
+            answer = views.Printed(
+                print_chunks(current().predict_stream(args.name, data, version=args.version, warn=False))
+            )
         else:
             answer = current().predict(args.name, data, version=args.version, warn=False)
+        display(views.Note(f"{args.name} answered in {views.took(time.perf_counter() - started)}"))
         stale = current().stale(args.name)
         if stale and args.version is None:
             display(views.WarningView(stale))
@@ -287,10 +293,12 @@ class MsnbMagics(Magics):
         finally:  # a nested run_cell clears the displayhook's result: this cell's Out would be lost
             self.shell.displayhook.exec_result = outer
 
-    def _executed_cells(self) -> tuple[list[tuple[str, str]], str]:
-        """The kernel's other executed cells in execution order, and this cell's origin label."""
+    def _executed_cells(self, cell: str) -> tuple[list[tuple[str, str]], str]:
+        """The kernel's other executed cells in execution order, and this (handler) cell's origin label."""
         history = self.shell.history_manager.input_hist_raw
         now = self.shell.execution_count  # this cell's index while it runs with history on
+        if now >= len(history) and history and cell.strip() and history[-1].rstrip().endswith(cell.rstrip()):
+            now = len(history) - 1  # IPython 9 has stored the running cell last, its count already the next one
         pool = [(Origin(f"cell In[{i}]", cell=i), src) for i, src in enumerate(history) if 0 < i != now and src.strip()]
         return pool, Origin(f"cell In[{now}]", cell=now) if now < len(history) else Origin("handler cell")
 
@@ -328,5 +336,8 @@ def load_ipython_extension(ip: Any) -> None:
         prefix = "%%" if magic == "ms_handler" else "%"
         ip.set_hook("complete_command", magic_help.completer(names, magic_help.flags(method)), str_key=prefix + magic)
     formatters = ip.display_formatter.formatters
+    for module, engine in (("msnb.engines.torchserve.server", "LocalServer"), ("msnb.engines.ray.engine", "LocalRay")):
+        # `%ms_serve` returns its server for `server = %ms_serve NAME`; its ready line said it: no Out repeats it
+        ip.display_formatter.ipython_display_formatter.for_type_by_name(module, engine, lambda server: None)
     formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
     formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

@@ -157,6 +157,11 @@ def _artifacts() -> Path:
     return path
 
 
+def _snap(page, state: str) -> None:
+    """A picture of the widget in ``state`` (idle, error, serving, predict, stopped) for a person to look at."""
+    page.locator(".msnb-widget").screenshot(path=str(_artifacts() / f"widget-{state}.png"))
+
+
 def _fill(page, field: str, text: str) -> None:
     page.locator(f".msnb-field-{field} input, .msnb-field-{field} textarea").fill(text)
 
@@ -185,35 +190,55 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         page.goto(url, wait_until="domcontentloaded", timeout=120_000)
         page.locator(".msnb-widget").wait_for(timeout=180_000)  # Voila runs the notebook first
         assert page.locator(".msnb-predict").is_disabled()  # nothing served yet
+        _snap(page, "idle")
 
         _fill(page, "batch_size", "0")  # a bad field: explained, nothing runs
         page.locator(".msnb-build").click()
         page.locator(".msnb-error-batch_size", has_text="must be >= 1").wait_for(timeout=30_000)
+        _snap(page, "error")
 
         _fill(page, "batch_size", "2")
         _fill(page, "max_batch_delay", "20")
         _fill(page, "version", "2.0")
         _fill(page, "payload", PAYLOAD)
         local = _click_and_wait(page, "test", '"label"')
-        assert '"score"' in local
+        assert '"score"' in local and local.startswith("Test · test process, no server · ")
         built = _click_and_wait(page, "build", "Built ")
         assert "widget_mlp.mar" in built
-        _click_and_wait(page, "serve", "Serving widget_mlp v2.0 (digest", while_running="starting TorchServe (Java)")
+        _click_and_wait(page, "serve", "Serve done in ", while_running="starting TorchServe (Java)")
         status = page.locator(".msnb-status").inner_text()
+        assert "serving widget_mlp v2.0 (digest " in status
         workdir = Path(re.search(r"workdir (\S+?)\)", status).group(1))
         assert kernel_tmp in workdir.parents and _ours(workdir)  # the Java server runs under the kernel's TMPDIR
+        _snap(page, "serving")
 
         served = _click_and_wait(page, "predict", '"label"')
-        assert served == local  # TorchServe answers what the in-process test did
-        page.screenshot(path=str(_artifacts() / "widget.png"), full_page=True)
+        assert served.startswith("Predict · served widget_mlp v2.0 (digest ")  # told apart from Test, with its latency
+        assert re.match(r"Predict · .* · \d+(\.\d)? m?s\n", served), served
+        assert _answer(served) == _answer(local)  # TorchServe answers what the in-process test did
+        _snap(page, "predict")
+        _fill(page, "payload", '{"x": "oops"}')  # the worker's traceback names the notebook's cell, not a temp file
+        failed = _click_and_wait(page, "predict", "Hint:")
+        logged = page.locator(".msnb-log").inner_text()
+        assert logged.count("invalid data type") == 1, logged  # the exception said once
+        assert "handler_model.py" not in failed + logged and re.search(
+            r"(cell In\[\d+\]|handler cell), line 8, in preprocess", logged
+        )
+        _snap(page, "predict-error")
 
         _click_and_wait(page, "stop", "Server stopped.")
         assert _gone(workdir, timeout=60), [p.info for p in _ours(workdir)]
         assert page.locator(".msnb-predict").is_disabled()
+        _snap(page, "stopped")
     except Exception:
         page.screenshot(path=str(_artifacts() / "widget-failure.png"), full_page=True)
         print(log.read_text()[-5000:])
         raise
+
+
+def _answer(result: str) -> str:
+    """A result's answer, without its first line (which action, and how long it took)."""
+    return result.split("\n", 1)[1]
 
 
 def _gone(workdir: Path, timeout: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -137,6 +138,26 @@ def test_ms_test_with_a_bad_sample_shows_the_error_not_a_traceback(ip):
     handler_cell(ip, "kbad")
     value, out = line_magic(ip, "ms_test", """kbad --data '{"y": 1}'""")
     assert value is None and "Hint:" in out and "Traceback (most recent call last)" not in out.split("Hint:")[0]
+
+
+def test_a_failing_test_points_at_the_cells_and_their_lines_not_at_the_rendered_file(ip):
+    handler_cell(ip, "kframes")
+    _, out = line_magic(ip, "ms_test", """kframes --data '{"x": "oops"}'""")  # preprocess: line 10 with %%ms_handler
+    assert "cell In[" in out.split(", line 10, in preprocess")[0].splitlines()[-1], out  # IPython's name of the cell
+    assert "handler_model.py" not in out and "msnb-forkserver" not in out, out
+    _, out = line_magic(ip, "ms_test", """kframes --data '{"x": [1, 2, 3]}'""")  # KNet.forward, pulled in from its cell
+    assert ", in forward" in out and "cell In[" in out and "handler_model.py" not in out, out
+
+
+def test_a_misspelt_role_is_said_at_capture_and_when_the_test_fails(ip):
+    _, shown_at_capture = handler_cell(ip, "ktypo", HANDLER.replace("def preprocess(", "def preprocces("))
+    assert (
+        "did you mean `preprocess`?" in shown_at_capture
+        and "Hint: rename `preprocces` to `preprocess`" in shown_at_capture
+    )
+    value, out = line_magic(ip, "ms_test", """ktypo --data '{"x": [1, 2, 3, 4]}'""")
+    assert value is None and "Role `preprocess` was not found: the cell defines `preprocces`" in out, out
+    assert "Hint: rename `preprocces` to `preprocess`" in out and out.count("must be Tensor, not list") == 1, out
 
 
 def test_ms_test_explain_shows_attribution_bars_in_process(ip):
@@ -296,9 +317,11 @@ def test_serve_predict_stop_on_a_real_torchserve(ip, session):
     assert server is not None and server.running, out
     assert "ready: kserved v1.0 (digest " in out and "at http://127.0.0.1" in out
     answer, out = line_magic(ip, "ms_predict", "kserved")
-    assert answer == expected, out
+    assert answer == expected and re.search(r"kserved answered in \d+(\.\d)? m?s", out), out
     bad, out = line_magic(ip, "ms_predict", """kserved --data '{"x": "oops"}'""")
     assert bad is None and "Hint:" in out
+    # the worker's traceback names the cell's line (line 1: %%ms_handler), not the served handler_model.py's
+    assert "line 10, in preprocess" in out and "handler_model.py" not in out, out
     server.stop()  # restarted by hand (as an error hint suggests): it serves nothing until %ms_serve
     server.start()
     value, out = line_magic(ip, "ms_predict", "kserved")

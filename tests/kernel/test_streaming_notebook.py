@@ -43,12 +43,14 @@ def test_ms_test_returns_the_chunks_of_the_notebooks_own_greedy_generation(noteb
 
 def test_ms_predict_stream_prints_the_chunks_as_they_arrive_and_returns_them(notebook):
     notebook.user_ns["prompt"] = "the dog"
-    with capture_output():
+    with capture_output() as served:
         assert notebook.run_cell("%ms_serve gen", store_history=True).success
+    assert "(took " in str(served.outputs[-1].data) and "LocalServer" not in served.stdout + str(served.outputs)
     with capture_output() as shown:
-        chunks = notebook.run_line_magic("ms_predict", "gen --data prompt --stream")
-    truth = own_generation(notebook, "the dog")
+        result = notebook.run_cell("%ms_predict gen --data prompt --stream", store_history=True)
+    chunks, truth = result.result, own_generation(notebook, "the dog")
     assert chunks == truth and "".join(truth) in shown.stdout
+    assert repr(truth) not in shown.stdout + str(shown.outputs)  # printed as they came, not again as a list
     arrived = list(msnb.session.current().predict_stream("gen", "the dog"))
     assert len(arrived) > 1 and "".join(arrived) == "".join(truth)  # pieces, not one whole answer
 

@@ -1,10 +1,12 @@
 """A served model through OpenAI's official client and MCP's official client on a real TorchServe (msnb's front on
 loopback): chat and completions, streamed and whole, equal the notebook's greedy generation in plain torch; max_tokens,
-stop, the models list, a wrong key, refused fields; two streams in one batch; a client that leaves mid-stream."""
+stop, the models list, a wrong key, refused fields; two streams in one batch; a client that leaves mid-stream; a
+stream ended early stops its generator in the worker."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -20,6 +22,32 @@ from msnb.spec import spec_from_source
 
 PROMPTS = ("the cat", "a dog sat")
 LM = API_BODY.replace('"""\n', '"""\n' + MODEL_SOURCE, 1)  # one module: the docstring first, the model, the roles
+COUNT_STEPS = 200_000  # far more than a test waits for: a generator that runs on is seen running on
+COUNTER = f"""
+from pathlib import Path
+
+import torch
+
+WHERE = [None]
+
+def init_function():
+    return torch.nn.Identity()
+
+def preprocess(request):
+    WHERE[0] = Path(request["progress"])  # where the generator writes the step it stopped at
+    return torch.tensor(0)
+
+def inference(model, batch):
+    step = 0
+    try:
+        for step in range({COUNT_STEPS}):
+            yield batch + step
+    finally:
+        WHERE[0].write_text(str(step))
+
+def postprocess(step):
+    return f" {{int(step)}}"
+"""
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +58,7 @@ def api_server(tmp_path_factory):
         deploy(srv, spec_from_source("gen", LM, batch_size=2, max_batch_delay=300,
                                      example={"prompt": "the cat"}))  # fmt: skip
         deploy(srv, spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [0.0] * 4}))
+        deploy(srv, spec_from_source("count", COUNTER))
         key = json.loads(srv.key_file.read_text())["inference"]["key"]
         yield srv, key
         url = srv.openai_base_url
@@ -57,7 +86,7 @@ def test_the_openai_client_gets_the_notebooks_generation_whole_streamed_and_as_a
     assert "".join(short) == truth("the cat")[:5] and finish == "length"
     cut = client.completions.create(model="gen", prompt="the cat", stop=[truth("the cat")[6:8]])
     assert cut.choices[0].text == truth("the cat")[:6] and cut.choices[0].finish_reason == "stop"
-    assert [m.id for m in client.models.list()] == ["gen"]  # the models that stream
+    assert [m.id for m in client.models.list()] == ["count", "gen"]  # the models that stream
 
 
 def test_a_wrong_key_is_401_and_what_msnb_cannot_honour_is_a_400_naming_it(api_server):
@@ -79,7 +108,7 @@ def test_mcp_tools_are_the_served_models_and_a_call_answers_as_predict_does(api_
     x = [0.5, -1.0, 2.0, 0.1]
     tools, (gen, mlp) = mcp_tools(server.mcp_url, key, [("gen", {"prompt": "the cat"}), ("mlp", {"x": x})])
     by_name = {t.name: t for t in tools}
-    assert set(by_name) == {"gen", "mlp"} and by_name["gen"].description == API_DOC
+    assert set(by_name) == {"count", "gen", "mlp"} and by_name["gen"].description == API_DOC
     assert by_name["gen"].input_schema["properties"] == {"prompt": {"type": "string"}}
     assert (
         gen.structured_content
@@ -103,3 +132,19 @@ def test_two_streams_share_a_batch_and_a_client_that_leaves_does_not_stop_the_ot
     next(iter(leaving))
     leaving.close()  # the client leaves after its first chunk
     assert "".join(streamed_text(client, "gen", "a dog sat")[0]) == truth("a dog sat")
+
+
+def test_a_stream_ended_early_stops_its_generator_in_the_worker(api_server, tmp_path):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    for how, progress in (("max_tokens", tmp_path / "short"), ("the client leaves", tmp_path / "left")):
+        stream = client.chat.completions.create(model="count", messages=[{"role": "user", "content": "x"}],
+                                                stream=True, max_tokens=3 if how == "max_tokens" else None,
+                                                extra_body={"progress": str(progress)})  # fmt: skip
+        pieces = [c.choices[0].delta.content for c, _ in zip(stream, range(4)) if c.choices[0].delta.content]
+        stream.close()
+        assert pieces == [f" {i}" for i in range(len(pieces))] and len(pieces) >= 3
+        deadline = time.monotonic() + 60  # the generator's finally writes the step it stopped at
+        while not progress.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert progress.exists() and int(progress.read_text()) < COUNT_STEPS - 1, how

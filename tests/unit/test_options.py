@@ -7,8 +7,8 @@ import json
 import numpy
 import pytest
 
-from msnb.errors import SpecError
-from msnb.options import handler_config, parse_handler_line
+from msnb.errors import OptionError, SpecError
+from msnb.options import handler_config, option_value, parse_handler_line
 
 
 def requirements(value: str, namespace=None, base=None) -> tuple[str, ...]:
@@ -55,3 +55,19 @@ def test_example_and_init_kwargs_json_round_trip():
     args = parse_handler_line("""m --init-kwargs '{"hidden": 8}' --example '{"x": [1, 2]}'""")
     config = handler_config(args)
     assert config["init_kwargs"] == {"hidden": 8} and json.dumps(config["example"]) == '{"x": [1, 2]}'
+
+
+def test_a_field_typed_in_the_widget_reads_as_the_same_option_on_the_magic_line(tmp_path):
+    """The widget's fields go through the %%ms_handler line's parser: one parser, one set of messages."""
+    line = handler_config(parse_handler_line("m --batch-size 8 --requirements numpy,scipy"), {}, tmp_path)
+    assert option_value("batch_size", " 8 ", tmp_path) == line["batch_size"] == 8
+    assert option_value("requirements", "numpy\nscipy\n", tmp_path) == line["requirements"] == ("numpy", "scipy")
+    assert option_value("max_gpu_memory", "", tmp_path) is None
+    with pytest.raises(
+        OptionError, match=r"--batch-size takes a whole number, got 'two'[\s\S]*Hint: type a number >= 1"
+    ):
+        option_value("batch_size", "two", tmp_path)
+    with pytest.raises(OptionError, match=r"--workers must be >= 1, got 0"):
+        option_value("workers", "0", tmp_path)
+    with pytest.raises(SpecError, match=r"--checkpoint: .*nope\.pt' does not exist[\s\S]*Hint: save it first"):
+        option_value("checkpoint", "nope.pt", tmp_path)

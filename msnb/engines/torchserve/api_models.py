@@ -10,12 +10,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from msnb.engines.chunks import ChunkReader, is_stream
-from msnb.engines.models import decode
+from msnb.engines.chunks import ChunkReader
 from msnb.engines.torchserve.client import TorchServeClient
+from msnb.engines.torchserve.upstream import Connections, Response
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_mcp import read_card
 from msnb.templates.msnb_api_openai import ApiError, upstream_error
+from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
 from msnb.templates.msnb_names import API_CARD
 
 JSON_TYPE = "application/json"
@@ -23,31 +24,37 @@ JSON_TYPE = "application/json"
 
 class Upstream:
     """One streamed prediction on TorchServe: ``pieces`` yields each str piece as its HTTP chunk arrives; the
-    handler's final error line (or JSON chunks where text was expected) raises ApiError."""
+    handler's final error line (or JSON chunks where text was expected) raises ApiError. Closed before its end,
+    it tells the worker to stop the generator (msnb_cancel, when the server gives a ``cancel_dir``)."""
 
-    def __init__(self, resp: Any):
-        self.resp = resp
-        self.reader = ChunkReader(resp.headers.get("Content-Type"))
+    def __init__(self, resp: Response, stream_id: str = "", cancel_dir: Path | None = None):
+        self.resp, self.stream_id, self.cancel_dir = resp, stream_id, cancel_dir
+        self.reader = ChunkReader(resp.header("Content-Type"))
+        self.finished = False
 
     def pieces(self) -> Iterator[str]:
         if self.reader.jsonl:
             raise ApiError(400, "The model streams JSON values, not text: /v1 needs a generator that yields str "
                            "pieces. Hint: make postprocess return a str per step.", param="model")  # fmt: skip
-        for data in self.resp.raw.read_chunked(decode_content=False) if self.resp.raw.chunked else [self.resp.content]:
+        for data in self.resp.chunks():
             yield from self.reader.feed(data)
         yield from self.reader.close()
+        self.finished = True
         if self.reader.error is not None:
             raise upstream_error(500, self.reader.error)
 
     def close(self) -> None:
+        if not self.finished:
+            mark(self.cancel_dir, self.stream_id)
         self.resp.close()
 
 
 class TorchServeModels:
     """The served models of the TorchServe ``client()`` answers for, their cards cached by store entry."""
 
-    def __init__(self, client: Callable[[], TorchServeClient], store_root: Path):
-        self.client, self.store_root = client, Path(store_root)
+    def __init__(self, client: Callable[[], TorchServeClient], store_root: Path, cancel_dir: Path | None = None):
+        self.client, self.store_root, self.cancel_dir = client, Path(store_root), cancel_dir
+        self._upstream: Connections | None = None  # to the inference API (msnb.engines.torchserve.upstream)
         self._cards: dict[str, dict] = {}
         self._lock = threading.Lock()
 
@@ -86,14 +93,17 @@ class TorchServeModels:
 
     def open(self, name: str, body: bytes) -> Upstream:
         """POST the request body to /predictions/NAME, streamed; an error answer raises ApiError in OpenAI's shape."""
-        client = self.client()
-        resp = client.call("POST", f"{client.inference_url}/predictions/{name}", "inference", data=body,
-                           headers={"Content-Type": JSON_TYPE}, timeout=client.predict_timeout(name, None),
-                           stream=True)  # fmt: skip
-        if resp.status_code != 200:
-            with resp:
-                raise upstream_error(resp.status_code, _decoded(resp))
-        return Upstream(resp)
+        client, stream_id = self.client(), new_id()
+        if self._upstream is None:
+            self._upstream = Connections(client.inference_url)
+        headers = {"Content-Type": JSON_TYPE, CANCEL_HEADER: stream_id, **client.keys.header("inference")}
+        resp = self._upstream.post(f"/predictions/{name}", body, headers, client.predict_timeout(name, None))
+        if resp.status != 200:
+            try:
+                raise upstream_error(resp.status, resp.decoded())
+            finally:
+                resp.close()
+        return Upstream(resp, stream_id, self.cancel_dir)
 
     def predict(self, name: str, sample: Any, streams: bool) -> Any:
         """One prediction (an MCP tool call): the answer; a streaming model's joined text pieces (a JSON-lines
@@ -103,13 +113,6 @@ class TorchServeModels:
             return client.predict(name, sample)
         chunks = list(client.predict_stream(name, sample))
         return "".join(chunks) if all(isinstance(c, str) for c in chunks) else chunks
-
-
-def _decoded(resp: Any) -> Any:
-    try:
-        return decode(resp) if not is_stream(resp.headers.get("Content-Type")) else resp.text
-    except (ValueError, ServerError):
-        return resp.text
 
 
 def as_json(value: Any) -> bytes:

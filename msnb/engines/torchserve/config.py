@@ -88,6 +88,11 @@ class Layout:
         return Path("/tmp") / f"msnb-ts-{hashlib.sha1(str(self.workdir).encode()).hexdigest()[:12]}"
 
     @property
+    def cancel_dir(self) -> Path:
+        """Where the front marks the streams it ended early, for the workers to stop them (msnb_cancel)."""
+        return self.tmp_dir / "msnb-cancel"
+
+    @property
     def pid_file(self) -> Path:
         """Where TorchServe's launcher records the Java pid ($TMPDIR/.model_server.pid)."""
         return self.tmp_dir / ".model_server.pid"
@@ -113,7 +118,7 @@ class Layout:
         return self.workdir / "key_file.json"
 
     def create(self) -> None:
-        for path in (self.model_store, self.log_dir, self.tmp_dir):
+        for path in (self.model_store, self.log_dir, self.tmp_dir, self.cancel_dir):
             path.mkdir(parents=True, exist_ok=True)
 
 

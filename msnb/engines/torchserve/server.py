@@ -33,6 +33,7 @@ from msnb.engines.torchserve.front import Front
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import ServerError
+from msnb.templates.msnb_cancel import CANCEL_DIR_VAR
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
@@ -132,8 +133,8 @@ class LocalServer:
             try:
                 self._launch(java)
                 self._wait_ready()
-                self._front = Front(TorchServeModels(lambda: self.client, self.layout.model_store),
-                                    lambda: self.client.keys.header("inference")).start()  # fmt: skip
+                models = TorchServeModels(lambda: self.client, self.layout.model_store, self.layout.cancel_dir)
+                self._front = Front(models, lambda: self.client.keys.header("inference")).start()
                 return
             except _PortTaken:
                 if attempt == 2 or self._requested_ports:
@@ -345,6 +346,7 @@ class LocalServer:
         inherited = env_vars.without_credentials(os.environ)
         env = {k: v for k, v in inherited.items() if not k.startswith("TS_")} | self.env
         env[env_vars.ENV_DIR_VAR] = str(lay.env_dir)
+        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the front ended early (msnb_cancel)
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
         env.update(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.logs import user_frames
 from msnb.errors import MsnbError
 from msnb.ui.attributions import bars_html
+from msnb.ui.display import took
 from msnb.ui.widget import fields
 from msnb.ui.widget.devices import Inventory, check_max_gpu_memory, list_devices
 from msnb.ui.widget.fields import FieldError
@@ -39,7 +41,7 @@ class Actions:
     build: Callable[[Any, str, str, Callable], Any]  # (spec, export_path, format, progress) -> path
     serve: Callable[..., Any]  # (spec, progress[, engine]) -> server
     predict: Callable[[str, Any], Any]  # (name, data) -> answer
-    stop: Callable[[], None]
+    stop: Callable[[], str | None]  # -> what it stopped, in words
     server_state: Callable[[], tuple[bool, str]]  # (running, one line: pid, url, workdir)
     log_tail: Callable[[], str]  # the server's recent log lines
     served: Callable[[str], str | None] = lambda name: None  # name -> "NAME vV (digest D)" while served
@@ -112,6 +114,9 @@ class Controller:
         """The session changed (a magic, another widget, this one): show it unless an action of ours runs."""
         if self.running is None:
             self.status = self._server_line()
+            if event == "stopped" and not self.result_ok:  # an error about the stopped server is stale now
+                self._set_result("", ok=True)
+                self.progress, self.outcome = ("", 0.0), ""
         self.on_change()
 
     def _load(self, name: str) -> None:
@@ -169,12 +174,8 @@ class Controller:
             parsed = self.validate(action)
             if self.errors:
                 labels = ", ".join(fields.LABELS[f] for f in self.errors)
-                self._set_result(
-                    f"{len(self.errors)} field(s) need fixing before {action}: {labels}.\n"
-                    "Hint: each field says what is wrong (also listed under the buttons).",
-                    ok=False,
-                )
-                self.progress, self.outcome = (f"{action} not started: fix the fields", 0.0), "invalid"
+                self._set_result(f"{action.title()} not started: fix {labels} (see under the field).", ok=False)
+                self.progress, self.outcome = (f"{action} not started", 0.0), "invalid"
                 self.on_change()
                 return None
             self.running, self.progress, self.outcome = action, (BUSY[action], 0.0), "running"
@@ -190,8 +191,9 @@ class Controller:
         return job is not None and self.result_ok
 
     def _run(self, action: str, parsed: dict[str, Any]) -> None:
+        started = time.perf_counter()
         try:
-            text = getattr(self, f"_do_{action}")(parsed)
+            text = getattr(self, f"_do_{action}")(parsed, lambda: took(time.perf_counter() - started))
         except MsnbError as err:
             self._finish_error(err)
         except Exception as err:  # a bug or an unexpected failure: one line, not a traceback
@@ -213,43 +215,48 @@ class Controller:
         base = self.base or self.actions.get(parsed["name"])
         return base.replace(**fields.spec_changes(parsed, self.inventory))
 
-    def _do_test(self, parsed: dict[str, Any]) -> str:
+    def _do_test(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         payload = parsed.get("payload", fields.NO_PAYLOAD)
-        answers = self.actions.test(self._spec(parsed), None if payload is fields.NO_PAYLOAD else [payload])
-        return "\n".join(fields.pretty(a) for a in answers)
+        spec = self._spec(parsed)
+        answers = self.actions.test(spec, None if payload is fields.NO_PAYLOAD else [payload])
+        took = elapsed()
+        self._log(f"[test] {spec.name} answered in its test process in {took}")
+        return f"Test · test process, no server · {took}\n" + "\n".join(fields.pretty(a) for a in answers)
 
-    def _do_build(self, parsed: dict[str, Any]) -> str:
+    def _do_build(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
-        self._log(f"built {path}")
-        return f"Built {path}"
+        took = elapsed()
+        self._log(f"[build] built {path} in {took}")
+        return f"Built {path} in {took}"
 
-    def _do_serve(self, parsed: dict[str, Any]) -> str:
+    def _do_serve(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         spec = self._spec(parsed)
         self.actions.serve(spec, self._progress, parsed.get("engine"))
-        line = self._server_line()
-        self._log(line)
-        return f"Serving {self.actions.served(spec.name) or spec.name}. {line}"
+        return f"Serve done in {elapsed()}: click Predict to ask {spec.name} (the status line says where it runs)."
 
-    def _do_predict(self, parsed: dict[str, Any]) -> str:
+    def _do_predict(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
+        heading = f"Predict · served {self.actions.served(self.served) or self.served}"
         if self.actions.predict_stream is None:
             answer = fields.pretty(self._ask_server(self.actions.predict, parsed["payload"]))
         else:  # a streamed answer shows its chunks as they come; a whole one arrives as one chunk
             answer = self._ask_server(
-                lambda name, data: self._show(self.actions.predict_stream(name, data)), parsed["payload"]
+                lambda name, data: self._show(self.actions.predict_stream(name, data), heading), parsed["payload"]
             )
+        took = elapsed()
+        self._log(f"[predict] {self.served} answered in {took}")
         stale = self.actions.stale(self.served)
-        return f"{answer}\nWarning: {stale}" if stale else answer
+        return f"{heading} · {took}\n{answer}" + (f"\nWarning: {stale}" if stale else "")
 
-    def _show(self, chunks: Any) -> str:
+    def _show(self, chunks: Any, heading: str) -> str:
         """Show the chunks in the result as each arrives; returns the whole answer's text."""
         got: list = []
         for chunk in chunks:
             got.append(chunk)
-            self.result, self.result_ok = chunks_text(got), True
+            self.result, self.result_ok = f"{heading} · receiving\n{chunks_text(got)}", True
             self.on_change()
         return chunks_text(got)
 
-    def _do_explain(self, parsed: dict[str, Any]) -> str:
+    def _do_explain(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         answer = self._ask_server(self.actions.explain, parsed["payload"])
         self.chart = bars_html(answer)
         stale = self.actions.stale(self.served)
@@ -269,13 +276,14 @@ class Controller:
             self._tail(),
         )
 
-    def _do_logs(self, parsed: dict[str, Any]) -> str:
+    def _do_logs(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         text = self.actions.logs(self.served)
         self._log(text)
         return f"Worker log of {self.served!r}: the newest lines are in the log below."
 
-    def _do_stop(self, parsed: dict[str, Any]) -> str:
-        self.actions.stop()
+    def _do_stop(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
+        said = self.actions.stop()
+        self._log(f"[stop] {said or 'server stopped'}")
         return "Server stopped."
 
     # ------------------------------------------------------------ reporting

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msnb.options import DEFAULTS, INT_OPTIONS, OPTIONS
+from msnb.errors import MsnbError
+from msnb.options import DEFAULTS, OPTION, OPTIONS, option_value
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.ui.widget.devices import Inventory
 
@@ -30,7 +31,6 @@ FIELDS_FOR = {
     "stop": (),
 }
 REQUIRED = {"predict": ("payload",), "explain": ("payload",)}
-INT_MINIMUM = {k: v for k, v in INT_OPTIONS.items() if k != "max_gpu_memory"}
 # The serve dropdown: (label, engine) for the engines a session serves on (msnb.session.ENGINES).
 ENGINE_CHOICES = (("TorchServe", "torchserve"), ("Ray Serve (pip install msnb[ray])", "ray"))
 # The build dropdown: (label, archive format) for the formats a person builds by hand.
@@ -72,15 +72,14 @@ def values_from_spec(spec: Any, inventory: Inventory) -> dict[str, str]:
 def parse(field: str, text: Any, base: Any = None, required: bool = False) -> Any:
     """The value of ``field`` from its text; raises FieldError saying what is wrong and how to fix it."""
     text = "" if text is None else str(text).strip()
-    if field in INT_MINIMUM:
-        return _parse_int(field, text, INT_MINIMUM[field])
-    if field == "max_gpu_memory":
-        return None if not text else _parse_int(field, text, 1)
-    if field == "checkpoint":
-        return _parse_checkpoint(text, base)
-    if field in ("requirements", "extra_files"):
-        items = tuple(line.strip() for line in text.splitlines() if line.strip())
-        return _check_files(items) if field == "extra_files" else items
+    if field == "checkpoint" and base is not None and text and text == _checkpoint_text(base.checkpoint):
+        return base.checkpoint  # unchanged: keep the file as it was given, or the in-memory state_dict / module
+    if field in OPTION and field not in ("version", "device"):  # the %%ms_handler line's own parser reads the rest
+        try:
+            value = option_value(field, text, Path.cwd())
+        except MsnbError as err:
+            raise FieldError(err.render().replace(OPTION[field].flag, LABELS[field], 1)) from None
+        return _check_files(value) if field == "extra_files" else value
     if field == "payload":
         return _parse_json(text, required)
     if field == "engine" and text not in dict(map(reversed, ENGINE_CHOICES)):
@@ -121,18 +120,6 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-def _parse_int(field: str, text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise FieldError(
-            f"{LABELS[field]} must be a whole number, got {text!r}. Hint: type a number >= {minimum}."
-        ) from None
-    if value < minimum:
-        raise FieldError(f"{LABELS[field]} must be >= {minimum}, got {value}. Hint: e.g. {max(minimum, 1)}.")
-    return value
-
-
 def _parse_json(text: str, required: bool) -> Any:
     if not text:
         if required:
@@ -143,9 +130,17 @@ def _parse_json(text: str, required: bool) -> Any:
     except json.JSONDecodeError as err:
         near = text.splitlines()[err.lineno - 1][max(0, err.colno - 11) : err.colno + 10] if text.splitlines() else ""
         raise FieldError(
-            f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg} (near {near!r}). "
-            'Hint: use double quotes for strings and keys, e.g. {"x": [1, 2]}.'
+            f"invalid JSON at line {err.lineno}, column {err.colno}: {err.msg} (near {near!r}). Hint: {_json_hint(err)}"
         ) from None
+
+
+def _json_hint(err: json.JSONDecodeError) -> str:
+    """The fix for what the decoder met: an input cut short, single quotes, or another mistake."""
+    if err.pos >= len(err.doc.rstrip()) or err.msg.startswith("Unterminated string"):
+        return "the JSON ends early: close every string, [ and { it opens."
+    if "double quotes" in err.msg or err.doc[err.pos : err.pos + 1] == "'":
+        return 'use double quotes for strings and keys, e.g. {"x": [1, 2]}.'
+    return 'fix the JSON there, e.g. {"x": [1, 2]}.'
 
 
 def _checkpoint_text(checkpoint: Any) -> str:
@@ -154,19 +149,6 @@ def _checkpoint_text(checkpoint: Any) -> str:
     if isinstance(checkpoint, (str, Path)):
         return str(checkpoint)
     return f"(in memory: {type(checkpoint).__name__})"
-
-
-def _parse_checkpoint(text: str, base: Any) -> Any:
-    if not text:
-        return None
-    if base is not None and not isinstance(base.checkpoint, (str, Path)) and text == _checkpoint_text(base.checkpoint):
-        return base.checkpoint  # unchanged: keep the in-memory state_dict / module
-    if not Path(text).is_file():
-        raise FieldError(
-            f"no checkpoint file at {text!r} (looked in {Path.cwd()}). "
-            "Hint: save one with torch.save(model.state_dict(), path), or clear the field."
-        )
-    return text
 
 
 def _check_files(paths: tuple[str, ...]) -> tuple[str, ...]:

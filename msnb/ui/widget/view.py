@@ -23,7 +23,10 @@ from msnb.ui.widget.fields import ENGINE_CHOICES, FORMAT_CHOICES, LABELS
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
 _BAR_STYLE = {"ok": "success", "failed": "danger"}  # "invalid" (fields to fix) leaves the bar empty and plain
-LOG_LINES = 40  # the log area shows the newest lines; the controller keeps 200
+FIELD_WIDTH = "760px"  # label 160 px + the longest choice ("zip-store (an uncompressed .mar, ...)") uncut
+LOG_LINES = 40
+# widget-html's line-height is a widget row (28 px): reset it, or a wrapped line or a log tail fills the screen
+_WRAP = "white-space:pre-wrap;overflow-wrap:break-word;line-height:1.35"  # the log area shows the newest lines; the controller keeps 200
 
 
 class BuildWidget(widgets.VBox):
@@ -43,10 +46,9 @@ class BuildWidget(widgets.VBox):
             value=0.0, min=0.0, max=1.0, description="Progress", style=_STYLE
         ).add_class("msnb-progress")
         self.step, self.status = _html("msnb-step"), _html("msnb-status")
-        self.button_errors = _html("msnb-button-errors")  # field errors again, where the click happened
         self.result, self.log_view = _html("msnb-result"), _html("msnb-log")
         self.chart = _html("msnb-chart")  # Explain's attributions as bars
-        note = _html("msnb-device-note", html.escape(inventory.note or ""))
+        note = _html("msnb-device-note", _line(inventory.note or ""))
         rows = [widgets.VBox([self.fields[f], self.field_errors[f]]) for f in LABELS]
         rows.insert(list(LABELS).index("device") + 1, note)
         title = widgets.HTML(f"<b>msnb</b> · {html.escape(name or 'new handler')}")
@@ -55,7 +57,6 @@ class BuildWidget(widgets.VBox):
                 title,
                 *rows,
                 widgets.HBox(list(self.buttons.values())),
-                self.button_errors,
                 widgets.HBox([self.progress, self.step]),
                 self.status,
                 widgets.HTML("<b>Result</b>"),
@@ -70,7 +71,9 @@ class BuildWidget(widgets.VBox):
         self.refresh()
 
     def _field(self, field: str, inventory: Inventory) -> widgets.Widget:
-        common = dict(description=LABELS[field], style=_STYLE, layout=widgets.Layout(width="560px"))
+        common = dict(
+            description=LABELS[field], style=_STYLE, layout=widgets.Layout(width="100%", max_width=FIELD_WIDTH)
+        )
         value = self.controller.values[field]
         if field == "device":
             w = widgets.Dropdown(options=inventory.options(), value=value, **common)
@@ -117,20 +120,23 @@ class BuildWidget(widgets.VBox):
                 self.buttons[action].disabled = not enabled
             for field, label in self.field_errors.items():
                 label.value = _error_html(c.errors.get(field, ""))
-            self.button_errors.value = "<br>".join(_error_html(f"{LABELS[f]}: {e}") for f, e in c.errors.items())
             step, fraction = c.progress
             self.progress.value = max(0.0, min(1.0, fraction))
             self.progress.bar_style = _BAR_STYLE.get(c.outcome, "")
             self.step.value = html.escape(step)
-            self.status.value = html.escape(c.status)
+            self.status.value = _line(c.status)
             self.result.value = _pre(c.result, "#1b5e20" if c.result_ok else "#b71c1c")
             self.chart.value = c.chart
             self.log_view.value = _pre("\n".join(c.log[-LOG_LINES:]), "#333")
 
 
 def _pre(text: str, colour: str) -> str:
-    # widget-html's line-height is a widget row (28 px): reset it, or a log tail fills the screen
-    return f'<pre style="color:{colour};white-space:pre-wrap;line-height:1.35;margin:0">{html.escape(text)}</pre>'
+    return f'<pre style="color:{colour};{_WRAP};margin:0">{html.escape(text)}</pre>'
+
+
+def _line(text: str) -> str:
+    """A line of text that wraps between words within the widget's width (a long path only where it must)."""
+    return f'<div style="{_WRAP}">{html.escape(text)}</div>' if text else ""
 
 
 def _html(css_class: str, value: str = "") -> widgets.HTML:

@@ -77,8 +77,8 @@ def test_bad_batch_size_shows_next_to_the_field_and_nothing_runs(fake):
     w = make(fake)
     type_(w, "batch_size", "zero")
     click(w, "build")
-    assert "must be a whole number" in w.field_errors["batch_size"].value and fake.calls == []
-    assert "need fixing" in w.result.value
+    assert "Batch size takes a whole number" in w.field_errors["batch_size"].value and fake.calls == []
+    assert "not started: fix" in w.result.value
     type_(w, "batch_size", "8")  # typing clears the field's error at the next refresh
     click(w, "build")
     assert w.field_errors["batch_size"].value == "" and fake.calls[0][1][0].batch_size == 8

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 
 import pytest
@@ -43,7 +44,7 @@ def test_bad_numbers_are_field_errors_and_nothing_runs(fake, field, text):
             assert ok  # 0 ms delay is valid
             continue
         assert not ok and field in c.errors and "Hint:" in c.errors[field]
-        assert "need fixing" in c.result
+        assert "not started: fix" in c.result
     assert fake.names() == (["test", "build", "serve"] if field == "max_batch_delay" and text == "0" else [])
 
 
@@ -59,7 +60,7 @@ def test_missing_checkpoint_is_a_field_error_before_building(fake, tmp_path):
     c = make(fake)
     c.set("checkpoint", str(tmp_path / "missing.pth"))
     assert not c.run("build")
-    assert "no checkpoint file" in c.errors["checkpoint"] and fake.calls == []
+    assert "does not exist" in c.errors["checkpoint"] and fake.calls == []
     (tmp_path / "real.pth").write_bytes(b"x")
     c.set("checkpoint", str(tmp_path / "real.pth"))
     assert c.run("build")
@@ -253,7 +254,9 @@ def test_predict_of_a_streaming_model_shows_each_chunk_before_the_next_is_produc
 
     c = Controller("mlp", dataclasses.replace(fake.actions(), predict_stream=stream), CPU_ONLY)
     assert c.run("serve") and c.run("predict")
-    assert shown_before_next == ["the", "the cat", "the cat sat"] and c.result == "the cat sat" and c.result_ok
+    receiving = "Predict · served mlp v1.0 (digest abc) · receiving\n"
+    assert shown_before_next == [receiving + "the", receiving + "the cat", receiving + "the cat sat"] and c.result_ok
+    assert re.fullmatch(r"Predict · served mlp v1\.0 \(digest abc\) · \d+ ms\nthe cat sat", c.result), c.result
 
 
 def test_predict_of_json_lines_shows_one_per_line_and_a_whole_answer_pretty(fake):
@@ -261,4 +264,36 @@ def test_predict_of_json_lines_shows_one_per_line_and_a_whole_answer_pretty(fake
     for kind, expected in (("lines", '{"step": 1}\n{"step": 2}'), ("whole", '{\n  "label": 3\n}')):
         actions = dataclasses.replace(fake.actions(), predict_stream=lambda name, data, k=kind: iter(chunks[k]))
         c = Controller("mlp", actions, CPU_ONLY)
-        assert c.run("serve") and c.run("predict") and c.result == expected
+        assert c.run("serve") and c.run("predict") and c.result.split("\n", 1)[1] == expected
+
+
+# ------------------------------------------------------------------ each thing said once, with its duration
+def test_a_bad_json_is_said_once_under_its_field_and_a_cut_input_is_not_blamed_on_quotes(fake):
+    c = make(fake)
+    c.set("payload", '{"x": [1, 2')  # cut short while typing
+    assert not c.run("test")
+    assert "ends early" in c.errors["payload"] and "double quotes" not in c.errors["payload"]
+    assert "Expecting" not in c.result and "Request JSON" in c.result  # Result names the field, the field says why
+    c.set("payload", "{'x': [1]}")
+    assert not c.run("test") and "use double quotes" in c.errors["payload"]
+
+
+def test_test_predict_and_stop_each_log_a_line_and_results_say_which_and_how_long(fake):
+    c = make(fake)
+    assert c.run("test") and re.match(r"Test · test process, no server · \d+ ms\n", c.result)
+    assert c.run("serve") and re.match(r"Serve done in \d+ ms: click Predict", c.result)
+    assert "pid 4242" not in c.result and "pid 4242" in c.status  # the server's line once, in the status
+    assert c.run("predict") and re.match(r"Predict · served mlp v1\.0 \(digest abc\) · \d+ ms\n", c.result)
+    assert c.run("stop")
+    logged = "\n".join(c.log)
+    assert all(f"[{action}]" in logged for action in ("test", "serve", "predict", "stop")), logged
+
+
+def test_an_error_about_a_server_stopped_elsewhere_is_cleared_from_the_result(fake):
+    c = make(fake)
+    assert c.run("serve")
+    fake.fail = ServerError("predict failed", "look at the log")
+    assert not c.run("predict") and "predict failed" in c.result
+    fake.fail = None
+    fake.stop_by_magic()  # %ms_stop in another cell
+    assert c.result == "" and c.result_ok and "predict failed" not in c.result
