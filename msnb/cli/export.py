@@ -11,8 +11,8 @@ from msnb.capture import named_files
 from msnb.capture.kernel_values import human
 from msnb.capture.notebook import Captured, load_handlers
 from msnb.cli.execute import DEFAULT_TIMEOUT_S, executed_specs, saved_by_msnb, select
+from msnb.engines.models import Limits
 from msnb.engines.ray import require as require_ray
-from msnb.engines.torchserve.config import Limits
 from msnb.errors import BuildError, OptionError
 from msnb.package import archive, formats
 from msnb.session.export import Report, Targets, export

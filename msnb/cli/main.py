@@ -12,12 +12,8 @@ from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.engines import env_vars
 from msnb.engines.env_vars import ENV_HELP
-from msnb.engines.torchserve.config import (
-    KSERVE_CONFIG_DIR,
-    KSERVE_STORE_DIR,
-    LIMIT_OPTIONS,
-    Limits,
-)
+from msnb.engines.models import LIMIT_OPTIONS, Limits
+from msnb.engines.torchserve.config import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR
 from msnb.errors import MsnbError, OptionError, ServerError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS

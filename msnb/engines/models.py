@@ -1,5 +1,5 @@
 """What an engine says about its models, in TorchServe's API (Ray Serve's router answers it too): their status,
-request bodies and answers, errors."""
+request bodies and answers, body size limits, errors."""
 
 from __future__ import annotations
 
@@ -10,6 +10,40 @@ from typing import Any
 import requests
 
 from msnb.errors import ServerError
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+
+LIMIT_OPTIONS = {
+    "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
+    "or `msnb export --kserve ... --max-request-size BYTES`",
+    "max_response_size": "LocalServer(max_response_size=BYTES), `msnb serve --max-response-size BYTES` "
+    "or `msnb export --kserve ... --max-response-size BYTES`",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """TorchServe's body size limits in bytes (None: its default, 6.5 MB); a larger body is answered 413."""
+
+    max_request_size: int | None = None
+    max_response_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in LIMIT_OPTIONS:
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ServerError(f"{key}={value!r} is not valid.", f"{key} takes a whole number of bytes > 0.")
+
+    def properties(self) -> dict[str, int]:
+        return {key: getattr(self, key) for key in LIMIT_OPTIONS if getattr(self, key) is not None}
+
+    def describe(self, key: str) -> str:
+        """'max_request_size (6553500 bytes, TorchServe's default)'."""
+        value = getattr(self, key)
+        return (
+            f"{key} ({value} bytes)"
+            if value is not None
+            else f"{key} ({DEFAULT_MAX_BYTES} bytes, TorchServe's default)"
+        )
 
 
 class PredictionError(ServerError):

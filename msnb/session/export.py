@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msnb.capture.notebook import Captured
-from msnb.engines.torchserve.config import Limits
+from msnb.engines.models import Limits
 from msnb.errors import MsnbError
 from msnb.files import move_into
 from msnb.package import archive, kserve_layout

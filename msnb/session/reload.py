@@ -20,10 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msnb.engines.inference_api import log_details
 from msnb.engines.models import ModelStatus
 from msnb.engines.protocol import Engine
 from msnb.engines.store import MANIFEST
-from msnb.engines.torchserve.client import _details
 from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.options import OPTION
@@ -220,7 +220,7 @@ def ask_reload(server: LocalServer, known: DevModel, number: int) -> None:
         body = resp.json()
     except ValueError:
         body = {"error": resp.text[:2000]}
-    details = _details(cursor)
+    details = log_details(cursor)
     raise ServerError(
         f"Reloading {known.spec.name} failed (HTTP {resp.status_code}): {body.get('error', body)}; "
         f"generation {known.generation} keeps serving.",

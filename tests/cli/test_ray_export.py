@@ -9,7 +9,7 @@ import yaml
 from helpers import handler, run, standard
 
 from msnb.engines.ray import INSTALL_HINT
-from msnb.engines.torchserve.config import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 
 def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path, capsys):

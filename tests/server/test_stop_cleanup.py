@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from helpers import ECHO, build_mar
 
+from msnb.engines.inference_api import PREDICT_TIMEOUT
 from msnb.engines.torchserve import LocalServer, TorchServeClient
-from msnb.engines.torchserve.client import PREDICT_TIMEOUT
 from msnb.templates.msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
 
 

@@ -36,10 +36,9 @@ MAY_IMPORT = {
                  "msnb.session"),
 }  # fmt: skip
 # The engines stand beside each other: the modules at the top of msnb/engines/ (the protocol and what both engines
-# speak: TorchServe's API, keys, store, process trees) import neither engine; Ray Serve takes from TorchServe only
-# its REST client (Ray's router answers TorchServe's URLs).
+# speak: TorchServe's inference API, keys, store, process trees) import neither engine, and neither engine imports
+# the other (Ray's router answers TorchServe's inference URLs: both speak them through msnb.engines.inference_api).
 ENGINES = ("msnb.engines.torchserve", "msnb.engines.ray")
-RAY_MAY_TAKE_FROM_TORCHSERVE = {"msnb.engines.torchserve.client"}
 # The model folder is the one hand-off: only its module stages one from a spec or opens one from an archive, and the
 # trial takes nothing of the package but the folder it runs (and the rendered handler's names).
 STAGES_OR_OPENS = {"msnb.package.staging", "msnb.package.mar_checks"}
@@ -150,11 +149,13 @@ def test_the_engine_neutral_modules_import_neither_engine():
         assert not bad, f"{name} is shared by both engines but imports {bad}"
 
 
-def test_ray_serve_takes_nothing_from_torchserve_but_its_rest_client():
+def test_neither_engine_imports_the_other():
+    assert "msnb.engines.inference_api" in graph()
     for name, deps in graph().items():
-        if name.startswith("msnb.engines.ray"):
-            taken = {d for d in deps if d.startswith("msnb.engines.torchserve")}
-            assert taken <= RAY_MAY_TAKE_FROM_TORCHSERVE, f"{name} imports {sorted(taken)} from engines.torchserve"
+        for engine, other in (ENGINES, ENGINES[::-1]):
+            if name.startswith(engine):
+                taken = sorted(d for d in deps if d.startswith(other))
+                assert not taken, f"{name} imports {taken} from {other}"
 
 
 def test_only_the_model_folder_module_stages_or_opens_a_model_folder():

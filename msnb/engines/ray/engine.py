@@ -1,8 +1,8 @@
 """A local Ray Serve owned by this process: the notebook's second engine (``%ms_serve NAME --engine ray``).
 
 It offers what the session asks of an engine, as ``LocalServer`` does for TorchServe: ``start``, ``stop``,
-``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (TorchServe's REST client: the
-URLs are the same), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
+``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (an InferenceClient: Ray's router
+answers TorchServe's inference URLs), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
 ``model_log``. Ray runs on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token
 authentication on, and its router asks every request for the session's inference key (``key_file``, TorchServe's
 format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog leave no process and no
@@ -24,6 +24,7 @@ from typing import Any
 
 from msnb.engines import watchdog
 from msnb.engines.auth import Keys, write_key_file
+from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
@@ -93,9 +94,7 @@ class LocalRay:
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
-        from msnb.engines.torchserve.client import TorchServeClient
-
-        self.client = TorchServeClient(self.inference_url, keys=Keys(self.key_file, None))
+        self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
 
     def stop(self) -> None:
@@ -312,7 +311,7 @@ class LocalRay:
         return self.client.predict(name, data, **kwargs)
 
     def predict_stream(self, name: str, data: Any, **kwargs: Any) -> Iterator[Any]:
-        """The answer's chunks as they arrive (see TorchServeClient.predict_stream)."""
+        """The answer's chunks as they arrive (see InferenceClient.predict_stream)."""
         return self.client.predict_stream(name, data, **kwargs)
 
     def explain(self, name: str, data: Any, **kwargs: Any) -> Any:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msnb.engines.env_vars import ENV_DIR
+from msnb.engines.models import Limits
 from msnb.engines.store import STORE_DIR
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 JAVA_MIN = 11
 JAVA_HINT = (
@@ -29,40 +29,6 @@ KSERVE_MOUNT = "/mnt/models"
 KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
 KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
-LIMIT_OPTIONS = {
-    "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
-    "or `msnb export --kserve ... --max-request-size BYTES`",
-    "max_response_size": "LocalServer(max_response_size=BYTES), `msnb serve --max-response-size BYTES` "
-    "or `msnb export --kserve ... --max-response-size BYTES`",
-}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """TorchServe's body size limits in bytes (None: its default, 6.5 MB); a larger body is answered 413."""
-
-    max_request_size: int | None = None
-    max_response_size: int | None = None
-
-    def __post_init__(self) -> None:
-        for key in LIMIT_OPTIONS:
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise ServerError(f"{key}={value!r} is not valid.", f"{key} takes a whole number of bytes > 0.")
-
-    def properties(self) -> dict[str, int]:
-        return {key: getattr(self, key) for key in LIMIT_OPTIONS if getattr(self, key) is not None}
-
-    def describe(self, key: str) -> str:
-        """'max_request_size (6553500 bytes, TorchServe's default)'."""
-        value = getattr(self, key)
-        return (
-            f"{key} ({value} bytes)"
-            if value is not None
-            else f"{key} ({DEFAULT_MAX_BYTES} bytes, TorchServe's default)"
-        )
-
-
 # Quiet logging: worker output (tracebacks, handler logging) stays in model_log.log, the frontend
 # logs INFO and above to ts_log.log, access and metric logs are dropped, and only warnings reach stdout.
 QUIET_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
