@@ -133,6 +133,27 @@ def move_into(src: Path, folder: Path) -> Path:
 
 
 @contextmanager
+def written_into(outdir: Path, prefix: str) -> Iterator[Path]:
+    """A hidden folder inside ``outdir`` to write a layout in: when the block ends well, everything in it moves into
+    ``outdir`` (replacing what has its name there), so a failure leaves ``outdir`` as it was; the folder goes either
+    way. An OSError is a BuildError naming ``outdir``."""
+    outdir = Path(outdir)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=prefix, dir=outdir))
+        try:
+            yield staging
+            for item in sorted(staging.iterdir()):
+                move_into(item, outdir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as err:
+        raise BuildError(
+            f"Cannot write into {str(outdir.resolve())!r}: {err}.", "check the folder's permissions."
+        ) from None
+
+
+@contextmanager
 def partial_sibling(final: Path) -> Iterator[Path]:
     """A hidden empty folder beside ``final`` (same filesystem: what is built there renames into place), removed
     with whatever it still holds when the block ends, failed or not."""

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from importlib import metadata, resources
 from pathlib import Path
 
-from msnb.errors import BuildError
-from msnb.files import move_into
+from msnb.files import written_into
 from msnb.package.mar_requirements import read_lines
 from msnb.package.model_folder import ModelFolder
 from msnb.templates import msnb_names
@@ -30,9 +28,7 @@ SERVER_PACKAGES = ("torch", "torchserve")  # pinned to this environment's versio
 def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
     """OUT/<name>/ per archive, the predictor and requirements.txt; built in a hidden folder inside OUT and moved
     into place only when everything was written. A refused archive is a ServerError with a Hint (nothing written)."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-python-", dir=outdir))
-    try:
+    with written_into(outdir, ".msnb-kserve-python-") as staging:
         names: set[str] = set()
         wanted: list[str] = []
         for path in paths:
@@ -44,15 +40,7 @@ def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
         for module in (PREDICTOR, f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"):  # the predictor, the names it reads
             shutil.copy2(Path(str(resources.files("msnb.templates") / module)), staging / module)
         (staging / REQUIREMENTS).write_text(requirements(wanted))
-        for item in sorted(staging.iterdir()):
-            move_into(item, outdir)
-        return outdir
-    except OSError as err:
-        raise BuildError(
-            f"Cannot write into {str(outdir.resolve())!r}: {err}.", "check the folder's permissions."
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return outdir
 
 
 def _archive_requirements(path: Path, folder: Path) -> list[str]:

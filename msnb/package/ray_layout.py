@@ -7,7 +7,6 @@ From the folder, ``serve run serve_config.yaml`` serves every handler on a local
 from __future__ import annotations
 
 import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import yaml
 
 from msnb.engines.ray import ROUTER_APP, require
 from msnb.errors import BuildError
-from msnb.files import move_into
+from msnb.files import written_into
 from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
@@ -124,9 +123,7 @@ def write_ray_archives(paths: list[Path], outdir: Path, host: str = DEFAULT_HOST
 
 def _write(outdir: Path, stage, host: str, port: int) -> Path:
     require()
-    outdir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".msnb-ray-", dir=outdir))
-    try:
+    with written_into(outdir, ".msnb-ray-") as staging:
         config = serve_config(stage(staging), host, port)
         validate(config)
         for src in adapter_files():
@@ -137,15 +134,7 @@ def _write(outdir: Path, stage, host: str, port: int) -> Path:
         (staging / RAYSERVICE).write_text(
             _header("kubectl apply -f " + RAYSERVICE) + yaml.safe_dump(rayservice(config), sort_keys=False)
         )
-        for item in sorted(staging.iterdir()):
-            move_into(item, outdir)
-        return outdir
-    except OSError as err:
-        raise BuildError(
-            f"Cannot write into {str(outdir.resolve())!r}: {err}.", "check the folder's permissions."
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return outdir
 
 
 def _header(command: str) -> str:

@@ -34,14 +34,6 @@ HANDLER = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def session(monkeypatch):
-    fresh = msnb.session.core.Session()
-    monkeypatch.setattr(msnb.session.core, "_default", fresh)
-    yield fresh
-    fresh.stop()
-
-
 def notebook_label() -> int:
     torch.manual_seed(0)
     return int(torch.nn.Linear(4, 3)(torch.tensor([1.0, 2.0, 3.0, 4.0])).argmax())
