@@ -176,7 +176,7 @@ class InferenceClient:
         if "Worker died" in message:
             details = crash_details(cursor)
         else:
-            details = log_details(cursor, wait=resp.status_code >= 500)
+            details = log_details(cursor, wait=resp.status_code >= 500 or _logged_by_the_handler(payload))
         raise PredictionError(
             f"{where} answered HTTP {resp.status_code}: {message}",
             hint or hint_for(details + message, "check the input against what the handler expects."),
@@ -249,6 +249,12 @@ def crash_details(cursor: Cursor | None) -> str:
         time.sleep(0.05)
         details = cursor.crash()
     return details or cursor.details()
+
+
+def _logged_by_the_handler(payload: Any) -> bool:
+    """A sample the shared handler's preprocess failed (answered 400, its stage named): the worker logged the
+    traceback, which Java relays a moment after the answer, as it does for every 500."""
+    return isinstance(payload, dict) and payload.get("stage") == "preprocess"
 
 
 def log_details(cursor: Cursor | None, wait: bool = True) -> str:
