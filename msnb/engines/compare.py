@@ -86,9 +86,8 @@ def ask(server: Any, request: Request) -> Answer:
     """``request`` sent to ``server`` (LocalServer or LocalRay: its client, with its key)."""
     client = server.client
     if request.path == "describe":  # TorchServe's management API; the Ray router answers it on the inference URL
-        url, kind = (
-            (client.management_url, "management") if client.management_url else (server.inference_url, "inference")
-        )
+        management = getattr(server, "management_url", None)  # TorchServe's; Ray Serve has no management API
+        url, kind = (management, "management") if management else (server.inference_url, "inference")
         resp = client.call("GET", f"{url}/models/{request.model}?customized=true", kind)
         return Answer(resp.status_code, resp.content)
     url = f"{server.inference_url}/{request.path}/{request.model}"

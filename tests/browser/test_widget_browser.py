@@ -181,6 +181,11 @@ def _click_and_wait(page, action: str, expect: str, *, while_running: str | None
         )
     page.locator(".msnb-result", has_text=expect).wait_for(timeout=ACTION_MS)
     page.wait_for_function("!document.querySelector('.msnb-test').disabled", timeout=ACTION_MS)
+    # a streamed answer's chunks show under "· receiving" until the whole answer (and its latency) replaces them: the
+    # two reach the page as separate widget updates, in either order
+    page.wait_for_function(
+        "!document.querySelector('.msnb-result').innerText.includes(' · receiving')", timeout=ACTION_MS
+    )
     return page.locator(".msnb-result").inner_text()
 
 

@@ -88,8 +88,8 @@ def _shares(item) -> bool:
 
 
 # Two xdist groups, so that the two workers each run one of them: the tests that share the kernel's Ray (one process
-# must hold them all: it starts that Ray once) and the tests that start and end a Ray of their own (at most one of
-# theirs at a time on this 2-core machine). The cluster module keeps its own group (one cluster per module).
+# must hold them all: it starts that Ray once) and the tests that start and end a Ray or a cluster of their own (one
+# of theirs at a time: a third Ray beside two others timed out on this 2-core machine).
 SHARED_GROUP, OWN_GROUP = "ray-shared", "ray-own"
 HERE = Path(__file__).parent
 
