@@ -4,7 +4,7 @@ that runs its generator, so that the generator stops instead of running to its e
 TorchServe 0.12 cannot cancel a request: its Java frontend drops the chunks of a closed connection, and the worker's
 ``send_intermediate_predict_response`` writes to the frontend, never to the client, so nothing in the worker fails.
 msnb's local server therefore gives its workers a folder of its own (``$MSNB_CANCEL_DIR``, in the server's private
-scratch, removed at stop); its front sends each stream's random id in the ``x-msnb-stream`` header and, when it ends
+scratch, removed at stop); its front sends each stream's random id in the ``x-msnb-stream-id`` header and, when it ends
 a stream early, writes an empty file named by that id there. Between two chunks the worker looks for its requests'
 files (one ``stat`` each): a request whose file is there ends (the file is removed), and a generator that no request
 reads any more is closed (msnb_stream.pump). Anywhere else (no variable, no header: a plain TorchServe, Ray Serve,
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 CANCEL_DIR_VAR = "MSNB_CANCEL_DIR"  # set by msnb's local TorchServe for its workers
-CANCEL_HEADER = "x-msnb-stream"  # a stream's id, sent by msnb's front with the request
+CANCEL_HEADER = "x-msnb-stream-id"  # a stream's id from msnb's front (not Ray's x-msnb-stream)
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
 
