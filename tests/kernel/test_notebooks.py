@@ -76,7 +76,7 @@ def exported_answer(notebook: Path, data) -> object:
 @pytest.mark.parametrize("how", ["shutdown", "kill"])
 def test_the_kernels_server_stops_with_the_kernel(how: str, tmp_path: Path):
     """No `%ms_stop`: a kernel shut down (or killed, as a forced restart does) leaves no TorchServe and no
-    model store behind (the logs of its temporary workdir stay)."""
+    model store behind (a killed kernel's logs stay in its temporary workdir)."""
     source = (NOTEBOOKS / "quickstart.ipynb").read_text()
     nb = nbformat.reads(source, as_version=4)
     nb.cells = [c for c in nb.cells if "%ms_stop" not in c.source and "%ms_build" not in c.source]
@@ -101,9 +101,12 @@ def test_the_kernels_server_stops_with_the_kernel(how: str, tmp_path: Path):
     assert poll(lambda: not _alive(pid), 60, interval=0.5)
     assert not _alive(pid), f"TorchServe (pid {pid}) outlived its kernel ({how})"
     workdirs = list(kernel_tmp.glob("msnb-server-*"))
-    assert workdirs, "the kernel's server had a temporary workdir"
+    # A kernel shut down runs its atexit stop, which removes the whole workdir (as %ms_stop does) unless the kernel
+    # is killed first; a killed kernel's watchdog deletes the model store and keeps the logs.
     assert poll(lambda: not any((w / "model_store").exists() for w in workdirs), 30, interval=0.2)
-    assert all((w / "logs").is_dir() for w in workdirs)
+    if how == "kill":
+        assert workdirs, "the kernel's server had a temporary workdir"
+        assert all((w / "logs").is_dir() for w in workdirs)
     shutil.rmtree(kernel_tmp, ignore_errors=True)
 
 
