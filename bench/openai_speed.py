@@ -6,10 +6,12 @@ front) and on Ray Serve (the router); LitServe 0.2.19 serves the same generator 
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench.beside_litserve import LitServeProcess
@@ -51,20 +53,37 @@ def speed_test(client, model: str) -> tuple[float, float]:
     return first * 1000, tokens / elapsed
 
 
-def run(settings: Settings) -> dict:
+_CLIENTS: dict[str, object] = {}  # in the client's process: one per server, kept alive
+
+
+def client_speed_test(base_url: str, key: str, model: str) -> tuple[float, float]:
+    """``speed_test`` in the client's own process, with that server's kept client."""
     from openai import OpenAI
 
+    if base_url not in _CLIENTS:
+        _CLIENTS[base_url] = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)
+    return speed_test(_CLIENTS[base_url], model)
+
+
+def run(settings: Settings) -> dict:
     work = settings.workdir / "openai_speed"
     work.mkdir(parents=True, exist_ok=True)
+    # The client runs in a process of its own, as an application calling the API does: in this one it would share
+    # the GIL with msnb's TorchServe front (a thread of the process that owns the server) and slow both.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as client:
 
-    def start(serve: Callable[[], tuple[str, str, Callable[[], None]]], model: str) -> Callable[[], tuple]:
-        def started() -> tuple[Callable[[], tuple[float, float]], Callable[[], None]]:
-            base_url, key, stop = serve()
-            client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)  # one per server, kept alive
-            return lambda: speed_test(client, model), stop
+        def start(serve: Callable[[], tuple[str, str, Callable[[], None]]], model: str) -> Callable[[], tuple]:
+            def started() -> tuple[Callable[[], tuple[float, float]], Callable[[], None]]:
+                base_url, key, stop = serve()
+                return lambda: client.submit(client_speed_test, base_url, key, model).result(), stop
 
-        return started
+            return started
 
+        return _rounds(start, work, settings)
+
+
+def _rounds(start: Callable, work: Path, settings: Settings) -> dict:
+    """Start each server (``start`` wraps its serve call into the harness's start), measure, report."""
     starts = {"TorchServe (msnb)": start(lambda: _msnb("torchserve", work, settings), NAME)}
     if importlib.util.find_spec("ray") is not None and not settings.smoke:  # the smoke run: CI time, one engine
         starts["Ray Serve (msnb)"] = start(lambda: _msnb("ray", work, settings), NAME)
@@ -111,10 +130,11 @@ def report(rows: dict, settings: Settings, load: list[str]) -> dict:
         "ratios": ratios,
         "targets": targets,
         "notes": f"{settings.mode}one chat completion with `stream=True` streams {TOKENS:,} text pieces; the client "
-        "is the official `openai` package (one client per server, kept alive), run against each server in turn, "
-        "rounds interleaved, after one warm-up each. msnb serves `bench/openai_speed_cell.py` (a generator "
-        "`inference`, one str piece per step) at `server.openai_base_url`, token authorisation on; LitServe 0.2.19 "
-        "serves the same pieces from a generator `predict` with `OpenAISpec` (`bench/litserve_openai_app.py`). "
-        f"Loopback, batch size 1, every server up during every round. Before the rounds: {load[0]}; after: "
-        f"{load[1]} (a shared machine: the rounds are interleaved so that each server meets the same load).",
+        "is the official `openai` package in a process of its own (one client per server, kept alive), run "
+        "against each server in turn, rounds interleaved, after one warm-up each. msnb serves "
+        "`bench/openai_speed_cell.py` (a generator `inference`, one str piece per step) at "
+        "`server.openai_base_url`, token authorisation on; LitServe 0.2.19 serves the same pieces from a generator "
+        "`predict` with `OpenAISpec` (`bench/litserve_openai_app.py`). Loopback, batch size 1, every server up "
+        f"during every round. Before the rounds: {load[0]}; after: {load[1]} (a shared machine: the rounds are "
+        "interleaved so that each server meets the same load).",
     }
