@@ -18,9 +18,10 @@ from pathlib import Path
 
 from msnb.engines.store import check_identity, safe_name
 from msnb.errors import ServerError
-from msnb.files import link_or_copy
-from msnb.package import mar_checks, staging
+from msnb.files import clone_tree, link_or_copy
+from msnb.package import api_card, mar_checks, staging
 from msnb.package.mar_requirements import to_install
+from msnb.package.render import HANDLER_MODULE, with_version
 from msnb.spec import HandlerSpec
 from msnb.templates.msnb_names import REQUIREMENTS
 
@@ -91,6 +92,12 @@ class ModelFolder:
     def requirements_file(self) -> str | None:
         return REQUIREMENTS if (self.path / REQUIREMENTS).is_file() else None
 
+    def copied(self, dest: Path) -> ModelFolder:
+        """This folder at ``dest`` made of private copies (clones where the filesystem has them): what is served
+        there never changes when the notebook re-saves a file, and may be rewritten (``relabel``)."""
+        clone_tree(self.path, Path(dest))
+        return replace(self, path=Path(dest))
+
     def linked(self, dest: Path) -> ModelFolder:
         """This folder at ``dest`` made of links to its files (a hard link where it can, else a symlink)."""
         for dirpath, _dirnames, filenames in os.walk(self.path):
@@ -99,6 +106,23 @@ class ModelFolder:
             for name in filenames:
                 link_or_copy(Path(dirpath) / name, here / name, symlink_ok=True)
         return replace(self, path=Path(dest))
+
+
+def relabel(folder: ModelFolder, version: str, requirements: tuple[str, ...]) -> ModelFolder:
+    """A private copy of a staged folder (its files are rewritten in place) as an engine serves it: as ``version``
+    (the handler's provenance line, a card's description that names it; the manifest is written when it is laid out)
+    and installing only ``requirements``, those of its own the server lacks. Nothing else of it changes: the engine
+    serves the folder the test ran and the build packs."""
+    spec = folder.spec
+    if spec is None:
+        raise ValueError(f"{folder.path} was not staged by msnb: it is served as it is")
+    if version != folder.version:
+        handler = folder.path / f"{HANDLER_MODULE}.py"
+        handler.write_text(with_version(handler.read_text(), version))
+        api_card.relabel(folder.path, folder.name, folder.version, version)
+    if tuple(requirements) != spec.requirements:
+        staging.write_requirements(spec, folder.path, tuple(requirements))
+    return replace(folder, version=version, spec=spec.replace(version=version, requirements=tuple(requirements)))
 
 
 def generation(spec: HandlerSpec) -> str:
