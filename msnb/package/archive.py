@@ -126,15 +126,11 @@ def _pack(folder: ModelFolder, export_path: Path, archive_name: str, fmt: str) -
     if fmt == SERVE_FORMAT:  # laid out in place: the archiver only writes MAR-INF/MANIFEST.json
         ModelExportUtils.archive(str(export_path), archive_name, staged, manifest, FORMATS[fmt].archiver)
         return
-    # The archiver names its output after the name it is given: pack under a hidden partial name in
-    # the same folder and rename, so a failed build never leaves a half-written .mar behind.
-    partial = f".{archive_name}.partial"
-    try:
-        ModelExportUtils.archive(str(export_path), partial, staged, manifest, FORMATS[fmt].archiver)
-        os.replace(export_path / f"{partial}.mar", export_path / f"{archive_name}.mar")
-    except BaseException:
-        (export_path / f"{partial}.mar").unlink(missing_ok=True)
-        raise
+    # The archiver names its output after the name it is given: pack in a hidden folder of this build's own beside
+    # it and rename, so a failed build never leaves a half-written .mar and two builds of one name never share a file.
+    with partial_sibling(export_path / f"{archive_name}.mar") as partial:
+        ModelExportUtils.archive(str(partial), archive_name, staged, manifest, FORMATS[fmt].archiver)
+        os.replace(partial / f"{archive_name}.mar", export_path / f"{archive_name}.mar")
 
 
 def ensure_writable(path: Path) -> bool:

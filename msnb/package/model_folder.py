@@ -13,7 +13,8 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from msnb.engines.store import check_identity, safe_name
@@ -28,7 +29,7 @@ from msnb.templates.msnb_names import REQUIREMENTS
 ARCHIVE_HINT = mar_checks.ARCHIVE_HINT
 checkpoint_name = staging.checkpoint_name  # the serializedFile's name for a spec
 _LOCK = threading.Lock()
-_STAGED: dict[str, tuple[ModelFolder, tempfile.TemporaryDirectory]] = {}  # name -> its latest generation's folder
+_STAGED: dict[str, ModelFolder] = {}  # name -> its latest generation's folder
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class ModelFolder:
     source: Path | None = None  # the archive it was opened from
     requirements: tuple[str, ...] = ()  # an opened archive's requirements this environment lacks
     generation: str = ""  # what makes a test of it stale (``generation``)
+    lease: _Lease | None = field(default=None, compare=False, repr=False)  # keeps a staged temporary folder
 
     @classmethod
     def stage(cls, spec: HandlerSpec, path: Path, *, temporary: bool = False) -> ModelFolder:
@@ -139,23 +141,32 @@ def generation(spec: HandlerSpec) -> str:
 
 def staged(spec: HandlerSpec) -> ModelFolder:
     """The temporary folder of this very ``spec`` and generation of its files, staged once (anew when either
-    changed): the folder a test runs and a build packs. An OSError (a full or read-only $TMPDIR) leaves nothing."""
+    changed): the folder a test runs and a build packs. An OSError (a full or read-only $TMPDIR) leaves nothing.
+
+    Each generation is staged into a folder of its own, and an older one is removed only once nothing holds it: a
+    thread that packs or tests one generation keeps it while another stages the next one of the same name."""
     key = generation(spec)
     with _LOCK:
-        held = _STAGED.pop(spec.name, None)
-        if held is not None and held[0].spec is spec and held[0].generation == key and held[0].path.is_dir():
-            _STAGED[spec.name] = held
-            return held[0]
-        if held is not None:
-            held[1].cleanup()
-        tmp = tempfile.TemporaryDirectory(prefix="msnb-folder-")
+        held = _STAGED.get(spec.name)
+        if held is not None and held.spec is spec and held.generation == key and held.path.is_dir():
+            return held
+        lease = _Lease(Path(tempfile.mkdtemp(prefix="msnb-folder-")))
         try:
-            folder = ModelFolder.stage(spec, Path(tmp.name) / "model", temporary=True)
+            folder = ModelFolder.stage(spec, lease.root / "model", temporary=True)
         except BaseException:
-            tmp.cleanup()
+            lease.release()
             raise
-        _STAGED[spec.name] = (folder, tmp)
+        _STAGED[spec.name] = folder = replace(folder, lease=lease)
         return folder
+
+
+class _Lease:
+    """A staged folder's temporary directory: removed when the last ModelFolder that holds it is gone (CPython frees
+    it then), at exit, or by ``forget``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.release = weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
 
 
 def forget(name: str | None = None) -> None:
@@ -163,5 +174,5 @@ def forget(name: str | None = None) -> None:
     with _LOCK:
         for key in list(_STAGED) if name is None else [name]:
             held = _STAGED.pop(key, None)
-            if held is not None:
-                held[1].cleanup()
+            if held is not None and held.lease is not None:
+                held.lease.release()
