@@ -4,14 +4,12 @@ the laid-out folder answers what plain torch answers on the notebook's weights."
 
 from __future__ import annotations
 
-import hashlib
 import os
-import zipfile
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import MLP_SOURCE, mlp_model, notebook_answer
+from helpers import MLP_SOURCE, file_digests, mlp_model, notebook_answer
 
 from msnb.package import archive, formats, model_folder
 from msnb.session.deploy import lay_out
@@ -21,21 +19,6 @@ from msnb.trial import runner
 
 INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
 RELABELLED = {"handler_model.py", API_CARD, CONFIG, REQUIREMENTS, MANIFEST}  # what relabel may rewrite
-
-
-def digests(root: Path) -> dict[str, str]:
-    """Each file under ``root`` (relative path) -> the sha256 of its bytes (links followed)."""
-    found = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath) / name
-            found[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
-
-
-def mar_digests(mar: Path) -> dict[str, str]:
-    with zipfile.ZipFile(mar) as zf:
-        return {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if not n.endswith("/")}
 
 
 @pytest.fixture
@@ -55,12 +38,12 @@ def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version
     folder = model_folder.staged(spec)
     runner.validate(folder)  # the trial runs this folder (a copy of links to it)
     assert model_folder.staged(spec) is folder, "staged once: the serve takes the folder the test ran"
-    tested = digests(folder.path)
-    packed = mar_digests(archive.pack(folder, tmp_path / "out", fmt=formats.EXPORT_FORMAT))
+    tested = file_digests(folder.path)
+    packed = file_digests(archive.pack(folder, tmp_path / "out", fmt=formats.EXPORT_FORMAT))
     served = lay_out(folder, tmp_path / "store", "1.0-r2", ())
 
     assert served.name == "mlp-1.0-r2"
-    laid = digests(served)
+    laid = file_digests(served)
     same = {n for n in tested if n not in RELABELLED}
     assert same and {n: laid[n] for n in same} == {n: tested[n] for n in same} == {n: packed[n] for n in same}
     assert {CHECKPOINT, "notes.txt", "msnb_handler.py"} <= {Path(n).name for n in same}
@@ -75,7 +58,7 @@ def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version
 
     # The relabelled folder is what the former re-render from the spec wrote (bar the spec digest it names).
     rendered = archive.build(spec.replace(version="1.0-r2", requirements=()), tmp_path / "old", formats.SERVE_FORMAT)
-    old = digests(rendered)
+    old = file_digests(rendered)
     assert {n: h for n, h in laid.items() if n != "handler_model.py"} == {
         n: h for n, h in old.items() if n != "handler_model.py"
     }
