@@ -26,6 +26,7 @@ _DISK_HINTS = {
     errno.EPERM: "you cannot write into {folder}: choose a folder you can write to, or fix its permissions",
 }
 DISK_ERRNOS = frozenset(_DISK_HINTS)
+REPLACE_ATTEMPTS = 100  # replace_tree's renames when other writers of the same name keep winning the race
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -110,8 +111,15 @@ def _kernel_copy(fin: int, fout: int, size: int) -> bool:
 
 
 def clone_tree(src: Path, dst: Path) -> None:
-    """A folder copied with its files cloned (see ``clone_file``): nothing in ``dst`` shares an inode with ``src``."""
-    shutil.copytree(src, dst, copy_function=clone_file, dirs_exist_ok=True)
+    """A folder copied with its files cloned (see ``clone_file``): nothing in ``dst`` shares an inode with ``src``
+    (links are followed). The first OSError is raised as it is (its errno names a full disk), unlike copytree's
+    shutil.Error that collects them."""
+    src, dst = Path(src), Path(dst)
+    for dirpath, _dirnames, filenames in os.walk(src, followlinks=True):
+        here = dst / Path(dirpath).relative_to(src)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            clone_file(Path(dirpath) / name, here / name)
 
 
 def remove(path: Path) -> None:
@@ -167,10 +175,27 @@ def partial_sibling(final: Path) -> Iterator[Path]:
 
 
 def replace_tree(src: Path, final: Path) -> Path:
-    """Rename ``src`` (a file or folder) to ``final``, replacing what is there; the same filesystem."""
-    remove(final)
-    os.replace(src, final)
-    return Path(final)
+    """Rename ``src`` (a file or folder) to ``final``, replacing what is there; the same filesystem. What was there
+    is first renamed aside (then removed): a reader never sees half a folder, and of two writers of one name at once
+    the last one's stays whole."""
+    final = Path(final)
+    for attempt in range(REPLACE_ATTEMPTS):
+        try:
+            os.replace(src, final)
+            return final
+        except OSError as err:  # a folder, or a file where a folder goes (or the other way round)
+            if (
+                err.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EISDIR, errno.ENOTDIR)
+                or attempt == REPLACE_ATTEMPTS - 1
+            ):
+                raise
+        aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+        try:
+            os.replace(final, aside / final.name)
+        except FileNotFoundError:  # another writer moved it first
+            pass
+        finally:
+            remove(aside)
 
 
 def disk_error(final: Path, err: OSError, error: type[MsnbError] = BuildError) -> MsnbError:

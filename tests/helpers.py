@@ -4,6 +4,7 @@ the processes a server leaves, notebooks for the export tier, and the widget's f
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -71,6 +73,19 @@ MLP_SOURCE = MLP_MODEL + textwrap.dedent(
         return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
     """
 )
+
+
+def file_digests(path: Path) -> dict[str, str]:
+    """Each file of a folder (links followed) or a .mar, by its relative path -> the sha256 of its bytes."""
+    if Path(path).is_file():
+        with zipfile.ZipFile(path) as zf:
+            return {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if not n.endswith("/")}
+    found = {}
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            file = Path(dirpath) / name
+            found[file.relative_to(path).as_posix()] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return found
 
 
 def strict_loads(text: str):

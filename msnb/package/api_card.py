@@ -31,7 +31,7 @@ def card(spec: HandlerSpec) -> dict:
 
 
 def write(spec: HandlerSpec, model_dir: Path) -> None:
-    (Path(model_dir) / API_CARD).write_text(json.dumps(card(spec), indent=1))
+    (Path(model_dir) / API_CARD).write_text(json.dumps(card(spec), indent=1))  # as ``relabel`` writes it again
 
 
 def description(spec: HandlerSpec) -> str:
@@ -43,7 +43,22 @@ def description(spec: HandlerSpec) -> str:
         doc = ast.get_docstring(node)
         if doc:
             return doc
-    return f"The model {spec.name} (version {spec.version}), served by msnb."
+    return unnamed(spec.name, spec.version)
+
+
+def unnamed(name: str, version: str) -> str:
+    """The description of a handler without a docstring: it names the model and its version."""
+    return f"The model {name} (version {version}), served by msnb."
+
+
+def relabel(model_dir: Path, name: str, version: str, new: str) -> None:
+    """The card of ``name`` ``version`` in ``model_dir`` made to name version ``new`` (only a description that
+    names the version does); nothing else of it changes."""
+    path = Path(model_dir) / API_CARD
+    written = json.loads(path.read_text())
+    if written.get("description") == unnamed(name, version):
+        written["description"] = unnamed(name, new)
+        path.write_text(json.dumps(written, indent=1))
 
 
 def infer(example: Any) -> dict:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from model_archiver.model_archiver_config import ModelArchiverConfig
 from model_archiver.model_packaging_utils import ModelExportUtils
 
 from msnb.errors import BuildError
-from msnb.files import clone_tree, disk_error, partial_sibling, replace_tree
+from msnb.files import disk_error, partial_sibling, replace_tree
 from msnb.forms import MODEL_FILE
 from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.model_folder import ModelFolder
@@ -21,6 +21,7 @@ from msnb.spec import HandlerSpec
 from msnb.templates.msnb_names import CONFIG
 
 Progress = Callable[[str, float], None]
+Rewrite = Callable[[ModelFolder], ModelFolder]  # a laid-out private copy -> that copy as it is to be served
 
 
 def build(
@@ -43,11 +44,21 @@ def pack(
     archive_name: str | None = None,
     *,
     progress: Progress | None = None,
+    rewrite: Rewrite | None = None,
 ) -> Path:
     """Pack the staged ``folder`` as ``<export_path>/<archive_name>.mar`` (or lay it out as a no-archive folder of
-    private copies); runs no user code. Whether to run the folder first (``trial.runner.validate``) is the caller's
-    decision."""
-    return _writing(export_path, fmt, archive_name or folder.name, progress, lambda *a: _pack_folder(folder, *a))
+    private copies, which ``rewrite`` may change before its manifest is written: an engine's version, see
+    ``model_folder.relabel``); runs no user code. Whether to run the folder first (``trial.runner.validate``) is the
+    caller's decision."""
+    if rewrite is not None and fmt != SERVE_FORMAT:
+        raise ValueError(f"only a {SERVE_FORMAT} layout is rewritten (a private copy), not {fmt}")
+    return _writing(
+        export_path,
+        fmt,
+        archive_name or folder.name,
+        progress,
+        functools.partial(_pack_folder, folder, rewrite=rewrite),
+    )
 
 
 def pack_or_build(item: ModelFolder | HandlerSpec, export_path: Path, fmt: str = EXPORT_FORMAT) -> Path:
@@ -71,12 +82,14 @@ def _writing(export_path: str | Path, fmt: str, name: str, progress: Progress | 
     return final
 
 
-def _pack_folder(folder: ModelFolder, export_path: Path, name: str, fmt: str, report: Progress) -> None:
+def _pack_folder(
+    folder: ModelFolder, export_path: Path, name: str, fmt: str, report: Progress, rewrite: Rewrite | None = None
+) -> None:
     if fmt == SERVE_FORMAT:  # laid out in a hidden sibling, renamed into place: never a half-written folder
         with partial_sibling(export_path / name) as partial:
             report("laying out model directory", 0.5)
-            clone_tree(folder.path, partial / name)  # private copies: a served folder never changes
-            _pack(replace(folder, path=partial / name), partial, name, fmt)
+            laid = folder.copied(partial / name)  # private copies: a served folder never changes
+            _pack(rewrite(laid) if rewrite else laid, partial, name, fmt)
             replace_tree(partial / name, export_path / name)
         return
     report(f"packing {fmt} archive", 0.6)
@@ -113,15 +126,11 @@ def _pack(folder: ModelFolder, export_path: Path, archive_name: str, fmt: str) -
     if fmt == SERVE_FORMAT:  # laid out in place: the archiver only writes MAR-INF/MANIFEST.json
         ModelExportUtils.archive(str(export_path), archive_name, staged, manifest, FORMATS[fmt].archiver)
         return
-    # The archiver names its output after the name it is given: pack under a hidden partial name in
-    # the same folder and rename, so a failed build never leaves a half-written .mar behind.
-    partial = f".{archive_name}.partial"
-    try:
-        ModelExportUtils.archive(str(export_path), partial, staged, manifest, FORMATS[fmt].archiver)
-        os.replace(export_path / f"{partial}.mar", export_path / f"{archive_name}.mar")
-    except BaseException:
-        (export_path / f"{partial}.mar").unlink(missing_ok=True)
-        raise
+    # The archiver names its output after the name it is given: pack in a hidden folder of this build's own beside
+    # it and rename, so a failed build never leaves a half-written .mar and two builds of one name never share a file.
+    with partial_sibling(export_path / f"{archive_name}.mar") as partial:
+        ModelExportUtils.archive(str(partial), archive_name, staged, manifest, FORMATS[fmt].archiver)
+        os.replace(partial / f"{archive_name}.mar", export_path / f"{archive_name}.mar")
 
 
 def ensure_writable(path: Path) -> bool:

@@ -13,21 +13,23 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from msnb.engines.store import check_identity, safe_name
 from msnb.errors import ServerError
-from msnb.files import link_or_copy
-from msnb.package import mar_checks, staging
+from msnb.files import clone_tree, link_or_copy
+from msnb.package import api_card, mar_checks, staging
 from msnb.package.mar_requirements import to_install
+from msnb.package.render import HANDLER_MODULE, with_version
 from msnb.spec import HandlerSpec
 from msnb.templates.msnb_names import REQUIREMENTS
 
 ARCHIVE_HINT = mar_checks.ARCHIVE_HINT
 checkpoint_name = staging.checkpoint_name  # the serializedFile's name for a spec
 _LOCK = threading.Lock()
-_STAGED: dict[str, tuple[ModelFolder, tempfile.TemporaryDirectory]] = {}  # name -> its latest generation's folder
+_STAGED: dict[str, ModelFolder] = {}  # name -> its latest generation's folder
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class ModelFolder:
     source: Path | None = None  # the archive it was opened from
     requirements: tuple[str, ...] = ()  # an opened archive's requirements this environment lacks
     generation: str = ""  # what makes a test of it stale (``generation``)
+    lease: _Lease | None = field(default=None, compare=False, repr=False)  # keeps a staged temporary folder
 
     @classmethod
     def stage(cls, spec: HandlerSpec, path: Path, *, temporary: bool = False) -> ModelFolder:
@@ -91,6 +94,12 @@ class ModelFolder:
     def requirements_file(self) -> str | None:
         return REQUIREMENTS if (self.path / REQUIREMENTS).is_file() else None
 
+    def copied(self, dest: Path) -> ModelFolder:
+        """This folder at ``dest`` made of private copies (clones where the filesystem has them): what is served
+        there never changes when the notebook re-saves a file, and may be rewritten (``relabel``)."""
+        clone_tree(self.path, Path(dest))
+        return replace(self, path=Path(dest))
+
     def linked(self, dest: Path) -> ModelFolder:
         """This folder at ``dest`` made of links to its files (a hard link where it can, else a symlink)."""
         for dirpath, _dirnames, filenames in os.walk(self.path):
@@ -99,6 +108,23 @@ class ModelFolder:
             for name in filenames:
                 link_or_copy(Path(dirpath) / name, here / name, symlink_ok=True)
         return replace(self, path=Path(dest))
+
+
+def relabel(folder: ModelFolder, version: str, requirements: tuple[str, ...]) -> ModelFolder:
+    """A private copy of a staged folder (its files are rewritten in place) as an engine serves it: as ``version``
+    (the handler's provenance line, a card's description that names it; the manifest is written when it is laid out)
+    and installing only ``requirements``, those of its own the server lacks. Nothing else of it changes: the engine
+    serves the folder the test ran and the build packs."""
+    spec = folder.spec
+    if spec is None:
+        raise ValueError(f"{folder.path} was not staged by msnb: it is served as it is")
+    if version != folder.version:
+        handler = folder.path / f"{HANDLER_MODULE}.py"
+        handler.write_text(with_version(handler.read_text(), version))
+        api_card.relabel(folder.path, folder.name, folder.version, version)
+    if tuple(requirements) != spec.requirements:
+        staging.write_requirements(spec, folder.path, tuple(requirements))
+    return replace(folder, version=version, spec=spec.replace(version=version, requirements=tuple(requirements)))
 
 
 def generation(spec: HandlerSpec) -> str:
@@ -115,23 +141,32 @@ def generation(spec: HandlerSpec) -> str:
 
 def staged(spec: HandlerSpec) -> ModelFolder:
     """The temporary folder of this very ``spec`` and generation of its files, staged once (anew when either
-    changed): the folder a test runs and a build packs. An OSError (a full or read-only $TMPDIR) leaves nothing."""
+    changed): the folder a test runs and a build packs. An OSError (a full or read-only $TMPDIR) leaves nothing.
+
+    Each generation is staged into a folder of its own, and an older one is removed only once nothing holds it: a
+    thread that packs or tests one generation keeps it while another stages the next one of the same name."""
     key = generation(spec)
     with _LOCK:
-        held = _STAGED.pop(spec.name, None)
-        if held is not None and held[0].spec is spec and held[0].generation == key and held[0].path.is_dir():
-            _STAGED[spec.name] = held
-            return held[0]
-        if held is not None:
-            held[1].cleanup()
-        tmp = tempfile.TemporaryDirectory(prefix="msnb-folder-")
+        held = _STAGED.get(spec.name)
+        if held is not None and held.spec is spec and held.generation == key and held.path.is_dir():
+            return held
+        lease = _Lease(Path(tempfile.mkdtemp(prefix="msnb-folder-")))
         try:
-            folder = ModelFolder.stage(spec, Path(tmp.name) / "model", temporary=True)
+            folder = ModelFolder.stage(spec, lease.root / "model", temporary=True)
         except BaseException:
-            tmp.cleanup()
+            lease.release()
             raise
-        _STAGED[spec.name] = (folder, tmp)
+        _STAGED[spec.name] = folder = replace(folder, lease=lease)
         return folder
+
+
+class _Lease:
+    """A staged folder's temporary directory: removed when the last ModelFolder that holds it is gone (CPython frees
+    it then), at exit, or by ``forget``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.release = weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
 
 
 def forget(name: str | None = None) -> None:
@@ -139,5 +174,5 @@ def forget(name: str | None = None) -> None:
     with _LOCK:
         for key in list(_STAGED) if name is None else [name]:
             held = _STAGED.pop(key, None)
-            if held is not None:
-                held[1].cleanup()
+            if held is not None and held.lease is not None:
+                held.lease.release()

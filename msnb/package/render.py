@@ -51,6 +51,12 @@ def read_provenance(text: str) -> dict[str, str] | None:
     return found.groupdict() if found else None
 
 
+def with_version(text: str, version: str) -> str:
+    """A rendered handler_model.py with its provenance line naming ``version``; nothing else of it changes."""
+    found = _PROVENANCE.search(text[:1000])
+    return text if found is None else text[: found.start("version")] + version + text[found.end("version") :]
+
+
 def _body(spec: HandlerSpec) -> str:
     parts = []
     for block in spec.blocks:

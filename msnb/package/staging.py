@@ -18,7 +18,7 @@ from msnb.files import clone_file, clone_tree, link_or_copy
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package import api_card
 from msnb.package.render import HANDLER_MODULE, render_handler
-from msnb.spec import BundledFile, HandlerSpec
+from msnb.spec import USE_VENV, BundledFile, HandlerSpec
 from msnb.templates import shared_handler_files
 from msnb.templates.msnb_names import API_CARD, CHECKPOINT, CONFIG, HF_DIR, REQUIREMENTS, VALUES_FILE
 
@@ -36,12 +36,10 @@ def write(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     (model_dir / f"{HANDLER_MODULE}.py").write_text(render_handler(spec))
     for src in shared_handler_files():
         shutil.copy2(src, model_dir / src.name)
-    (model_dir / CONFIG).write_text(yaml.safe_dump(spec.model_config(), sort_keys=False))
+    _write_config(model_dir, spec.model_config())
     api_card.write(spec, model_dir)  # how /v1 and /mcp show it (msnb_api.json)
     if spec.requirements:
-        (model_dir / REQUIREMENTS).write_text(
-            "\n".join(requirement_rules.check(spec.requirements, spec.max_requirements)) + "\n"
-        )
+        write_requirements(spec, model_dir, spec.requirements)
     _stage_checkpoint(spec, model_dir / checkpoint_name(spec), temporary)
     model_file = spec.model_file()
     if model_file is not None:  # eager BaseHandler: the manifest's modelFile (see msnb.forms)
@@ -55,6 +53,23 @@ def write(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     for item in spec.bundle:
         _stage_bundled(item, model_dir)
     return model_dir
+
+
+def write_requirements(spec: HandlerSpec, model_dir: Path, requirements: tuple[str, ...]) -> None:
+    """The folder of ``spec`` made to install ``requirements`` (its own, or fewer): requirements.txt, and without
+    any, no file and no useVenv in model-config.yaml (unless the user's own config sets it)."""
+    path = Path(model_dir) / REQUIREMENTS
+    if requirements:
+        path.write_text("\n".join(requirement_rules.check(requirements, spec.max_requirements)) + "\n")
+        return
+    path.unlink(missing_ok=True)
+    config = yaml.safe_load((Path(model_dir) / CONFIG).read_text()) or {}
+    if USE_VENV not in spec.serving.extra and config.pop(USE_VENV, None) is not None:
+        _write_config(Path(model_dir), config)
+
+
+def _write_config(model_dir: Path, config: dict) -> None:
+    (model_dir / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def checkpoint_name(spec: HandlerSpec) -> str:

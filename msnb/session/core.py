@@ -2,8 +2,8 @@
 
 The magics, the widget and the top-level ``msnb.*`` functions are thin layers over one ``Session``;
 each step itself lives in capture / package / trial / msnb.engines. This is the layer that
-decides to run user code (``trial``) before packing, and that turns a spec into an archive the
-server can take (``deploy``).
+decides to run user code (``trial``) before packing; the staged folder reaches an engine through
+``msnb.session.deploy``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from msnb.engines import env_vars
 from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
-from msnb.files import remove
-from msnb.package import archive, formats, model_folder, server_packages, taken
+from msnb.package import archive, formats, model_folder, taken
 from msnb.package.cell_lines import chunks_pointing_at_cells, in_cells, pointing_at_cells
+from msnb.session.deploy import deploy
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
 from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
@@ -392,30 +392,6 @@ class Session:
             "why": why,  # the stale warning %ms_predict shows (which file or cell changed), or None
             "url": f"{info['url']}/predictions/{spec.name}" if served and info["url"] else None,
         }
-
-
-def deploy(server: Engine, spec: HandlerSpec, prepare: Callable[[Path], Any] | None = None, **params: Any):
-    """Build ``spec`` into ``server``'s model store (no-archive) and make it the served version.
-
-    The first deploy registers ``spec.version``; a later one registers a free ``VERSION-rN`` beside it,
-    makes that the default and unregisters the old version(s), with no restart.
-    """
-    from msnb.engines.store import safe_name
-
-    version = server.free_version(spec.name, spec.version)
-    # Only what the server's environment lacks is installed (nothing, when it is the kernel's own): no model venv,
-    # no second copy of a package. An export keeps every pin: its server is unknown.
-    lacking = server_packages.missing(server.python, spec.requirements)
-    if (version, lacking) != (spec.version, spec.requirements):
-        spec = spec.replace(version=version, requirements=lacking)
-    path = archive.build(spec, server.store.root, fmt=formats.SERVE_FORMAT, archive_name=safe_name(spec.name, version))
-    try:
-        if prepare is not None:  # e.g. the dev entry of the notebook's local server (msnb.session.reload)
-            prepare(path)
-        return server.redeploy(path, **{"workers": spec.workers, **params})
-    except BaseException:
-        remove(path)
-        raise
 
 
 @contextmanager

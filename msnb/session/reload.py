@@ -27,7 +27,7 @@ from msnb.engines.store import MANIFEST
 from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.options import OPTION
-from msnb.package.model_folder import ModelFolder
+from msnb.package import model_folder
 from msnb.spec import HandlerSpec
 from msnb.templates import DEV_ENTRY
 from msnb.templates import msnb_serving as serving
@@ -181,7 +181,10 @@ def stage_generation(known: DevModel, spec: HandlerSpec, number: int) -> Path:
 
     def write() -> None:
         with partial_sibling(folder) as partial:
-            ModelFolder.stage(spec.replace(version=known.version), partial / folder.name)
+            # the folder the test ran, as the deploy laid it out (only its version told: the one registered)
+            model_folder.relabel(
+                model_folder.staged(spec).copied(partial / folder.name), known.version, spec.requirements
+            )
             reuse_bytecode(previous, partial / folder.name)
             replace_tree(partial / folder.name, folder)
 

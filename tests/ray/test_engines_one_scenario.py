@@ -1,14 +1,17 @@
 """One session scenario over both engines, no fakes (the ``Engine`` protocol, msnb.engines.protocol): add a handler,
 serve it, predict and explain, read its status and its workers' log, change the cell and redeploy, predict again,
-stop. Every answer is the notebook's own (plain torch on the same weights), whichever engine serves it."""
+stop. The folder served is the folder %ms_build tested and packed, byte for byte; every answer is the notebook's own
+(plain torch on the same weights), whichever engine serves it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
+from helpers import MLP_SOURCE, file_digests, mlp_model, notebook_answer, poll
 
 from msnb.engines.protocol import Engine
+from msnb.engines.store import safe_name
+from msnb.package import model_folder
 from msnb.spec import spec_from_source
 
 INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
@@ -19,10 +22,14 @@ SHIFTED = MLP_SOURCE.replace(
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("engine", ["torchserve", "ray"])
-def test_the_same_session_scenario_serves_the_notebooks_answers_on_both_engines(session, engine):
-    session.add(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": INPUTS[0]}))
+def test_the_same_session_scenario_serves_the_notebooks_answers_on_both_engines(session, engine, tmp_path):
+    spec = session.add(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": INPUTS[0]}))
+    packed = file_digests(session.build("mlp", tmp_path))  # %ms_build: the staged folder, tested, then packed
     server = session.serve("mlp", engine=engine)
     assert isinstance(server, Engine) and server.kind == engine and server.running
+    tested = file_digests(model_folder.staged(spec).path)  # the folder the build's test ran
+    served = file_digests(server.store.root / safe_name("mlp", session.served["mlp"].version))
+    assert len(tested) > 20 and {n: served[n] for n in tested} == tested == {n: packed[n] for n in tested}
     model = mlp_model()
     assert [session.predict("mlp", {"x": x}) for x in INPUTS] == [notebook_answer(model, x) for x in INPUTS]
 
