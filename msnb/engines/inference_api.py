@@ -22,6 +22,9 @@ from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIME
 
 # A prediction waits at most for one batch ahead of it and its own, each bounded by the model's responseTimeout
 # (TorchServe restarts a worker slower than that), plus the batch delay and the frontend: the client's default.
+# How long an error answer waits for the worker's traceback, which Java relays a moment after the answer (longer on
+# a loaded machine); a whole traceback ends the wait at once.
+LOG_RELAY_S = 3.0
 PREDICT_TIMEOUT = (2, 30.0)  # (batches, seconds of margin: a worker restart, a loaded machine)
 HINTS = {
     "Failed to start workers": "the handler failed to load (an import or init_function raised); its traceback "
@@ -261,9 +264,16 @@ def log_details(cursor: Cursor | None, wait: bool = True) -> str:
     """The worker's traceback since ``cursor``; Java relays worker output a moment after answering."""
     if cursor is None:
         return ""
-    deadline = time.monotonic() + (1.0 if wait else 0.0)
+    deadline = time.monotonic() + (LOG_RELAY_S if wait else 0.0)
     details = cursor.details()
-    while not details and time.monotonic() < deadline:
+    while not _complete(details) and time.monotonic() < deadline:
         time.sleep(0.05)
         details = cursor.details()
     return details
+
+
+def _complete(details: str) -> bool:
+    """Whole: ends with its exception line (Java relays a traceback line by line, the header first), or is a
+    frontend error's line."""
+    last = next((line for line in reversed(details.splitlines()) if line.strip()), "")
+    return bool(last) and not last[0].isspace() and not last.startswith("Traceback (most recent call last)")

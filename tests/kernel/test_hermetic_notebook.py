@@ -6,11 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import venv
 from pathlib import Path
 
 import nbformat
 import pytest
+from clean_env import CLEAN_PYTHON_GROUP
 from helpers import OWN_CAPTUM_REPORT, torch_packages
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
@@ -23,8 +23,6 @@ from msnb.package import archive
 
 pytestmark = pytest.mark.kernel
 MSNB = str(Path(sys.executable).with_name("msnb"))
-# What the serving image has: torch (the CPU wheel on these machines), TorchServe and what it needs to run.
-CLEAN_PACKAGES = ["torch==2.13.0", "torchserve==0.12.0", "pyyaml", "numpy", "psutil", "requests"]
 
 MODEL_PY = """
     import torch
@@ -76,19 +74,6 @@ def notebook(path: Path, *cells: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(path))
     return path
-
-
-CLEAN_PYTHON_GROUP = "clean-python"  # the tests that use clean_python share one worker, so it is built once a run
-
-
-@pytest.fixture(scope="session")
-def clean_python(tmp_path_factory) -> Path:
-    """A virtual environment with only torch, TorchServe and their needs: no msnb, no notebook folder."""
-    root = tmp_path_factory.mktemp("clean-venv")
-    venv.EnvBuilder(with_pip=True).create(root)
-    python = root / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "-q", *CLEAN_PACKAGES], check=True, timeout=600)
-    return python
 
 
 def test_a_failing_msnb_cell_stops_nbclient_and_shows_only_the_message(tmp_path):
@@ -145,6 +130,7 @@ def test_local_code_travels_and_a_clean_torchserve_answers_like_the_notebook(tmp
 
 
 @pytest.mark.server
+@pytest.mark.xdist_group(CLEAN_PYTHON_GROUP)
 @pytest.mark.timeout(900)
 @pytest.mark.one_python
 def test_a_clean_torchserve_installs_only_what_it_lacks_for_a_captum_handler_never_a_second_torch(

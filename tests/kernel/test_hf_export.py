@@ -15,8 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from clean_env import CLEAN_PYTHON_GROUP
 from make_notebooks import NOTEBOOKS
-from test_hermetic_notebook import CLEAN_PYTHON_GROUP, MSNB, clean_python  # noqa: F401 (the clean venv fixture)
+from test_hermetic_notebook import MSNB
 
 from msnb.engines.torchserve import LocalServer
 from msnb.templates.msnb_names import HF_DIR
@@ -60,7 +61,7 @@ def test_a_plain_export_refuses_the_objects_with_the_hint_to_execute(tmp_path):
 @pytest.mark.xdist_group(CLEAN_PYTHON_GROUP)
 @pytest.mark.timeout(1800)
 @pytest.mark.one_python
-def test_export_execute_then_a_clean_torchserve_answers_like_the_notebook(tmp_path, clean_python):  # noqa: F811
+def test_export_execute_then_a_clean_torchserve_answers_like_the_notebook(tmp_path, clean_python):
     nb = example(tmp_path / "nb")
     done = msnb("export", nb, "--execute", "-o", "store", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -1,5 +1,6 @@
-"""Nothing is left when the notebook that owns a Ray ends: killed (started with piped output, as Jupyter starts a
-kernel, and without), or exiting normally, its Ray processes (the agents included) and its temp dir are gone."""
+"""Nothing is left when the process that owns a Ray ends: killed (started without pipes, as from a terminal; a killed
+Jupyter kernel, whose output is piped, is tests/ray/test_ray_notebook.py's) or exiting normally, its Ray processes
+(the agents included) and its temp dir are gone."""
 
 from __future__ import annotations
 
@@ -27,29 +28,21 @@ OWNER = textwrap.dedent(
 )
 
 
-def start_owner(tmp_path: Path, piped: bool) -> tuple[subprocess.Popen, Path, list[psutil.Process]]:
+def start_owner(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[psutil.Process]]:
     """The owner, its Ray up; returns it, the Ray temp root and every process it started (agents included)."""
     script, log = tmp_path / "owner.py", tmp_path / "owner.log"
     script.write_text(OWNER)
-    out = subprocess.PIPE if piped else log.open("w")
-    owner = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=out,
+    owner = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=log.open("w"),
                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    seen: list[str] = []
 
     def root_line() -> str:
         """The owner's "root:" line; an owner that ended first fails the test at once, with its output."""
-        if piped:  # read the pipe as Jupyter does; Serve's log lines come first
-            seen.append(owner.stdout.readline())
-        else:
-            seen[:] = log.read_text().splitlines(keepends=True)
-        found = next((x for x in seen if _root_line(x)), "")
+        found = next((x for x in log.read_text().splitlines() if _root_line(x)), "")
         if not found and owner.poll() is not None:
-            pytest.fail(f"the owner ended ({owner.returncode}) before its Ray started:\n{''.join(seen)[-3000:]}")
+            pytest.fail(f"the owner ended ({owner.returncode}) before its Ray started:\n{log.read_text()[-3000:]}")
         return found
 
-    line = poll(
-        root_line, 300, "the owner's Ray to start", interval=0.01 if piped else 0.5, log=lambda: "".join(seen)[-3000:]
-    )
+    line = poll(root_line, 300, "the owner's Ray to start", interval=0.5, log=lambda: log.read_text()[-3000:])
     root = Path(line.split(":", 1)[1].strip())
     started = psutil.Process(owner.pid).children(recursive=True)
     commands = [" ".join(p.cmdline()) for p in started]
@@ -74,9 +67,9 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-@pytest.mark.parametrize("piped", [True, False], ids=["piped-like-jupyter", "no-pipes"])
-def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path, piped):
-    owner, root, started = start_owner(tmp_path, piped)
+# Killed with piped output, as Jupyter starts a kernel: tests/ray/test_ray_notebook.py kills a real kernel.
+def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path):
+    owner, root, started = start_owner(tmp_path)
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait(30)
     poll(lambda: not left(started, root), GONE_WITHIN_S, "the session's Ray processes and temp dir to go",
@@ -84,7 +77,7 @@ def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path, piped):
 
 
 def test_an_owner_that_exits_normally_leaves_nothing(tmp_path):
-    owner, root, started = start_owner(tmp_path, piped=False)
+    owner, root, started = start_owner(tmp_path)
     owner.stdin.close()
     owner.wait(120)
     poll(lambda: not left(started, root), GONE_WITHIN_S, "the session's Ray processes and temp dir to go",

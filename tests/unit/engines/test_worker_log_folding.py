@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from msnb.engines.inference_api import log_details
 from msnb.engines.torchserve.logs import worker_error
 from msnb.templates.msnb_faults import NO_CUDA_HINT, no_cuda
 
@@ -51,3 +52,20 @@ def test_a_cuda_call_in_init_function_shows_its_cause_once_with_the_user_s_line_
     assert "return torch.nn.Linear(2, 2).cuda()" in text and "frame of torch, TorchServe and msnb hidden" in text
     assert lines[-1] == "Hint: call init_function in the notebook with the same kwargs to see why."
     assert len(lines) <= 12 and no_cuda(text) and "CUDA" in NO_CUDA_HINT
+
+
+class RelayedLineByLine:
+    """A log cursor whose traceback arrives as Java relays it: the header first, the rest a few reads later."""
+
+    def __init__(self, whole: str, reads_before_whole: int):
+        self.whole, self.reads = whole, reads_before_whole
+
+    def details(self) -> str:
+        self.reads -= 1
+        return self.whole if self.reads < 0 else "Traceback (most recent call last):\n"
+
+
+def test_an_error_waits_for_the_whole_traceback_not_its_first_relayed_line():
+    whole = 'Traceback (most recent call last):\n  File "cell", line 10, in preprocess\nTypeError: bad'
+    assert log_details(RelayedLineByLine(whole, reads_before_whole=3)) == whole
+    assert log_details(RelayedLineByLine(whole, reads_before_whole=3), wait=False).startswith("Traceback")

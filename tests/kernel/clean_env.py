@@ -1,0 +1,20 @@
+"""The clean serving environment the kernel tier's export tests use: only torch, TorchServe and what it needs."""
+
+from __future__ import annotations
+
+import subprocess
+import venv
+from pathlib import Path
+
+# What the serving image has: torch (the CPU wheel on these machines), TorchServe and what it needs to run.
+CLEAN_PACKAGES = ["torch==2.13.0", "torchserve==0.12.0", "pyyaml", "numpy", "psutil", "requests"]
+# The tests that use the clean_python fixture (tests/kernel/conftest.py) share one worker: the venv is built once.
+CLEAN_PYTHON_GROUP = "clean-python"
+
+
+def make_clean_python(root: Path) -> Path:
+    """A virtual environment at ``root`` with only CLEAN_PACKAGES: no msnb, no notebook folder; its python."""
+    venv.EnvBuilder(with_pip=True).create(root)
+    python = root / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", *CLEAN_PACKAGES], check=True, timeout=600)
+    return python
