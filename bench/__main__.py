@@ -1,4 +1,4 @@
-"""`python -m bench [--quick | --smoke] [--only NAME ...] [--out DIR]`: run msnb's benchmarks and write their report."""
+"""`python -m bench [NAME ...] [--quick | --smoke] [--only NAME ...] [--out DIR]`: run msnb's benchmarks and write their report."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ BENCHMARKS = (
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help="the benchmarks to run, as --only names them")
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
         "--quick",
@@ -69,7 +70,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=Path(__file__).parent,
         help="where RESULTS.md, results.json and results.png go (default: bench/)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"no benchmark named {', '.join(unknown)} (choose from {', '.join(BENCHMARKS)})")
+    args.only = (args.only or []) + args.names or None
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

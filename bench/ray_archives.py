@@ -97,7 +97,10 @@ def run(settings: Settings) -> dict:
     finally:
         for engine in engines.values():
             release(engine, archives[:1], settings)
-    return report(cold, loads, many, settings)
+    result = report(cold, loads, many, settings)
+    if not settings.smoke:  # a measured run is also appended to bench/RAY_ARCHIVES.md (the smoke run's mean nothing)
+        append(result)
+    return result
 
 
 def _load(engine, name: str, total: int) -> dict:
@@ -145,10 +148,14 @@ def main() -> None:
     """`python -m bench.ray_archives`: one quick interleaved run, appended to bench/RAY_ARCHIVES.md."""
     import tempfile
 
+    with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp:
+        run(OneRun(quick=True, workdir=Path(tmp)))
+
+
+def append(result: dict) -> None:
+    """The run's table, appended to bench/RAY_ARCHIVES.md under its date and load average."""
     from bench.report import machine
 
-    with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp:
-        result = run(OneRun(quick=True, workdir=Path(tmp)))
     lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
              "| measurement | median |", "|---|---|"]  # fmt: skip
     lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]

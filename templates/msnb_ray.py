@@ -276,7 +276,11 @@ def worker_logs() -> None:
         sys.stdout = LogLines(logger, sys.stdout)
 
 
-@serve.deployment(name="MsnbModel")
+# No access log line per request (enable_access_log): on two cores writing it cost about as much as the model.
+QUIET = {"enable_access_log": False}
+
+
+@serve.deployment(name="MsnbModel", logging_config=QUIET)
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
@@ -323,11 +327,18 @@ class MsnbModel:
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _stream(self, requests: list):
-        async for items in stream_batch(self.model, requests):
+        async for items in stream_batch(self.model, requests, self.timeout_s, self._stalled):
             yield items
 
+    def _stalled(self) -> tuple[int, dict, bytes]:
+        """A streaming batch that sent nothing for responseTimeout: the replica asks to be replaced; its answer to
+        a request not yet answered (msnb_ray_timeout)."""
+        self.stuck = f"{self.model.name}: a stream sent nothing for its responseTimeout of {self.timeout_s:g} s"
+        logger.error("%s; this replica asks to be replaced, as TorchServe restarts its worker", self.stuck)
+        return timed_out(1)[0]
 
-@serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0})
+
+@serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}, logging_config=QUIET)
 class MsnbRouter:
     """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
     ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's describe, answered by a replica of NAME).

@@ -25,14 +25,14 @@ if __package__:
     from .msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
     from .msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
     from .msnb_names import API_CARD
-    from .msnb_ray_stream import WHOLE, streams
+    from .msnb_ray_stream import CUT, WHOLE, streams
 else:
     import msnb_api_mcp as mcp
     import msnb_ray_guard as guard
     from msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
     from msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
     from msnb_names import API_CARD
-    from msnb_ray_stream import WHOLE, streams
+    from msnb_ray_stream import CUT, WHOLE, streams
 
 CARD_TTL_S = 10.0  # a card older than this is read again (in the background: a replica call costs ms)
 ERROR_KEYS = {"error", "hint", "stage", "type"}  # the shared handler's error line ending a stream
@@ -215,7 +215,9 @@ async def _texts(first: list[bytes], replies: Any) -> AsyncIterator[str]:
                     raise upstream_error(500, failure)
                 if text:
                     yield text
-            async for _, _, _, more in replies:
+            async for kind, _, _, more in replies:
+                if kind == CUT:  # the handler sent nothing for its responseTimeout
+                    raise upstream_error(500, {"message": "Worker died."})
                 batches.append(more)
                 break
     finally:

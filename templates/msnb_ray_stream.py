@@ -6,13 +6,17 @@ A replica item is ``(kind, status, headers, body)``: kind ``whole`` is a complet
 its bytes), ``chunk`` a part of a stream (the first one's status and headers are the answer's) whose ``body`` is the
 list of pieces the handler sent since the last item: a fast generator's pieces travel together as one Ray object,
 and the router sends each piece as its own HTTP chunk, as TorchServe does. A client that goes away marks its
-request gone, so the handler stops sending to it and closes a generator no request reads any more.
+request gone, so the handler stops sending to it and closes a generator no request reads any more. A handler that
+sends nothing for longer than responseTimeout ends its streams as TorchServe 0.12 ends them (measured): a request
+not yet answered gets the 500 "Worker died.", a started stream is cut (kind ``cut``: no closing chunk, the
+connection closed), and the replica asks to be replaced (msnb_ray_timeout).
 Depends on ray[serve], starlette and the standard library, never on msnb.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,7 +25,8 @@ from typing import Any
 from starlette.responses import Response, StreamingResponse
 
 STREAM_HEADER = "x-msnb-stream"  # on a whole answer whose handler streams: the router streams the next ones
-WHOLE, CHUNK = "whole", "chunk"
+WHOLE, CHUNK, CUT = "whole", "chunk", "cut"
+BEGAN = "began"  # on a batch's queue once its handler has the model (the batch reached the worker)
 GIL_SHARE_S = 0.001  # how often a streaming handler's thread lets the replica's event loop take the GIL
 
 
@@ -72,15 +77,19 @@ def answer_whole(model: Any, requests: list, began: Callable[[], None] = lambda:
     return out
 
 
-def _answer_sending(model: Any, requests: list, send: Callable) -> list[tuple[int, dict, bytes]]:
+def _answer_sending(model: Any, requests: list, send: Callable, began: Callable) -> list[tuple[int, dict, bytes]]:
     with model_lock(model):
+        began()
         model.context.msnb_send_chunks = send
         return model.answer(requests)
 
 
-async def stream_batch(model: Any, requests: list) -> AsyncIterator[list]:
+async def stream_batch(model: Any, requests: list, timeout_s: float | None = None,
+                       stalled: Callable[[], tuple] = lambda: (500, {}, b"")) -> AsyncIterator[list]:  # fmt: skip
     """The body of a batched generator: ``requests`` are ``(explain, body, headers, gone)``; yields one item per
-    request each time the handler sends chunks (None: nothing for that request), then each one's last piece."""
+    request each time the handler sends chunks (None: nothing for that request), then each one's last piece. A
+    handler silent for more than ``timeout_s`` once it has the model: ``stalled()`` (the replica's answer to a
+    request not yet answered) for each request not started, ``cut`` for each started one, and no more."""
     loop, queue = asyncio.get_running_loop(), asyncio.Queue()
 
     given = [0.0]  # when the handler's thread last let the event loop run
@@ -92,11 +101,24 @@ async def stream_batch(model: Any, requests: list) -> AsyncIterator[list]:
             given[0] = time.perf_counter()
         return {idx for idx, request in enumerate(requests) if request[3].is_set()}
 
-    task = asyncio.ensure_future(asyncio.to_thread(_answer_sending, model, [r[:3] for r in requests], send))
-    task.add_done_callback(lambda _: queue.put_nowait(None))
+    began = functools.partial(loop.call_soon_threadsafe, queue.put_nowait, BEGAN)  # in the handler's thread
+    work = asyncio.to_thread(_answer_sending, model, [r[:3] for r in requests], send, began)
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda done: queue.put_nowait(None) or done.cancelled() or done.exception())
     started: set[int] = set()
-    ended = False
-    while not ended and (item := await queue.get()) is not None:
+    ended, bound = False, None  # unbounded until the batch has the model (TorchServe times the worker)
+    while not ended:
+        try:
+            item = await asyncio.wait_for(queue.get(), bound)
+        except TimeoutError:
+            yield _stalled(requests, started, stalled)
+            yield [StopIteration] * len(requests)
+            return
+        if item is None:
+            break
+        if item == BEGAN:
+            bound = timeout_s
+            continue
         pieces, types, ended = coalesce(queue, *item)
         yield [_chunk(idx, pieces, types, started) for idx in range(len(requests))]
     replies = await task
@@ -133,6 +155,13 @@ def as_bytes(piece: str | bytes) -> bytes:
     return piece.encode() if isinstance(piece, str) else bytes(piece)
 
 
+def _stalled(requests: list, started: set[int], stalled: Callable[[], tuple]) -> list[tuple]:
+    """Each request's end when its handler stalled: ``cut`` once started, else the replica's answer; all gone."""
+    for request in requests:
+        request[3].set()  # the stalled handler sends them nothing more
+    return [(CUT, 0, {}, []) if idx in started else (WHOLE, *stalled()) for idx in range(len(requests))]
+
+
 def _last(idx: int, reply: tuple[int, dict, bytes], started: set[int]) -> Any:
     status, headers, body = reply
     if idx not in started:
@@ -150,6 +179,11 @@ async def relay(batched: Callable, body: bytes, headers: dict) -> AsyncIterator[
                 yield item
     finally:
         gone.set()
+
+
+class StreamCutError(RuntimeError):
+    """Raised into a started streamed answer to end it without its closing chunk (Serve's proxy closes the
+    connection), as TorchServe ends a stream whose worker stalled."""
 
 
 class StreamRoutes:
@@ -177,7 +211,9 @@ class StreamRoutes:
         async def rest() -> AsyncIterator[bytes]:
             for piece in first:
                 yield piece
-            async for _, _, _, pieces in replies:
+            async for kind, _, _, pieces in replies:
+                if kind == CUT:  # the handler stalled past responseTimeout: end it as TorchServe does
+                    raise StreamCutError(f"{name}: the stream stalled past its responseTimeout")
                 for piece in pieces:
                     yield piece
 

@@ -67,6 +67,22 @@ SLOW = textwrap.dedent("""
         return [{"slept": body.get("sleep", 0)} for _ in data]
 """)
 SLOW_CONFIG = "responseTimeout: 2\n"
+# A streaming handler that sends ``chunks`` intermediate responses, then stalls ``stall`` seconds (past its
+# responseTimeout of 2 s when asked) before its last piece.
+STALLS = textwrap.dedent("""
+    import time
+
+    from ts.handler_utils.utils import send_intermediate_predict_response
+
+    def handle(data, context):
+        if data is None:
+            return None
+        body = data[0].get("body") or data[0].get("data")
+        for i in range(body["chunks"]):
+            send_intermediate_predict_response([f"c{i} "], context.request_ids, "Intermediate", 200, context)
+        time.sleep(body["stall"])
+        return ["end"]
+""")
 TS_SCRIPTED_HANDLER = TS_EAGER_HANDLER.replace("class Classifier", "class ScriptedClassifier")
 VOCAB = ["a", "good", "movie", "a good", "good movie", "bad", "bad movie"]
 
@@ -113,6 +129,10 @@ def commands(root: Path, names: tuple[str, ...] = ()) -> dict[str, list[str]]:
     slow = _handler_file(root / "slow", "slow", SLOW)
     (root / "slow" / "model-config.yaml").write_text(SLOW_CONFIG)
     cmds["slow"] = archiver(root / "slow", "slow", str(slow), "--config-file", str(root / "slow" / "model-config.yaml"))
+    stalls = _handler_file(root / "stalls", "stalls", STALLS)
+    (root / "stalls" / "model-config.yaml").write_text(SLOW_CONFIG)
+    config = str(root / "stalls" / "model-config.yaml")
+    cmds["stalls"] = archiver(root / "stalls", "stalls", str(stalls), "--config-file", config)
     return cmds
 
 

@@ -24,3 +24,12 @@ def test_smoke_and_quick_are_one_choice():
     with pytest.raises(SystemExit) as exit_:
         parse(["--quick", "--smoke"])
     assert exit_.value.code == 2  # argparse's usage error
+
+
+def test_benchmarks_named_alone_run_as_with_only_and_an_unknown_name_is_refused(capsys):
+    assert parse(["ray_archives", "--quick"]).only == ["ray_archives"]
+    assert parse(["--only", "streaming", "ray_archives"]).only == ["streaming", "ray_archives"]
+    assert parse([]).only is None  # every benchmark
+    with pytest.raises(SystemExit) as exit_:
+        parse(["ray_archive"])
+    assert exit_.value.code == 2 and "no benchmark named ray_archive" in capsys.readouterr().err

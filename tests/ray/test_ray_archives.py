@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 import torch
 import ts_archives
-from helpers import eager_files
+from helpers import eager_files, poll
 
 from msnb.cli.serve_ray import deploy_archives
 from msnb.engines import compare
@@ -86,3 +87,41 @@ def test_archives_of_every_handler_kind_answer_on_ray_as_on_plain_torchserve(
     expected = [round(v, 4) for v in truth(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist()]
     assert ray_engine.predict("eager", {"x": [1.0, 2.0, 3.0, 4.0]}) == expected
     assert ray_engine.predict("klass", {"x": [1, 2]}) == {"y": [3, 6], "batch_size": 4}
+
+
+def streamed(engine, body: dict) -> tuple[int, bytes, str]:
+    """One streamed prediction of ``stalls``: its status, what arrived, and how it ended ("complete" or "cut")."""
+    key = json.loads(engine.key_file.read_text())["inference"]["key"]
+    url, got = f"{engine.inference_url}/predictions/stalls", b""
+    with requests.post(url, json=body, headers={"Authorization": f"Bearer {key}"}, stream=True, timeout=120) as answer:
+        try:
+            for piece in answer.iter_content(None):
+                got += piece
+        except requests.exceptions.ChunkedEncodingError:  # no closing chunk: the connection was closed or reset
+            return answer.status_code, got, "cut"
+    return answer.status_code, got, "complete"
+
+
+def silent(engine) -> tuple[int, bytes, str] | None:
+    """A stream whose handler sends nothing past its responseTimeout, once it is answered with a 500 (None before:
+    the worker, the replica, being replaced)."""
+    answer = streamed(engine, {"chunks": 0, "stall": 8})
+    return answer if answer[0] == 500 else None
+
+
+@pytest.mark.timeout(600)
+def test_a_stream_stalled_past_its_response_timeout_ends_as_on_plain_torchserve(ray_engine, tmp_path, capsys):
+    """Plain TorchServe 0.12 cuts a started stream whose handler sends nothing for its responseTimeout (the chunks
+    so far, no closing chunk), answers 500 "Worker died." when nothing was sent yet, and restarts the worker."""
+    archive = ts_archives.build_all(tmp_path / "mars", ("stalls",))["stalls"]
+    assert deploy_archives(ray_engine, [archive]) == ["stalls"], capsys.readouterr().err
+    whole = (200, b"c0 c1 end", "complete")
+    with LocalServer(tmp_path / "ts") as torchserve:
+        torchserve.register(archive)
+        for engine in (torchserve, ray_engine):
+            assert streamed(engine, {"chunks": 2, "stall": 0}) == whole
+            assert streamed(engine, {"chunks": 2, "stall": 8}) == (200, b"c0 c1 ", "cut")
+            # the worker is restarted (the replica asks to be replaced), then a stream that sends nothing times out
+            status, body, end = poll(lambda e=engine: silent(e), 240, f"{engine.kind}'s 500")
+            assert (status, json.loads(body)["message"], end) == (500, "Worker died.", "complete")
+    assert "a stream sent nothing for its responseTimeout of 2 s" in "\n".join(ray_engine.model_log("stalls", 200))

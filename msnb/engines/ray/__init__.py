@@ -31,6 +31,9 @@ ENV = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
+    # Serve's own request metrics are cached and exported every 100 ms by each proxy, handle and replica: every
+    # second is enough for a Prometheus scrape and leaves the two cores to the requests.
+    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
 }
 ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."

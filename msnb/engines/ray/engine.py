@@ -87,7 +87,7 @@ class LocalRay:
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
-        serve.start(http_options={"host": LOOPBACK, "port": port})
+        serve.start(http_options={"host": LOOPBACK, "port": port}, logging_config=msnb_ray.QUIET)  # the proxy too
         router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": self.max_request_size}
         # Not waited for here: its replica starts while the first model's does (see _router_running).
         serve.run_many([serve.RunTarget(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")],
