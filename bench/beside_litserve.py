@@ -19,7 +19,6 @@ from bench import models
 from bench.harness import Settings, interleave, load, ratio, summary, timed, wait_gone
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.config import choose_ports
-from msnb.session.core import deploy
 from msnb.session.reload import Reloads
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +93,7 @@ class MsnbServer:
     def serve(self, revision: int = 0) -> None:
         kwargs, batch, delay = self.model
         spec = models.mlp_spec("m", kwargs, self.checkpoint, revision, batch_size=batch, max_batch_delay=delay)
-        self.reloads.serve(self.server.start(), spec, deploy)
+        self.reloads.serve(self.server.start(), spec)
 
     def predict(self) -> dict:
         return self.server.predict("m", models.SAMPLE)

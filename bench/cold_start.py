@@ -13,7 +13,7 @@ from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
 from bench.harness import Settings, interleave, ratio, summary, wait_gone
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 NAME = "cold"
 

@@ -10,7 +10,7 @@ from bench import models
 from bench.harness import Settings, interleave, summary
 from msnb.engines.torchserve import LocalServer
 from msnb.package.model_folder import ModelFolder
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.templates.msnb_explain_budget import SHARE_ENV
 from msnb.trial.runner import LoadedHandler
 

@@ -10,7 +10,7 @@ import time
 from bench import models
 from bench.harness import ClientThreads, Settings, percentile, summary
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 NAME = "explainload"
 EXPLAIN_CLIENTS = 20

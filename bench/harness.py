@@ -78,7 +78,7 @@ def stop_engine(engine: Any, settings: Settings) -> None:
 def msnb_serving(kind: str, work: Path, settings: Settings, name: str, cell: str) -> tuple[Any, Callable[[], None]]:
     """msnb's engine of ``kind`` (see ``msnb_engine``), started, serving handler cell ``cell`` as model ``name``;
     and how to stop it (``stop_engine``)."""
-    from msnb.session.core import deploy
+    from msnb.session.deployment import deploy
     from msnb.spec import spec_from_source
 
     engine = msnb_engine(kind, work, settings)

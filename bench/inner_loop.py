@@ -10,7 +10,7 @@ from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
 from bench.harness import Settings, interleave, ratio, summary, timed
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.session.reload import RELOAD, Reloads
 
 NAME = "inner"
@@ -26,7 +26,7 @@ def run(settings: Settings) -> dict:
     try:
         server.start()
         deploy(server, models.mlp_spec(NAME, models.SMALL, checkpoint))
-        reloads.serve(dev.start(), models.mlp_spec(NAME, models.SMALL, checkpoint), deploy)
+        reloads.serve(dev.start(), models.mlp_spec(NAME, models.SMALL, checkpoint))
         _manual_deploy(manual, work, checkpoint, 0, restart=False)
         times = interleave(
             {
@@ -51,7 +51,7 @@ def _msnb_deploy(server: LocalServer, checkpoint: Path, revision: int) -> None:
 
 def _msnb_reload(server: LocalServer, reloads: Reloads, checkpoint: Path, revision: int) -> None:
     """What %ms_serve does after a code-only edit on the notebook's server: a reload in the live worker."""
-    reloads.serve(server, models.mlp_spec(NAME, models.SMALL, checkpoint, revision=revision), deploy)
+    reloads.serve(server, models.mlp_spec(NAME, models.SMALL, checkpoint, revision=revision))
     if reloads.models[NAME].redeploy != RELOAD:
         raise RuntimeError(f"expected a reload, got {reloads.models[NAME].row()}")
     _check(server.predict(NAME, models.SAMPLE), revision)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import models
 from bench.harness import Settings, load, ray_engine, stop_engine, summary
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 NAME = "raybench"
 BATCH, DELAY_MS, CLIENTS = 8, 5, 16

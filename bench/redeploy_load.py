@@ -10,7 +10,7 @@ from bench import models
 from bench.harness import ClientLoad, Settings, percentile, summary, timed
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.deploy import drain
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 NAME = "underload"
 CLIENTS = 8

@@ -19,7 +19,7 @@ from msnb.capture.cells import capture
 from msnb.capture.local_code import search_path
 from msnb.engines.torchserve import LocalServer
 from msnb.package import archive
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import USE_VENV
 from msnb.templates.msnb_names import CONFIG
 

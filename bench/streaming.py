@@ -19,7 +19,7 @@ import torch
 from bench import stream_model
 from bench.harness import Settings, inference_headers, msnb_engine, stop_engine, summary, timed, wait_gone
 from msnb.engines.torchserve.config import choose_ports
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from bench import models
 from bench.anchors import archive_cli
 from bench.harness import Settings, interleave, load, summary
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 BATCHES = [(1, 0)] + [(b, d) for b in (4, 8, 16) for d in (1, 5, 20)]
 QUICK_BATCHES = [(1, 0), (8, 5), (16, 20)]

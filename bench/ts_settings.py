@@ -15,7 +15,6 @@ from bench.beside_litserve import pss_mib
 from bench.harness import Settings, interleave, load, summary
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.config import DEFAULT_VMARGS, FRONTEND_THREADS
-from msnb.session.core import deploy
 from msnb.session.reload import Reloads
 
 # msnb's settings, then each with one of them put back to TorchServe's / the JVM's default (an ablation).
@@ -42,7 +41,7 @@ def run(settings: Settings) -> dict:
     try:
         loads = {}
         for name, server in servers.items():
-            Reloads().serve(server.start(), models.mlp_spec("m", models.SMALL, checkpoint), deploy)
+            Reloads().serve(server.start(), models.mlp_spec("m", models.SMALL, checkpoint))
             key = json.loads(server.layout.key_file.read_text())["inference"]["key"]
             url, headers = f"{server.inference_url}/predictions/m", {"Authorization": f"Bearer {key}"}
             loads[name] = lambda url=url, headers=headers: load(url, body, total, 16, headers, wall_cap=60)

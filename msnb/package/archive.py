@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -57,7 +56,7 @@ def pack(
         fmt,
         archive_name or folder.name,
         progress,
-        functools.partial(_pack_folder, folder, rewrite=rewrite),
+        lambda *a: _pack_folder(folder, *a, rewrite=rewrite),
     )
 
 

@@ -2,8 +2,9 @@
 hand-off between the front half (capture, package) and the back half (trial, archive, engines, exports).
 
 A build stages it once (``staged``); ``%ms_test`` runs that folder (through a copy made of links: what a test process
-writes there, as a worker unpacking its extra files, never reaches it), ``%ms_build`` packs it (``archive.pack``), the
-engines deploy a folder and the exports lay one out. An archive that torch-model-archiver made (a .mar, a tgz, a
+writes there, as a worker unpacking its extra files, never reaches it), ``%ms_build`` packs it (``archive.pack``), every
+engine deploys it (laid out as private copies, its version and requirements told by ``relabel``: msnb.session.deployment)
+and the exports lay it out. An archive that torch-model-archiver made (a .mar, a tgz, a
 no-archive folder: not msnb's) enters at the same point: ``ModelFolder.open``.
 """
 

@@ -1,10 +1,11 @@
 """Session: the notebook's state — its handler specs, what was built and served, and on which engine.
 
 ``core`` holds ``Session`` (what the magics, the widget and ``msnb.*`` call); ``state`` what it knows and tells;
-``reload`` code-only edits reloaded in a live worker; ``progress`` the progress a step shows. ``current()``,
-``Session`` and ``deploy`` are public here.
+``deployment`` the staged folder laid out in an engine and served; ``reload`` code-only edits reloaded in a live
+worker; ``progress`` the progress a step shows. ``current()``, ``Session`` and ``deploy`` are public here.
 """
 
-from msnb.session.core import ENGINES, Session, StaleModelWarning, current, deploy
+from msnb.session.core import ENGINES, Session, StaleModelWarning, current
+from msnb.session.deployment import deploy
 
 __all__ = ["ENGINES", "Session", "StaleModelWarning", "current", "deploy"]

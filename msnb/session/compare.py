@@ -18,7 +18,8 @@ from msnb.engines import compare
 from msnb.engines.compare import Answer, Request
 from msnb.errors import MsnbError
 from msnb.options import parse_data
-from msnb.session.core import ENGINES, Session, default_engine, deploy
+from msnb.session.core import ENGINES, Session, default_engine
+from msnb.session.deployment import deploy
 
 Row = tuple[Request, Answer, Answer, "str | None"]
 # What the other engine serves for each name (the spec's digest): the same cell is not deployed twice.

@@ -21,7 +21,6 @@ from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.package import archive, formats, model_folder, taken
 from msnb.package.cell_lines import chunks_pointing_at_cells, in_cells, pointing_at_cells
-from msnb.session.deploy import deploy
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
 from msnb.session.state import Built, Observers, Served, builds_in, keep_aside, read_built
@@ -210,7 +209,7 @@ class Session:
         files = taken.taken_by(spec)  # as the build below copies them
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)), pointing_at_cells(spec):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
-                status = self.reloads.serve(server, spec, deploy)  # a reload in the worker, or a new version
+                status = self.reloads.serve(server, spec)  # a reload in the worker, or a new version
         cell = self.specs.get(spec.name)
         cell_digest = cell.digest() if cell else None
         self.served[spec.name] = Served(spec.name, status.version, spec.digest(), cell_digest, files)

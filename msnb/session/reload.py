@@ -28,6 +28,7 @@ from msnb.errors import ServerError
 from msnb.files import disk_error, partial_sibling, remove, replace_tree
 from msnb.options import OPTION
 from msnb.package import model_folder
+from msnb.session.deployment import deploy
 from msnb.spec import HandlerSpec
 from msnb.templates import DEV_ENTRY
 from msnb.templates import msnb_serving as serving
@@ -119,8 +120,9 @@ class Reloads:
     def __init__(self) -> None:
         self.models: dict[str, DevModel] = {}
 
-    def serve(self, server: Engine, spec: HandlerSpec, deploy: Callable[..., ModelStatus]) -> ModelStatus:
-        """Reload ``spec`` in the live worker when only code or runtime values changed, else ``deploy`` it."""
+    def serve(self, server: Engine, spec: HandlerSpec) -> ModelStatus:
+        """Reload ``spec`` in the live worker when only code or runtime values changed, else deploy it (its staged
+        folder laid out in the engine's store: msnb.session.deploy)."""
         known = self.models.get(spec.name)
         why = refusal(known, spec, server.pid)
         if why is None:

@@ -8,7 +8,7 @@ from helpers import run
 
 from msnb.capture.cells import capture
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 ECHO_REQUEST = """
 def handle(data, context):

@@ -9,7 +9,7 @@ from charlm import HANDLER_BODY, MODEL_SOURCE, char_lm, greedy
 from helpers import make_notebook, run
 
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 SEEDED = HANDLER_BODY.replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")

@@ -25,7 +25,7 @@ from msnb.capture.cells import capture
 from msnb.engines.models import RawRequest
 from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 
 HANDLERS = {"pe": RAISES_513, "words": STREAMS_WORDS, "desc": DESCRIBES}
 

@@ -11,7 +11,8 @@ import requests
 from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import Session, deploy
+from msnb.session.core import Session
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_explain_budget import SHARE_ENV
 from msnb.trial.batches import BatchFallbackWarning

@@ -10,7 +10,7 @@ from captum.attr import IntegratedGradients
 from helpers import CUSTOM_EXPLAIN, MLP_SOURCE, TOKENS_SOURCE, mlp_model, notebook_answer, processes_naming
 
 from msnb.engines.torchserve import LocalServer, PredictionError
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 X = [0.5, -1.0, 2.0, 0.1]

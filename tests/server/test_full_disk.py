@@ -14,7 +14,8 @@ from helpers import ANSWER_SOURCE, MLP_MODEL, mlp_model
 from msnb.engines.store import safe_name
 from msnb.engines.torchserve import LocalServer
 from msnb.errors import BuildError, ServerError
-from msnb.session.core import Session, deploy
+from msnb.session.core import Session
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 DISK_MB = 16

@@ -11,7 +11,7 @@ from helpers import ANSWER_SOURCE, ECHO, build_mar
 from msnb.engines.store import safe_name
 from msnb.engines.torchserve import LocalServer, PredictionError
 from msnb.errors import ServerError
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 

@@ -17,7 +17,7 @@ from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from helpers import MLP_SOURCE, mlp_model, processes_naming
 
 from msnb.engines.torchserve import LocalServer
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 PROMPTS = ("the cat", "a dog sat")

@@ -11,7 +11,7 @@ from helpers import TS_DESCRIBED, TS_EAGER_MODEL, TS_EXPLAINED, TS_STREAMING, bu
 
 from msnb.capture.cells import capture
 from msnb.capture.notebook import load_handlers
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.trial import runner
 
 

@@ -37,7 +37,7 @@ from msnb.capture.local_code import search_path
 from msnb.capture.notebook import load_handlers
 from msnb.engines.torchserve.raw_request import from_options
 from msnb.package import archive
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import SourceBlock
 from msnb.trial import runner
 

@@ -17,7 +17,7 @@ from msnb.engines import watchdog
 from msnb.engines.models import PredictionError
 from msnb.engines.torchserve import LocalServer
 from msnb.errors import ServerError
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 pytestmark = pytest.mark.server

@@ -9,7 +9,7 @@ import textwrap
 import torch
 from helpers import MLP_MODEL, MLP_SOURCE, mlp_model
 
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(8)

@@ -7,7 +7,7 @@ from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
 
 from msnb.engines.torchserve import LocalServer, PredictionError
 from msnb.package import archive
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_metrics import ALL_METRICS
 from msnb.trial.runner import run_handler

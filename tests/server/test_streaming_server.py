@@ -13,7 +13,7 @@ from helpers import MLP_SOURCE, mlp_model
 
 from msnb.engines.torchserve.config import FRONTEND_LOG
 from msnb.errors import ServerError
-from msnb.session.core import deploy
+from msnb.session.deployment import deploy
 from msnb.session.reload import install
 from msnb.spec import spec_from_source
 

@@ -12,7 +12,7 @@ import torch
 from helpers import MLP_SOURCE, file_digests, mlp_model, notebook_answer
 
 from msnb.package import archive, formats, model_folder
-from msnb.session.deploy import lay_out
+from msnb.session.deployment import lay_out
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_names import API_CARD, CHECKPOINT, CONFIG, MANIFEST, REQUIREMENTS
 from msnb.trial import runner
