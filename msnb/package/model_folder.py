@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from msnb.engines.store import check_identity, safe_name
-from msnb.errors import ServerError
-from msnb.files import clone_tree, link_or_copy
+from msnb.errors import MsnbError, ServerError
+from msnb.files import clone_tree, disk_error, link_or_copy
 from msnb.package import api_card, mar_checks, staging
 from msnb.package.mar_requirements import to_install
 from msnb.package.render import HANDLER_MODULE, with_version
@@ -29,6 +29,7 @@ from msnb.templates.msnb_names import REQUIREMENTS
 
 ARCHIVE_HINT = mar_checks.ARCHIVE_HINT
 checkpoint_name = staging.checkpoint_name  # the serializedFile's name for a spec
+STAGED_PREFIX = "msnb-folder-"  # a staged folder's temporary directory in $TMPDIR
 _LOCK = threading.Lock()
 _STAGED: dict[str, ModelFolder] = {}  # name -> its latest generation's folder
 
@@ -151,7 +152,7 @@ def staged(spec: HandlerSpec) -> ModelFolder:
         held = _STAGED.get(spec.name)
         if held is not None and held.spec is spec and held.generation == key and held.path.is_dir():
             return held
-        lease = _Lease(Path(tempfile.mkdtemp(prefix="msnb-folder-")))
+        lease = _Lease(Path(tempfile.mkdtemp(prefix=STAGED_PREFIX)))
         try:
             folder = ModelFolder.stage(spec, lease.root / "model", temporary=True)
         except BaseException:
@@ -159,6 +160,14 @@ def staged(spec: HandlerSpec) -> ModelFolder:
             raise
         _STAGED[spec.name] = folder = replace(folder, lease=lease)
         return folder
+
+
+def staged_or(spec: HandlerSpec, error: type[MsnbError]) -> ModelFolder:
+    """``staged(spec)``; a full or read-only $TMPDIR is ``error`` (the caller's kind), with the disk's hint."""
+    try:
+        return staged(spec)
+    except OSError as err:
+        raise disk_error(Path(tempfile.gettempdir()) / f"{STAGED_PREFIX}{spec.name}", err, error) from None
 
 
 class _Lease:

@@ -9,7 +9,6 @@ every pin, its server is unknown).
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.protocol import Engine
 from msnb.engines.store import safe_name
 from msnb.errors import BuildError
-from msnb.files import disk_error, remove
+from msnb.files import remove
 from msnb.package import archive, formats, model_folder, server_packages
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
@@ -35,7 +34,7 @@ def deploy(
     """
     version = server.free_version(spec.name, spec.version)
     lacking = server_packages.missing(server.python, spec.requirements)
-    path = lay_out(staged(spec), server.store.root, version, lacking)
+    path = lay_out(model_folder.staged_or(spec, BuildError), server.store.root, version, lacking)
     try:
         if prepare is not None:
             prepare(path)
@@ -54,11 +53,3 @@ def lay_out(folder: ModelFolder, store: Path, version: str, requirements: tuple[
         archive_name=safe_name(folder.name, version),
         rewrite=lambda copy: model_folder.relabel(copy, version, requirements),
     )
-
-
-def staged(spec: HandlerSpec) -> ModelFolder:
-    """The folder staged from ``spec`` (once: the one a test ran); a full or read-only $TMPDIR is a BuildError."""
-    try:
-        return model_folder.staged(spec)
-    except OSError as err:
-        raise disk_error(Path(tempfile.gettempdir()) / f"msnb-folder-{spec.name}", err, BuildError) from None

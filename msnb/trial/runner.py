@@ -4,15 +4,12 @@ batch size (batchtest); a failed sample or load becomes an msnb error. Given a s
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from msnb.errors import HandlerRunError
-from msnb.files import disk_error
 from msnb.forms import ROLES_FORM
-from msnb.package.model_folder import ModelFolder, staged
+from msnb.package.model_folder import ModelFolder, staged_or
 from msnb.roles import did_you_mean
 from msnb.spec import HandlerSpec
 from msnb.trial import batches, processes
@@ -26,12 +23,7 @@ Runnable = HandlerSpec | ModelFolder
 
 def folder_of(what: Runnable) -> ModelFolder:
     """``what`` itself, or the folder staged from the spec (a full or read-only $TMPDIR: a clear error)."""
-    if isinstance(what, ModelFolder):
-        return what
-    try:
-        return staged(what)
-    except OSError as err:
-        raise disk_error(Path(tempfile.gettempdir()) / f"msnb-folder-{what.name}", err, HandlerRunError) from None
+    return what if isinstance(what, ModelFolder) else staged_or(what, HandlerRunError)
 
 
 def run_handler(what: Runnable, samples: Iterable[Any], explain: bool | Iterable[bool] = False) -> list[Answer]:
