@@ -114,12 +114,18 @@ def clone_tree(src: Path, dst: Path) -> None:
     """A folder copied with its files cloned (see ``clone_file``): nothing in ``dst`` shares an inode with ``src``
     (links are followed). The first OSError is raised as it is (its errno names a full disk), unlike copytree's
     shutil.Error that collects them."""
+    for source, dest in mirrored(src, dst, followlinks=True):
+        clone_file(source, dest)
+
+
+def mirrored(src: Path, dst: Path, *, followlinks: bool = False) -> Iterator[tuple[Path, Path]]:
+    """Each file of the folder ``src`` with its place under ``dst``, whose folders are made as the walk goes."""
     src, dst = Path(src), Path(dst)
-    for dirpath, _dirnames, filenames in os.walk(src, followlinks=True):
+    for dirpath, _dirnames, filenames in os.walk(src, followlinks=followlinks):
         here = dst / Path(dirpath).relative_to(src)
         here.mkdir(parents=True, exist_ok=True)
         for name in filenames:
-            clone_file(Path(dirpath) / name, here / name)
+            yield Path(dirpath) / name, here / name
 
 
 def remove(path: Path) -> None:

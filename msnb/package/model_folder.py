@@ -10,7 +10,6 @@ no-archive folder: not msnb's) enters at the same point: ``ModelFolder.open``.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from msnb.engines.store import check_identity, safe_name
 from msnb.errors import MsnbError, ServerError
-from msnb.files import clone_tree, disk_error, link_or_copy
+from msnb.files import clone_tree, disk_error, link_or_copy, mirrored
 from msnb.package import api_card, mar_checks, staging
 from msnb.package.mar_requirements import to_install
 from msnb.package.render import HANDLER_MODULE, with_version
@@ -104,11 +103,8 @@ class ModelFolder:
 
     def linked(self, dest: Path) -> ModelFolder:
         """This folder at ``dest`` made of links to its files (a hard link where it can, else a symlink)."""
-        for dirpath, _dirnames, filenames in os.walk(self.path):
-            here = Path(dest) / Path(dirpath).relative_to(self.path)
-            here.mkdir(parents=True, exist_ok=True)
-            for name in filenames:
-                link_or_copy(Path(dirpath) / name, here / name, symlink_ok=True)
+        for source, place in mirrored(self.path, dest):
+            link_or_copy(source, place, symlink_ok=True)
         return replace(self, path=Path(dest))
 
 
