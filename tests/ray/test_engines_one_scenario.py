@@ -1,7 +1,8 @@
 """One session scenario over both engines, no fakes (the ``Engine`` protocol, msnb.engines.protocol): add a handler,
 serve it, predict and explain, read its status and its workers' log, change the cell and redeploy, predict again,
-stop. The folder served is the folder %ms_build tested and packed, byte for byte; every answer is the notebook's own
-(plain torch on the same weights), whichever engine serves it."""
+stop (on TorchServe; the shared Ray's stop is test_ray_notebook.py's). The folder served is the folder %ms_build
+tested and packed, byte for byte; every answer is the notebook's own (plain torch on the same weights), whichever
+engine serves it."""
 
 from __future__ import annotations
 
@@ -21,8 +22,22 @@ SHIFTED = MLP_SOURCE.replace(
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("engine", ["torchserve", "ray"])
-def test_the_same_session_scenario_serves_the_notebooks_answers_on_both_engines(session, engine, tmp_path):
+def test_the_session_scenario_serves_the_notebooks_answers_on_torchserve(session, tmp_path):
+    server = scenario(session, "torchserve", tmp_path)
+    session.stop()
+    assert not server.running and server.pid is None
+
+
+# On the shared Ray (tests/ray/conftest.py), not stopped here: a Ray that session.serve(..., engine="ray") starts is
+# test_ray_door.py's (%ms_serve) and test_ray_notebook.py's killed kernel's, and its stop is test_ray_notebook.py's
+# %ms_stop (every Ray process and the temp dir gone).
+@pytest.mark.timeout(600)
+def test_the_session_scenario_serves_the_notebooks_answers_on_ray(ray_session, tmp_path):
+    scenario(ray_session, "ray", tmp_path)
+
+
+def scenario(session, engine: str, tmp_path):
+    """The scenario up to the stop, on ``engine``; returns the engine that served it."""
     spec = session.add(spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": INPUTS[0]}))
     packed = file_digests(session.build("mlp", tmp_path))  # %ms_build: the staged folder, tested, then packed
     server = session.serve("mlp", engine=engine)
@@ -53,6 +68,4 @@ def test_the_same_session_scenario_serves_the_notebooks_answers_on_both_engines(
     label = notebook_answer(model, INPUTS[0])["label"]
     assert session.predict("mlp", {"x": INPUTS[0]})["label"] == label + 10
     logged(f"postprocess printed {label}")  # the handler's prints, as its log lines
-
-    session.stop()
-    assert not server.running and server.pid is None
+    return server

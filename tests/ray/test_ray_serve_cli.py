@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import ECHO, build_mar, poll, processes_naming, run
 
+import msnb.engines.ray.engine
+
 MSNB = str(Path(sys.executable).with_name("msnb"))
 
 
@@ -63,8 +65,29 @@ COMPARED = [
 ]
 
 
+class KeptRay:
+    """The shared Ray (tests/ray/conftest.py) as `msnb compare` sees the Ray it starts: started already, and kept when
+    the command stops it (``ray_engine`` deletes the applications it deployed). A Ray start and stop of a command's
+    own is the subject of the test above."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def start(self) -> "KeptRay":
+        return self
+
+    def stop(self) -> None:
+        pass
+
+
 @pytest.mark.timeout(600)
-def test_compare_sends_every_request_to_both_engines_and_exits_1_on_the_first_difference(tmp_path, capsys):
+def test_compare_sends_every_request_to_both_engines_and_exits_1_on_the_first_difference(
+    tmp_path, capsys, monkeypatch, ray_engine
+):
+    monkeypatch.setattr(msnb.engines.ray.engine, "LocalRay", lambda *args, **kwargs: KeptRay(ray_engine))
     archives = [build_mar(tmp_path / "echo", "echo", ECHO), build_mar(tmp_path / "ids", "ids", REQUEST_IDS)]
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01raw")
     (tmp_path / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in COMPARED) + "\n")
