@@ -50,8 +50,8 @@ def test_data_that_cannot_be_sent_is_refused_with_a_hint(server):
         server.predict("echo", {1, 2})
 
 
-def test_predict_many_is_batched_by_torchserve(own_server, archives, tmp_path):
-    server = own_server
+def test_predict_many_is_batched_by_torchserve(clean_server, archives, tmp_path):
+    server = clean_server
     mar = build_mar(tmp_path, "batcher", (archives["echo"].parent / "echo_handler.py").read_text())
     server.register(mar, batch_size=4, max_batch_delay=500)
     answers = server.predict_many("batcher", [{"i": i} for i in range(8)])
@@ -61,8 +61,8 @@ def test_predict_many_is_batched_by_torchserve(own_server, archives, tmp_path):
     assert "batcher" not in {m.name for m in server.models()}
 
 
-def test_models_and_scale(own_server, archives):
-    server = own_server
+def test_models_and_scale(clean_server, archives):
+    server = clean_server
     server.register(archives["echo"])
     (echo,) = [m for m in server.models() if m.name == "echo"]
     assert echo.version == "1.0" and echo.is_default and echo.ready
@@ -70,8 +70,8 @@ def test_models_and_scale(own_server, archives):
     assert len(server.scale("echo", 1).workers) == 1
 
 
-def test_a_refused_unregister_is_an_error_and_keeps_the_model_and_its_files(own_server, archives, tmp_path):
-    server = own_server
+def test_a_refused_unregister_is_an_error_and_keeps_the_model_and_its_files(clean_server, archives, tmp_path):
+    server = clean_server
     server.register(archives["echo"])
     v2 = build_mar(tmp_path, "echo", ECHO, version="2.0")
     server.register(v2)
@@ -149,8 +149,8 @@ def test_registering_the_same_version_twice_points_to_redeploy(server, archives)
         server.register(archives["echo"])
 
 
-def test_redeploy_serves_the_changed_handler_without_a_restart(own_server):
-    server = own_server
+def test_redeploy_serves_the_changed_handler_without_a_restart(clean_server):
+    server = clean_server
     pid = server.pid
     deploy(server, spec_from_source("calc", ANSWER_SOURCE.format(answer="first")))
     assert server.predict("calc", {"x": [1, 2]}) == {"answer": "first", "sum": 3.0}

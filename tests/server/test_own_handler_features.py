@@ -35,38 +35,42 @@ def plain_pieces(server, name: str, body: bytes) -> list[bytes]:
 
 
 def test_a_streamed_answer_is_the_same_chunks_in_ms_test_in_predict_stream_and_on_plain_torchserve(
-    tmp_path, own_server
+    tmp_path, clean_server
 ):
-    own_server.register(build_mar(tmp_path / "plain", "stream", TS_STREAMING))
-    truth = [piece.decode() for piece in plain_pieces(own_server, "stream", b'{"x": 1}')]
+    clean_server.register(build_mar(tmp_path / "plain", "stream", TS_STREAMING))
+    truth = [piece.decode() for piece in plain_pieces(clean_server, "stream", b'{"x": 1}')]
     assert truth == ["intermediate_response"] * 3 + ["hello world "]
     spec = capture("stream2", TS_STREAMING, [])
     assert runner.predict_in_process(spec, [{"x": 1}]) == [truth]  # %ms_test NAME: the chunks
-    deploy(own_server, spec)
-    assert list(own_server.predict_stream("stream2", {"x": 1})) == truth  # %ms_predict NAME --stream
-    assert list(own_server.predict_stream("stream", {"x": 1})) == truth  # the same client on plain TorchServe
+    deploy(clean_server, spec)
+    assert list(clean_server.predict_stream("stream2", {"x": 1})) == truth  # %ms_predict NAME --stream
+    assert list(clean_server.predict_stream("stream", {"x": 1})) == truth  # the same client on plain TorchServe
 
 
-def test_ms_test_describe_shows_the_customized_metadata_plain_torchserve_and_msnb_serve(tmp_path, own_server):
-    own_server.register(build_mar(tmp_path / "plain", "described", TS_DESCRIBED))
-    truth = customized(own_server, "described")
+def test_ms_test_describe_shows_the_customized_metadata_plain_torchserve_and_msnb_serve(tmp_path, clean_server):
+    clean_server.register(build_mar(tmp_path / "plain", "described", TS_DESCRIBED))
+    truth = customized(clean_server, "described")
     assert truth == {"labels": ["cat", "dog"], "input": "json"}
     spec = capture("described2", TS_DESCRIBED, [])
     assert runner.describe(spec) == truth  # %ms_test described2 --describe
-    deploy(own_server, spec)
-    assert customized(own_server, "described2") == truth
-    assert own_server.predict("described2", {"x": 1}) == own_server.predict("described", {"x": 1}) == {"echo": {"x": 1}}
+    deploy(clean_server, spec)
+    assert customized(clean_server, "described2") == truth
+    assert (
+        clean_server.predict("described2", {"x": 1})
+        == clean_server.predict("described", {"x": 1})
+        == {"echo": {"x": 1}}
+    )
 
 
-def test_explanations_of_a_base_handler_in_eager_mode_are_served_like_plain_torchserve(tmp_path, capsys, own_server):
+def test_explanations_of_a_base_handler_in_eager_mode_are_served_like_plain_torchserve(tmp_path, capsys, clean_server):
     plain = tmp_path / "plain"
     net, args = eager_files(plain)
-    own_server.register(build_mar(plain, "explained", TS_EXPLAINED, extra_args=args))
+    clean_server.register(build_mar(plain, "explained", TS_EXPLAINED, extra_args=args))
     cell = f"%%ms_handler explained2 --checkpoint {plain / 'w.pt'} --model-file TinyNet\n" + TS_EXPLAINED
     nb = make_notebook(tmp_path / "nb", TS_EAGER_MODEL, cell, weights=False)
     code, _, err = run(capsys, "export", nb, "-o", tmp_path / "out", "--allow-files", plain)
     assert code == 0, err
-    own_server.register(tmp_path / "out" / "explained2.mar")
+    clean_server.register(tmp_path / "out" / "explained2.mar")
     spec = next(c.spec for c in load_handlers(nb) if c.spec.name == "explained2")
     lig = LayerIntegratedGradients(net, net.fc)
     for x in ([1, 2, 3, 4], [0.5, -1, 4, 2]):
@@ -74,6 +78,6 @@ def test_explanations_of_a_base_handler_in_eager_mode_are_served_like_plain_torc
             torch.tensor([x], dtype=torch.float32), target=0, n_steps=16, attribute_to_layer_input=True
         )
         expected = [round(v, 4) for v in found[0].tolist()]
-        served = own_server.explain("explained2", {"x": x})
-        assert served == own_server.explain("explained", {"x": x}) == expected
+        served = clean_server.explain("explained2", {"x": x})
+        assert served == clean_server.explain("explained", {"x": x}) == expected
         assert runner.predict_in_process(spec, [{"x": x}], explain=True) == [expected]  # %ms_test --explain

@@ -105,23 +105,23 @@ def test_a_body_over_the_request_limit_names_the_limit_and_the_option(served):
 
 # ------------------------------------------------------------------ versions and unregister
 @pytest.mark.parametrize("version", ["1/2", "1?x=y", "1#a", ""])
-def test_an_archive_with_an_unusable_version_is_refused_before_it_is_placed(own_server, tmp_path, version):
+def test_an_archive_with_an_unusable_version_is_refused_before_it_is_placed(clean_server, tmp_path, version):
     folder = tmp_path / "bad"
     (folder / "MAR-INF").mkdir(parents=True)
     manifest = {"model": {"modelName": "bad", "modelVersion": version, "handler": "h.py"}}
     (folder / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
     with pytest.raises(ServerError, match="Model version") as err:
-        own_server.register(folder)
+        clean_server.register(folder)
     assert "Hint:" in err.value.render()
-    assert not any(own_server.model_store.iterdir()) and own_server.models() == []
+    assert not any(clean_server.model_store.iterdir()) and clean_server.models() == []
 
 
-def test_unregister_deletes_the_store_files_after_the_server_confirms(own_server, tmp_path):
-    own_server.register(build_mar(tmp_path / "mars", "echo", ECHO))
-    own_server.unregister("echo")
-    assert own_server.models() == [] and not any(own_server.model_store.iterdir())
+def test_unregister_deletes_the_store_files_after_the_server_confirms(clean_server, tmp_path):
+    clean_server.register(build_mar(tmp_path / "mars", "echo", ECHO))
+    clean_server.unregister("echo")
+    assert clean_server.models() == [] and not any(clean_server.model_store.iterdir())
     with pytest.raises(ServerError, match="No model 'echo'"):
-        own_server.unregister("echo")
+        clean_server.unregister("echo")
 
 
 # ------------------------------------------------------------------ nothing left on disk

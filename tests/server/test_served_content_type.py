@@ -39,24 +39,24 @@ def answer_of(server, name: str, sample) -> tuple[str | None, bytes]:
     return resp.headers.get("Content-Type"), resp.content
 
 
-def test_json_text_and_bytes_answers_carry_their_content_type(own_server):
-    deploy(own_server, spec_from_source("js", MLP_SOURCE))
-    deploy(own_server, spec_from_source("png", ROLES_BYTES))
-    deploy(own_server, spec_from_source("ownfn", OWN_FUNCTION))
-    ctype, body = answer_of(own_server, "js", SAMPLE)
+def test_json_text_and_bytes_answers_carry_their_content_type(clean_server):
+    deploy(clean_server, spec_from_source("js", MLP_SOURCE))
+    deploy(clean_server, spec_from_source("png", ROLES_BYTES))
+    deploy(clean_server, spec_from_source("ownfn", OWN_FUNCTION))
+    ctype, body = answer_of(clean_server, "js", SAMPLE)
     with torch.inference_mode():
         output = mlp_model()(torch.tensor(SAMPLE["x"]))
     assert ctype.startswith("application/json") and json.loads(body)["label"] == int(output.argmax())
-    assert answer_of(own_server, "png", SAMPLE) == ("image/png", PNG)
-    ctype, body = answer_of(own_server, "ownfn", {"png": False})
+    assert answer_of(clean_server, "png", SAMPLE) == ("image/png", PNG)
+    ctype, body = answer_of(clean_server, "ownfn", {"png": False})
     assert ctype.startswith("application/json") and json.loads(body) == {"n": 1}
-    assert answer_of(own_server, "ownfn", {"png": True}) == ("image/png", PNG)
+    assert answer_of(clean_server, "ownfn", {"png": True}) == ("image/png", PNG)
 
 
-def test_a_body_that_is_not_json_is_answered_400_with_the_parsers_message(own_server):
-    deploy(own_server, spec_from_source("js", MLP_SOURCE))
-    url = f"{own_server.inference_url}/predictions/js"
-    resp = own_server.client.call(
+def test_a_body_that_is_not_json_is_answered_400_with_the_parsers_message(clean_server):
+    deploy(clean_server, spec_from_source("js", MLP_SOURCE))
+    url = f"{clean_server.inference_url}/predictions/js"
+    resp = clean_server.client.call(
         "POST", url, "inference", data=b'{"x": [1, 2', headers={"Content-Type": "application/json"}
     )
     assert resp.status_code == 400, resp.text
