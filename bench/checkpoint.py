@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench import models
 from bench.anchors import archive_cli
-from bench.harness import Settings, interleave, run_child, summary, timed
+from bench.harness import Settings, interleave, msnb_engine, run_child, stop_engine, summary, timed
 from msnb.engines.torchserve import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "checkpoint"
     work.mkdir(parents=True, exist_ok=True)
     sizes = settings.size([(100, 5), (1024, 3)], [(16, 2)], [(1, 1)])  # (MiB, repetitions)
-    server = LocalServer(work / "msnb")
+    server = msnb_engine("torchserve", work, settings)
     out = {}
     try:
         server.start()
@@ -42,7 +42,7 @@ def run(settings: Settings) -> dict:
             out[f"{mib} MiB"] = {label: {k: summary([r[k] for r in rs]) for k in rs[0]} for label, rs in runs.items()}
             checkpoint.unlink()
     finally:
-        server.stop()
+        stop_engine(server, settings)
         shutil.rmtree(work, ignore_errors=True)
     return report(out, baseline["peak_rss_mib"], settings)
 

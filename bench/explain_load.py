@@ -8,7 +8,7 @@ import json
 import time
 
 from bench import models
-from bench.harness import ClientThreads, Settings, percentile, summary
+from bench.harness import ClientThreads, Settings, msnb_engine, percentile, stop_engine, summary
 from msnb.engines.torchserve import LocalServer
 from msnb.session.deployment import deploy
 
@@ -50,7 +50,8 @@ def run(settings: Settings) -> dict:
     seconds = settings.size(20, 6, 1)
     runs: dict[str, list[dict]] = {ALONE: [], LOADED: []}
     explained: list = []
-    with LocalServer(work / "server") as server:
+    server = msnb_engine("torchserve", work, settings).start()
+    try:
         deploy(server, models.mlp_spec(NAME, models.SMALL, checkpoint), batch_size=1)
         _measure(server, 2)  # warm-up, and one explanation (Captum's import) before anything is measured
         server.explain(NAME, models.SAMPLE)
@@ -59,6 +60,8 @@ def run(settings: Settings) -> dict:
             with Clients(server, f"/explanations/{NAME}", EXPLAIN_CLIENTS) as explainers:
                 runs[LOADED].append(_measure(server, seconds))
             explained += explainers.log
+    finally:
+        stop_engine(server, settings)
     return report(runs, explained)
 
 

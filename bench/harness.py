@@ -52,12 +52,13 @@ def ray_engine(settings: Settings) -> Any:
 
 def msnb_engine(kind: str, work: Path, settings: Settings) -> Any:
     """msnb's engine of ``kind`` ("torchserve": a LocalServer with its own workdir under ``work``; "ray": see
-    ``ray_engine``), not started yet."""
+    ``ray_engine``), not started yet; a smoke run's benchmarks share the process-wide TorchServe (started here: one
+    TorchServe start for all of them) as they share its Ray."""
     if kind == "ray":
         return ray_engine(settings)
-    from msnb.engines.torchserve import LocalServer
+    from msnb.engines.torchserve import LocalServer, default_server
 
-    return LocalServer(work / f"ts-{time.monotonic_ns()}")
+    return default_server() if settings.smoke else LocalServer(work / f"ts-{time.monotonic_ns()}")
 
 
 def inference_headers(engine: Any) -> dict:
@@ -68,10 +69,17 @@ def inference_headers(engine: Any) -> dict:
 
 
 def stop_engine(engine: Any, settings: Settings) -> None:
-    """Stop an engine after its measurement, except the smoke run's shared Ray (stopped at exit)."""
+    """Stop an engine after its measurement, except the smoke run's shared ones (stopped at exit): the shared
+    TorchServe only unregisters its models, so the next benchmark finds it empty."""
     from msnb.engines.ray.engine import default_ray
+    from msnb.engines.torchserve import default_server
 
-    if not (settings.smoke and engine is default_ray()):
+    if not settings.smoke:
+        engine.stop()
+    elif engine is default_server(create=False):
+        for name in sorted({status.name for status in engine.models()}):
+            engine.unregister(name)
+    elif engine is not default_ray():
         engine.stop()
 
 

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from bench.anchors import BIN
-from bench.harness import Settings, interleave, run_child, summary, timed
+from bench.harness import Settings, interleave, msnb_engine, run_child, stop_engine, summary, timed
 from msnb.capture.cells import capture
 from msnb.capture.local_code import search_path
 from msnb.engines.torchserve import LocalServer
@@ -69,7 +69,7 @@ def run(settings: Settings) -> dict:
 
     work = settings.workdir / "hf_objects"
     work.mkdir(parents=True, exist_ok=True)
-    server, rows, sizes = LocalServer(work / "server"), {}, {}
+    server, rows, sizes = msnb_engine("torchserve", work, settings), {}, {}
     try:
         server.start()
         for label, shape in models(settings.quick).items():
@@ -84,7 +84,7 @@ def run(settings: Settings) -> dict:
             }
             sizes[label] = {route: rs[-1]["archive MB"] for route, rs in runs.items()}
     finally:
-        server.stop()
+        stop_engine(server, settings)
         shutil.rmtree(work, ignore_errors=True)
     return report(rows, settings)
 

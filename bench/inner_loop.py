@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench import models
 from bench.anchors import ManualTorchServe, archive_cli
-from bench.harness import Settings, interleave, ratio, summary, timed
+from bench.harness import Settings, interleave, msnb_engine, ratio, stop_engine, summary, timed
 from msnb.engines.torchserve import LocalServer
 from msnb.session.deployment import deploy
 from msnb.session.reload import RELOAD, Reloads
@@ -20,7 +20,7 @@ def run(settings: Settings) -> dict:
     work = settings.workdir / "inner_loop"
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
-    server, manual = LocalServer(work / "msnb"), ManualTorchServe(work / "manual")
+    server, manual = msnb_engine("torchserve", work, settings), ManualTorchServe(work / "manual")
     dev, reloads = LocalServer(work / "dev"), Reloads()
     revisions = itertools.count(1)
     try:
@@ -37,7 +37,7 @@ def run(settings: Settings) -> dict:
             settings.reps,
         )
     finally:
-        server.stop()
+        stop_engine(server, settings)
         dev.stop()
         manual.close()
     return report({name: summary(values) for name, values in times.items()})

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from bench import models
-from bench.harness import Settings, load, ray_engine, stop_engine, summary
+from bench.harness import Settings, load, msnb_engine, stop_engine, summary
 from msnb.session.deployment import deploy
 
 NAME = "raybench"
@@ -33,18 +33,10 @@ def _spec(checkpoint: Path, workers: int, revision: int = 0):
                            workers=workers)  # fmt: skip
 
 
-def _engine(kind: str, work: Path, settings: Settings):
-    if kind == "ray":
-        return ray_engine(settings)
-    from msnb.engines.torchserve import LocalServer
-
-    return LocalServer(work / f"ts-{time.monotonic_ns()}")
-
-
 def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path, settings: Settings) -> dict:
     """Cold start (engine start, deploy, first answer), a warm redeploy, then 16 clients."""
     start = time.perf_counter()
-    engine = _engine(kind, work, settings)
+    engine = msnb_engine(kind, work, settings)
     try:
         engine.start()
         started = time.perf_counter() - start

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from bench import models
-from bench.harness import ClientLoad, Settings, percentile, summary, timed
+from bench.harness import ClientLoad, Settings, msnb_engine, percentile, stop_engine, summary, timed
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.deploy import drain
 from msnb.session.deployment import deploy
@@ -24,7 +24,7 @@ def run(settings: Settings) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
     steady_s, redeploys = settings.size((5.0, 5), (2.0, 2), (1.0, 1))
-    server = LocalServer(work / "server")
+    server = msnb_engine("torchserve", work, settings)
     try:
         server.start()
         deploy(server, _spec(checkpoint, 0))
@@ -37,7 +37,7 @@ def run(settings: Settings) -> dict:
         log = [(sent, seconds, _revision(answer)) for sent, seconds, answer in traffic.log]
         return report(log, swaps, steady_until=swaps[0][0], idle_drain=idle)
     finally:
-        server.stop()
+        stop_engine(server, settings)
 
 
 def _revision(answer) -> int | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench import models
 from bench.anchors import archive_cli
-from bench.harness import Settings, interleave, load, summary
+from bench.harness import Settings, interleave, load, msnb_engine, stop_engine, summary
 from msnb.engines.torchserve import LocalServer
 from msnb.session.deployment import deploy
 
@@ -19,13 +19,13 @@ SMOKE_BATCHES = [(1, 0), (8, 5)]  # batch 1 and one batched point
 def run(settings: Settings) -> dict:
     work = settings.workdir / "throughput"
     work.mkdir(parents=True, exist_ok=True)
-    server = LocalServer(work / "msnb")
+    server = msnb_engine("torchserve", work, settings)
     try:
         server.start()
         handlers = _handler_comparison(settings, server, work)
         batching = _batching_sweep(settings, server, work)
     finally:
-        server.stop()
+        stop_engine(server, settings)
     return report(handlers, batching, settings)
 
 
