@@ -39,11 +39,10 @@ def edit(tag: int, init_line: str = "") -> str:
 
 
 @pytest.fixture
-def session(tmp_path):
-    server = LocalServer(tmp_path / "server")
-    sess = Session(lambda engine, port: server)
-    yield sess
-    sess.stop()
+def session(clean_server):
+    """A fresh session on the module's server (tests/server/conftest.py): a reload's subject is the model's worker,
+    not the server, so the tests share one TorchServe start and each leaves no model on it."""
+    return Session(lambda engine, port: clean_server)
 
 
 def spec(tag: int, tmp_path, **config):
