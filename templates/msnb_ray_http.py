@@ -1,0 +1,85 @@
+"""The HTTP side of the adapter's doors: the router's and each model replica's own (the local front sends a
+prediction straight to a replica of its model, msnb_ray_front.py). One prediction's way through either door, TorchServe's
+error shape and the body size limit live here once.
+
+Depends on starlette and the standard library (the guard for the limit), never on msnb.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+if __package__:  # msnb.templates.msnb_ray_http (the notebook's engine)
+    from . import msnb_ray_guard as guard
+else:  # beside its model folders (an exported application)
+    import msnb_ray_guard as guard
+
+JSON_TYPE = "application/json"
+TARGETS_PATH = "/-/msnb-targets"  # the router's answer to the local front: which replica ports serve which route
+Reply = tuple[int, dict, bytes]  # status, headers, body
+
+
+class Door:
+    """What a door asks of every request: the inference key (None: no check) and the body size limit (None: no
+    limit), from a builder's args (``key_file`` / ``auth`` / ``max_request_size``: see msnb_ray.router)."""
+
+    def __init__(self, args: dict):
+        self.key = guard.inference_key(args)
+        limit = args.get("max_request_size")
+        self.limit = int(limit) if limit else None
+
+
+def error_reply(status: int, kind: str, message: str) -> Reply:
+    """An error in TorchServe's frontend shape: {"code", "type", "message"}."""
+    body = {"code": status, "type": kind, "message": message}
+    return status, {"content-type": JSON_TYPE}, json.dumps(body).encode()
+
+
+def not_found(path: str) -> Response:
+    return reply(*error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {path}"))
+
+
+def reply(status: int, headers: dict, body: bytes) -> Response:
+    return Response(content=body, status_code=status, headers=headers)
+
+
+async def read_body(request: Request, headers: dict, limit: int | None) -> bytes | tuple[int, str, str]:
+    """The request body, or the 413 refusal once it is over ``limit`` (read no further than the limit)."""
+    declared = headers.get("content-length", "")
+    refusal = guard.too_large(int(declared), limit) if declared.isdigit() else None
+    if refusal:
+        return refusal
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        refusal = guard.too_large(len(body), limit)
+        if refusal:
+            return refusal
+    return bytes(body)
+
+
+async def prediction(
+    request: Request,
+    headers: dict,
+    limit: int | None,
+    stream: Callable[[bytes], Awaitable[Response | None]],
+    whole: Callable[[bytes], Awaitable[Reply]],
+) -> Response:
+    """One prediction (or explanation) whose key was checked: the body read within ``limit``, then ``stream(body)``'s
+    streamed answer, or, when it gives None, ``whole(body)``'s answer."""
+    body = await read_body(request, headers, limit)
+    if isinstance(body, tuple):
+        return reply(*error_reply(*body))
+    streamed = await stream(body)
+    if streamed is not None:
+        return streamed
+    return reply(*await whole(body))
+
+
+def lower(headers: Any) -> dict:
+    return {k.lower(): v for k, v in headers.items()}
