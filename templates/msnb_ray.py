@@ -30,9 +30,24 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from .msnb_names import HANDLER_MODULE
-    from .msnb_ray_api import ApiRoutes, model_card
+    from .msnb_ray_api import ApiRoutes, OwnApp, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from .msnb_ray_http import JSON_TYPE, TARGETS_PATH, Door, error_reply, lower, not_found, prediction, reply
+    from .msnb_ray_http import (
+        JSON_TYPE,
+        OWN_API,
+        TARGETS_PATH,
+        Door,
+        decode_body,
+        encode_answer,
+        error_reply,
+        failed,
+        lower,
+        model_route,
+        not_found,
+        prediction,
+        prediction_error,
+        reply,
+    )
     from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
@@ -41,9 +56,24 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_names import HANDLER_MODULE
-    from msnb_ray_api import ApiRoutes, model_card
+    from msnb_ray_api import ApiRoutes, OwnApp, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from msnb_ray_http import JSON_TYPE, TARGETS_PATH, Door, error_reply, lower, not_found, prediction, reply
+    from msnb_ray_http import (
+        JSON_TYPE,
+        OWN_API,
+        TARGETS_PATH,
+        Door,
+        decode_body,
+        encode_answer,
+        error_reply,
+        failed,
+        lower,
+        model_route,
+        not_found,
+        prediction,
+        prediction_error,
+        reply,
+    )
     from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
@@ -108,38 +138,6 @@ def batch_settings(config: dict) -> tuple[int, float]:
     """``@serve.batch``'s max_batch_size and batch_wait_timeout_s from batchSize and maxBatchDelay (ms)."""
     serving = ServingConfig.from_model_config(config)
     return serving.batch_size or 1, serving.max_batch_delay / 1000
-
-
-def decode_body(body: bytes, content_type: str) -> Any:
-    """A request body as a TorchServe worker hands it to ``handle``: JSON decoded, text as str, else bytes."""
-    if content_type.startswith(JSON_TYPE):
-        try:
-            return json.loads(body.decode("utf-8"))
-        except Exception:  # RecursionError (a deeply nested body) included, as TorchServe's worker catches
-            return body  # TorchServe forwards a body it cannot decode as it is
-    if content_type.startswith("text"):
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError:
-            return body
-    return body
-
-
-def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, bytes]:
-    """One answer with the status and headers its request processor holds; JSON unless str/bytes."""
-    headers = {k.lower(): str(v) for k, v in headers.items()}
-    if isinstance(answer, (bytes, bytearray)):
-        headers.setdefault("content-type", "application/octet-stream")
-        return status, headers, bytes(answer)
-    if isinstance(answer, str):
-        headers.setdefault("content-type", "text/plain; charset=utf-8")
-        return status, headers, answer.encode()
-    try:
-        body = json.dumps(answer, allow_nan=False).encode()
-    except (TypeError, ValueError) as err:
-        return error_reply(503, "InternalServerException", f"the answer is not strict JSON: {err}")
-    headers.setdefault("content-type", JSON_TYPE)
-    return status, headers, body
 
 
 class LoadedModel:
@@ -226,20 +224,6 @@ def without_nulls(value: Any) -> Any:
     return [without_nulls(v) for v in value] if isinstance(value, list) else value
 
 
-def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
-    """TorchServe's answer to ``PredictionException(message, code)`` raised by ``handle``: that status and message,
-    type InternalServerException, for every request of the batch (None for any other exception). By name, so that
-    the adapter needs no ``ts``."""
-    code = getattr(err, "error_code", None)
-    if type(err).__name__ != "PredictionException" or not isinstance(code, int):
-        return None
-    return error_reply(code, "InternalServerException", str(getattr(err, "message", err)))
-
-
-def failed(what: str, err: BaseException) -> tuple[int, dict, bytes]:
-    return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")
-
-
 # No access log line per request (enable_access_log): on two cores writing it cost about as much as the model.
 QUIET = {"enable_access_log": False}
 
@@ -263,11 +247,14 @@ class MsnbModel:
         self.timeout_s, self.stuck = response_timeout(self.model.config), ""  # msnb_ray_timeout
         # its own door when the local front sends its predictions straight here (``direct_route``), else none
         self.door, self.routes = (Door(door) if door is not None else None), StreamRoutes()
+        self.api = ApiRoutes(OwnApp(self))  # OpenAI's API for this model alone, sent here by the front
 
     async def __call__(self, request: Request) -> Response:
         """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb_ray_front):
         the router's door and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], lower(request.headers)
+        if self.door is not None and parts[2:3] == [OWN_API]:  # OpenAI's API for this model (msnb_ray_api)
+            return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
             return not_found(request.url.path)
         refusal = guard.refused(headers, self.door.key)
@@ -468,7 +455,7 @@ def direct_route(name: str, config: dict) -> str | None:
     """The route prefix of model ``name``'s application, at which its replicas answer its predictions themselves
     (the local front sends them straight there); None for a stateful model: each of its sequences must reach the
     replica that holds it, which the router's handle does (``SequenceRouter``)."""
-    return None if config.get("sequenceBatching") else f"/predictions/{name}"
+    return None if config.get("sequenceBatching") else model_route(name)
 
 
 def router(args: dict | None = None) -> Any:

@@ -21,6 +21,19 @@ else:  # beside its model folders (an exported application)
 
 JSON_TYPE = "application/json"
 TARGETS_PATH = "/-/msnb-targets"  # the router's answer to the local front: which replica ports serve which route
+OWN_API = "-"  # /predictions/NAME/-/v1/...: model NAME's own replica answers OpenAI's API for it (the front's way)
+
+
+def model_route(name: str) -> str:
+    """The route prefix of a model whose replicas answer its predictions themselves (msnb_ray.direct_route)."""
+    return f"/predictions/{name}"
+
+
+def own_api_path(name: str, path: str) -> str:
+    """Where the front sends ``path`` (``/v1/chat/completions``...) of a request for model ``name``."""
+    return f"{model_route(name)}/{OWN_API}{path}"
+
+
 Reply = tuple[int, dict, bytes]  # status, headers, body
 
 
@@ -83,3 +96,49 @@ async def prediction(
 
 def lower(headers: Any) -> dict:
     return {k.lower(): v for k, v in headers.items()}
+
+
+def decode_body(body: bytes, content_type: str) -> Any:
+    """A request body as a TorchServe worker hands it to ``handle``: JSON decoded, text as str, else bytes."""
+    if content_type.startswith(JSON_TYPE):
+        try:
+            return json.loads(body.decode("utf-8"))
+        except Exception:  # RecursionError (a deeply nested body) included, as TorchServe's worker catches
+            return body  # TorchServe forwards a body it cannot decode as it is
+    if content_type.startswith("text"):
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            return body
+    return body
+
+
+def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, bytes]:
+    """One answer with the status and headers its request processor holds; JSON unless str/bytes."""
+    headers = {k.lower(): str(v) for k, v in headers.items()}
+    if isinstance(answer, (bytes, bytearray)):
+        headers.setdefault("content-type", "application/octet-stream")
+        return status, headers, bytes(answer)
+    if isinstance(answer, str):
+        headers.setdefault("content-type", "text/plain; charset=utf-8")
+        return status, headers, answer.encode()
+    try:
+        body = json.dumps(answer, allow_nan=False).encode()
+    except (TypeError, ValueError) as err:
+        return error_reply(503, "InternalServerException", f"the answer is not strict JSON: {err}")
+    headers.setdefault("content-type", JSON_TYPE)
+    return status, headers, body
+
+
+def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
+    """TorchServe's answer to ``PredictionException(message, code)`` raised by ``handle``: that status and message,
+    type InternalServerException, for every request of the batch (None for any other exception). By name, so that
+    the adapter needs no ``ts``."""
+    code = getattr(err, "error_code", None)
+    if type(err).__name__ != "PredictionException" or not isinstance(code, int):
+        return None
+    return error_reply(code, "InternalServerException", str(getattr(err, "message", err)))
+
+
+def failed(what: str, err: BaseException) -> tuple[int, dict, bytes]:
+    return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import select
 import subprocess
 import sys
@@ -27,8 +28,9 @@ import uvloop
 from aiohttp import web
 
 from msnb.errors import ServerError
+from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_ray_guard import read_key, too_large
-from msnb.templates.msnb_ray_http import TARGETS_PATH, error_reply
+from msnb.templates.msnb_ray_http import TARGETS_PATH, error_reply, model_route, own_api_path
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)
@@ -44,16 +46,20 @@ class Routes:
     def __init__(self, fallback: str):
         self.fallback = fallback  # Serve's HTTP proxy
         self.table: list[tuple[str, list[str]]] = []
-        self.turn = itertools.count()
+        self.turns: dict[str, itertools.count] = {}  # per route: its replicas in turn
 
     def update(self, groups: dict[str, list[str]]) -> None:
         self.table = sorted(groups.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def serves(self, prefix: str) -> bool:
+        """Whether route ``prefix`` has replicas of its own running."""
+        return any(p == prefix and urls for p, urls in self.table)
 
     def pick(self, path: str) -> str:
         """A replica of the longest route prefix ``path`` lies under (in turn), else the proxy."""
         for prefix, urls in self.table:
             if urls and (prefix == "/" or path == prefix or path.startswith(prefix.rstrip("/") + "/")):
-                return urls[next(self.turn) % len(urls)]
+                return urls[next(self.turns.setdefault(prefix, itertools.count())) % len(urls)]
         return self.fallback
 
 
@@ -96,10 +102,11 @@ class Front:
         if isinstance(body, web.Response):
             return body
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        path = self.own_api(request.path, body) or request.path_qs
         for attempt in range(1, TRIES + 1):
             try:
-                upstream = await self.session.request(request.method, self.routes.pick(request.path) + request.path_qs,
-                                                      data=body, headers=headers, allow_redirects=False)  # fmt: skip
+                upstream = await self.session.request(request.method, self.routes.pick(path) + path, data=body,
+                                                      headers=headers, allow_redirects=False)  # fmt: skip
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as err:
                 if attempt == TRIES:
                     return answer(*error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}"))
@@ -107,6 +114,17 @@ class Front:
                 continue
             return await relay(request, upstream)
         raise AssertionError("unreachable")
+
+    def own_api(self, path: str, body: bytes) -> str | None:
+        """A completion's path at a replica of the model it names (which answers OpenAI's API for it), or None: the
+        router answers (a model without replicas of its own, a body that names none)."""
+        if path not in API_ROUTES:
+            return None
+        try:
+            name = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            return None
+        return own_api_path(name, path) if isinstance(name, str) and self.routes.serves(model_route(name)) else None
 
     async def body(self, request: web.Request) -> bytes | web.Response:
         """The request body, or TorchServe's 413 once it is over max_request_size (the replicas check it too)."""
