@@ -5,8 +5,8 @@ the proxy): 86-90 req/s on two cores, below TorchServe. With Serve's direct ingr
 (``RAY_SERVE_ENABLE_DIRECT_INGRESS``, msnb.engines.ray.ENV) each application's ingress replica answers HTTP on a
 loopback port of its own, and Serve's controller knows which ports serve which route prefix (its target groups, what
 Ray's own HAProxy mode routes by; the router hands them out at ``TARGETS_PATH``). This front is that load balancer:
-a process of its own (``python -m msnb.engines.ray.front``, aiohttp, no Ray in it: in a Ray actor its event loop
-fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to NAME's replicas (``msnb_ray.direct_route``)
+a process of its own (``python -m msnb.engines.ray.front`` on uvloop, its connections in msnb.engines.ray.splice;
+no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to NAME's replicas (``msnb_ray.direct_route``)
 and every other path to the router's, longest route prefix first, and to Serve's proxy while a route has no running
 replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
 """
@@ -21,12 +21,12 @@ import select
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
-import aiohttp
 import uvloop
-from aiohttp import web
 
+from msnb.engines.ray import splice
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_ray_guard import read_key, too_large
@@ -35,9 +35,6 @@ from msnb.templates.msnb_ray_http import TARGETS_PATH, error_reply, model_route,
 READY = "msnb-front-ready"  # the line the front prints once it listens
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)
 TRIES = 3  # a connection refused or dropped before an answer (a replica gone) is tried again on fresh routes
-# Per connection, never passed on (RFC 9110 7.6.1), and what aiohttp writes itself.
-HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-       "content-length", "date", "server"}  # fmt: skip
 
 
 class Routes:
@@ -64,32 +61,29 @@ class Routes:
 
 
 class Front:
-    """``start`` binds ``127.0.0.1:port`` and keeps the routes fresh; ``forward`` passes each request on."""
+    """``start`` listens on ``127.0.0.1:port`` and keeps the routes fresh; ``forward`` passes each request on."""
 
     def __init__(self, proxy_url: str, max_request_size: int, key: str):
-        self.routes, self.limit, self.auth = Routes(proxy_url), max_request_size, {"Authorization": f"Bearer {key}"}
+        self.routes, self.limit, self.key, self.pool = Routes(proxy_url), max_request_size, key, splice.Pool()
 
     async def start(self, port: int) -> None:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
-        self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout()
-        )
         await self.refresh()
-        app = web.Application(client_max_size=self.limit + 1)
-        app.router.add_route("*", "/{tail:.*}", self.forward)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, "127.0.0.1", port, reuse_address=True).start()
+        self.server = await asyncio.get_running_loop().create_server(
+            lambda: splice.Client(self.forward, self.limit, self.refusal), "127.0.0.1", port, reuse_address=True
+        )
         self.poller = asyncio.ensure_future(self.poll())
+
+    def refusal(self, size: int) -> tuple[bytes, int]:
+        """TorchServe's 413 for a body of ``size`` bytes (the replicas check the limit too)."""
+        status, _, body = error_reply(*too_large(size, self.limit))
+        return body, status
 
     async def refresh(self) -> None:
         """The routes as the router reads them from Serve's controller (kept as they were when it does not answer)."""
+        url = self.routes.pick(TARGETS_PATH) + TARGETS_PATH
         try:
-            url = self.routes.pick(TARGETS_PATH) + TARGETS_PATH
-            async with self.session.get(url, headers=self.auth, timeout=aiohttp.ClientTimeout(total=10)) as answer:
-                if answer.status == 200:
-                    self.routes.update(await answer.json())
-        except (TimeoutError, aiohttp.ClientError):  # the router (re)starting
+            self.routes.update(await asyncio.to_thread(fetch, url, self.key))
+        except (OSError, ValueError):  # the router (re)starting
             pass
 
     async def poll(self) -> None:
@@ -97,23 +91,27 @@ class Front:
             await asyncio.sleep(REFRESH_S)
             await self.refresh()
 
-    async def forward(self, request: web.Request) -> web.StreamResponse:
-        body = await self.body(request)
-        if isinstance(body, web.Response):
-            return body
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
-        path = self.own_api(request.path, body) or request.path_qs
-        for attempt in range(1, TRIES + 1):
+    async def forward(self, request: splice.Request, client: splice.Client) -> None:
+        """``request`` to a replica of its route and its answer to ``client``; a connection refused or ended before
+        any of the answer (a replica gone) is tried again on fresh routes; an answer cut midway is cut for the
+        client too."""
+        path = self.own_api(request.path, request.body)
+        wire = request.wire(path.encode() if path else request.url)
+        for _ in range(TRIES):
+            base = self.routes.pick(path or request.path)
             try:
-                upstream = await self.session.request(request.method, self.routes.pick(path) + path, data=body,
-                                                      headers=headers, allow_redirects=False)  # fmt: skip
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as err:
-                if attempt == TRIES:
-                    return answer(*error_reply(503, "ServiceUnavailableException", f"{type(err).__name__}: {err}"))
+                upstream = await self.pool.take(base)
+            except OSError:
                 await self.refresh()
                 continue
-            return await relay(request, upstream)
-        raise AssertionError("unreachable")
+            if await upstream.exchange(wire, client, request.method == "HEAD"):
+                return self.pool.give(base, upstream)
+            upstream.transport.close()
+            if upstream.got:
+                return client.transport.close()
+            await self.refresh()
+        message = f"no replica answered {request.path} after {TRIES} tries"
+        client.transport.write(splice.answer(*error_reply(503, "ServiceUnavailableException", message)))
 
     def own_api(self, path: str, body: bytes) -> str | None:
         """A completion's path at a replica of the model it names (which answers OpenAI's API for it), or None: the
@@ -126,39 +124,11 @@ class Front:
             return None
         return own_api_path(name, path) if isinstance(name, str) and self.routes.serves(model_route(name)) else None
 
-    async def body(self, request: web.Request) -> bytes | web.Response:
-        """The request body, or TorchServe's 413 once it is over max_request_size (the replicas check it too)."""
-        refusal = too_large(request.content_length or 0, self.limit)
-        if refusal is None:
-            try:
-                return await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                refusal = too_large(self.limit + 1, self.limit)
-        return answer(*error_reply(*refusal))
 
-
-async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-    """The replica's answer passed on: whole, or chunk by chunk as it comes when it is streamed (each HTTP chunk as it
-    is, as TorchServe sends each piece: clients read the pieces by them). A stream the replica cut (no closing chunk)
-    is cut here too: the error closes the client's connection."""
-    async with upstream:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP}
-        if upstream.headers.get("transfer-encoding", "").lower() != "chunked":
-            return web.Response(body=await upstream.read(), status=upstream.status, headers=headers)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(request)
-        piece = b""
-        async for data, chunk_ends in upstream.content.iter_chunks():  # each of the replica's chunks as one chunk
-            piece += data
-            if chunk_ends and piece:
-                await response.write(piece)
-                piece = b""
-        await response.write_eof()
-        return response
-
-
-def answer(status: int, headers: dict, body: bytes) -> web.Response:
-    return web.Response(body=body, status=status, headers=headers)
+def fetch(url: str, key: str) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -169,8 +139,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop, reader = asyncio.get_running_loop(), asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     await reader.read()
-    await front.runner.cleanup()
-    await front.session.close()
+    front.server.close()
 
 
 def spawn(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float):
