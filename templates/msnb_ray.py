@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,25 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from .msnb_names import HANDLER_MODULE
-    from .msnb_ray_api import ApiRoutes, model_card
+    from .msnb_ray_api import ApiRoutes, OwnApp, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
+    from .msnb_ray_http import (
+        JSON_TYPE,
+        OWN_API,
+        TARGETS_PATH,
+        Door,
+        decode_body,
+        encode_answer,
+        error_reply,
+        failed,
+        lower,
+        model_route,
+        not_found,
+        prediction,
+        prediction_error,
+        reply,
+    )
+    from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
@@ -41,9 +56,25 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     from msnb_names import HANDLER_MODULE
-    from msnb_ray_api import ApiRoutes, model_card
+    from msnb_ray_api import ApiRoutes, OwnApp, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
+    from msnb_ray_http import (
+        JSON_TYPE,
+        OWN_API,
+        TARGETS_PATH,
+        Door,
+        decode_body,
+        encode_answer,
+        error_reply,
+        failed,
+        lower,
+        model_route,
+        not_found,
+        prediction,
+        prediction_error,
+        reply,
+    )
+    from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
@@ -51,7 +82,6 @@ else:  # msnb_ray, beside its model folders (an exported application)
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
-JSON_TYPE = "application/json"
 REPLICA_TRIES = 3  # a call whose replica was lost (its node gone) is sent again, to another replica
 # What a call gets when its replica's process or node went: the actor dead or unreachable, the worker or node
 # gone, its answer lost with it. Never the model's own errors: those come back as answers (``LoadedModel.answer``).
@@ -108,44 +138,6 @@ def batch_settings(config: dict) -> tuple[int, float]:
     """``@serve.batch``'s max_batch_size and batch_wait_timeout_s from batchSize and maxBatchDelay (ms)."""
     serving = ServingConfig.from_model_config(config)
     return serving.batch_size or 1, serving.max_batch_delay / 1000
-
-
-def decode_body(body: bytes, content_type: str) -> Any:
-    """A request body as a TorchServe worker hands it to ``handle``: JSON decoded, text as str, else bytes."""
-    if content_type.startswith(JSON_TYPE):
-        try:
-            return json.loads(body.decode("utf-8"))
-        except Exception:  # RecursionError (a deeply nested body) included, as TorchServe's worker catches
-            return body  # TorchServe forwards a body it cannot decode as it is
-    if content_type.startswith("text"):
-        try:
-            return body.decode("utf-8")
-        except UnicodeDecodeError:
-            return body
-    return body
-
-
-def error_reply(status: int, kind: str, message: str) -> tuple[int, dict, bytes]:
-    """An error in TorchServe's frontend shape: {"code", "type", "message"}."""
-    body = {"code": status, "type": kind, "message": message}
-    return status, {"content-type": JSON_TYPE}, json.dumps(body).encode()
-
-
-def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, bytes]:
-    """One answer with the status and headers its request processor holds; JSON unless str/bytes."""
-    headers = {k.lower(): str(v) for k, v in headers.items()}
-    if isinstance(answer, (bytes, bytearray)):
-        headers.setdefault("content-type", "application/octet-stream")
-        return status, headers, bytes(answer)
-    if isinstance(answer, str):
-        headers.setdefault("content-type", "text/plain; charset=utf-8")
-        return status, headers, answer.encode()
-    try:
-        body = json.dumps(answer, allow_nan=False).encode()
-    except (TypeError, ValueError) as err:
-        return error_reply(503, "InternalServerException", f"the answer is not strict JSON: {err}")
-    headers.setdefault("content-type", JSON_TYPE)
-    return status, headers, body
 
 
 class LoadedModel:
@@ -232,50 +224,6 @@ def without_nulls(value: Any) -> Any:
     return [without_nulls(v) for v in value] if isinstance(value, list) else value
 
 
-def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
-    """TorchServe's answer to ``PredictionException(message, code)`` raised by ``handle``: that status and message,
-    type InternalServerException, for every request of the batch (None for any other exception). By name, so that
-    the adapter needs no ``ts``."""
-    code = getattr(err, "error_code", None)
-    if type(err).__name__ != "PredictionException" or not isinstance(code, int):
-        return None
-    return error_reply(code, "InternalServerException", str(getattr(err, "message", err)))
-
-
-def failed(what: str, err: BaseException) -> tuple[int, dict, bytes]:
-    return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")
-
-
-class LogLines:
-    """A text stream that also sends each complete line to ``logger``: a replica's prints in its log file."""
-
-    def __init__(self, logger: logging.Logger, original: Any):
-        self.logger, self.original, self.pending = logger, original, ""
-
-    def write(self, text: str) -> int:
-        self.original.write(text)
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            if line.strip():
-                self.logger.info(line)
-        return len(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.original, name)
-
-
-def worker_logs() -> None:
-    """Log as a TorchServe worker does, into the file ``%ms_logs`` reads: TorchServe's worker logs the root logger
-    at INFO and writes its prints to model_log.log; here both go to the replica's log file (the file handlers of
-    Serve's "ray.serve" logger), so the handler's own log lines and prints are there, not only Serve's."""
-    root = logging.getLogger()
-    files = [h for h in logger.handlers if not isinstance(h, logging.StreamHandler)]
-    root.handlers += [h for h in files if h not in root.handlers]
-    root.setLevel(min(root.level or logging.INFO, logging.INFO))
-    if not isinstance(sys.stdout, LogLines):
-        sys.stdout = LogLines(logger, sys.stdout)
-
-
 # No access log line per request (enable_access_log): on two cores writing it cost about as much as the model.
 QUIET = {"enable_access_log": False}
 
@@ -284,7 +232,8 @@ QUIET = {"enable_access_log": False}
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
-    def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None):
+    def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None,
+                 door: dict | None = None):  # fmt: skip
         import ray
 
         os.environ.update(env or {})  # this model's --env variables, in this replica's process only, before its code
@@ -296,6 +245,32 @@ class MsnbModel:
             batched.set_max_batch_size(size)
             batched.set_batch_wait_timeout_s(wait_s)
         self.timeout_s, self.stuck = response_timeout(self.model.config), ""  # msnb_ray_timeout
+        # its own door when the local front sends its predictions straight here (``direct_route``), else none
+        self.door, self.routes = (Door(door) if door is not None else None), StreamRoutes()
+        self.api = ApiRoutes(OwnApp(self))  # OpenAI's API for this model alone, sent here by the front
+
+    async def __call__(self, request: Request) -> Response:
+        """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb_ray_front):
+        the router's door and answer, without the router's hop."""
+        parts, headers = [p for p in request.url.path.split("/") if p], lower(request.headers)
+        if self.door is not None and parts[2:3] == [OWN_API]:  # OpenAI's API for this model (msnb_ray_api)
+            return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
+        if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
+            return not_found(request.url.path)
+        refusal = guard.refused(headers, self.door.key)
+        if refusal:
+            return reply(*error_reply(*refusal))
+        name = self.model.name
+        return await prediction(request, headers, self.door.limit,
+                                lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
+                                lambda body: self._whole(body, headers))  # fmt: skip
+
+    async def _streams(self) -> bool:
+        return streams(self.model)
+
+    async def _whole(self, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        status, head, answer = await self.infer(False, body, headers)
+        return status, self.routes.note(self.model.name, head), answer
 
     async def infer(self, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         return await self._batch((explain, body, headers))
@@ -346,36 +321,30 @@ class MsnbRouter:
 
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = lower(request.headers)
         if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (msnb_ray_api), their own 401
             return await self.api.answer(request, "/" + "/".join(parts), headers)
-        refusal = guard.refused(headers, self.key)
+        refusal = guard.refused(headers, self.door.key)
         if refusal:
             return reply(*error_reply(*refusal))
         if parts == ["ping"]:
             return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
+        if request.url.path == TARGETS_PATH:
+            return reply(200, {"content-type": JSON_TYPE}, json.dumps(await targets()).encode())
         if parts[:1] == ["models"] and len(parts) in (2, 3) and request.method == "GET":
             customized = request.query_params.get("customized", "").lower() == "true"
             return reply(*await self.describe(parts[1], customized, headers))
         if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
-            return reply(
-                *error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {request.url.path}")
-            )
-        body = await read_body(request, headers, self.max_request_size)
-        if isinstance(body, tuple):
-            return reply(*error_reply(*body))
-        streamed = await self.stream(parts[1], parts[0] == "explanations", body, headers)
-        if streamed is not None:
-            return streamed
-        status, head, answer = await self.forward(parts[1], parts[0] == "explanations", body, headers)
-        return reply(status, self.streams.note(parts[1], head), answer)
+            return not_found(request.url.path)
+        name, explain = parts[1], parts[0] == "explanations"
+        return await prediction(request, headers, self.door.limit,
+                                lambda body: self.stream(name, explain, body, headers),
+                                lambda body: self.forward(name, explain, body, headers))  # fmt: skip
 
     def __init__(self, args: dict | None = None):
-        args = args or {}
         self.handles: dict[str, Any] = {}
-        self.key = guard.inference_key(args)
-        limit = args.get("max_request_size")
-        self.max_request_size = int(limit) if limit else None
+        self.door = Door(args or {})
+        self.key = self.door.key  # /v1 and /mcp ask for it too (msnb_ray_api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
         self.api = ApiRoutes(self)  # /v1 and /mcp
 
@@ -411,8 +380,11 @@ class MsnbRouter:
         """A streaming model's prediction passed on as it comes; None: ``forward`` answers it whole."""
         if explain or self.app_handle(name) is None:  # no such application: forward says so
             return None
+        handle = self.handles[name]
         try:
-            return await self.streams.answer(name, self.handles[name], body, headers)
+            return await self.streams.answer(
+                name, handle.streams.remote, lambda: handle.options(stream=True).infer_stream.remote(body, headers)
+            )
         except Exception as err:
             return reply(*self.unavailable(name, err))
 
@@ -427,7 +399,8 @@ class MsnbRouter:
         handle = self.handles[name]
         for attempt in range(1, REPLICA_TRIES + 1):
             try:
-                return await handle.infer.remote(explain, body, headers)
+                status, head, answer = await handle.infer.remote(explain, body, headers)
+                return status, self.streams.note(name, head), answer
             except Exception as err:
                 if attempt == REPLICA_TRIES or not replica_lost(err):
                     return self.unavailable(name, err)
@@ -435,6 +408,17 @@ class MsnbRouter:
                     "%s: replica lost (%s), sending the request again (try %d)", name, brief(err), attempt + 1
                 )
         raise AssertionError("unreachable")
+
+
+async def targets() -> dict[str, list[str]]:
+    """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each application's
+    ingress replicas at their own ports (the local front routes by them), else Serve's proxies."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    groups = await controller.get_target_groups.remote()
+    return {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
 
 
 def replica_lost(err: BaseException) -> bool:
@@ -446,30 +430,12 @@ def brief(err: BaseException) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
 
 
-async def read_body(request: Request, headers: dict, limit: int | None) -> bytes | tuple[int, str, str]:
-    """The request body, or the 413 refusal once it is over ``limit`` (read no further than the limit)."""
-    declared = headers.get("content-length", "")
-    refusal = guard.too_large(int(declared), limit) if declared.isdigit() else None
-    if refusal:
-        return refusal
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        refusal = guard.too_large(len(body), limit)
-        if refusal:
-            return refusal
-    return bytes(body)
-
-
-def reply(status: int, headers: dict, body: bytes) -> Response:
-    return Response(content=body, status_code=status, headers=headers)
-
-
 def model(args: dict) -> Any:
     """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
     gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true) or the
-    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent
-    and env_vars (the variables its replicas get, set before the folder loads)."""
+    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent,
+    env_vars (the variables its replicas get, set before the folder loads) and door (the router's args: when the
+    application has its ``direct_route``, its replicas answer its predictions themselves)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
     requirements = requirements_of(folder) if args.get("install_requirements", True) else []
@@ -481,7 +447,15 @@ def model(args: dict) -> Any:
     # The variables this model is given (--env) go to its replicas as a constructor argument, not as runtime_env
     # env_vars: Ray 2.60's runtime_env_agent.log writes a runtime_env's env_vars, values included.
     env = {str(k): str(v) for k, v in (args.get("env_vars") or {}).items()}
-    return MsnbModel.options(**options).bind(str(args["model_dir"]), args.get("name"), env, args.get("envelope"))
+    model_dir, door = str(args["model_dir"]), args.get("door")
+    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), door)
+
+
+def direct_route(name: str, config: dict) -> str | None:
+    """The route prefix of model ``name``'s application, at which its replicas answer its predictions themselves
+    (the local front sends them straight there); None for a stateful model: each of its sequences must reach the
+    replica that holds it, which the router's handle does (``SequenceRouter``)."""
+    return None if config.get("sequenceBatching") else model_route(name)
 
 
 def router(args: dict | None = None) -> Any:

@@ -224,6 +224,58 @@ async def _texts(first: list[bytes], replies: Any) -> AsyncIterator[str]:
         replies.cancel()
 
 
+class OwnApp:
+    """A model replica as ApiRoutes' ``router``: OpenAI's API for its own model, through the calls ApiRoutes makes on
+    a Serve handle (the local front sends a model's completions to one of its replicas: no router hop)."""
+
+    def __init__(self, replica: Any):
+        self.replica = replica
+
+    @property
+    def key(self) -> str | None:
+        return self.replica.door.key
+
+    def app_handle(self, name: str) -> Any:
+        return OwnHandle(self.replica) if name == self.replica.model.name else None
+
+
+class OwnHandle:
+    """The replica's own ``streams``, ``infer`` and ``infer_stream`` as a handle's ``.remote`` calls."""
+
+    def __init__(self, replica: Any):
+        self.streams = Call(lambda card=False: done(replica.streams(card)))
+        self.infer = Call(replica.infer)
+        self.infer_stream = Call(lambda body, headers: Replies(replica.infer_stream(body, headers)))
+
+    def options(self, **_: Any) -> OwnHandle:
+        return self
+
+
+class Call:
+    def __init__(self, call: Any):
+        self.remote = call
+
+
+async def done(value: Any) -> Any:
+    return value
+
+
+class Replies:
+    """An async generator as a Serve response generator: read item by item, then ``cancel()`` (closes it)."""
+
+    def __init__(self, items: Any):
+        self.items = items
+
+    def __aiter__(self) -> Replies:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self.items.__anext__()
+
+    def cancel(self) -> None:
+        asyncio.ensure_future(self.items.aclose())
+
+
 def _decoded(body: Any) -> Any:
     raw = b"".join(body) if isinstance(body, list) else body
     try:

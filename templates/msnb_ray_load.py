@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ else:  # beside its model folders (an exported application)
     from msnb_names import CONFIG, MANIFEST, REQUIREMENTS
     from msnb_ray_context import make_context
     from msnb_serving import ServingConfig
+
+logger = logging.getLogger("ray.serve")  # Serve's logger: its lines land in the replica's own log file
 
 
 def read_folder(folder: Path) -> tuple[dict, dict]:
@@ -88,3 +91,33 @@ def load_entry(handler: str) -> Any:
     if entry is None:
         raise RuntimeError(f"{handler}: no module-level {function or 'handle'} function to call.")
     return entry
+
+
+class LogLines:
+    """A text stream that also sends each complete line to ``logger``: a replica's prints in its log file."""
+
+    def __init__(self, logger: logging.Logger, original: Any):
+        self.logger, self.original, self.pending = logger, original, ""
+
+    def write(self, text: str) -> int:
+        self.original.write(text)
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            if line.strip():
+                self.logger.info(line)
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+def worker_logs() -> None:
+    """Log as a TorchServe worker does, into the file ``%ms_logs`` reads: TorchServe's worker logs the root logger
+    at INFO and writes its prints to model_log.log; here both go to the replica's log file (the file handlers of
+    Serve's "ray.serve" logger), so the handler's own log lines and prints are there, not only Serve's."""
+    root = logging.getLogger()
+    files = [h for h in logger.handlers if not isinstance(h, logging.StreamHandler)]
+    root.handlers += [h for h in files if h not in root.handlers]
+    root.setLevel(min(root.level or logging.INFO, logging.INFO))
+    if not isinstance(sys.stdout, LogLines):
+        sys.stdout = LogLines(logger, sys.stdout)

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
@@ -187,19 +187,20 @@ class StreamCutError(RuntimeError):
 
 
 class StreamRoutes:
-    """The router's part for streaming models: which models stream (asked once, corrected by their answers) and
-    their answers passed on as they come."""
+    """The part of a door (the router's, or a model replica's own) for streaming models: which models stream (asked
+    once, corrected by their answers) and their answers passed on as they come."""
 
     def __init__(self) -> None:
         self.streaming: dict[str, bool] = {}
 
-    async def answer(self, name: str, handle: Any, body: bytes, headers: dict) -> Response | None:
-        """The streamed answer, or None when ``name`` answers whole (the router's own path)."""
+    async def answer(self, name: str, ask: Callable[[], Awaitable[bool]], items: Callable[[], AsyncIterator]) -> Any:
+        """The streamed answer, or None when ``name`` answers whole (the door's own path). ``ask()`` tells whether
+        the model streams, ``items()`` runs the prediction (a replica's ``infer_stream``, through a handle or not)."""
         if name not in self.streaming:
-            self.streaming[name] = bool(await handle.streams.remote())
+            self.streaming[name] = bool(await ask())
         if not self.streaming[name]:
             return None
-        replies = handle.options(stream=True).infer_stream.remote(body, headers)
+        replies = items()
         try:
             kind, status, head, first = await replies.__anext__()
         except StopAsyncIteration:

@@ -190,3 +190,21 @@ def test_a_body_over_torchserves_size_limit_gets_413_with_the_limit_named(served
         served.predict("rdoor", b"0" * (DEFAULT_MAX_BYTES + 1))
     assert info.value.status == 413
     assert f"max_request_size ({DEFAULT_MAX_BYTES} bytes" in info.value.render()
+
+
+def test_each_replicas_own_http_port_asks_for_the_key_and_answers_as_the_front(served):
+    """The front sends predictions straight to a model replica's own HTTP port (Serve's direct ingress): that door
+    is kept like the front's, and the answer through the front is the replica's, equal to plain torch."""
+    key = json.loads(served.key_file.read_text())["inference"]["key"]
+    routes = requests.get(f"{served.inference_url}/-/msnb-targets", headers={"Authorization": f"Bearer {key}"},
+                          timeout=60).json()  # fmt: skip
+    [replica] = routes["/predictions/rdoor"]
+    assert replica in {f"http://127.0.0.1:{port}" for _, _, port in listeners(named("ray::ServeReplica:rdoor"))}
+    body, url = b'{"x": [2, 0, 1, 3]}', f"{replica}/predictions/rdoor"
+    for sent in (None, "not-the-key"):
+        headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {sent}"} if sent else {})
+        assert requests.post(url, data=body, headers=headers, timeout=60).json()["type"] == "InvalidKeyException"
+    direct = requests.post(url, data=body, timeout=60,
+                           headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})  # fmt: skip
+    assert direct.json() == post(served, body, key).json() == truth(HANDLER, [2, 0, 1, 3])
+    assert requests.get(f"{served.inference_url}/-/msnb-targets", timeout=60).status_code == 400  # the key, here too

@@ -34,6 +34,7 @@ from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
+FRONT_LOG = "front.log"  # what the front (msnb.engines.ray.front) says when it cannot start
 KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 # Ray's CPUs are logical: they decide where a replica may start, not how much it may run. The kernel's Ray has 2;
 # at 0.1 each it starts 20 replicas, and a deploy beyond that is refused at once (``_refuse_unschedulable``):
@@ -53,7 +54,7 @@ class LocalRay:
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
         self.client = None
-        self._cluster = self._watchdog = None
+        self._cluster = self._watchdog = self._front = None
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
@@ -80,6 +81,7 @@ class LocalRay:
         from ray import serve
         from ray.cluster_utils import Cluster
 
+        from msnb.engines.ray import front  # aiohttp: Ray Serve's, imported like ray only once used
         from msnb.templates import msnb_ray
 
         with started(self.root):
@@ -87,12 +89,14 @@ class LocalRay:
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
-        serve.start(http_options={"host": LOOPBACK, "port": port}, logging_config=msnb_ray.QUIET)  # the proxy too
-        router = {"key_file": str(write_key_file(self.key_file)), "max_request_size": self.max_request_size}
+        proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
+        serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=msnb_ray.QUIET)
+        write_key_file(self.key_file)
         # Not waited for here: its replica starts while the first model's does (see _router_running).
-        serve.run_many([serve.RunTarget(msnb_ray.router(router), name=ROUTER_APP, route_prefix="/")],
+        serve.run_many([serve.RunTarget(msnb_ray.router(self._door()), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
+        self._front = front.spawn(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, 60)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -101,6 +105,10 @@ class LocalRay:
         """Shut Serve and Ray down, then delete the temp dir; safe to call twice."""
         with self._lock:
             _LIVE.discard(self)
+            if self._front is not None:
+                from msnb.engines.ray import front
+
+                front.stop(self._front)
             if self._cluster is not None:
                 _shutdown(self._cluster)
                 use_token(None)  # this process's Ray environment as it was before start()
@@ -109,7 +117,7 @@ class LocalRay:
                 self._watchdog.wait(30)
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
-            self._cluster = self._watchdog = self.root = self.client = None
+            self._cluster = self._watchdog = self._front = self.root = self.client = None
             self.http_port = self._requested_port
             self._folders.clear()
             self._env.clear()
@@ -170,7 +178,7 @@ class LocalRay:
         name, version = read_manifest(folder)
         self._refuse_unschedulable(name, folder)
         try:
-            serve.run(msnb_ray.model(self._model_args(folder, name)), name=name, route_prefix=None)
+            serve.run(msnb_ray.model(self._model_args(folder, name)), name=name, route_prefix=_route(name, folder))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
         self._router_running()
@@ -183,7 +191,11 @@ class LocalRay:
         # env_vars: the replicas' constructor sets them (msnb_ray.model), no file holds them
         return {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
                 "max_surge_percent": 100,  # one replica: its replacement starts before it stops
-                "env_vars": self._env.get(name, {})}  # fmt: skip
+                "env_vars": self._env.get(name, {}), "door": self._door()}  # fmt: skip
+
+    def _door(self) -> dict[str, Any]:
+        """What the router and the replicas that answer predictions themselves ask of each request."""
+        return {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
@@ -203,7 +215,7 @@ class LocalRay:
                 yield name, err
                 continue
             app = msnb_ray.model({**self._model_args(folder, name), **extra})
-            targets.append(serve.RunTarget(app, name=name, route_prefix=None))
+            targets.append(serve.RunTarget(app, name=name, route_prefix=_route(name, folder)))
             pending[name] = folder
         if targets:
             serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
@@ -337,6 +349,13 @@ class LocalRay:
 
 _TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
 _LIVE: set[LocalRay] = set()
+
+
+def _route(name: str, folder: Path) -> str | None:
+    """The route at which the model's own replicas answer its predictions (the front sends them there)."""
+    from msnb.templates.msnb_ray import direct_route, read_folder
+
+    return direct_route(name, read_folder(folder)[1])
 
 
 def _deployment_message(name: str) -> str:
