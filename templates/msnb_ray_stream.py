@@ -24,6 +24,11 @@ from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
+if __package__:  # msnb.templates.msnb_ray_stream (the notebook's engine)
+    from .msnb_serving import FIRST_PIECE_HEAD_START_S
+else:  # beside its model folders (an exported application)
+    from msnb_serving import FIRST_PIECE_HEAD_START_S
+
 STREAM_HEADER = "x-msnb-stream"  # on a whole answer whose handler streams: the router streams the next ones
 WHOLE, CHUNK, CUT = "whole", "chunk", "cut"
 BEGAN = "began"  # on a batch's queue once its handler has the model (the batch reached the worker)
@@ -96,7 +101,10 @@ async def stream_batch(model: Any, requests: list, timeout_s: float | None = Non
 
     def send(pieces: dict[int, str], types: dict[int, str]) -> set[int]:  # in the handler's thread
         loop.call_soon_threadsafe(queue.put_nowait, (pieces, types))
-        if time.perf_counter() - given[0] >= GIL_SHARE_S:  # the first chunk at once, then at this pace
+        if not given[0]:  # the first chunk: the loop sends it before the generator's next step (msnb_serving)
+            time.sleep(FIRST_PIECE_HEAD_START_S)
+            given[0] = time.perf_counter()
+        elif time.perf_counter() - given[0] >= GIL_SHARE_S:  # then at this pace
             time.sleep(0)  # releases the GIL: a fast generator does not starve the loop that sends its chunks
             given[0] = time.perf_counter()
         return {idx for idx, request in enumerate(requests) if request[3].is_set()}

@@ -21,6 +21,12 @@ from typing import Any
 DEFAULT_RESPONSE_TIMEOUT_S = 120  # TorchServe's default responseTimeout (seconds per batch)
 DEFAULT_MAX_BYTES = 6553500  # TorchServe's default max_request_size and max_response_size (6.5 MB)
 DEFAULT_BATCH_DELAY_MS = 100  # TorchServe's default maxBatchDelay
+# After a stream batch's first piece the handler pauses this long before the generator's next step, on either engine:
+# the first piece still crosses threads and processes (Java's three threads on TorchServe, the replica's event loop
+# on Ray) while a fast generator floods the same two cores with the next pieces. Time stamps along the way
+# (docs/openai-mcp.md#measured): without the pause one first piece in four to eight reached the client after
+# 50-200 ms on TorchServe; with it the slowest of 25 came after 20-60 ms.
+FIRST_PIECE_HEAD_START_S = 0.005
 DEVICE_TYPES = ("cpu", "gpu")  # deviceType's values; without one the device is chosen where the model runs (auto)
 
 # model-config.yaml's frontend keys -> the ServingConfig field (and %%ms_handler option) each one says. minWorkers and

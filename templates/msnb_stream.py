@@ -31,18 +31,15 @@ try:
     from msnb_cancel import Cancels
     from msnb_collate import CollateError, collate, json_safe, split, to_device
     from msnb_content_type import JSONL_TYPE, TEXT_TYPE
+    from msnb_serving import FIRST_PIECE_HEAD_START_S
 except ImportError:  # imported as msnb.templates.msnb_stream instead of from a model dir
     from .msnb_cancel import Cancels
     from .msnb_collate import CollateError, collate, json_safe, split, to_device
     from .msnb_content_type import JSONL_TYPE, TEXT_TYPE
+    from .msnb_serving import FIRST_PIECE_HEAD_START_S
 
 logger = logging.getLogger(__name__)
 CPU = torch.device("cpu")
-# After a batch's first intermediate response the worker pauses this long before the next step: on TorchServe the
-# first piece still crosses three Java threads (and msnb's front) while a fast generator floods the same two cores
-# with the next pieces. Time stamps along the way (docs/openai-mcp.md#measured): without the pause one first piece
-# in four to eight reached the client after 50-200 ms; with it the slowest of 25 came after 20-60 ms.
-FIRST_PIECE_HEAD_START_S = 0.005
 CHUNK_HINTS = {
     "type": "yield JSON-serialisable chunks (numbers, str, lists, dicts; tensors and numpy values are converted) "
     "from the generator, e.g. `yield str(x)` or `yield {{'value': ...}}` instead of a {kind}.",
