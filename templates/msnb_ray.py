@@ -250,7 +250,7 @@ class MsnbModel:
         self.api = ApiRoutes(OwnApp(self))  # OpenAI's API for this model alone, sent here by the front
 
     async def __call__(self, request: Request) -> Response:
-        """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb_ray_front):
+        """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.front):
         the router's door and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], lower(request.headers)
         if self.door is not None and parts[2:3] == [OWN_API]:  # OpenAI's API for this model (msnb_ray_api)

@@ -1,6 +1,6 @@
-"""The HTTP side of the adapter's doors: the router's and each model replica's own (the local front sends a
-prediction straight to a replica of its model, msnb_ray_front.py). One prediction's way through either door, TorchServe's
-error shape and the body size limit live here once.
+"""The HTTP side of the adapter's doors, the router's and each model replica's own (msnb.engines.ray.front sends a
+prediction straight to a replica of its model): one prediction's way through either door, request bodies decoded
+and answers encoded as a TorchServe worker does, TorchServe's error shape and the body size limit, each once.
 
 Depends on starlette and the standard library (the guard for the limit), never on msnb.
 """
