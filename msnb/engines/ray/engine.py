@@ -4,9 +4,10 @@ It offers what the session asks of an engine, as ``LocalServer`` does for TorchS
 ``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (an InferenceClient: Ray's router
 answers TorchServe's inference URLs), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
 ``model_log``. Ray runs on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token
-authentication on, and its router asks every request for the session's inference key (``key_file``, TorchServe's
-format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog leave no process and no
-file behind.
+authentication on; msnb's front (msnb.engines.ray.front) holds the one port and sends each prediction straight to a
+replica of its model, and the router and every replica's own door ask each request for the session's inference key
+(``key_file``, TorchServe's format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog
+(and the front itself, when its owner's pipe closes) leave no process and no file behind.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: mi
 
 
 class LocalRay:
-    """A one-node Ray with Serve on ``127.0.0.1:http_port`` (a free port when None)."""
+    """A one-node Ray with Serve behind msnb's front on ``127.0.0.1:http_port`` (a free port when None)."""
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
                  max_request_size: int | None = None):  # fmt: skip
@@ -81,7 +82,7 @@ class LocalRay:
         from ray import serve
         from ray.cluster_utils import Cluster
 
-        from msnb.engines.ray import front  # aiohttp: Ray Serve's, imported like ray only once used
+        from msnb.engines.ray import front  # uvloop and httptools come with Ray Serve: imported once used, like ray
         from msnb.templates import msnb_ray
 
         with started(self.root):
