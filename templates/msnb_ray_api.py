@@ -1,4 +1,5 @@
-"""OpenAI's /v1 and MCP's /mcp in the Ray router: the protocols of msnb_api_* over the model applications' replicas.
+"""OpenAI's /v1 and MCP's /mcp in the Ray router, over the model applications' replicas (the protocols of
+msnb_api_*); and /v1 for one model in a replica of its own (``OwnApp``: where the local front sends a completion).
 
 A completion streams the pieces a replica's handler sends (msnb_ray_stream's items: each piece as the handler sent it),
 closed early once max_tokens or a stop string ends it (the replica then closes the generator no request reads). A
