@@ -29,25 +29,11 @@ from starlette.responses import Response
 # sys.path) must not be picked, or every replica fails with "No module named 'msnb_ray_context'".
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
+    from . import msnb_ray_http as http
     from .msnb_names import HANDLER_MODULE
     from .msnb_ray_api import ApiRoutes, OwnApp, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from .msnb_ray_http import (
-        JSON_TYPE,
-        OWN_API,
-        TARGETS_PATH,
-        Door,
-        decode_body,
-        encode_answer,
-        error_reply,
-        failed,
-        lower,
-        model_route,
-        not_found,
-        prediction,
-        prediction_error,
-        reply,
-    )
+    from .msnb_ray_http import JSON_TYPE, error_reply, reply
     from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
@@ -55,25 +41,11 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from .msnb_serving import ServingConfig
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
+    import msnb_ray_http as http
     from msnb_names import HANDLER_MODULE
     from msnb_ray_api import ApiRoutes, OwnApp, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from msnb_ray_http import (
-        JSON_TYPE,
-        OWN_API,
-        TARGETS_PATH,
-        Door,
-        decode_body,
-        encode_answer,
-        error_reply,
-        failed,
-        lower,
-        model_route,
-        not_found,
-        prediction,
-        prediction_error,
-        reply,
-    )
+    from msnb_ray_http import JSON_TYPE, error_reply, reply
     from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
@@ -159,19 +131,22 @@ class LoadedModel:
     def answer(self, requests: list[tuple[bool, bytes, dict]]) -> list[tuple[int, dict, bytes]]:
         """One ``handle`` call for the batch; each request gets its own status, headers and body."""
         headers = [{**h, **({"explain": "True"} if explain else {})} for explain, _, h in requests]
-        data = [{"body": decode_body(body, h.get("content-type", ""))} for (_, body, _), h in zip(requests, headers)]
+        data = [
+            {"body": http.decode_body(body, h.get("content-type", ""))} for (_, body, _), h in zip(requests, headers)
+        ]
         set_requests(self.context, headers)
         try:
             answers = self.entry(data, self.context)
         except Exception as err:
-            return [prediction_error(err) or failed("Prediction", err)] * len(requests)
+            return [http.prediction_error(err) or http.failed("Prediction", err)] * len(requests)
         if not isinstance(answers, list) or len(answers) != len(requests):
             got = len(answers) if isinstance(answers, list) else type(answers).__name__
             message = f"number of batch response mismatched: {len(requests)} requests, handle returned {got}"
             return [error_reply(503, "InternalServerException", message)] * len(requests)
         procs = self.context.request_processor
         return [
-            encode_answer(a, p.get_response_status_code(), p.get_response_headers()) for a, p in zip(answers, procs)
+            http.encode_answer(a, p.get_response_status_code(), p.get_response_headers())
+            for a, p in zip(answers, procs)
         ]
 
     def describe(self, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
@@ -184,7 +159,7 @@ class LoadedModel:
             try:
                 answers = self.entry([{}], self.context)
             except Exception as err:
-                return prediction_error(err) or failed("Describe", err)
+                return http.prediction_error(err) or http.failed("Describe", err)
             entry["customizedMetadata"] = metadata(answers[0] if isinstance(answers, list) and answers else None)
         return 200, {"content-type": JSON_TYPE}, json.dumps([entry]).encode()
 
@@ -246,22 +221,22 @@ class MsnbModel:
             batched.set_batch_wait_timeout_s(wait_s)
         self.timeout_s, self.stuck = response_timeout(self.model.config), ""  # msnb_ray_timeout
         # its own door when the local front sends its predictions straight here (``direct_route``), else none
-        self.door, self.routes = (Door(door) if door is not None else None), StreamRoutes()
+        self.door, self.routes = (http.Door(door) if door is not None else None), StreamRoutes()
         self.api = ApiRoutes(OwnApp(self))  # OpenAI's API for this model alone, sent here by the front
 
     async def __call__(self, request: Request) -> Response:
         """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.front):
         the router's door and answer, without the router's hop."""
-        parts, headers = [p for p in request.url.path.split("/") if p], lower(request.headers)
-        if self.door is not None and parts[2:3] == [OWN_API]:  # OpenAI's API for this model (msnb_ray_api)
+        parts, headers = [p for p in request.url.path.split("/") if p], http.lower(request.headers)
+        if self.door is not None and parts[2:3] == [http.OWN_API]:  # OpenAI's API for this model (msnb_ray_api)
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
-            return not_found(request.url.path)
+            return http.not_found(request.url.path)
         refusal = guard.refused(headers, self.door.key)
         if refusal:
             return reply(*error_reply(*refusal))
         name = self.model.name
-        return await prediction(request, headers, self.door.limit,
+        return await http.prediction(request, headers, self.door.limit,
                                 lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
                                 lambda body: self._whole(body, headers))  # fmt: skip
 
@@ -321,7 +296,7 @@ class MsnbRouter:
 
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
-        headers = lower(request.headers)
+        headers = http.lower(request.headers)
         if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (msnb_ray_api), their own 401
             return await self.api.answer(request, "/" + "/".join(parts), headers)
         refusal = guard.refused(headers, self.door.key)
@@ -329,21 +304,21 @@ class MsnbRouter:
             return reply(*error_reply(*refusal))
         if parts == ["ping"]:
             return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
-        if request.url.path == TARGETS_PATH:
+        if request.url.path == http.TARGETS_PATH:
             return reply(200, {"content-type": JSON_TYPE}, json.dumps(await targets()).encode())
         if parts[:1] == ["models"] and len(parts) in (2, 3) and request.method == "GET":
             customized = request.query_params.get("customized", "").lower() == "true"
             return reply(*await self.describe(parts[1], customized, headers))
         if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
-            return not_found(request.url.path)
+            return http.not_found(request.url.path)
         name, explain = parts[1], parts[0] == "explanations"
-        return await prediction(request, headers, self.door.limit,
+        return await http.prediction(request, headers, self.door.limit,
                                 lambda body: self.stream(name, explain, body, headers),
                                 lambda body: self.forward(name, explain, body, headers))  # fmt: skip
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
-        self.door = Door(args or {})
+        self.door = http.Door(args or {})
         self.key = self.door.key  # /v1 and /mcp ask for it too (msnb_ray_api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
         self.api = ApiRoutes(self)  # /v1 and /mcp
@@ -455,7 +430,7 @@ def direct_route(name: str, config: dict) -> str | None:
     """The route prefix of model ``name``'s application, at which its replicas answer its predictions themselves
     (the local front sends them straight there); None for a stateful model: each of its sequences must reach the
     replica that holds it, which the router's handle does (``SequenceRouter``)."""
-    return None if config.get("sequenceBatching") else model_route(name)
+    return None if config.get("sequenceBatching") else http.model_route(name)
 
 
 def router(args: dict | None = None) -> Any:

@@ -96,19 +96,7 @@ async def stream_batch(model: Any, requests: list, timeout_s: float | None = Non
     handler silent for more than ``timeout_s`` once it has the model: ``stalled()`` (the replica's answer to a
     request not yet answered) for each request not started, ``cut`` for each started one, and no more."""
     loop, queue = asyncio.get_running_loop(), asyncio.Queue()
-
-    given = [0.0]  # when the handler's thread last let the event loop run
-
-    def send(pieces: dict[int, str], types: dict[int, str]) -> set[int]:  # in the handler's thread
-        loop.call_soon_threadsafe(queue.put_nowait, (pieces, types))
-        if not given[0]:  # the first chunk: the loop sends it before the generator's next step (msnb_serving)
-            time.sleep(FIRST_PIECE_HEAD_START_S)
-            given[0] = time.perf_counter()
-        elif time.perf_counter() - given[0] >= GIL_SHARE_S:  # then at this pace
-            time.sleep(0)  # releases the GIL: a fast generator does not starve the loop that sends its chunks
-            given[0] = time.perf_counter()
-        return {idx for idx, request in enumerate(requests) if request[3].is_set()}
-
+    send = sender(loop, queue, requests)
     began = functools.partial(loop.call_soon_threadsafe, queue.put_nowait, BEGAN)  # in the handler's thread
     work = asyncio.to_thread(_answer_sending, model, [r[:3] for r in requests], send, began)
     task = asyncio.ensure_future(work)
@@ -132,6 +120,25 @@ async def stream_batch(model: Any, requests: list, timeout_s: float | None = Non
     replies = await task
     yield [_last(idx, reply, started) for idx, reply in enumerate(replies)]
     yield [StopIteration] * len(requests)
+
+
+def sender(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, requests: list) -> Callable:
+    """How the handler's thread hands its chunks to the loop that sends them: the first one with a head start (the
+    generator pauses while the loop sends it, msnb_serving), the next ones letting the loop run at GIL_SHARE_S's
+    pace; it answers which requests are gone (their clients left)."""
+    given = [0.0]  # when the handler's thread last let the event loop run
+
+    def send(pieces: dict[int, str], types: dict[int, str]) -> set[int]:  # in the handler's thread
+        loop.call_soon_threadsafe(queue.put_nowait, (pieces, types))
+        if not given[0]:
+            time.sleep(FIRST_PIECE_HEAD_START_S)
+            given[0] = time.perf_counter()
+        elif time.perf_counter() - given[0] >= GIL_SHARE_S:
+            time.sleep(0)  # releases the GIL: a fast generator does not starve the loop that sends its chunks
+            given[0] = time.perf_counter()
+        return {idx for idx, request in enumerate(requests) if request[3].is_set()}
+
+    return send
 
 
 def coalesce(queue: asyncio.Queue, pieces: dict, types: dict) -> tuple[dict[int, list[bytes]], dict[int, str], bool]:

@@ -136,11 +136,13 @@ def test_a_gpu_model_asks_ray_for_a_gpu_and_sees_it_as_cuda_0():
 
 
 def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
-    assert msnb_ray.decode_body(b'{"a": 1}', "application/json") == {"a": 1}
-    assert msnb_ray.decode_body(b"hello", "text/plain; charset=utf-8") == "hello"
-    assert msnb_ray.decode_body(b"\x89PNG", "image/png") == b"\x89PNG"
-    assert msnb_ray.decode_body(b"{not json", "application/json") == b"{not json"
-    status, _, body = msnb_ray.encode_answer({"x": float("nan")}, 200, {})
+    from msnb.templates import msnb_ray_http as http
+
+    assert http.decode_body(b'{"a": 1}', "application/json") == {"a": 1}
+    assert http.decode_body(b"hello", "text/plain; charset=utf-8") == "hello"
+    assert http.decode_body(b"\x89PNG", "image/png") == b"\x89PNG"
+    assert http.decode_body(b"{not json", "application/json") == b"{not json"
+    status, _, body = http.encode_answer({"x": float("nan")}, 200, {})
     assert status == 503 and "strict JSON" in json.loads(body)["message"]
 
 

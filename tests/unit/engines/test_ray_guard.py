@@ -59,7 +59,7 @@ def test_a_body_over_the_limit_is_413_naming_the_limit():
 
 
 def test_a_body_too_deeply_nested_to_decode_is_forwarded_as_bytes_like_torchserve():
-    from msnb.templates import msnb_ray
+    from msnb.templates.msnb_ray_http import decode_body
 
     deep = b"[" * 100_000 + b"]" * 100_000
-    assert msnb_ray.decode_body(deep, "application/json") == deep
+    assert decode_body(deep, "application/json") == deep
