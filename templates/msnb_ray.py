@@ -305,7 +305,7 @@ class MsnbRouter:
         if parts == ["ping"]:
             return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
         if request.url.path == http.TARGETS_PATH:
-            return reply(200, {"content-type": JSON_TYPE}, json.dumps(await targets()).encode())
+            return reply(200, {"content-type": JSON_TYPE}, json.dumps(await self.targets()).encode())
         if parts[:1] == ["models"] and len(parts) in (2, 3) and request.method == "GET":
             customized = request.query_params.get("customized", "").lower() == "true"
             return reply(*await self.describe(parts[1], customized, headers))
@@ -318,10 +318,23 @@ class MsnbRouter:
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
+        self.controller = None  # Serve's controller, once ``targets`` asks it
         self.door = http.Door(args or {})
         self.key = self.door.key  # /v1 and /mcp ask for it too (msnb_ray_api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
         self.api = ApiRoutes(self)  # /v1 and /mcp
+
+    async def targets(self) -> dict[str, list[str]]:
+        """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each
+        application's ingress replicas at their own ports (the local front reads them every 0.2 s), else Serve's
+        proxies. The controller's handle is looked up once (it follows the controller across restarts)."""
+        if self.controller is None:
+            import ray
+            from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+            self.controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        groups = await self.controller.get_target_groups.remote()
+        return {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
 
     def app_handle(self, name: str) -> Any:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
@@ -383,17 +396,6 @@ class MsnbRouter:
                     "%s: replica lost (%s), sending the request again (try %d)", name, brief(err), attempt + 1
                 )
         raise AssertionError("unreachable")
-
-
-async def targets() -> dict[str, list[str]]:
-    """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each application's
-    ingress replicas at their own ports (the local front routes by them), else Serve's proxies."""
-    import ray
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
-    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-    groups = await controller.get_target_groups.remote()
-    return {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
 
 
 def replica_lost(err: BaseException) -> bool:

@@ -113,7 +113,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
     return body
 
 
-def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, bytes]:
+def encode_answer(answer: Any, status: int, headers: dict) -> Reply:
     """One answer with the status and headers its request processor holds; JSON unless str/bytes."""
     headers = {k.lower(): str(v) for k, v in headers.items()}
     if isinstance(answer, (bytes, bytearray)):
@@ -130,7 +130,7 @@ def encode_answer(answer: Any, status: int, headers: dict) -> tuple[int, dict, b
     return status, headers, body
 
 
-def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
+def prediction_error(err: BaseException) -> Reply | None:
     """TorchServe's answer to ``PredictionException(message, code)`` raised by ``handle``: that status and message,
     type InternalServerException, for every request of the batch (None for any other exception). By name, so that
     the adapter needs no ``ts``."""
@@ -140,5 +140,5 @@ def prediction_error(err: BaseException) -> tuple[int, dict, bytes] | None:
     return error_reply(code, "InternalServerException", str(getattr(err, "message", err)))
 
 
-def failed(what: str, err: BaseException) -> tuple[int, dict, bytes]:
+def failed(what: str, err: BaseException) -> Reply:
     return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")

@@ -6,9 +6,9 @@ the proxy): 86-90 req/s on two cores, below TorchServe. With Serve's direct ingr
 loopback port of its own, and Serve's controller knows which ports serve which route prefix (its target groups, what
 Ray's own HAProxy mode routes by; the router hands them out at ``TARGETS_PATH``). This front is that load balancer:
 a process of its own (``python -m msnb.engines.ray.front`` on uvloop, its connections in msnb.engines.ray.splice;
-no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to NAME's replicas (``msnb_ray.direct_route``)
-and every other path to the router's, longest route prefix first, and to Serve's proxy while a route has no running
-replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
+no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to
+NAME's replicas (``msnb_ray.direct_route``) and every other path to the router's, longest route prefix first, and
+to Serve's proxy while a route has no running replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import uvloop
 from msnb.engines.ray import splice
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
-from msnb.templates.msnb_ray_guard import read_key, too_large
+from msnb.templates.msnb_ray_guard import read_key
 from msnb.templates.msnb_ray_http import TARGETS_PATH, error_reply, model_route, own_api_path
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
@@ -69,14 +69,9 @@ class Front:
     async def start(self, port: int) -> None:
         await self.refresh()
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: splice.Client(self.forward, self.limit, self.refusal), "127.0.0.1", port, reuse_address=True
+            lambda: splice.Client(self.forward, self.limit), "127.0.0.1", port, reuse_address=True
         )
         self.poller = asyncio.ensure_future(self.poll())
-
-    def refusal(self, size: int) -> tuple[bytes, int]:
-        """TorchServe's 413 for a body of ``size`` bytes (the replicas check the limit too)."""
-        status, _, body = error_reply(*too_large(size, self.limit))
-        return body, status
 
     async def refresh(self) -> None:
         """The routes as the router reads them from Serve's controller (kept as they were when it does not answer)."""
@@ -95,10 +90,11 @@ class Front:
         """``request`` to a replica of its route and its answer to ``client``; a connection refused or ended before
         any of the answer (a replica gone) is tried again on fresh routes; an answer cut midway is cut for the
         client too."""
-        path = self.own_api(request.path, request.body)
-        wire = request.wire(path.encode() if path else request.url)
+        path = request.path
+        own = self.own_api(path, request.body)
+        wire = request.wire(own.encode() if own else request.url)
         for _ in range(TRIES):
-            base = self.routes.pick(path or request.path)
+            base = self.routes.pick(own or path)
             try:
                 upstream = await self.pool.take(base)
             except OSError:
@@ -110,7 +106,7 @@ class Front:
             if upstream.got:
                 return client.transport.close()
             await self.refresh()
-        message = f"no replica answered {request.path} after {TRIES} tries"
+        message = f"no replica answered {path} after {TRIES} tries"
         client.transport.write(splice.answer(*error_reply(503, "ServiceUnavailableException", message)))
 
     def own_api(self, path: str, body: bytes) -> str | None:
@@ -145,7 +141,7 @@ async def serve(args: argparse.Namespace) -> None:
 def spawn(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float):
     """The front, listening on ``127.0.0.1:port`` when this returns; closing its stdin (``stop``) ends it."""
     flags = ["--port", port, "--proxy-port", proxy_port, "--max-request-size", max_request_size, "--key-file", key_file]
-    with open(log, "ab") as errors:  # what it says when it fails, and aiohttp's logged errors
+    with open(log, "ab") as errors:  # what it says when it fails (a port taken, a traceback)
         proc = subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.front", *map(str, flags)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
                                 start_new_session=True)  # fmt: skip  # Ctrl-C reaches the owner, which stops it

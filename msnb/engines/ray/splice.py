@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import httptools
 
+from msnb.templates.msnb_ray_guard import too_large
+from msnb.templates.msnb_ray_http import error_reply
+
 # Per connection, never passed on (RFC 9110 7.6.1); content-length is written again for the body as read.
 HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
        b"content-length", b"expect"}  # fmt: skip
@@ -54,10 +57,10 @@ def answer(status: int, headers: dict, body: bytes, close: bool = False) -> byte
 
 class Client(asyncio.Protocol):
     """One client connection: its requests parsed, handed in order to ``forward(request, client)``; a request over
-    ``limit`` bytes gets ``refuse(size)`` and the connection is closed."""
+    ``limit`` bytes gets TorchServe's 413 (the replicas check the limit too) and the connection is closed."""
 
-    def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int, refuse: Callable):
-        self.forward, self.limit, self.refuse = forward, limit, refuse
+    def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int):
+        self.forward, self.limit = forward, limit
         self.parser, self.request, self.queue = httptools.HttpRequestParser(self), Request(), asyncio.Queue()
         self.transport, self.upstream, self.refused = None, None, False
         self.task = asyncio.ensure_future(self.serve())
@@ -69,7 +72,7 @@ class Client(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
-            self.close(b'{"code": 400, "type": "BadRequestException", "message": "malformed HTTP request"}', 400)
+            self.close((400, "BadRequestException", "malformed HTTP request"))
 
     def on_message_begin(self) -> None:
         self.request = Request()
@@ -84,14 +87,14 @@ class Client(asyncio.Protocol):
         self.request.method = self.parser.get_method().decode()
         declared = self.request.header(b"content-length")
         if declared.isdigit() and int(declared) > self.limit:
-            return self.close(*self.refuse(int(declared)))
+            return self.close(too_large(int(declared), self.limit))
         if self.request.header(b"expect").lower() == b"100-continue":
             self.transport.write(CONTINUE)
 
     def on_body(self, body: bytes) -> None:
         self.request.body += body
         if len(self.request.body) > self.limit:
-            self.close(*self.refuse(len(self.request.body)))
+            self.close(too_large(len(self.request.body), self.limit))
 
     def on_message_complete(self) -> None:
         if not self.refused:
@@ -105,11 +108,12 @@ class Client(asyncio.Protocol):
             if not request.keep_alive:
                 return self.transport.close()
 
-    def close(self, body: bytes, status: int) -> None:
-        """Answer ``status`` with ``body`` and close: nothing more is read from this client."""
+    def close(self, refusal: tuple[int, str, str]) -> None:
+        """Answer ``refusal`` (status, type, message) in TorchServe's error shape and close: nothing more is read from
+        this client."""
         if not self.refused:
             self.refused = True
-            self.transport.write(answer(status, {"content-type": "application/json"}, body, close=True))
+            self.transport.write(answer(*error_reply(*refusal), close=True))
             self.transport.close()
 
     def pause_writing(self) -> None:  # the client reads slower than the replica streams
