@@ -5,7 +5,7 @@ the proxy): 86-90 req/s on two cores, below TorchServe. With Serve's direct ingr
 (``RAY_SERVE_ENABLE_DIRECT_INGRESS``, msnb.engines.ray.ENV) each application's ingress replica answers HTTP on a
 loopback port of its own, and Serve's controller knows which ports serve which route prefix (its target groups, what
 Ray's own HAProxy mode routes by; the router hands them out at ``TARGETS_PATH``). This front is that load balancer:
-a process of its own (``python -m msnb.engines.ray.front`` on uvloop, its connections in msnb.engines.ray.splice;
+a process of its own (``python -m msnb.engines.ray.front`` on uvloop, its connections in msnb.engines.splice;
 no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to
 NAME's replicas (``msnb_ray.direct_route``) and every other path to the router's, longest route prefix first, and
 to Serve's proxy while a route has no running replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import uvloop
 
-from msnb.engines.ray import splice
+from msnb.engines import splice
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_ray_guard import read_key

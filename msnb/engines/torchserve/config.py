@@ -191,9 +191,13 @@ def choose_ports(requested: dict[str, int] | None = None) -> dict[str, int]:
 METRICS_PROPERTIES = {"metrics_mode": "prometheus", "model_metrics_auto_detect": "true"}
 # The local server's JVM (the launcher reads `vmargs` from config.properties): a heap that starts small and is
 # capped, collected by the serial collector (G1 sizes its heap to a quarter of RAM and runs GC threads beside
-# the worker), and only the C1 JIT (C2's compiler threads compete with the worker for the cores during the
-# first minutes). Measured effect of each: docs/performance.md; LocalServer(properties={...}) overrides any.
-DEFAULT_VMARGS = "-Xms32m -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+# the worker), only the C1 JIT (C2's compiler threads compete with the worker for the cores during the first
+# minutes), and a common ForkJoinPool of two threads: TorchServe hands each request to its worker's socket with
+# CompletableFuture.runAsync, which starts a new thread per request when the pool has fewer than two (the JVM's
+# default on two cores: one per core less one). Measured effect of each: docs/performance.md and
+# docs/openai-mcp.md; LocalServer(properties={...}) overrides any.
+FORK_JOIN_THREADS = "-Djava.util.concurrent.ForkJoinPool.common.parallelism=2"
+DEFAULT_VMARGS = f"-Xms32m -Xmx1g -XX:+UseSerialGC -XX:TieredStopAtLevel=1 {FORK_JOIN_THREADS}"
 # One Netty thread for HTTP and one for the workers' sockets (TorchServe's default, 0, means Netty's 2 per core):
 # on a laptop the worker needs a core of its own more than the frontend needs threads.
 FRONTEND_THREADS = {"number_of_netty_threads": 1, "netty_client_threads": 1}

@@ -1,27 +1,40 @@
 """The front msnb owns beside TorchServe: OpenAI's /v1 and MCP's /mcp on 127.0.0.1, the same inference key.
 
 TorchServe's Java frontend knows no /v1 or /mcp (its 0.12 OpenAI route is vLLM's engine, not a handler's generator),
-so a small threaded HTTP server in the owner's process answers them and forwards each request to TorchServe's
-inference API, streaming chunk by chunk (docs/openai-mcp.md). Started and stopped with LocalServer: a thread, no
-process, nothing left after stop.
+so a small server answers them and forwards each completion to TorchServe's inference API, its events sent as each
+of TorchServe's chunks arrives (docs/openai-mcp.md). It runs on an event loop (uvloop where installed) in a thread
+of the owner's process, its connections parsed by httptools (msnb.engines.splice, msnb.engines.torchserve.upstream):
+a completion costs it about 0.3 ms of CPU. What calls TorchServe's management API or waits on a whole prediction
+(the models list, MCP) runs on a worker thread, so a stream never waits behind it. Started and stopped with
+LocalServer: a thread, no process, nothing left after stop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
-from msnb.engines.torchserve.api_models import TorchServeModels, Upstream
+from msnb.engines import splice
+from msnb.engines.torchserve.api_models import TorchServeModels
+from msnb.engines.torchserve.relay import Relay
+from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
 from msnb.templates import msnb_api_mcp as mcp
 from msnb.templates.msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised
-from msnb.templates.msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+from msnb.templates.msnb_api_wire import JSON_TYPE, models
+from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
 
-CLIENT_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+try:  # the faster loop where it is installed (not on Windows)
+    from uvloop import new_event_loop
+except ImportError:  # pragma: no cover
+    from asyncio import new_event_loop
+
+SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), *(("POST", path) for path in ROUTES)}
+MAX_BODY = 64 << 20  # a request body over this is refused here; TorchServe's own max_request_size applies below it
+STOP_TIMEOUT_S = 10.0
 
 
 class Front:
@@ -29,148 +42,165 @@ class Front:
 
     def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]]):
         self.models, self.key_header = models, key_header
-        self._server: ThreadingHTTPServer | None = None
+        self.pool = splice.Pool(Exchange)
+        self.timeouts: dict[str, float] = {}  # per model: how long TorchServe may take to answer (its responseTimeout)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Future | None = None
 
     def start(self) -> Front:
-        handler = type("Handler", (FrontHandler,), {"front": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="msnb-api-front", daemon=True)
+        ready, failed = threading.Event(), []
+        self._loop = new_event_loop()
+        self._thread = threading.Thread(target=self._run, args=(ready, failed), name="msnb-api-front", daemon=True)
         self._thread.start()
+        ready.wait(STOP_TIMEOUT_S)
+        if failed or not self.port:
+            self.stop()
+            raise ServerError(f"msnb's /v1 and /mcp front did not start: {failed[0] if failed else 'no port'}.",
+                              "read the traceback above; a free loopback port is all it needs.")  # fmt: skip
         return self
 
+    def _run(self, ready: threading.Event, failed: list) -> None:
+        try:
+            self._loop.run_until_complete(self._serve(ready))
+        except Exception as err:  # handed to start, which raises it as a ServerError
+            failed.append(err)
+            ready.set()
+        finally:
+            self._loop.close()
+
+    async def _serve(self, ready: threading.Event) -> None:
+        """Listen until ``stop``; then close every connection."""
+        loop, clients = asyncio.get_running_loop(), set()
+        self._stopping = loop.create_future()
+
+        def connection() -> splice.Client:
+            client = splice.Client(self.forward, MAX_BODY, refusal)
+            clients.add(client)
+            return client
+
+        server = await loop.create_server(connection, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        ready.set()
+        await self._stopping
+        server.close()
+        for client in clients:
+            if client.transport is not None:
+                client.transport.close()
+        for conns in self.pool.idle.values():
+            for conn in conns:
+                conn.close()
+        await asyncio.sleep(0)  # the transports' closes run
+
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(10)
-        self._server = self._thread = None
+        if self._loop is not None and self._thread is not None:
+            if self._stopping is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(lambda: self._stopping.done() or self._stopping.set_result(None))
+            self._thread.join(STOP_TIMEOUT_S)
+        self._loop = self._thread = self._stopping = None
+        self.port = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}" if self._server else ""
+        return f"http://127.0.0.1:{self.port}" if self.port else ""
 
-    def allowed(self, sent: str) -> bool:
+    def allowed(self, sent: bytes) -> bool:
         """Whether the request's Authorization header carries the inference key (always, when auth is off)."""
         want = self.key_header().get("Authorization")
-        return want is None or hmac.compare_digest(sent.strip().encode(), want.encode())
+        return want is None or hmac.compare_digest(sent.strip(), want.encode())
 
-
-class FrontHandler(BaseHTTPRequestHandler):
-    """One connection's requests (HTTP/1.1 keep-alive; streamed answers in chunked transfer encoding)."""
-
-    front: Front
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # each server-sent event goes out at once
-
-    def log_message(self, *args: Any) -> None:  # no line per request on the owner's stderr
-        pass
-
-    def do_GET(self) -> None:
-        if self.path.split("?")[0] == "/mcp":
-            return self.reply(*mcp.NOT_ALLOWED)
-        if self.path.split("?")[0] != "/v1/models":
-            return self.error(ApiError(404, f"Unknown path {self.path}: /v1/models, /v1/chat/completions, "
-                                       "/v1/completions and /mcp are served here.", code="not_found"))  # fmt: skip
-        if not self.front.allowed(self.headers.get("Authorization", "")):
-            return self.error(unauthorised())
-        names = [name for name, card in self.front.models.cards().items() if card.get("streams")]
-        self.reply(200, {"content-type": JSON_TYPE}, json.dumps(models(names)).encode())
-
-    def do_DELETE(self) -> None:
-        self.reply(*mcp.NOT_ALLOWED)
-
-    def do_POST(self) -> None:
-        path, body = self.path.split("?")[0], self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if path not in ROUTES and path != "/mcp":
-            return self.error(ApiError(404, f"Unknown path {path}.", code="not_found"))
-        if not self.front.allowed(self.headers.get("Authorization", "")):
-            return self.error(unauthorised())
+    # ---------------------------------------------------------------- requests
+    async def forward(self, request: splice.Request, client: splice.Client) -> None:
+        """One request's answer to ``client``: OpenAI's error shape for whatever fails."""
         try:
-            self.mcp(body) if path == "/mcp" else self.complete(ROUTES[path], body)
+            await self.answer(request, client)
         except ApiError as err:
-            self.error(err)
+            client.transport.write(error(err))
         except ServerError as err:
-            self.error(ApiError(503, str(err), "server_error"))
-        except CLIENT_GONE:
-            self.close_connection = True
+            client.transport.write(error(ApiError(503, str(err), "server_error")))
+        except (
+            Exception
+        ) as err:  # a fault of the front's own: this answer fails, the connection closes, the front runs on
+            client.transport.write(error(ApiError(500, f"msnb's front failed: {type(err).__name__}: {err}. Hint: "
+                                                  "please report it with the server's logs.", "server_error")))  # fmt: skip
+            client.transport.close()
 
-    def complete(self, kind: str, raw: bytes) -> None:
+    async def answer(self, request: splice.Request, client: splice.Client) -> None:
+        path, method = request.path, request.method
+        if path == "/mcp" and method != "POST":
+            return client.transport.write(splice.answer(*mcp.NOT_ALLOWED))
+        if (method, path) not in SERVED:
+            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, /v1/chat/completions, /v1/completions and "
+                           "/mcp are served here.", code="not_found")  # fmt: skip
+        if not self.allowed(request.header(b"authorization")):
+            raise unauthorised()
+        if path in ROUTES:
+            return await self.complete(ROUTES[path], bytes(request.body), client)
+        reply = self.model_list if path == "/v1/models" else self.mcp
+        client.transport.write(splice.answer(*await asyncio.to_thread(reply, bytes(request.body))))
+
+    async def complete(self, kind: str, raw: bytes, client: splice.Client) -> None:
+        """A completion: TorchServe's answer to the request body, relayed as OpenAI's events or one whole answer."""
         try:
             body = json.loads(raw)
         except ValueError as err:
             raise ApiError(400, f"The request body is not JSON: {err}.") from None
         request = parse(kind, body)
-        card = self.front.models.card(request.model)
+        card = self.models.cached(request.model) or await asyncio.to_thread(self.models.card, request.model)
         if card is None:
-            streaming = [n for n, c in self.front.models.cards().items() if c.get("streams")]
+            streaming = await asyncio.to_thread(lambda: [n for n, c in self.models.cards().items() if c.get("streams")])
             raise not_found(request.model, streaming)
         if not card.get("streams"):
             raise not_streaming(request.model)
-        upstream = self.front.models.open(request.model, raw)
+        client_of = self.models.client()
+        timeout = self.timeouts.get(request.model) or await asyncio.to_thread(client_of.predict_timeout, request.model)
+        self.timeouts[request.model] = timeout
+        stream_id, base = new_id(), client_of.inference_url
+        headers = {"content-type": JSON_TYPE, CANCEL_HEADER: stream_id, **client_of.keys.header("inference")}
+        conn = await self.pool.take(base)
+        relay, client.upstream = Relay(request, conn, client.transport.write), conn
         try:
-            self.relay(Answer(request), upstream)
+            conn.send(post(f"/predictions/{request.model}", raw, headers), relay.chunk)
+            await relay.run(timeout)
         finally:
-            upstream.close()  # max_tokens or a stop string: TorchServe's generator runs on, its chunks dropped
+            client.upstream = None
+            if relay.finished and conn.open:
+                self.pool.give(base, conn)
+            else:  # max_tokens, a stop string, an error or the client gone: the worker's generator is told to stop
+                mark(self.models.cancel_dir, stream_id)
+                conn.close()
 
-    def relay(self, answer: Answer, upstream: Upstream) -> None:
-        if answer.stream:
-            self.start_chunked(SSE_TYPE)
-        try:
-            for piece in upstream.pieces():
-                self.chunk(answer.feed(piece)) if answer.stream else answer.feed(piece)
-                if answer.done:
-                    break
-        except ApiError as err:
-            if not answer.stream:
-                raise
-            return self.end_chunked(answer.fail(err))
-        if answer.stream:
-            return self.end_chunked(answer.close())
-        answer.close()
-        self.reply(200, {"content-type": JSON_TYPE}, answer.body())
+    # ---------------------------------------------------------------- on a worker thread
+    def model_list(self, _: bytes) -> tuple[int, dict, bytes]:
+        names = [name for name, card in self.models.cards().items() if card.get("streams")]
+        return 200, {"content-type": JSON_TYPE}, json.dumps(models(names)).encode()
 
-    def mcp(self, raw: bytes) -> None:
-        step, models = mcp.step(raw), self.front.models
+    def mcp(self, raw: bytes) -> tuple[int, dict, bytes]:
+        step, served = mcp.step(raw), self.models
         if step.kind == "list":
-            body = mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in models.cards().items()])
+            body = mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in served.cards().items()])
         elif step.kind == "call":
-            card = models.card(step.name)
-            if card is None:
-                body = mcp.unknown_tool(step.id, step.name, list(models.cards()))
-            else:
-                try:
-                    answer = models.predict(step.name, mcp.sample(card, step.arguments), bool(card.get("streams")))
-                    body = mcp.call_reply(step.id, answer)
-                except ServerError as err:
-                    body = mcp.call_reply(step.id, str(err), failed=True)
+            body = self.tool_call(step)
         else:
-            return self.reply(step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body))
-        self.reply(200, {"content-type": JSON_TYPE}, mcp.encoded(body))
+            return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
+        return 200, {"content-type": JSON_TYPE}, mcp.encoded(body)
 
-    # ---------------------------------------------------------------- the wire
-    def reply(self, status: int, headers: dict, body: bytes) -> None:
-        self.send_response(status)
-        for key, value in {**headers, "content-length": str(len(body))}.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
+    def tool_call(self, step: mcp.Step) -> dict:
+        card = self.models.card(step.name)
+        if card is None:
+            return mcp.unknown_tool(step.id, step.name, list(self.models.cards()))
+        try:
+            answer = self.models.predict(step.name, mcp.sample(card, step.arguments), bool(card.get("streams")))
+            return mcp.call_reply(step.id, answer)
+        except ServerError as err:
+            return mcp.call_reply(step.id, str(err), failed=True)
 
-    def error(self, err: ApiError) -> None:
-        self.reply(err.status, {"content-type": JSON_TYPE}, err.encoded())
 
-    def start_chunked(self, content_type: str) -> None:
-        self.send_response(200)
-        for key, value in (("content-type", content_type), ("cache-control", "no-cache"),
-                           ("transfer-encoding", "chunked")):  # fmt: skip
-            self.send_header(key, value)
-        self.end_headers()
+def error(err: ApiError) -> bytes:
+    return splice.answer(err.status, {"content-type": JSON_TYPE}, err.encoded())
 
-    def chunk(self, data: bytes) -> None:
-        if data:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-    def end_chunked(self, data: bytes) -> None:
-        self.chunk(data)
-        self.wfile.write(b"0\r\n\r\n")
+def refusal(status: int, kind: str, message: str) -> bytes:
+    """A request the connection refuses (malformed, too large), in OpenAI's error shape; the connection closes."""
+    return splice.answer(status, {"content-type": JSON_TYPE}, ApiError(status, message, kind).encoded(), close=True)

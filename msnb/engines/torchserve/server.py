@@ -133,12 +133,18 @@ class LocalServer:
             try:
                 self._launch(java)
                 self._wait_ready()
-                models = TorchServeModels(lambda: self.client, self.layout.model_store, self.layout.cancel_dir)
-                self._front = Front(models, lambda: self.client.keys.header("inference")).start()
+                self._start_front()
                 return
             except _PortTaken:
                 if attempt == 2 or self._requested_ports:
                     raise
+
+    def _start_front(self) -> None:
+        """/v1 and /mcp beside TorchServe (msnb.engines.torchserve.front). It takes this run's client as it is: no
+        check that Java lives on each request (two reads of /proc); a dead server is a refused connection anyway."""
+        client = self.client
+        models = TorchServeModels(lambda: client, self.layout.model_store, self.layout.cancel_dir)
+        self._front = Front(models, lambda: client.keys.header("inference")).start()
 
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""

@@ -1,112 +1,108 @@
-"""The front's way to TorchServe's inference API, lean on a stream's first chunk: one kept-alive ``http.client``
-connection per front thread (a client's connection), each request sent in one write, and a chunked answer read one
-HTTP chunk at a time as each arrives (TorchServe sends each intermediate response, one piece, as one chunk).
+"""The front's way to TorchServe's inference API, lean on a stream's first chunk: a kept-alive connection
+(``msnb.engines.splice.Pool``), each request written in one write, the answer parsed by httptools as its bytes arrive
+and each HTTP chunk handed on whole the moment it is complete (TorchServe sends each intermediate response, one
+piece, as one chunk).
 
-``requests`` cost the front several milliseconds of a stream's first chunk on a loaded machine (time stamps from
-the front to the worker and back, docs/openai-mcp.md#measured): preparing the request, its hooks and cookies, and
-urllib3's response around the socket. Nothing here is TorchServe's: the key and the paths come from the caller.
+A threaded server with ``http.client`` cost the front 1.6 ms of a stream's first chunk on an idle machine (time
+stamps inside it, docs/openai-mcp.md#measured): parsing the request and the answer's headers with ``email``, a
+thread's wake-up per read. Nothing here is TorchServe's: the key and the paths come from the caller.
 """
 
 from __future__ import annotations
 
-import http.client
+import asyncio
 import json
-import socket
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-from msnb.errors import ServerError
+import httptools
 
-MAX_LINE = 65536  # a chunk-size or trailer line longer than this is not HTTP
-GONE = (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine)
+Chunks = Callable[[bytes], None]
 
 
-class Connections:
-    """Kept-alive connections to one HTTP server, one per calling thread."""
-
-    def __init__(self, url: str):
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
-        self._local = threading.local()
-
-    def post(self, path: str, body: bytes, headers: dict[str, str], timeout: float) -> Response:
-        """POST ``body``; the answer as soon as its status line and headers are in. A kept connection the server
-        closed meanwhile is opened again once; a server that is not there is a ServerError."""
-        for attempt in (1, 2):
-            conn = getattr(self._local, "conn", None)
-            reused = conn is not None
-            if conn is None:
-                conn = self._local.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-            conn.timeout = timeout
-            try:
-                if conn.sock is None:
-                    conn.connect()
-                    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.sock.settimeout(timeout)
-                conn.request("POST", path, body, headers)  # headers and a bytes body in one write
-                return Response(self, conn, conn.getresponse())
-            except GONE as err:
-                self.drop(conn)
-                if not reused or attempt == 2:
-                    raise ServerError(f"TorchServe did not answer: {type(err).__name__}: {err}",
-                                      "is the server running? server.start() (or %ms_serve) starts it.") from None  # fmt: skip
-        raise AssertionError("unreachable")
-
-    def drop(self, conn: http.client.HTTPConnection) -> None:
-        """Close ``conn`` (an answer left unread on it: the server sees the client go)."""
-        conn.close()
-        if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
+def post(path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    """A POST as it goes on the wire (HTTP/1.1, kept alive)."""
+    head = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items()),
+            f"content-length: {len(body)}"]  # fmt: skip
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-class Response:
-    """One answer: its status and headers, ``body`` (whole) or ``chunks`` (as they arrive), ``close``."""
+class Exchange(asyncio.Protocol):
+    """A kept-alive connection to TorchServe; ``send`` one request, await ``head`` (its status and headers), then
+    ``ended``: each HTTP chunk of a 200 answer goes to ``on_chunk`` as it completes (a body that is not chunked, as
+    its bytes come), an error answer's body is kept in ``body``. ``open``: whether the connection may carry another request."""
 
-    def __init__(self, owner: Connections, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse):
-        self.owner, self.conn, self.resp = owner, conn, resp
-        self.status = resp.status
-        self.read_all = False
+    def __init__(self) -> None:
+        self.parser, self.transport, self.open = httptools.HttpResponseParser(self), None, True
+        self.status, self.headers, self.body, self.chunk = 0, {}, bytearray(), bytearray()
+        self.on_chunk: Chunks | None = None
+        self.head: asyncio.Future | None = None
+        self.ended: asyncio.Future | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def send(self, wire: bytes, on_chunk: Chunks) -> None:
+        loop = asyncio.get_running_loop()
+        self.head, self.ended = loop.create_future(), loop.create_future()
+        self.status, self.headers, self.on_chunk = 0, {}, on_chunk
+        self.body.clear()
+        self.chunk.clear()
+        self.transport.write(wire)
 
     def header(self, name: str) -> str | None:
-        return self.resp.getheader(name)
-
-    def body(self) -> bytes:
-        data = self.resp.read()
-        self.read_all = True
-        return data
+        return self.headers.get(name.lower())
 
     def decoded(self) -> Any:
-        """The body as JSON when it parses, else as text."""
-        data = self.body()
+        """The kept body as JSON when it parses, else as text."""
         try:
-            return json.loads(data)
+            return json.loads(self.body)
         except ValueError:
-            return data.decode("utf-8", "replace")
-
-    def chunks(self) -> Iterator[bytes]:
-        """Each HTTP chunk whole, as it arrives (a body that is not chunked: all of it at once)."""
-        if not self.resp.chunked:
-            yield self.body()
-            return
-        fp = self.resp.fp
-        while True:
-            size = int(fp.readline(MAX_LINE).split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                break
-            data = fp.read(size)
-            fp.readline(MAX_LINE)  # the chunk's CRLF
-            if len(data) < size:
-                raise http.client.IncompleteRead(data, size - len(data))
-            yield data
-        while fp.readline(MAX_LINE) not in (b"\r\n", b"\n", b""):  # trailers
-            pass
-        self.read_all = True
+            return self.body.decode("utf-8", "replace")
 
     def close(self) -> None:
-        """Done with the answer: its connection is kept when it was read to its end, else closed."""
-        if self.read_all:
-            self.resp.close()
-        else:
-            self.owner.drop(self.conn)
+        """Done before the answer's end: the connection goes (TorchServe sees the client leave)."""
+        self.open = False
+        self.transport.close()
+
+    # httptools' callbacks
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.close()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        _settle(self.head, True)
+
+    def on_body(self, data: bytes) -> None:
+        if self.status != 200:  # an error answer: read whole
+            self.body.extend(data)
+        elif self.headers.get("transfer-encoding") == "chunked":
+            self.chunk.extend(data)
+        elif self.on_chunk is not None:  # a body that is not chunked: its bytes as they come
+            self.on_chunk(data)
+
+    def on_chunk_complete(self) -> None:
+        if self.chunk and self.on_chunk is not None:
+            data = bytes(self.chunk)
+            self.chunk.clear()
+            self.on_chunk(data)
+
+    def on_message_complete(self) -> None:
+        self.open = self.open and self.parser.should_keep_alive()
+        _settle(self.ended, True)
+
+    def connection_lost(self, exc) -> None:
+        self.open = False
+        _settle(self.head, False)
+        _settle(self.ended, False)
+
+
+def _settle(future: asyncio.Future | None, value: bool) -> None:
+    if future is not None and not future.done():
+        future.set_result(value)

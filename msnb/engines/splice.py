@@ -1,10 +1,12 @@
-"""HTTP/1.1 passed through with the least work per request: the front's connections (msnb.engines.ray.front).
+"""HTTP/1.1 with the least work per request: the connections of both engines' fronts (msnb.engines.ray.front,
+msnb.engines.torchserve.front).
 
-A client's request is parsed (httptools, the C parser uvicorn uses) and written again to a kept-alive connection of
-the replica it goes to; the replica's answer is passed back byte for byte as it arrives, its end found by parsing
-it. So a streamed answer keeps every chunk as the replica sent it, and one cut short (no closing chunk) is cut for
-the client too. Measured against aiohttp's server and client doing the same: 0.7-1.0 ms of the front's CPU per
-prediction with aiohttp, the bulk of the Ray engine's cost beside the replica's own.
+A client's request is parsed (httptools, the C parser uvicorn uses) and handed whole to the front, in order per
+connection. The Ray front writes it again to a kept-alive connection of the replica it goes to and passes the answer
+back byte for byte as it arrives (``Upstream``), its end found by parsing it: a streamed answer keeps every chunk as
+the replica sent it, and one cut short (no closing chunk) is cut for the client too. Measured against aiohttp's
+server and client doing the same: 0.7-1.0 ms of the front's CPU per prediction with aiohttp, the bulk of the Ray
+engine's cost beside the replica's own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import httptools
 
 from msnb.templates.msnb_ray_guard import too_large
 from msnb.templates.msnb_ray_http import error_reply
+
+Refusal = tuple[int, str, str]  # status, error type, message
 
 # Per connection, never passed on (RFC 9110 7.6.1); content-length is written again for the body as read.
 HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
@@ -55,12 +59,19 @@ def answer(status: int, headers: dict, body: bytes, close: bool = False) -> byte
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-class Client(asyncio.Protocol):
-    """One client connection: its requests parsed, handed in order to ``forward(request, client)``; a request over
-    ``limit`` bytes gets TorchServe's 413 (the replicas check the limit too) and the connection is closed."""
+def torchserve_refusal(status: int, kind: str, message: str) -> bytes:
+    """A refusal in TorchServe's error shape, the connection closed after it."""
+    return answer(*error_reply(status, kind, message), close=True)
 
-    def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int):
-        self.forward, self.limit = forward, limit
+
+class Client(asyncio.Protocol):
+    """One client connection: its requests parsed, handed in order to ``forward(request, client)``; a malformed one,
+    or one over ``limit`` bytes (413, which the servers behind check too), gets ``refuse``'s answer and the
+    connection is closed."""
+
+    def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int,
+                 refuse: Callable[[int, str, str], bytes] = torchserve_refusal):  # fmt: skip
+        self.forward, self.limit, self.refuse = forward, limit, refuse
         self.parser, self.request, self.queue = httptools.HttpRequestParser(self), Request(), asyncio.Queue()
         self.transport, self.upstream, self.refused = None, None, False
         self.task = asyncio.ensure_future(self.serve())
@@ -108,12 +119,11 @@ class Client(asyncio.Protocol):
             if not request.keep_alive:
                 return self.transport.close()
 
-    def close(self, refusal: tuple[int, str, str]) -> None:
-        """Answer ``refusal`` (status, type, message) in TorchServe's error shape and close: nothing more is read from
-        this client."""
+    def close(self, refusal: Refusal) -> None:
+        """Answer ``refusal`` (status, type, message) and close: nothing more is read from this client."""
         if not self.refused:
             self.refused = True
-            self.transport.write(answer(*error_reply(*refusal), close=True))
+            self.transport.write(self.refuse(*refusal))
             self.transport.close()
 
     def pause_writing(self) -> None:  # the client reads slower than the replica streams
@@ -177,22 +187,24 @@ class Upstream(asyncio.Protocol):
 
 
 class Pool:
-    """Idle kept-alive connections per replica URL (``http://host:port``)."""
+    """Idle kept-alive connections per server URL (``http://host:port``), each a ``protocol`` (``open``: whether it
+    may be used again; ``transport``)."""
 
-    def __init__(self) -> None:
-        self.idle: dict[str, list[Upstream]] = {}
+    def __init__(self, protocol: Callable[[], asyncio.Protocol] = Upstream) -> None:
+        self.protocol = protocol
+        self.idle: dict[str, list] = {}
 
-    async def take(self, base: str) -> Upstream:
+    async def take(self, base: str):
         free = self.idle.get(base) or []
         while free:
             upstream = free.pop()
             if upstream.open:
                 return upstream
         host, port = base.split("://", 1)[1].rsplit(":", 1)
-        _, upstream = await asyncio.get_running_loop().create_connection(Upstream, host, int(port))
+        _, upstream = await asyncio.get_running_loop().create_connection(self.protocol, host, int(port))
         return upstream
 
-    def give(self, base: str, upstream: Upstream) -> None:
+    def give(self, base: str, upstream) -> None:
         if upstream.open:
             self.idle.setdefault(base, []).append(upstream)
         else:
