@@ -14,7 +14,7 @@ from bench import models
 from bench.beside_litserve import pss_mib
 from bench.harness import Settings, interleave, load, summary
 from msnb.engines.torchserve import LocalServer
-from msnb.engines.torchserve.config import DEFAULT_VMARGS, FRONTEND_THREADS
+from msnb.engines.torchserve.config import DEFAULT_VMARGS, FORK_JOIN_THREADS, FRONTEND_THREADS
 from msnb.session.reload import Reloads
 
 # msnb's settings, then each with one of them put back to TorchServe's / the JVM's default (an ablation).
@@ -24,6 +24,7 @@ VARIANTS = {
     "G1 heap (no vmargs)": {"vmargs": ""},
     "C2 JIT on": {"vmargs": DEFAULT_VMARGS.replace(" -XX:TieredStopAtLevel=1", "")},
     "Netty threads default": {"number_of_netty_threads": 0, "netty_client_threads": 0},
+    "a thread per request (ForkJoinPool default)": {"vmargs": DEFAULT_VMARGS.replace(f" {FORK_JOIN_THREADS}", "")},
 }
 
 QUICK = ("msnb defaults", "TorchServe defaults (all three back)")  # the quick run: the two ends only
