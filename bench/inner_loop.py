@@ -13,7 +13,7 @@ from msnb.engines.torchserve import LocalServer
 from msnb.session.deployment import deploy
 from msnb.session.reload import RELOAD, Reloads
 
-NAME = "inner"
+NAME, DEV_NAME = "inner", "inner_dev"  # the redeployed model and the reloaded one (both on one server in a smoke run)
 
 
 def run(settings: Settings) -> dict:
@@ -21,12 +21,13 @@ def run(settings: Settings) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
     server, manual = msnb_engine("torchserve", work, settings), ManualTorchServe(work / "manual")
-    dev, reloads = LocalServer(work / "dev"), Reloads()
+    # the reloaded model's server: its own, or in a smoke run the shared TorchServe beside NAME (one start fewer)
+    dev, reloads = server if settings.smoke else LocalServer(work / "dev"), Reloads()
     revisions = itertools.count(1)
     try:
         server.start()
         deploy(server, models.mlp_spec(NAME, models.SMALL, checkpoint))
-        reloads.serve(dev.start(), models.mlp_spec(NAME, models.SMALL, checkpoint))
+        reloads.serve(dev.start(), models.mlp_spec(DEV_NAME, models.SMALL, checkpoint))
         _manual_deploy(manual, work, checkpoint, 0, restart=False)
         times = interleave(
             {
@@ -37,8 +38,9 @@ def run(settings: Settings) -> dict:
             settings.reps,
         )
     finally:
+        if dev is not server:
+            dev.stop()
         stop_engine(server, settings)
-        dev.stop()
         manual.close()
     return report({name: summary(values) for name, values in times.items()})
 
@@ -51,10 +53,10 @@ def _msnb_deploy(server: LocalServer, checkpoint: Path, revision: int) -> None:
 
 def _msnb_reload(server: LocalServer, reloads: Reloads, checkpoint: Path, revision: int) -> None:
     """What %ms_serve does after a code-only edit on the notebook's server: a reload in the live worker."""
-    reloads.serve(server, models.mlp_spec(NAME, models.SMALL, checkpoint, revision=revision))
-    if reloads.models[NAME].redeploy != RELOAD:
-        raise RuntimeError(f"expected a reload, got {reloads.models[NAME].row()}")
-    _check(server.predict(NAME, models.SAMPLE), revision)
+    reloads.serve(server, models.mlp_spec(DEV_NAME, models.SMALL, checkpoint, revision=revision))
+    if reloads.models[DEV_NAME].redeploy != RELOAD:
+        raise RuntimeError(f"expected a reload, got {reloads.models[DEV_NAME].row()}")
+    _check(server.predict(DEV_NAME, models.SAMPLE), revision)
 
 
 def _manual_deploy(manual: ManualTorchServe, work: Path, checkpoint: Path, revision: int, restart: bool = True) -> None:

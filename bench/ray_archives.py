@@ -15,7 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from bench.harness import Settings, inference_headers, interleave, load, ray_engine, stop_engine, summary
+from bench.harness import Settings, inference_headers, interleave, load, msnb_engine, stop_engine, summary
 
 CLIENTS, BATCH, DELAY_MS = 16, 8, 5
 SAMPLE = {"x": [0.5, -1.0, 2.0, 0.25]}
@@ -50,17 +50,15 @@ def build(work: Path, name: str) -> Path:
 
 
 def serve(kind: str, archives: list[Path], work: Path, settings: Settings):
-    """A started engine of ``kind`` serving every archive, each answered once."""
+    """A started engine of ``kind`` serving every archive, each answered once (``msnb_engine``'s: a smoke run's
+    are the process-wide TorchServe and Ray, so its cold starts are deploys only, and no TorchServe starts here)."""
+    engine = msnb_engine(kind, work, settings).start()
     if kind == "ray":
         from msnb.cli.serve_ray import deploy_archives
 
-        engine = ray_engine(settings).start()
         with contextlib.redirect_stdout(io.StringIO()):
             deploy_archives(engine, archives)
     else:
-        from msnb.engines.torchserve import LocalServer
-
-        engine = LocalServer(work / f"ts-{time.monotonic_ns()}").start()
         for path in archives:
             engine.register(path)
     for path in archives:

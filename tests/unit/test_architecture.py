@@ -4,6 +4,7 @@ below it (the rules below are the ones docs/architecture.md states, folder by fo
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import subprocess
 import sys
@@ -77,10 +78,17 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
-def graph() -> dict[str, set[str]]:
+@functools.cache
+def _parsed_graph() -> dict[str, frozenset[str]]:
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     known = set(files) | {"msnb.templates"}
-    return {name: {m for m in imports_of(path) if m in known and m != name} for name, path in files.items()}
+    return {name: frozenset(m for m in imports_of(path) if m in known and m != name) for name, path in files.items()}
+
+
+def graph() -> dict[str, set[str]]:
+    """Each msnb module -> the msnb modules it imports. The sources are parsed once per process (each parse of the
+    package was about 1 s, and a dozen tests ask); each call gets its own copy, which a test may change."""
+    return {name: set(deps) for name, deps in _parsed_graph().items()}
 
 
 def folder_of(module: str) -> str:
