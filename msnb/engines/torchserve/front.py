@@ -15,15 +15,16 @@ import asyncio
 import hmac
 import json
 import threading
+import weakref
 from collections.abc import Callable
 
 from msnb.engines import splice
 from msnb.engines.torchserve.api_models import TorchServeModels
-from msnb.engines.torchserve.relay import Relay
+from msnb.engines.torchserve.relay import Relay, Unanswered
 from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
 from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised
+from msnb.templates.msnb_api_openai import ROUTES, ApiError, Request, not_found, not_streaming, parse, unauthorised
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
 
@@ -72,7 +73,7 @@ class Front:
 
     async def _serve(self, ready: threading.Event) -> None:
         """Listen until ``stop``; then close every connection."""
-        loop, clients = asyncio.get_running_loop(), set()
+        loop, clients = asyncio.get_running_loop(), weakref.WeakSet()  # the open connections, closed at stop
         self._stopping = loop.create_future()
 
         def connection() -> splice.Client:
@@ -153,23 +154,45 @@ class Front:
             raise not_found(request.model, streaming)
         if not card.get("streams"):
             raise not_streaming(request.model)
-        client_of = self.models.client()
-        timeout = self.timeouts.get(request.model) or await asyncio.to_thread(client_of.predict_timeout, request.model)
+        upstream = self.models.client()
+        timeout = self.timeouts.get(request.model) or await asyncio.to_thread(upstream.predict_timeout, request.model)
         self.timeouts[request.model] = timeout
-        stream_id, base = new_id(), client_of.inference_url
-        headers = {"content-type": JSON_TYPE, CANCEL_HEADER: stream_id, **client_of.keys.header("inference")}
-        conn = await self.pool.take(base)
-        relay, client.upstream = Relay(request, conn, client.transport.write), conn
+        stream_id = new_id()
+        headers = {"content-type": JSON_TYPE, CANCEL_HEADER: stream_id, **upstream.keys.header("inference")}
+        wire = post(f"/predictions/{request.model}", raw, headers)
+        await self.relayed(request, wire, client, (upstream.inference_url, stream_id, timeout))
+
+    async def relayed(self, request: Request, wire: bytes, client: splice.Client, to: tuple[str, str, float]) -> None:
+        """``wire`` to TorchServe (``to``: its URL, the stream's id, the timeout) and its answer to ``client``; once
+        more on a fresh connection when a kept-alive one was closed before answering."""
+        base, stream_id, timeout = to
+        for attempt in (1, 2):
+            conn = await self.connect(base)
+            relay, client.upstream, again = Relay(request, conn, client.transport.write), conn, False
+            try:
+                conn.send(wire, relay.chunk)
+                await relay.run(timeout)
+            except Unanswered:
+                again = attempt == 1 and conn.sends > 1
+                if not again:
+                    raise
+            finally:
+                client.upstream = None
+                if relay.finished and conn.open:
+                    self.pool.give(base, conn)
+                else:
+                    conn.close()
+                    if not again:  # max_tokens, a stop string, an error or the client gone: the generator is told
+                        mark(self.models.cancel_dir, stream_id)
+            if not again:
+                return
+
+    async def connect(self, base: str) -> Exchange:
         try:
-            conn.send(post(f"/predictions/{request.model}", raw, headers), relay.chunk)
-            await relay.run(timeout)
-        finally:
-            client.upstream = None
-            if relay.finished and conn.open:
-                self.pool.give(base, conn)
-            else:  # max_tokens, a stop string, an error or the client gone: the worker's generator is told to stop
-                mark(self.models.cancel_dir, stream_id)
-                conn.close()
+            return await self.pool.take(base)
+        except OSError as err:
+            raise ServerError(f"TorchServe did not answer at {base}: {err}.",
+                              "is the server running? server.start() (or %ms_serve) starts it.") from None  # fmt: skip
 
     # ---------------------------------------------------------------- on a worker thread
     def model_list(self, _: bytes) -> tuple[int, dict, bytes]:

@@ -23,6 +23,10 @@ JSON_LINES = ApiError(400, "The model streams JSON values, not text: /v1 needs a
                       "Hint: make postprocess return a str per step.", param="model")  # fmt: skip
 
 
+class Unanswered(ServerError):
+    """TorchServe closed the connection before its answer began (a kept-alive connection it had closed: try anew)."""
+
+
 def frame(data: bytes) -> bytes:
     """``data`` as one HTTP chunk."""
     return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
@@ -73,8 +77,8 @@ class Relay:
         """Wait for TorchServe's answer and write the client's; an error before a stream's first event, or in a
         whole answer, raises ApiError."""
         if not await asyncio.wait_for(self.conn.head, timeout):
-            raise ServerError("TorchServe closed the connection before answering.",
-                              "read the server's logs (server.logs()): its worker may have died.")  # fmt: skip
+            raise Unanswered("TorchServe closed the connection before answering.",
+                             "read the server's logs (server.logs()): its worker may have died.")  # fmt: skip
         if self.conn.status != 200:
             self.finished = await asyncio.wait_for(self.conn.ended, timeout)
             raise upstream_error(self.conn.status, self.conn.decoded())

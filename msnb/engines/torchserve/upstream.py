@@ -36,6 +36,7 @@ class Exchange(asyncio.Protocol):
         self.parser, self.transport, self.open = httptools.HttpResponseParser(self), None, True
         self.status, self.headers, self.body, self.chunk = 0, {}, bytearray(), bytearray()
         self.on_chunk: Chunks | None = None
+        self.sends = 0  # requests written: more than one, a kept-alive connection TorchServe may have closed meanwhile
         self.head: asyncio.Future | None = None
         self.ended: asyncio.Future | None = None
 
@@ -46,6 +47,7 @@ class Exchange(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.head, self.ended = loop.create_future(), loop.create_future()
         self.status, self.headers, self.on_chunk = 0, {}, on_chunk
+        self.sends += 1
         self.body.clear()
         self.chunk.clear()
         self.transport.write(wire)

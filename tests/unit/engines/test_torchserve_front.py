@@ -170,3 +170,16 @@ def test_a_wrong_key_an_unknown_path_and_a_malformed_request_get_openais_error_s
             answer = sock.recv(65536)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.split()[1] == status and "message" in json.loads(body)["error"]
+
+
+def test_a_torchserve_that_is_not_there_is_a_503_naming_how_to_start_it(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        gone = sock.getsockname()[1]  # closed again: nothing listens there
+    api = Front(Models(f"http://127.0.0.1:{gone}", tmp_path), lambda: Keys().header("inference")).start()
+    try:
+        with pytest.raises(openai.APIStatusError, match="(?s)TorchServe did not answer.*server.start()") as err:
+            openai_client(f"{api.url}/v1", KEY).completions.create(model="lm", prompt="hi")
+        assert err.value.status_code == 503
+    finally:
+        api.stop()
