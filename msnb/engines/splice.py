@@ -52,7 +52,7 @@ class Request:
 
 
 def answer(status: int, headers: dict, body: bytes, close: bool = False) -> bytes:
-    """A whole answer the front gives itself (an error in TorchServe's shape)."""
+    """A whole answer the front gives itself (a refusal, an error, a small answer of its own)."""
     head = [b"HTTP/1.1 %d %s" % (status, b"Error" if status >= 400 else b"OK")]
     head += [b"%s: %s" % (k.encode(), str(v).encode()) for k, v in headers.items()]
     head += [b"content-length: %d" % len(body)] + ([b"connection: close"] if close else [])

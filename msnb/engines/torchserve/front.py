@@ -225,5 +225,6 @@ def error(err: ApiError) -> bytes:
 
 
 def refusal(status: int, kind: str, message: str) -> bytes:
-    """A request the connection refuses (malformed, too large), in OpenAI's error shape; the connection closes."""
-    return splice.answer(status, {"content-type": JSON_TYPE}, ApiError(status, message, kind).encoded(), close=True)
+    """A request the connection refuses (malformed, too large), in OpenAI's error shape (``kind``, TorchServe's name
+    for it, is OpenAI's invalid request); the connection closes."""
+    return splice.answer(status, {"content-type": JSON_TYPE}, ApiError(status, f"{message}.").encoded(), close=True)
