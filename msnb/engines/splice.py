@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 import httptools
 
-from msnb.templates.msnb_ray_guard import too_large
-from msnb.templates.msnb_ray_http import error_reply
+from msnb.templates.msnb_ray_guard import too_large  # the standard library only: no Ray, no Starlette
 
 Refusal = tuple[int, str, str]  # status, error type, message
 
@@ -59,18 +58,13 @@ def answer(status: int, headers: dict, body: bytes, close: bool = False) -> byte
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-def torchserve_refusal(status: int, kind: str, message: str) -> bytes:
-    """A refusal in TorchServe's error shape, the connection closed after it."""
-    return answer(*error_reply(status, kind, message), close=True)
-
-
 class Client(asyncio.Protocol):
     """One client connection: its requests parsed, handed in order to ``forward(request, client)``; a malformed one,
     or one over ``limit`` bytes (413, which the servers behind check too), gets ``refuse``'s answer and the
     connection is closed."""
 
     def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int,
-                 refuse: Callable[[int, str, str], bytes] = torchserve_refusal):  # fmt: skip
+                 refuse: Callable[[int, str, str], bytes]):  # fmt: skip
         self.forward, self.limit, self.refuse = forward, limit, refuse
         self.parser, self.request, self.queue = httptools.HttpRequestParser(self), Request(), asyncio.Queue()
         self.transport, self.upstream, self.refused = None, None, False

@@ -227,6 +227,19 @@ def test_the_vocabulary_imports_no_ipython():
     assert done.stdout.strip() == "[]"
 
 
+def test_msnb_without_the_ray_extra_imports_everything_but_the_ray_engine():
+    """Ray and what it brings (Starlette, uvicorn, aiohttp) come with the `ray` extra only: every other module,
+    the TorchServe engine's fronts included, imports where they are absent (the install tier's clean venv too)."""
+    modules = sorted(n for n in graph() if not n.startswith("msnb.engines.ray") and n != "msnb.cli.serve_ray")
+    code = (
+        "import importlib, sys\n"
+        "for name in ('ray', 'starlette', 'uvicorn', 'aiohttp', 'fastapi'):\n    sys.modules[name] = None\n"
+        f"for module in {modules!r}:\n    importlib.import_module(module)\nprint('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_the_watchdog_process_imports_only_the_standard_library_and_psutil():
     code = (
         "import runpy, sys; sys.argv = ['watchdog', '--help']\n"

@@ -69,7 +69,7 @@ class Front:
     async def start(self, port: int) -> None:
         await self.refresh()
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: splice.Client(self.forward, self.limit), "127.0.0.1", port, reuse_address=True
+            lambda: splice.Client(self.forward, self.limit, refusal), "127.0.0.1", port, reuse_address=True
         )
         self.poller = asyncio.ensure_future(self.poll())
 
@@ -119,6 +119,11 @@ class Front:
         except (ValueError, AttributeError):
             return None
         return own_api_path(name, path) if isinstance(name, str) and self.routes.serves(model_route(name)) else None
+
+
+def refusal(status: int, kind: str, message: str) -> bytes:
+    """A request a connection refuses (malformed, too large), in TorchServe's error shape; the connection closes."""
+    return splice.answer(*error_reply(status, kind, message), close=True)
 
 
 def fetch(url: str, key: str) -> dict:
