@@ -25,13 +25,11 @@ setup_venv() {  # setup_venv VENV PYTHON EXTRAS
     if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return; fi
     echo "== setting up $venv"
     [[ -x $venv/bin/python ]] || "$py" -m venv "$venv"
-    # --no-compile: pip byte-compiles every module it installs (over half of an install's CPU time, measured);
-    # Python compiles a module at its first import instead, and only the modules that are imported.
-    "$venv/bin/python" -m pip install -q --no-compile --upgrade pip
+    "$venv/bin/python" -m pip install -q --upgrade pip
     if [[ -n ${TORCH_INDEX_URL:-} ]]; then
-        "$venv/bin/python" -m pip install -q --no-compile -c constraints.txt --index-url "$TORCH_INDEX_URL" torch
+        "$venv/bin/python" -m pip install -q -c constraints.txt --index-url "$TORCH_INDEX_URL" torch
     fi
-    "$venv/bin/python" -m pip install -q --no-compile -c constraints.txt -e ".[$extras]"
+    "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
     echo "$want" > "$stamp"
 }
 

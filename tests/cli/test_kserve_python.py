@@ -112,7 +112,7 @@ def kserve_python(requirements: Path) -> Path:
         venv.EnvBuilder(with_pip=True).create(root)
         own = next(root.glob("lib/python*/site-packages"))
         (own / "msnb-test-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-        done = subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "-r", requirements], capture_output=True,
+        done = subprocess.run([python, "-m", "pip", "install", "-q", "-r", requirements], capture_output=True,
                               text=True, timeout=1500)  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         stamp.write_text(text)

@@ -37,10 +37,8 @@ def quickstart_cells(markdown: str) -> list[str]:
 
 
 def pip(python: Path, *args: str) -> None:
-    # --no-compile: pip's byte-compiling of torch and JupyterLab was over half of this venv's install time (measured:
-    # docs/testing.md); Python compiles what the quickstart imports when it imports it
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-compile", "-c", str(ROOT / "constraints.txt"), *args],
+        [str(python), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), *args],
         capture_output=True,
         text=True,
         timeout=INSTALL_TIMEOUT_S,

@@ -16,7 +16,5 @@ def make_clean_python(root: Path) -> Path:
     """A virtual environment at ``root`` with only CLEAN_PACKAGES: no msnb, no notebook folder; its python."""
     venv.EnvBuilder(with_pip=True).create(root)
     python = root / "bin" / "python"
-    # --no-compile: byte-compiling every installed module was over half the install's CPU time; a module is compiled
-    # at its first import instead (tests/install/test_wheel_in_jupyter.py measured it)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", *CLEAN_PACKAGES], check=True, timeout=600)
+    subprocess.run([python, "-m", "pip", "install", "-q", *CLEAN_PACKAGES], check=True, timeout=600)
     return python
