@@ -79,7 +79,16 @@ def listeners(procs: list[psutil.Process]) -> list[tuple[psutil.Process, str, in
 
 
 def named(prefix: str) -> list[psutil.Process]:
-    return [p for p in session_processes() if " ".join(p.cmdline()).startswith(prefix)]
+    """The session's live processes whose command line starts with ``prefix`` (one that exited meanwhile, a zombie
+    until its parent reaps it, is none of them)."""
+    found = []
+    for proc in session_processes():
+        try:
+            if " ".join(proc.cmdline()).startswith(prefix):
+                found.append(proc)
+        except psutil.NoSuchProcess:  # ZombieProcess included
+            pass
+    return found
 
 
 def loopback(ip: str) -> bool:
