@@ -203,3 +203,10 @@ class Pool:
             self.idle.setdefault(base, []).append(upstream)
         else:
             upstream.transport.close()
+
+    def close(self) -> None:
+        """Close every idle connection (the front stops)."""
+        for connections in self.idle.values():
+            for upstream in connections:
+                upstream.transport.close()
+        self.idle.clear()

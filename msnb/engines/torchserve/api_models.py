@@ -51,6 +51,10 @@ class TorchServeModels:
         names = sorted({m.name for m in self.client().models()})
         return {name: card for name in names if (card := self.card(name)) is not None}
 
+    def streaming(self) -> list[str]:
+        """The served models that stream (what /v1 serves), by name."""
+        return [name for name, card in self.cards().items() if card.get("streams")]
+
     def _card_text(self, url: str) -> bytes | None:
         entry = self.store_root / url
         try:

@@ -89,9 +89,7 @@ class Front:
         for client in clients:
             if client.transport is not None:
                 client.transport.close()
-        for conns in self.pool.idle.values():
-            for conn in conns:
-                conn.close()
+        self.pool.close()
         await asyncio.sleep(0)  # the transports' closes run
 
     def stop(self) -> None:
@@ -120,9 +118,7 @@ class Front:
             client.transport.write(error(err))
         except ServerError as err:
             client.transport.write(error(ApiError(503, str(err), "server_error")))
-        except (
-            Exception
-        ) as err:  # a fault of the front's own: this answer fails, the connection closes, the front runs on
+        except Exception as err:  # a fault of the front's own: the connection closes, the front runs on
             client.transport.write(error(ApiError(500, f"msnb's front failed: {type(err).__name__}: {err}. Hint: "
                                                   "please report it with the server's logs.", "server_error")))  # fmt: skip
             client.transport.close()
@@ -150,8 +146,7 @@ class Front:
         request = parse(kind, body)
         card = self.models.cached(request.model) or await asyncio.to_thread(self.models.card, request.model)
         if card is None:
-            streaming = await asyncio.to_thread(lambda: [n for n, c in self.models.cards().items() if c.get("streams")])
-            raise not_found(request.model, streaming)
+            raise not_found(request.model, await asyncio.to_thread(self.models.streaming))
         if not card.get("streams"):
             raise not_streaming(request.model)
         upstream = self.models.client()
@@ -196,8 +191,7 @@ class Front:
 
     # ---------------------------------------------------------------- on a worker thread
     def model_list(self, _: bytes) -> tuple[int, dict, bytes]:
-        names = [name for name, card in self.models.cards().items() if card.get("streams")]
-        return 200, {"content-type": JSON_TYPE}, json.dumps(models(names)).encode()
+        return 200, {"content-type": JSON_TYPE}, json.dumps(models(self.models.streaming())).encode()
 
     def mcp(self, raw: bytes) -> tuple[int, dict, bytes]:
         step, served = mcp.step(raw), self.models

@@ -22,7 +22,6 @@ from msnb.templates.msnb_cancel import CANCEL_HEADER
 
 KEY = "front-test-key"
 PIECES = ["the", " cat", " sat", " on", " the", " mat"]
-STREAMING = {"streams": True}
 
 
 class TorchServe(BaseHTTPRequestHandler):
@@ -98,8 +97,8 @@ class Models:
     def card(self, name: str) -> dict | None:
         return {"streams": name != "mlp"} if name in ("lm", "cut", "broken", "values", "mlp") else None
 
-    def cards(self) -> dict:
-        return {name: STREAMING for name in ("broken", "cut", "lm", "values")}  # sorted, as TorchServeModels
+    def streaming(self) -> list[str]:
+        return ["broken", "cut", "lm", "values"]  # sorted, as TorchServeModels
 
 
 @pytest.fixture(scope="module")
