@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from msnb.engines.models import ModelStatus
-from msnb.errors import MsnbError
 from msnb.engines.store import ModelStore
+from msnb.errors import MsnbError
 
 
 @runtime_checkable

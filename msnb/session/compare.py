@@ -16,9 +16,9 @@ from typing import Any
 
 from msnb.engines import compare, registry
 from msnb.engines.compare import Answer, Request
+from msnb.engines.protocol import Engine
 from msnb.errors import MsnbError
 from msnb.options import parse_data
-from msnb.engines.protocol import Engine
 from msnb.session.core import Session, default_engine
 from msnb.session.deployment import deploy
 

@@ -16,9 +16,9 @@ from IPython.display import display
 
 from msnb import options
 from msnb.capture.magic_lines import msnb_lines
+from msnb.engines import registry
 from msnb.engines.chunks import print_chunks
 from msnb.engines.compare import table
-from msnb.engines import registry
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.torchserve.raw_request import request_options
 from msnb.errors import MsnbError, OptionError

@@ -25,8 +25,8 @@ from msnb.engines import env_vars, watchdog
 from msnb.engines.auth import Keys
 from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore, read_manifest
-from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve import ENGINE, deploy
+from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.front import Front
