@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore
 from msnb.errors import MsnbError
@@ -37,6 +38,10 @@ class Engine(Protocol):
 
     @property
     def inference_url(self) -> str: ...
+
+    @property
+    def client(self) -> InferenceClient:
+        """The HTTP client of the running engine: TorchServe's inference URLs (a reload request goes through it)."""
 
     @property
     def openai_base_url(self) -> str:
