@@ -30,6 +30,7 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from . import msnb_ray_http as http
+    from . import msnb_ray_needs as needs
     from .msnb_names import HANDLER_MODULE
     from .msnb_ray_api import ApiRoutes, OwnApp, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
@@ -42,6 +43,7 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     import msnb_ray_http as http
+    import msnb_ray_needs as needs
     from msnb_names import HANDLER_MODULE
     from msnb_ray_api import ApiRoutes, OwnApp, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
@@ -408,16 +410,21 @@ def brief(err: BaseException) -> str:
 
 
 def model(args: dict) -> Any:
-    """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
-    gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true) or the
+    """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus, num_gpus,
+    memory (bytes), check_resources (default true: refuse what no node can hold, msnb_ray_needs), gpu_memory_mb
+    (to turn maxGPUMemory into a GPU fraction), install_requirements (default true: what the node lacks) or the
     requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent,
     env_vars (the variables its replicas get, set before the folder loads) and door (the router's args: when the
     application has its ``direct_route``, its replicas answer its predictions themselves)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
     requirements = requirements_of(folder) if args.get("install_requirements", True) else []
-    requirements = list(args.get("requirements", requirements))  # given: only what the environment lacks
+    # given: only what the environment lacks; else what this node lacks (msnb_ray_needs.missing)
+    requirements = list(args["requirements"] if "requirements" in args else needs.missing(requirements))
     options = deployment_options(config, requirements, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
+    needs.sized(options["ray_actor_options"], args)  # num_gpus and memory as the export sized them
+    if str(args.get("check_resources", True)).lower() != "false":  # never a silent wait for an unplaceable replica
+        needs.check(str(args.get("name") or args["model_dir"]), options)
     for key in ("max_replicas_per_node", "max_surge_percent"):  # surge: new replicas start before old ones stop
         if args.get(key) is not None:
             options[key] = int(args[key])
@@ -442,6 +449,7 @@ def router(args: dict | None = None) -> Any:
     ``auth: false`` to answer without one)."""
     args = args or {}
     door = {k: args[k] for k in ("key_file", "auth", "max_request_size") if k in args}
+    guard.inference_key(door)  # a cluster without the key: refused here, not by a replica retried in a loop
     options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
