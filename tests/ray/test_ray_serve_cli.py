@@ -48,7 +48,7 @@ def test_serve_engine_ray_answers_msnb_predict_then_ctrl_c_leaves_nothing(tmp_pa
     assert code == 0, out
     assert "serving echo 1.0: POST" in out and "Ray Serve stopped" in out
     assert re.search(r"openai http://127\.0\.0\.1:\d+/v1  mcp http://127\.0\.0\.1:\d+/mcp", out)
-    assert f"error: {corrupt}: {corrupt} is not a readable model archive" in out and "Hint: the file is" in out
+    assert f"error: {corrupt} is not a readable model archive (neither a zip" in out and "Hint: the file is" in out
     root = Path(re.search(r"inference key in (\S+)/key_file.json", out).group(1))
     assert not state.exists() and not root.exists()
     poll(lambda: not processes_naming(root), 30, "every Ray process of the server to end")
