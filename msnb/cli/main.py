@@ -185,17 +185,24 @@ def _add_compare(sub) -> None:
 
     cmp = _add_command(sub, "compare", "the same requests to TorchServe and Ray Serve, answers compared", requests_help)
     cmp.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder or model store")
-    cmp.add_argument("--data", required=True, metavar="@FILE", help="the requests: a JSON Lines file")
+    cmp.add_argument("--data", metavar="@FILE", help="the requests: a JSON Lines file")
+    cmp.add_argument("--data-dir", metavar="DIR", type=Path, help="one JSON Lines file per model: DIR/NAME.jsonl")
+    cmp.add_argument("--strict", action="store_true", help="fail on the differences docs/ray-design.md documents too")
+    cmp.add_argument("--junit-xml", metavar="FILE", type=Path, help="write the result as JUnit XML (for CI)")
+    cmp.add_argument("--json", metavar="FILE", type=Path, help="write the result as JSON")
     cmp.add_argument("--envelope", metavar="NAME", help="TorchServe's service_envelope on the Ray side")
     cmp.set_defaults(run=_compare)
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from msnb.cli.compare import requests_file, run_compare
+    from msnb.cli.compare import Check, request_files, run_compare
 
+    check = Check(args.data, args.data_dir, args.strict, args.junit_xml, args.json, args.envelope)
+    args.usage_errors = True
+    archives = find_archives(args.paths)
+    request_files(archives, check)  # bad request files are refused before anything starts (a usage error)
     args.usage_errors = False
-    requests_file(args.data)  # a bad --data is refused before anything starts
-    return run_compare(find_archives(args.paths), args.data, args.envelope, _register_each)
+    return run_compare(archives, check, _register_each)
 
 
 def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
