@@ -42,7 +42,9 @@ def check_path(archive: Path, name: str) -> PurePosixPath:
     """The member's path inside the folder; refused when absolute, on a drive or climbing out with ``..``."""
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or PureWindowsPath(name).drive or ".." in path.parts:
-        raise UnsafeArchiveError(f"{archive.name} has an unsafe member {name!r} (absolute path or '..').", rebuild_hint(archive))
+        raise UnsafeArchiveError(
+            f"{archive.name} has an unsafe member {name!r} (absolute path or '..').", rebuild_hint(archive)
+        )
     return path
 
 

@@ -189,3 +189,20 @@ def test_requirements_the_node_satisfies_are_not_installed_again_nor_a_second_to
 
     wanted = ["numpy", "torch==1.0.0", "msnb-absent-package-xyz==1.0", "numpy<1", "pyyaml>=5"]
     assert missing(wanted) == ["msnb-absent-package-xyz==1.0", "numpy<1"]
+
+
+def test_model_config_workers_and_device_type_size_the_exported_replicas(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    from helpers import ECHO, build_mar
+
+    config = tmp_path / "model-config.yaml"
+    config.write_text(
+        "minWorkers: 3\nmaxWorkers: 3\ndeviceType: gpu\n"
+    )  # TorchServe's settings, as its docs write them
+    gpu = build_mar(tmp_path / "gpu", "gpu", ECHO, extra_args=("--config-file", str(config)))
+    code, out, err = run(capsys, "export", gpu, "--ray", tmp_path / "ray", "--num-gpus", "gpu=0.5")
+    assert code == 0, err
+    assert "The application needs 0.3 CPU, 1.5 GPU in all (gpu 3 x 0.1 CPU, 0.5 GPU; the router 0 CPU)." in out
+    code, out, err = run(capsys, "export", gpu, "--ray", tmp_path / "default")
+    assert code == 0, err
+    assert "(gpu 3 x 0.1 CPU, 1 GPU; the router 0 CPU)" in out  # deviceType: gpu asks each replica for one GPU
