@@ -210,10 +210,11 @@ class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
     def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None,
-                 door: dict | None = None):  # fmt: skip
+                 door: dict | None = None, install: list | None = None):  # fmt: skip
         import ray
 
         os.environ.update(env or {})  # this model's --env variables, in this replica's process only, before its code
+        needs.install_once(resolve(model_dir), install or [])  # what this node lacks, once, beside the model
         worker_logs()
         gpu_id = replica_gpu_id(ray.get_gpu_ids())
         self.model = LoadedModel(enter(resolve(model_dir)), name, gpu_id, envelope=envelope)
@@ -418,10 +419,12 @@ def model(args: dict) -> Any:
     application has its ``direct_route``, its replicas answer its predictions themselves)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
-    requirements = requirements_of(folder) if args.get("install_requirements", True) else []
-    # given: only what the environment lacks; else what this node lacks (msnb_ray_needs.missing)
-    requirements = list(args["requirements"] if "requirements" in args else needs.missing(requirements))
-    options = deployment_options(config, requirements, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
+    wanted = requirements_of(folder) if args.get("install_requirements", True) else []
+    # given (the notebook's engine: what its environment lacks): Ray's runtime_env pip; else what the node lacks,
+    # installed once beside the model folders by the first replica of the node (msnb_ray_needs.install_once)
+    runtime = list(args["requirements"]) if "requirements" in args else []
+    install = [] if "requirements" in args else needs.missing(wanted)
+    options = deployment_options(config, runtime, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
     needs.sized(options["ray_actor_options"], args)  # num_gpus and memory as the export sized them
     if str(args.get("check_resources", True)).lower() != "false":  # never a silent wait for an unplaceable replica
         needs.check(str(args.get("name") or args["model_dir"]), options)
@@ -432,7 +435,7 @@ def model(args: dict) -> Any:
     # env_vars: Ray 2.60's runtime_env_agent.log writes a runtime_env's env_vars, values included.
     env = {str(k): str(v) for k, v in (args.get("env_vars") or {}).items()}
     model_dir, door = str(args["model_dir"]), args.get("door")
-    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), door)
+    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), door, install)
 
 
 def direct_route(name: str, config: dict) -> str | None:

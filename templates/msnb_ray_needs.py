@@ -8,6 +8,12 @@ Depends on the standard library (``packaging`` and ``ray`` where it reads the no
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 # Deployment options (ray_actor_options) -> the names Ray gives the resources in a node's totals.
@@ -15,6 +21,13 @@ ASKED = (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory"))
 GIB = 1024**3
 # Installed once per node and never a second time at another version (a second torch is gigabytes).
 NODE_OWNED = ("torch", "torchserve", "ray")
+# Where a model's requirements go, next to its model (as TorchServe's install_py_dep_per_model installs them into the
+# model's folder): one folder per set of requirements, shared by the node's replicas of every application that needs it.
+REQUIREMENTS_DIR = ".msnb-requirements"
+INSTALL_HINT = (
+    "make the package reachable from the nodes' package index (pip's PIP_INDEX_URL / PIP_EXTRA_INDEX_URL where the "
+    "nodes run) or install it into the nodes' image; a requirement the node already satisfies is never installed"
+)
 CHECK_HINT = (
     "ask for less where the application is exported (`msnb export ... --ray OUT --num-cpus NAME=0.25`, "
     "--num-gpus, --memory) or in its args in serve_config.yaml (num_cpus, num_gpus, memory), or add a node that "
@@ -100,3 +113,51 @@ def sized(actor: dict[str, Any], args: dict) -> dict[str, Any]:
         if args.get(key) is not None:
             actor[key] = float(args[key]) if key != "memory" else int(args[key])
     return actor
+
+
+class RequirementsError(RuntimeError):
+    """A model's requirements could not be installed on this node."""
+
+
+def install_once(folder: Path, requirements: list[str]) -> Path | None:
+    """Install what this node lacks of ``requirements`` into FOLDER's parent/.msnb-requirements/DIGEST once (pip
+    ``--target``, the node's replicas taking turns on a lock), and put it first on ``sys.path``; None when nothing
+    is lacking. Only the distributions pip would add to this Python are installed (never a second torch)."""
+    lacking = missing(requirements)
+    if not lacking:
+        return None
+    digest = hashlib.sha256("\n".join(sorted(lacking)).encode()).hexdigest()[:16]
+    target = folder.parent / REQUIREMENTS_DIR / digest
+    target.parent.mkdir(parents=True, exist_ok=True)
+    import fcntl
+
+    with open(target.parent / f"{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".installed").is_file():
+            _pip_target(lacking, target)
+    sys.path.insert(0, str(target))
+    return target
+
+
+def _pip_target(requirements: list[str], target: Path) -> None:
+    """pip's own resolution against this Python (what it would add), then exactly those, without dependencies, into
+    ``target``."""
+    report = _pip(["install", "--dry-run", "--quiet", "--report", "-", *requirements], requirements)
+    pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.loads(report)["install"]]
+    owned = [pin for pin in pins if pin.split("==")[0].lower() in NODE_OWNED]
+    if owned:
+        raise RequirementsError(f"{', '.join(requirements)} would install {', '.join(owned)} beside the node's own.\n"
+                                f"Hint: pin the versions the node has, or leave those requirements out.")  # fmt: skip
+    _pip(["install", "--no-deps", "--quiet", "--target", str(target), *pins], requirements)
+    (target / ".installed").write_text("\n".join(pins) + "\n")
+
+
+def _pip(args: list[str], requirements: list[str]) -> str:
+    done = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
+                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RequirementsError(
+            f"pip could not install {', '.join(requirements)} on this node: {last}\nHint: {INSTALL_HINT}."
+        )
+    return done.stdout

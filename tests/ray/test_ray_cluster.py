@@ -22,7 +22,7 @@ import torch
 import ts_archives
 import yaml
 from api_clients import mcp_tools, openai_client
-from helpers import BODY, IMPORTS, NET, handler, notebook_answer, poll, run, standard
+from helpers import BODY, IMPORTS, NET, build_mar, handler, notebook_answer, poll, run, standard
 
 from msnb.engines import compare
 from msnb.engines.auth import write_key_file
@@ -61,7 +61,11 @@ ENVELOPED_REQUESTS = [
 # with a requirements file, a class entry point batching by its model-config, a streaming handler, and a BaseHandler
 # whose replicas are asked for a GPU no node has.
 AS_PRINTED = ("named", "klass", "stream")
+# A handler importing a small package this environment lacks (its requirements file: one line): installed once
+# beside the exported models on the cluster, as TorchServe installs it into the model's folder.
+COLORED = "import termcolor\n\ndef handle(data, context):\n    return None if data is None else [termcolor.colored(str(r['body']['x']), 'red') for r in data]\n"
 AS_PRINTED_REQUESTS = [
+    {"model": "colored", "body": {"x": [1, 2]}},
     {"model": "named", "body": {"x": [1.0, 2.0, 3.0]}},
     {"model": "klass", "body": {"x": [1, 2]}},
     {"model": "klass", "body": {"x": [1], "reject": True}},  # the handler's own 422
@@ -81,11 +85,12 @@ def printed_steps(out: str, address: str) -> tuple[Path, dict, list[str]]:
 
 def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_printed_steps(two_nodes, tmp_path, capsys):
     mars = ts_archives.build_all(tmp_path / "mars", (*AS_PRINTED, "desc"))
+    mars["colored"] = build_mar(tmp_path / "colored", "colored", COLORED, requirements=["termcolor"])
     port = free_port()
     code, out, err = run(capsys, "export", *mars.values(), "--ray", tmp_path / "out", "--ray-port", port,
                          "--num-gpus", "desc=1")  # fmt: skip
     assert code == 0, err
-    assert "The application needs 0.4 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
+    assert "The application needs 0.5 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
     folder, env, command = printed_steps(out, two_nodes.address)
     assert command == ["serve", "run", "serve_config.yaml"]
     # the nodes hold the key (conftest: started with it, as the printed `ray start` step says); `serve` on PATH
@@ -104,11 +109,11 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
     plain = LocalServer(tmp_path / "ts")
     try:
         plain.start()
-        for name in AS_PRINTED:
+        for name in (*AS_PRINTED, "colored"):
             plain.register(mars[name])
-        ready = lambda: all(served_answer(cluster.client, name) for name in AS_PRINTED)  # noqa: E731
+        ready = lambda: all(served_answer(cluster.client, name) for name in (*AS_PRINTED, "colored"))  # noqa: E731
         poll(ready, 600, "the exported archives' applications", interval=1, log=lambda: log.read_text()[-3000:])
-        lines = [compare.parse_request(json.dumps(r), n, list(AS_PRINTED), tmp_path) for n, r in
+        lines = [compare.parse_request(json.dumps(r), n, [*AS_PRINTED, "colored"], tmp_path) for n, r in
                  enumerate(AS_PRINTED_REQUESTS, 1)]  # fmt: skip
         rows = compare.compare(plain, cluster, lines)
         refused = requests.post(f"{url}/predictions/named", json={"x": [1.0, 2.0, 3.0]}, timeout=30)
@@ -119,13 +124,18 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
         process.send_signal(2)  # Ctrl-C: serve run shuts Serve down
         process.wait(180)
     assert [diff for *_, diff in rows] == [None] * len(rows), compare.table(rows)
-    assert [ts.status for _, ts, _, _ in rows] == [200, 200, 422, 200]
+    assert [ts.status for _, ts, _, _ in rows] == [200, 200, 200, 422, 200]
+    assert (
+        b"[1, 2]" in rows[0][2].body
+    )  # termcolor's answer (colored or not, as on TorchServe), from the installed package
     assert refused.status_code == 400 and refused.json()["type"] == "InvalidKeyException", refused.text
     assert unplaced.status == "DEPLOY_FAILED", unplaced
     assert "A replica of desc asks for 0.1 CPU, 1 GPU; no node of this cluster has that" in unplaced.message
     assert "Hint: ask for less where the application is exported" in unplaced.message
     pip = two_nodes.root / "ray" / "session_latest" / "runtime_resources" / "pip"
-    assert not pip.exists() or not any(pip.iterdir()), "named's requirement (numpy, on the node) made a pip env"
+    assert not pip.exists() or not any(pip.iterdir()), "a requirement made a pip environment under Ray's temp root"
+    installed = [p.name.split("-")[0] for p in folder.glob(".msnb-requirements/*/*.dist-info")]
+    assert installed == ["termcolor"], installed  # once, beside the models; named's numpy (on the node) not again
 
 
 def served_answer(client: TorchServeClient, name: str) -> bool:
