@@ -154,6 +154,28 @@ def report(times: dict, many: int, settings: Settings) -> dict:
 
 
 RESULTS = Path(__file__).parent / "RAY_CLUSTER_START.md"
+PLOT = Path(__file__).parent / "ray_cluster_start.png"
+
+
+def plot(result: dict, path: Path = PLOT) -> None:
+    """Bars: seconds to every first answer, TorchServe beside the Ray cluster, for each archive count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = sorted({int(k.split(", ")[1].split()[0]) for k in result["rows"]})
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for offset, kind in ((-0.2, "torchserve"), (0.2, "ray")):
+        medians = [result["rows"][f"every first answer, {n} archive(s): {kind} s"]["median"] for n in counts]
+        ax.bar([i + offset for i in range(len(counts))], medians, width=0.4, label=kind)
+    ax.set_xticks(range(len(counts)), [f"{n} archive(s)" for n in counts])
+    ax.set_ylabel("s to every first answer")
+    ax.set_title("serve run of the export on 2 x 1-CPU nodes vs plain TorchServe", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def append(result: dict) -> None:
@@ -165,7 +187,8 @@ def append(result: dict) -> None:
              "| measurement | median |", "|---|---|"]  # fmt: skip
     lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
     lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
-    RESULTS.write_text(text + "\n".join(lines) + f"\n\n{result['notes']}\n")
+    RESULTS.write_text(text + "\n".join(lines) + f"\n\n{result['notes']}\n\n![the last run]({PLOT.name})\n")
+    plot(result)
 
 
 def main() -> None:
