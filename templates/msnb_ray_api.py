@@ -23,15 +23,17 @@ from starlette.responses import Response, StreamingResponse
 if __package__:
     from . import msnb_api_mcp as mcp
     from . import msnb_ray_guard as guard
-    from .msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
-    from .msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+    from .msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
+    from .msnb_api_v1 import answer, parse
+    from .msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from .msnb_names import API_CARD
     from .msnb_ray_stream import CUT, WHOLE, streams
 else:
     import msnb_api_mcp as mcp
     import msnb_ray_guard as guard
-    from msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
-    from msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+    from msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
+    from msnb_api_v1 import answer, parse
+    from msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from msnb_names import API_CARD
     from msnb_ray_stream import CUT, WHOLE, streams
 
@@ -126,13 +128,11 @@ class ApiRoutes:
             raise not_found(request.model, [n for n, c in cards.items() if c.get("streams")])
         if not card.get("streams"):
             raise not_streaming(request.model)
-        answer, pieces = Answer(request), await self.pieces(request.model, raw)
-        if not answer.stream:
-            await self.drain(answer, pieces)
-            return Response(answer.body(), media_type=JSON_TYPE)
-        return StreamingResponse(
-            self.events(answer, pieces), media_type=SSE_TYPE, headers={"cache-control": "no-cache"}
-        )
+        out, pieces = answer(request), await self.pieces(request.model, request.upstream(raw))
+        if not out.stream:
+            await self.drain(out, pieces)
+            return Response(out.body(), media_type=JSON_TYPE)
+        return StreamingResponse(self.events(out, pieces), media_type=SSE_TYPE, headers={"cache-control": "no-cache"})
 
     async def pieces(self, name: str, raw: bytes) -> AsyncIterator[str]:
         """The model's str pieces for request body ``raw``; an error answer before them raises ApiError at once."""
@@ -150,7 +150,7 @@ class ApiRoutes:
                            "pieces. Hint: make postprocess return a str per step.", param="model")  # fmt: skip
         return _texts(first, replies)
 
-    async def drain(self, answer: Answer, pieces: AsyncIterator[str]) -> None:
+    async def drain(self, answer: Any, pieces: AsyncIterator[str]) -> None:
         try:
             async for piece in pieces:
                 answer.feed(piece)
@@ -160,7 +160,7 @@ class ApiRoutes:
             await pieces.aclose()  # closes the replica's stream: its generator stops
         answer.close()
 
-    async def events(self, answer: Answer, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async def events(self, answer: Any, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
         try:
             async for piece in pieces:
                 out = answer.feed(piece)

@@ -59,3 +59,15 @@ def mcp_tools(url: str, key: str, calls: list[tuple[str, dict]]) -> tuple[list, 
                 return tools, [await session.call_tool(name, args) for name, args in calls]
 
     return asyncio.run(run())
+
+
+def streamed_response(client: OpenAI, model: str, given: Any, **kwargs: Any) -> tuple[list[str], list[str], Any]:
+    """A streamed Responses request: its text deltas, every event's type (in order), the final response."""
+    deltas, kinds, final = [], [], None
+    for event in client.responses.create(model=model, input=given, stream=True, **kwargs):
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        if event.type in ("response.completed", "response.incomplete", "response.failed"):
+            final = event.response
+    return deltas, kinds, final

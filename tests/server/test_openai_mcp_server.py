@@ -12,7 +12,7 @@ import openai
 import pytest
 import requests
 import torch
-from api_clients import concurrently, mcp_tools, openai_client, streamed_text
+from api_clients import concurrently, mcp_tools, openai_client, streamed_response, streamed_text
 from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from helpers import MLP_SOURCE, mlp_model, processes_naming
 
@@ -87,6 +87,25 @@ def test_the_openai_client_gets_the_notebooks_generation_whole_streamed_and_as_a
     cut = client.completions.create(model="gen", prompt="the cat", stop=[truth("the cat")[6:8]])
     assert cut.choices[0].text == truth("the cat")[:6] and cut.choices[0].finish_reason == "stop"
     assert [m.id for m in client.models.list()] == ["count", "gen"]  # the models that stream
+
+
+def test_the_responses_api_answers_the_notebooks_generation_whole_streamed_and_cut_by_max_output_tokens(api_server):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    whole = client.responses.create(model="gen", input="the cat", instructions="continue the text")
+    assert whole.output_text == truth("the cat") and whole.status == "completed"
+    assert whole.usage.output_tokens == len(truth("the cat")) and whole.instructions == "continue the text"
+    deltas, kinds, final = streamed_response(client, "gen", [{"role": "user", "content": "a dog sat"}])
+    assert "".join(deltas) == truth("a dog sat") == final.output_text and len(deltas) > 1
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    deltas, kinds, final = streamed_response(client, "gen", "the cat", max_output_tokens=5)
+    assert "".join(deltas) == truth("the cat")[:5] and kinds[-1] == "response.incomplete"
+    assert final.incomplete_details.reason == "max_output_tokens" and final.usage.output_tokens == 5
+    with pytest.raises(openai.BadRequestError, match="Hint: leave `previous_response_id` out") as err:
+        client.responses.create(model="gen", input="x", previous_response_id=whole.id)
+    assert err.value.param == "previous_response_id"
+    with pytest.raises(openai.BadRequestError, match="does not stream"):
+        client.responses.create(model="mlp", input="x")
 
 
 def test_a_wrong_key_is_401_and_what_msnb_cannot_honour_is_a_400_naming_it(api_server):

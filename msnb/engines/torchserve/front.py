@@ -24,7 +24,8 @@ from msnb.engines.torchserve.relay import Relay, Unanswered
 from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
 from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import ROUTES, ApiError, Request, not_found, not_streaming, parse, unauthorised
+from msnb.templates.msnb_api_openai import ROUTES, ApiError, Request, not_found, not_streaming, unauthorised
+from msnb.templates.msnb_api_v1 import parse
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
 
@@ -128,8 +129,8 @@ class Front:
         if path == "/mcp" and method != "POST":
             return client.transport.write(splice.answer(*mcp.NOT_ALLOWED))
         if (method, path) not in SERVED:
-            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, /v1/chat/completions, /v1/completions and "
-                           "/mcp are served here.", code="not_found")  # fmt: skip
+            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)} and /mcp are served "
+                           "here.", code="not_found")  # fmt: skip
         if not self.allowed(request.header(b"authorization")):
             raise unauthorised()
         if path in ROUTES:
@@ -154,7 +155,7 @@ class Front:
         self.timeouts[request.model] = timeout
         stream_id = new_id()
         headers = {"content-type": JSON_TYPE, CANCEL_HEADER: stream_id, **upstream.keys.header("inference")}
-        wire = post(f"/predictions/{request.model}", raw, headers)
+        wire = post(f"/predictions/{request.model}", request.upstream(raw), headers)
         await self.relayed(request, wire, client, (upstream.inference_url, stream_id, timeout))
 
     async def relayed(self, request: Request, wire: bytes, client: splice.Client, to: tuple[str, str, float]) -> None:
