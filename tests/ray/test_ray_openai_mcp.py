@@ -8,7 +8,7 @@ import json
 
 import openai
 import pytest
-from api_clients import concurrently, mcp_tools, openai_client, streamed_text
+from api_clients import concurrently, mcp_tools, openai_client, streamed_response, streamed_text
 from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from IPython.utils.capture import capture_output
 from test_ray_notebook import cell
@@ -40,6 +40,14 @@ def test_openai_and_mcp_clients_get_the_notebooks_generation_from_ray(
     short, finish = streamed_text(client, "rapi", "the cat", max_tokens=4)
     assert "".join(short) == truth("the cat")[:4] and finish == "length"
     assert [m.id for m in client.models.list()] == ["rapi"]
+    answered = client.responses.create(model="rapi", input="the cat", instructions="continue the text")
+    assert answered.output_text == truth("the cat") and answered.status == "completed"
+    deltas, kinds, final = streamed_response(client, "rapi", [{"role": "user", "content": "a dog sat"}])
+    assert "".join(deltas) == truth("a dog sat") == final.output_text and kinds[-1] == "response.completed"
+    deltas, kinds, final = streamed_response(client, "rapi", "the cat", max_output_tokens=4)
+    assert "".join(deltas) == truth("the cat")[:4] and final.incomplete_details.reason == "max_output_tokens"
+    with pytest.raises(openai.BadRequestError, match="Hint: leave `previous_response_id` out"):
+        client.responses.create(model="rapi", input="x", previous_response_id=answered.id)
     with pytest.raises(openai.AuthenticationError):
         openai_client(engine.openai_base_url, "wrong").models.list()
 
