@@ -44,6 +44,7 @@ WHY = {
     "top_logprobs": "a generator's pieces carry no log-probabilities",
     "echo": "the completion is what the generator yields, without the prompt",
 }
+CHALLENGE = 'Bearer realm="msnb"'  # a 401's WWW-Authenticate on /v1 and /mcp: the clients then show the body's hint
 TOOLS_WHY = "msnb models answer with text, not tool calls (a served model is itself an MCP tool at /mcp)"
 
 
@@ -60,6 +61,10 @@ class ApiError(Exception):
 
     def encoded(self) -> bytes:
         return json.dumps(self.body()).encode()
+
+    def headers(self) -> dict[str, str]:
+        """Its HTTP headers: JSON, and a 401's bearer challenge."""
+        return {"content-type": "application/json", **({"www-authenticate": CHALLENGE} if self.status == 401 else {})}
 
 
 def unauthorised() -> ApiError:

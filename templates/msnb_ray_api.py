@@ -23,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 if __package__:
     from . import msnb_api_mcp as mcp
     from . import msnb_ray_guard as guard
-    from .msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
+    from .msnb_api_openai import CHALLENGE, ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
     from .msnb_api_v1 import answer, parse
     from .msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from .msnb_names import API_CARD
@@ -31,7 +31,7 @@ if __package__:
 else:
     import msnb_api_mcp as mcp
     import msnb_ray_guard as guard
-    from msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
+    from msnb_api_openai import CHALLENGE, ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
     from msnb_api_v1 import answer, parse
     from msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from msnb_names import API_CARD
@@ -46,7 +46,12 @@ def json_reply(status: int, value: Any) -> Response:
 
 
 def error_reply(err: ApiError) -> Response:
-    return Response(err.encoded(), status_code=err.status, media_type=JSON_TYPE)
+    return Response(err.encoded(), status_code=err.status, headers=err.headers())
+
+
+def reply(answer: tuple[int, dict, bytes]) -> Response:
+    status, headers, body = answer
+    return Response(body, status_code=status, headers=headers)
 
 
 def error_line(text: str) -> dict | None:
@@ -73,6 +78,8 @@ class ApiRoutes:
             return Response(b"", status_code=405, headers={"allow": "POST"})
         if path != "/v1/models" and path not in ROUTES and path != "/mcp":
             return error_reply(ApiError(404, f"Unknown path {path}.", code="not_found"))
+        if guard.refused(headers, self.router.key) and path == "/mcp":
+            return reply(mcp.unauthorised(unauthorised().message, CHALLENGE))
         if guard.refused(headers, self.router.key):
             return error_reply(unauthorised())
         try:
@@ -80,7 +87,9 @@ class ApiRoutes:
                 cards = await self.all_cards()
                 return json_reply(200, models([n for n, c in cards.items() if c.get("streams")]))
             body = await request.body()
-            return await (self.mcp(body) if path == "/mcp" else self.complete(ROUTES[path], body))
+            if path == "/mcp":
+                return reply(await self.mcp(body, {name: headers.get(name) for name in mcp.HEADERS}))
+            return await self.complete(ROUTES[path], body)
         except ApiError as err:
             return error_reply(err)
         except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
@@ -175,24 +184,27 @@ class ApiRoutes:
             await pieces.aclose()
         yield answer.close()
 
-    async def mcp(self, raw: bytes) -> Response:
-        step = mcp.step(raw)
+    async def mcp(self, raw: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        step = mcp.step(raw, headers)
         if step.kind == "reply":
-            return Response(
-                mcp.encoded(step.body), status_code=step.status, media_type=JSON_TYPE if step.body else None
-            )
+            return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
         if step.kind == "list":
-            cards = await self.all_cards()
-            return json_reply(200, mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in cards.items()]))
+            return mcp.http(step, mcp.tools_reply(step, await self.all_cards()))
+        return mcp.http(step, await self.tool_call(step))
+
+    async def tool_call(self, step: mcp.Step) -> dict:
         card = await self.card(step.name)
         if card is None:
-            return json_reply(200, mcp.unknown_tool(step.id, step.name, list(await self.all_cards())))
+            return mcp.unknown_tool(step, list(await self.all_cards()))
+        problem = mcp.argument_problem(card, step.arguments)
+        if problem:
+            return mcp.call_reply(step, problem, failed=True)
         sample = json.dumps(mcp.sample(card, step.arguments)).encode()
         try:
             answer = await self.predict(step.name, sample, bool(card.get("streams")))
-        except ApiError as err:
-            return json_reply(200, mcp.call_reply(step.id, err.message, failed=True))
-        return json_reply(200, mcp.call_reply(step.id, answer))
+        except ApiError as err:  # its cause and hint, as the model's error line says them
+            return mcp.call_reply(step, err.message, failed=True)
+        return mcp.call_reply(step, answer)
 
     async def predict(self, name: str, body: bytes, streams: bool) -> Any:
         """One prediction: the decoded answer; a streaming model's joined text."""

@@ -24,7 +24,7 @@ from msnb.engines.torchserve.relay import Relay, Unanswered
 from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
 from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import ROUTES, ApiError, Request, not_found, not_streaming, unauthorised
+from msnb.templates.msnb_api_openai import CHALLENGE, ROUTES, ApiError, Request, not_found, not_streaming, unauthorised
 from msnb.templates.msnb_api_v1 import parse
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
@@ -131,12 +131,16 @@ class Front:
         if (method, path) not in SERVED:
             raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)} and /mcp are served "
                            "here.", code="not_found")  # fmt: skip
+        if not self.allowed(request.header(b"authorization")) and path == "/mcp":
+            return client.transport.write(splice.answer(*mcp.unauthorised(unauthorised().message, CHALLENGE)))
         if not self.allowed(request.header(b"authorization")):
             raise unauthorised()
         if path in ROUTES:
             return await self.complete(ROUTES[path], bytes(request.body), client)
-        reply = self.model_list if path == "/v1/models" else self.mcp
-        client.transport.write(splice.answer(*await asyncio.to_thread(reply, bytes(request.body))))
+        if path == "/v1/models":
+            return client.transport.write(splice.answer(*await asyncio.to_thread(self.model_list)))
+        headers = {name: request.header(name.encode()).decode("latin-1") or None for name in mcp.HEADERS}
+        client.transport.write(splice.answer(*await asyncio.to_thread(self.mcp, bytes(request.body), headers)))
 
     async def complete(self, kind: str, raw: bytes, client: splice.Client) -> None:
         """A completion: TorchServe's answer to the request body, relayed as OpenAI's events or one whole answer."""
@@ -191,32 +195,33 @@ class Front:
                               "is the server running? server.start() (or %ms_serve) starts it.") from None  # fmt: skip
 
     # ---------------------------------------------------------------- on a worker thread
-    def model_list(self, _: bytes) -> tuple[int, dict, bytes]:
+    def model_list(self) -> tuple[int, dict, bytes]:
         return 200, {"content-type": JSON_TYPE}, json.dumps(models(self.models.streaming())).encode()
 
-    def mcp(self, raw: bytes) -> tuple[int, dict, bytes]:
-        step, served = mcp.step(raw), self.models
+    def mcp(self, raw: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        step = mcp.step(raw, headers)
         if step.kind == "list":
-            body = mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in served.cards().items()])
-        elif step.kind == "call":
-            body = self.tool_call(step)
-        else:
-            return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
-        return 200, {"content-type": JSON_TYPE}, mcp.encoded(body)
+            return mcp.http(step, mcp.tools_reply(step, self.models.cards()))
+        if step.kind == "call":
+            return mcp.http(step, self.tool_call(step))
+        return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
 
     def tool_call(self, step: mcp.Step) -> dict:
         card = self.models.card(step.name)
         if card is None:
-            return mcp.unknown_tool(step.id, step.name, list(self.models.cards()))
+            return mcp.unknown_tool(step, list(self.models.cards()))
+        problem = mcp.argument_problem(card, step.arguments)
+        if problem:
+            return mcp.call_reply(step, problem, failed=True)
         try:
             answer = self.models.predict(step.name, mcp.sample(card, step.arguments), bool(card.get("streams")))
-            return mcp.call_reply(step.id, answer)
-        except ServerError as err:
-            return mcp.call_reply(step.id, str(err), failed=True)
+            return mcp.call_reply(step, answer)
+        except ServerError as err:  # its cause and hint; the worker's log lines stay in the server's logs
+            return mcp.call_reply(step, err.render(details=False), failed=True)
 
 
 def error(err: ApiError) -> bytes:
-    return splice.answer(err.status, {"content-type": JSON_TYPE}, err.encoded())
+    return splice.answer(err.status, err.headers(), err.encoded())
 
 
 def refusal(status: int, kind: str, message: str) -> bytes:
