@@ -74,10 +74,18 @@ def unauthorised() -> ApiError:
                     "invalid_request_error", None, "invalid_api_key")  # fmt: skip
 
 
-def not_found(model: str, served: list[str]) -> ApiError:
+def not_found(model: str, served: list[str], what: str = "streaming models") -> ApiError:
     names = ", ".join(served) or "none"
-    return ApiError(404, f"The model `{model}` does not exist. Hint: the streaming models served here: {names}.",
+    return ApiError(404, f"The model `{model}` does not exist. Hint: the {what} served here: {names}.",
                     "invalid_request_error", "model", "model_not_found")  # fmt: skip
+
+
+def body_of(raw: bytes) -> Any:
+    """A request's decoded JSON body; ApiError (400) when it is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError as err:
+        raise ApiError(400, f"The request body is not JSON: {err}.") from None
 
 
 def not_streaming(model: str) -> ApiError:

@@ -21,17 +21,37 @@ from ray import serve
 from starlette.responses import Response, StreamingResponse
 
 if __package__:
+    from . import msnb_api_embeddings as embeddings
     from . import msnb_api_mcp as mcp
     from . import msnb_ray_guard as guard
-    from .msnb_api_openai import CHALLENGE, ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
+    from .msnb_api_openai import (
+        CHALLENGE,
+        ROUTES,
+        ApiError,
+        body_of,
+        not_found,
+        not_streaming,
+        unauthorised,
+        upstream_error,
+    )
     from .msnb_api_v1 import answer, parse
     from .msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from .msnb_names import API_CARD
     from .msnb_ray_stream import CUT, WHOLE, streams
 else:
+    import msnb_api_embeddings as embeddings
     import msnb_api_mcp as mcp
     import msnb_ray_guard as guard
-    from msnb_api_openai import CHALLENGE, ROUTES, ApiError, not_found, not_streaming, unauthorised, upstream_error
+    from msnb_api_openai import (
+        CHALLENGE,
+        ROUTES,
+        ApiError,
+        body_of,
+        not_found,
+        not_streaming,
+        unauthorised,
+        upstream_error,
+    )
     from msnb_api_v1 import answer, parse
     from msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from msnb_names import API_CARD
@@ -76,7 +96,7 @@ class ApiRoutes:
     async def answer(self, request: Any, path: str, headers: dict) -> Response:
         if request.method in ("GET", "DELETE") and path == "/mcp":
             return Response(b"", status_code=405, headers={"allow": "POST"})
-        if path != "/v1/models" and path not in ROUTES and path != "/mcp":
+        if path not in ("/v1/models", "/mcp", embeddings.ROUTE) and path not in ROUTES:
             return error_reply(ApiError(404, f"Unknown path {path}.", code="not_found"))
         if guard.refused(headers, self.router.key) and path == "/mcp":
             return reply(mcp.unauthorised(unauthorised().message, CHALLENGE))
@@ -89,6 +109,8 @@ class ApiRoutes:
             body = await request.body()
             if path == "/mcp":
                 return reply(await self.mcp(body, {name: headers.get(name) for name in mcp.HEADERS}))
+            if path == embeddings.ROUTE:
+                return json_reply(200, await self.embed(body))
             return await self.complete(ROUTES[path], body)
         except ApiError as err:
             return error_reply(err)
@@ -126,11 +148,7 @@ class ApiRoutes:
         return {n: card for n in names if (card := await self.card(n)) is not None}
 
     async def complete(self, kind: str, raw: bytes) -> Response:
-        try:
-            body = json.loads(raw)
-        except ValueError as err:
-            raise ApiError(400, f"The request body is not JSON: {err}.") from None
-        request = parse(kind, body)
+        request = parse(kind, body_of(raw))
         card = await self.card(request.model)
         if card is None:
             cards = await self.all_cards()
@@ -142,6 +160,18 @@ class ApiRoutes:
             await self.drain(out, pieces)
             return Response(out.body(), media_type=JSON_TYPE)
         return StreamingResponse(self.events(out, pieces), media_type=SSE_TYPE, headers={"cache-control": "no-cache"})
+
+    async def embed(self, raw: bytes) -> dict:
+        """/v1/embeddings: each input one prediction (the replicas batch them), its answer one embedding."""
+        request = embeddings.parse(body_of(raw))
+        card = await self.card(request.model)
+        if card is None:
+            cards = await self.all_cards()
+            raise not_found(request.model, [n for n, c in cards.items() if c.get("embeds")], "embedding models")
+        if not card.get("embeds"):
+            raise embeddings.not_embedding(request.model)
+        calls = [self.predict(request.model, json.dumps(text).encode(), False) for text in request.inputs]
+        return embeddings.reply(request, await asyncio.gather(*calls))
 
     async def pieces(self, name: str, raw: bytes) -> AsyncIterator[str]:
         """The model's str pieces for request body ``raw``; an error answer before them raises ApiError at once."""

@@ -13,7 +13,7 @@ import pytest
 import requests
 import torch
 from api_clients import concurrently, failure_text, mcp_tools, openai_client, streamed_response, streamed_text
-from api_errors import FLAKY, Walker
+from api_errors import EMBED, FLAKY, Walker, embedding
 from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from helpers import MLP_SOURCE, mlp_model, processes_naming
 
@@ -61,6 +61,7 @@ def api_server(tmp_path_factory):
         deploy(srv, spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [0.0] * 4}))
         deploy(srv, spec_from_source("count", COUNTER))
         deploy(srv, spec_from_source("flaky", FLAKY, example={"prompt": "x"}))
+        deploy(srv, spec_from_source("emb", EMBED, batch_size=4, max_batch_delay=50, embeddings=True))
         key = json.loads(srv.key_file.read_text())["inference"]["key"]
         yield srv, key
         url = srv.openai_base_url
@@ -131,7 +132,7 @@ def test_mcp_tools_are_the_served_models_and_a_call_answers_as_predict_does(api_
     calls = [("gen", {"prompt": "the cat"}), ("mlp", {"x": x}), ("flaky", {"prompt": "x"})]
     tools, (gen, mlp, flaky) = mcp_tools(server.mcp_url, key, calls, mode)
     by_name = {t.name: t for t in tools}
-    assert set(by_name) == {"count", "flaky", "gen", "mlp"} and by_name["gen"].description == API_DOC
+    assert set(by_name) == {"count", "emb", "flaky", "gen", "mlp"} and by_name["gen"].description == API_DOC
     assert by_name["gen"].input_schema["properties"] == {"prompt": {"type": "string"}}
     assert by_name["gen"].output_schema["required"] == ["result"] and by_name["mlp"].output_schema is None
     assert (
@@ -188,3 +189,19 @@ def test_every_error_of_the_table_is_answered_as_it_says(api_server):
         server.openai_base_url.removesuffix("/v1"), key, {"streams": "gen", "whole": "mlp", "fails": "flaky"}
     )
     assert walker.walk() == []
+
+
+def test_embeddings_are_what_predict_answers_for_each_input_as_floats_and_as_base64(api_server):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    texts = ["the cat", "a dog sat", "x"]
+    got = client.embeddings.create(model="emb", input=texts)  # the client asks for base64 and decodes it
+    assert [d.index for d in got.data] == [0, 1, 2] and got.model == "emb"
+    for text, item in zip(texts, got.data, strict=True):
+        assert item.embedding == pytest.approx(embedding(text), rel=1e-5, abs=1e-6) == server.predict("emb", text)
+    floats = client.embeddings.create(model="emb", input="the cat", encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(embedding("the cat"), rel=1e-5, abs=1e-6)
+    with pytest.raises(openai.BadRequestError, match="Hint: add --embeddings"):
+        client.embeddings.create(model="mlp", input="x")
+    with pytest.raises(openai.BadRequestError, match="Hint: token arrays"):
+        client.embeddings.create(model="emb", input=[[1, 2, 3]])

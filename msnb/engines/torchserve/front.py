@@ -23,8 +23,18 @@ from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.relay import Relay, Unanswered
 from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
+from msnb.templates import msnb_api_embeddings as embeddings
 from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import CHALLENGE, ROUTES, ApiError, Request, not_found, not_streaming, unauthorised
+from msnb.templates.msnb_api_openai import (
+    CHALLENGE,
+    ROUTES,
+    ApiError,
+    Request,
+    body_of,
+    not_found,
+    not_streaming,
+    unauthorised,
+)
 from msnb.templates.msnb_api_v1 import parse
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
@@ -34,7 +44,7 @@ try:  # the faster loop where it is installed (not on Windows)
 except ImportError:  # pragma: no cover
     from asyncio import new_event_loop
 
-SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), *(("POST", path) for path in ROUTES)}
+SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), ("POST", embeddings.ROUTE), *(("POST", path) for path in ROUTES)}
 MAX_BODY = 64 << 20  # a request body over this is refused here; TorchServe's own max_request_size applies below it
 STOP_TIMEOUT_S = 10.0
 
@@ -117,8 +127,8 @@ class Front:
             await self.answer(request, client)
         except ApiError as err:
             client.transport.write(error(err))
-        except ServerError as err:
-            client.transport.write(error(ApiError(503, str(err), "server_error")))
+        except ServerError as err:  # its cause and hint; the worker's log lines stay in the server's logs
+            client.transport.write(error(ApiError(503, err.render(details=False), "server_error")))
         except Exception as err:  # a fault of the front's own: the connection closes, the front runs on
             client.transport.write(error(ApiError(500, f"msnb's front failed: {type(err).__name__}: {err}. Hint: "
                                                   "please report it with the server's logs.", "server_error")))  # fmt: skip
@@ -129,14 +139,16 @@ class Front:
         if path == "/mcp" and method != "POST":
             return client.transport.write(splice.answer(*mcp.NOT_ALLOWED))
         if (method, path) not in SERVED:
-            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)} and /mcp are served "
-                           "here.", code="not_found")  # fmt: skip
+            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)}, {embeddings.ROUTE} "
+                           "and /mcp are served here.", code="not_found")  # fmt: skip
         if not self.allowed(request.header(b"authorization")) and path == "/mcp":
             return client.transport.write(splice.answer(*mcp.unauthorised(unauthorised().message, CHALLENGE)))
         if not self.allowed(request.header(b"authorization")):
             raise unauthorised()
         if path in ROUTES:
             return await self.complete(ROUTES[path], bytes(request.body), client)
+        if path == embeddings.ROUTE:
+            return client.transport.write(splice.answer(*await self.embed(bytes(request.body))))
         if path == "/v1/models":
             return client.transport.write(splice.answer(*await asyncio.to_thread(self.model_list)))
         headers = {name: request.header(name.encode()).decode("latin-1") or None for name in mcp.HEADERS}
@@ -144,11 +156,7 @@ class Front:
 
     async def complete(self, kind: str, raw: bytes, client: splice.Client) -> None:
         """A completion: TorchServe's answer to the request body, relayed as OpenAI's events or one whole answer."""
-        try:
-            body = json.loads(raw)
-        except ValueError as err:
-            raise ApiError(400, f"The request body is not JSON: {err}.") from None
-        request = parse(kind, body)
+        request = parse(kind, body_of(raw))
         card = self.models.cached(request.model) or await asyncio.to_thread(self.models.card, request.model)
         if card is None:
             raise not_found(request.model, await asyncio.to_thread(self.models.streaming))
@@ -161,6 +169,19 @@ class Front:
         headers = {"content-type": JSON_TYPE, CANCEL_HEADER: stream_id, **upstream.keys.header("inference")}
         wire = post(f"/predictions/{request.model}", request.upstream(raw), headers)
         await self.relayed(request, wire, client, (upstream.inference_url, stream_id, timeout))
+
+    async def embed(self, raw: bytes) -> tuple[int, dict, bytes]:
+        """/v1/embeddings: each input one prediction (TorchServe batches them), its answer one embedding."""
+        request = embeddings.parse(body_of(raw))
+        card = await asyncio.to_thread(self.models.card, request.model)
+        if card is None:
+            cards = await asyncio.to_thread(self.models.cards)
+            raise not_found(request.model, [n for n, c in cards.items() if c.get("embeds")], "embedding models")
+        if not card.get("embeds"):
+            raise embeddings.not_embedding(request.model)
+        calls = [asyncio.to_thread(self.models.predict, request.model, text, False) for text in request.inputs]
+        body = embeddings.reply(request, await asyncio.gather(*calls))
+        return 200, {"content-type": JSON_TYPE}, json.dumps(body).encode()
 
     async def relayed(self, request: Request, wire: bytes, client: splice.Client, to: tuple[str, str, float]) -> None:
         """``wire`` to TorchServe (``to``: its URL, the stream's id, the timeout) and its answer to ``client``; once
