@@ -115,7 +115,9 @@ class ApiRoutes:
         except ApiError as err:
             return error_reply(err)
         except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
-            return error_reply(ApiError(503, f"{type(err).__name__}: {err}", "server_error"))
+            said = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""  # never a remote traceback
+            return error_reply(ApiError(503, f"{type(err).__name__}: {said}. Hint: is the model still served? GET "
+                                        "/v1/models lists the models that stream.", "server_error"))  # fmt: skip
 
     async def card(self, name: str) -> dict | None:
         """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call
