@@ -13,6 +13,7 @@ import requests
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "openai-mcp.md"
 MODERN = "2026-07-28"
+OVERSIZED = "x" * 7_000_000  # over both engines' default max_request_size (TorchServe's 6.5 MB)
 FLAKY = '''
 """Streams one piece, then fails (a generator that breaks midway)."""
 import torch
@@ -100,6 +101,7 @@ class Walker:
             "a failing tool call": lambda: self.mcp(
                 "tools/call", {"name": self.models["fails"], "arguments": {"prompt": "x"}}
             ),  # fmt: skip
+            "an oversized body": lambda: self.post("/v1/chat/completions", {**self.chat("streams"), "pad": OVERSIZED}),
             "a model failing mid-stream (chat)": lambda: self.post(
                 "/v1/chat/completions", {**self.chat("fails"), "stream": True}
             ),  # fmt: skip

@@ -35,7 +35,7 @@ from msnb.templates.msnb_api_openai import (
     not_streaming,
     unauthorised,
 )
-from msnb.templates.msnb_api_v1 import parse
+from msnb.templates.msnb_api_v1 import parse, refused
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
 
@@ -45,15 +45,15 @@ except ImportError:  # pragma: no cover
     from asyncio import new_event_loop
 
 SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), ("POST", embeddings.ROUTE), *(("POST", path) for path in ROUTES)}
-MAX_BODY = 64 << 20  # a request body over this is refused here; TorchServe's own max_request_size applies below it
+MAX_BODY = 64 << 20  # a request body over this is refused here (LocalServer gives TorchServe's max_request_size)
 STOP_TIMEOUT_S = 10.0
 
 
 class Front:
     """The /v1 and /mcp server of one TorchServe: ``start`` binds a free loopback port, ``stop`` ends it."""
 
-    def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]]):
-        self.models, self.key_header = models, key_header
+    def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]], limit: int = MAX_BODY):
+        self.models, self.key_header, self.limit = models, key_header, limit  # limit: TorchServe's max_request_size
         self.pool = splice.Pool(Exchange)
         self.timeouts: dict[str, float] = {}  # per model: how long TorchServe may take to answer (its responseTimeout)
         self.port = 0
@@ -88,7 +88,7 @@ class Front:
         self._stopping = loop.create_future()
 
         def connection() -> splice.Client:
-            client = splice.Client(self.forward, MAX_BODY, refusal)
+            client = splice.Client(self.forward, self.limit, refusal)
             clients.add(client)
             return client
 
@@ -245,7 +245,8 @@ def error(err: ApiError) -> bytes:
     return splice.answer(err.status, err.headers(), err.encoded())
 
 
-def refusal(status: int, kind: str, message: str) -> bytes:
-    """A request the connection refuses (malformed, too large), in OpenAI's error shape (``kind``, TorchServe's name
-    for it, is OpenAI's invalid request); the connection closes."""
-    return splice.answer(status, {"content-type": JSON_TYPE}, ApiError(status, f"{message}.").encoded(), close=True)
+def refusal(status: int, kind: str, message: str, path: str) -> bytes:
+    """A request the connection refuses (malformed, too large) in the shape of the protocol its path asks (OpenAI's
+    where the path is none of the front's: ``kind``, TorchServe's name for it, is OpenAI's invalid request); the
+    connection closes."""
+    return splice.answer(*(refused(path, status, message) or refused("/v1/", status, message)), close=True)

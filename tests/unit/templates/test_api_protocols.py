@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from msnb.templates import msnb_api_mcp as mcp
 from msnb.templates.msnb_api_openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
+from msnb.templates.msnb_api_v1 import refused
 from msnb.templates.msnb_api_wire import DONE, Answer, models
 
 CHAT_BODY = {"model": "gen", "messages": [{"role": "user", "content": "the cat"}]}
@@ -181,3 +182,12 @@ def test_a_401_challenges_for_a_bearer_token_on_both_protocols():
     assert unauthorised().headers()["www-authenticate"].startswith("Bearer")
     status, headers, body = mcp.unauthorised(unauthorised().message, "Bearer")
     assert status == 401 and headers["www-authenticate"] == "Bearer" and "Hint:" in json.loads(body)["error"]["message"]
+
+
+def test_a_refusal_before_the_body_is_read_takes_the_shape_of_the_protocol_its_path_asks():
+    status, _, body = refused("/v1/chat/completions", 413, "The request body (7 MB) is over max_request_size")
+    assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
+    assert "Hint: send less per request, or raise the server's max_request_size" in json.loads(body)["error"]["message"]
+    _, _, body = refused("/mcp", 400, "malformed HTTP request")
+    assert json.loads(body)["error"]["code"] == mcp.INVALID_REQUEST and "Hint:" in json.loads(body)["error"]["message"]
+    assert refused("/predictions/m", 413, "too large") is None  # TorchServe's own shape: the front's
