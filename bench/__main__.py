@@ -38,6 +38,7 @@ BENCHMARKS = (
     "streaming",
     "stream_speed",
     "openai_speed",
+    "responses_speed",
     "light_processes",
     "secret_scan",
 )

@@ -23,8 +23,11 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
     assert names == [
         "first",
-        "msnb_api_mcp.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "msnb_api_embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "msnb_api_mcp.py",
         "msnb_api_openai.py",
+        "msnb_api_responses.py",
+        "msnb_api_v1.py",
         "msnb_api_wire.py",
         "msnb_names.py",
         "msnb_ray.py",

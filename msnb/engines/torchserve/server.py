@@ -34,6 +34,7 @@ from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import MsnbError, ServerError
 from msnb.templates.msnb_cancel import CANCEL_DIR_VAR
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
@@ -144,7 +145,8 @@ class LocalServer:
         check that Java lives on each request (two reads of /proc); a dead server is a refused connection anyway."""
         client = self.client
         models = TorchServeModels(lambda: client, self.layout.model_store, self.layout.cancel_dir)
-        self._front = Front(models, lambda: client.keys.header("inference")).start()
+        limit = self.limits.max_request_size or DEFAULT_MAX_BYTES  # /v1 and /mcp refuse what TorchServe would
+        self._front = Front(models, lambda: client.keys.header("inference"), limit).start()
 
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
