@@ -147,8 +147,9 @@ def _method(method: str, id: Any, params: dict, modern: bool) -> Step:
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return _refused(id, INVALID_PARAMS, "tools/call needs a tool name and an arguments object", modern)
         return Step("call", id, name=name, arguments=arguments, modern=modern)
-    methods = "server/discover, " * modern + "initialize, " * (not modern) + "ping, tools/list and tools/call"
-    return _refused(id, METHOD_NOT_FOUND, f"Method not found: {method} (msnb answers {methods})", modern)
+    opening = "server/discover" if modern else "initialize"
+    said = f"Method not found: {method} (msnb answers {opening}, ping, tools/list and tools/call)"
+    return _refused(id, METHOD_NOT_FOUND, said, modern)
 
 
 def _refused(id: Any, code: int, message: str, modern: bool) -> Step:
