@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore
 from msnb.errors import MsnbError
+
+if TYPE_CHECKING:  # an annotation only: `msnb --help` imports the engines' declarations, not their clients
+    from msnb.engines.inference_api import InferenceClient
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ MEMBERS = sorted(
 @pytest.mark.parametrize("make", [lambda d: LocalServer(d), lambda d: LocalRay()], ids=["torchserve", "ray"])
 @pytest.mark.parametrize("member", MEMBERS)
 def test_every_engine_has_every_member_of_the_protocol(make, member, tmp_path):
-    assert hasattr(make(tmp_path), member)
+    assert member in dir(make(tmp_path))  # (a property such as client may refuse before the start)
 
 
 def test_the_protocol_names_what_the_session_calls():
@@ -31,7 +31,12 @@ def test_each_engine_says_its_kind_and_label():
 
 
 def test_an_unstarted_engine_is_an_engine(tmp_path):
-    assert isinstance(LocalServer(tmp_path), Engine) and isinstance(LocalRay(), Engine)
+    # Structurally, as Python 3.12's isinstance checks a protocol (inspect.getattr_static); 3.11's reads each member,
+    # and an unstarted TorchServe's client refuses to be read (a ServerError that says to start it).
+    for engine in (LocalServer(tmp_path), LocalRay()):
+        missing = object()
+        assert not [m for m in MEMBERS if inspect.getattr_static(engine, m, missing) is missing]
+    assert isinstance(LocalRay(), Engine)
 
 
 def test_the_registry_lists_each_engine_once_the_reference_first():
