@@ -196,7 +196,8 @@ class LocalRay:
 
     def _door(self) -> dict[str, Any]:
         """What the router and the replicas that answer predictions themselves ask of each request."""
-        return {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        return door if self.auth else {**door, "auth": False}
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
@@ -332,6 +333,7 @@ class LocalRay:
 
     # ------------------------------------------------------------------ the rest of the Engine protocol
     kind, label = "ray", "Ray Serve"
+    auth = True  # False: the router and the replicas answer without the inference key (disable_token_authorization)
     python = None  # the replicas run this interpreter (the kernel's packages)
 
     def versions(self, name: str) -> list[ModelStatus]:

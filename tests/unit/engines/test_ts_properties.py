@@ -1,0 +1,122 @@
+"""A TorchServe user's config.properties and `torchserve --start` options, read as TorchServe reads them: its keys and
+defaults kept, the command line over the file, and every key msnb cannot honour on Ray refused with a Hint naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import run
+
+from msnb.engines.ray import ts_start
+from msnb.engines.ray.management import Management
+from msnb.engines.ts_properties import DEFAULTS, check_loopback, parse, read
+from msnb.errors import ServerError
+
+USERS_FILE = r"""# a team's file, as TorchServe's docs write them
+inference_address=http://127.0.0.1:8085
+management_address = http://localhost:8086
+metrics_address: http://127.0.0.1:8087
+number_of_netty_threads=4
+job_queue_size=10
+model_store=$$MSNB_TEST_STORE$$
+load_models=all
+default_workers_per_model=2
+enable_model_api=true
+models={\
+  "klass": {"1.0": {"marName": "klass.mar", "minWorkers": 3, "batchSize": 4}}\
+}
+"""
+
+
+def written(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.properties"
+    path.write_text(text)
+    return path
+
+
+def test_a_teams_config_file_is_read_as_torchserve_reads_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("MSNB_TEST_STORE", str(tmp_path / "store"))
+    config = read(written(tmp_path, USERS_FILE))
+    assert config.address("inference_address") == ("127.0.0.1", 8085)
+    assert config.address("management_address") == ("localhost", 8086)
+    assert config.address("metrics_address") == ("127.0.0.1", 8087)
+    assert config.model_store == tmp_path / "store"  # $$VAR$$ replaced, as TorchServe does
+    assert config.text("load_models") == "all" and config.number("default_workers_per_model") == 2
+    assert config.per_model() == {"klass": {"1.0": {"marName": "klass.mar", "minWorkers": 3, "batchSize": 4}}}
+    assert config.flag("enable_model_api") and config.auth  # token authorisation stays on unless the file says so
+    assert config.number("max_request_size") == int(DEFAULTS["max_request_size"]) == 6553500  # TorchServe's default
+    check_loopback(config, ts_start.ADDRESSES)
+
+
+def test_the_command_line_wins_over_the_file_as_on_torchserve(tmp_path):
+    config = read(written(tmp_path, "load_models=a.mar\nmodel_store=/elsewhere\n")).with_overrides(
+        model_store=tmp_path, load_models=["x=a.mar", "b.mar"], disable_token_authorization=True, enable_model_api=None
+    )
+    assert config.model_store == tmp_path and not config.auth and not config.flag("enable_model_api")
+    assert list(ts_start.startup_models(config)) == [("x", "a.mar"), (None, "b.mar")]
+
+
+def test_load_models_all_takes_every_archive_of_the_store(tmp_path):
+    for name in ("b.mar", "a.mar", "notes.txt"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "folder" / "MAR-INF").mkdir(parents=True)
+    config = read(None).with_overrides(model_store=tmp_path, load_models=["all"])
+    assert list(ts_start.startup_models(config)) == [(None, "a.mar"), (None, "b.mar"), (None, "folder")]
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("certificate_file=/etc/cert.pem", "certificate_file is a TorchServe setting msnb cannot honour"),
+        ("grpc_inference_port=7070", "grpc_inference_port is a TorchServe setting msnb cannot honour"),
+        ("inference_adress=http://127.0.0.1:1", "inference_adress is a TorchServe setting msnb cannot honour"),
+        ("model_store=$$MSNB_UNSET_VARIABLE$$", "names the environment variable MSNB_UNSET_VARIABLE"),
+    ],
+)
+def test_a_key_msnb_cannot_honour_is_refused_at_start_with_a_hint_naming_it(tmp_path, line, said):
+    with pytest.raises(ServerError) as err:
+        read(written(tmp_path, line + "\n"))
+    assert said in str(err.value) and "Hint:" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "said", "key"),
+    [
+        ("inference_address=http://0.0.0.0:8080", "binds 0.0.0.0: msnb serves on 127.0.0.1 only", "inference_address"),
+        ("management_address=https://127.0.0.1:8443", "is not an http://HOST:PORT address", "management_address"),
+        ("max_response_size=100", "max_response_size cannot be honoured on Ray", "max_response_size"),
+        ("default_workers_per_model=two", "default_workers_per_model=two is not a whole number", ""),
+        ("models={not json", "models= is not JSON", "models"),
+    ],
+)
+def test_a_value_msnb_cannot_honour_is_refused_before_ray_starts(tmp_path, line, said, key):
+    config = read(written(tmp_path, line + "\n"))
+    with pytest.raises(ServerError) as err:
+        ts_start.engine_for(config)
+        config.number("default_workers_per_model")
+        config.per_model()
+    assert said in str(err.value) and "Hint:" in str(err.value) and key in str(err.value)
+
+
+def test_torchserves_start_options_are_refused_on_the_torchserve_engine(tmp_path, capsys):
+    code, _, err = run(capsys, "serve", "--model-store", tmp_path, "--models", "all")
+    assert code == 2 and "TorchServe's start options are for --engine ray" in err and "Hint:" in err
+
+
+def test_serve_without_anything_to_serve_says_what_to_give(capsys):
+    code, _, err = run(capsys, "serve", "--engine", "ray")
+    assert code == 2 and "needs a PATH" in err and "Hint:" in err
+
+
+def test_parse_follows_javas_properties_format():
+    text = "! comment\n# comment\n\nkey1 = a=b\nkey2:c\nkey3 d e\nlong=x\\\n    y\n"
+    assert parse(text) == {"key1": "a=b", "key2": "c", "key3": "d e", "long": "xy"}
+
+
+def test_a_management_call_without_the_key_is_refused_as_torchserve_refuses_it():
+    api = Management(registry=None, model_api=True, key="secret")
+    status, body = api.answer("GET", "/models", {}, "Bearer wrong")
+    assert status == 401 and body["type"] == "InvalidKeyException"
+    assert api.answer("GET", "/nothing", {}, "Bearer secret")[0] == 404
+    assert api.answer("PATCH", "/models", {}, "Bearer secret")[0] == 405
