@@ -35,9 +35,7 @@ def serve_on_ray(
         api = ts_start.TorchServeApi(engine, ts, opener(ts)) if ts else None
         names = started_models(engine, api, archives, envelope, env)
         written = serve_state.write(record(engine, names, api), state)
-        management = (
-            f"management {api.management_url}" if api else "(Ray Serve has no management API without --ts-config)"
-        )
+        management = f"management {api.management_url}  metrics {api.metrics_url}" if api else "(no management API)"
         print(f"inference {engine.inference_url}  {management}")
         print(f"openai {engine.openai_base_url}  mcp {engine.mcp_url}  (the same key)")
         print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, str] = {
     "enable_model_api": "false",
     "install_py_dep_per_model": "false",
     "models": "",
+    "metrics_mode": "log",  # log: /metrics answers nothing (TorchServe 0.12's default); prometheus: the metrics
 }
 # Keys that tune TorchServe's Java frontend only (threads, buffers, its own logging): nothing to honour elsewhere.
 NO_EFFECT = frozenset({

@@ -17,6 +17,7 @@ import pytest
 import requests
 import ts_archives
 from helpers import poll
+from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.cli.serve_ray import opener
 from msnb.engines.ray.management import Management
@@ -65,6 +66,9 @@ CALLS = [
     ("DELETE", "/models/d2", {}),
     ("GET", "/models", {}),
 ]
+PREDICTIONS = 3
+# TorchServe's counters, as prometheus_client's parser names their samples (a counter's sample ends in _total)
+TS_METRICS = ("ts_inference_requests_total", "ts_inference_latency_microseconds_total")
 # What a script reads of a describe answer (worker ids, pids and start times are each server's own).
 READ = ("modelName", "modelVersion", "modelUrl", "minWorkers", "maxWorkers", "batchSize", "maxBatchDelay",
         "responseTimeout", "loadedAtStartup", "customizedMetadata")  # fmt: skip
@@ -74,18 +78,19 @@ class PlainTorchServe:
     """``torchserve --start --ts-config FILE`` in a folder of its own (its pid file, sockets, logs and key file)."""
 
     def __init__(self, config: Path, work: Path):
-        self.work, self.config = work, read(config)
+        self.work = work
         (work / "tmp").mkdir(parents=True)
         self.env = {**os.environ, "TMPDIR": str(work / "tmp"), "LOG_LOCATION": str(work / "logs"),
                     "METRICS_LOCATION": str(work / "logs")}  # fmt: skip
         with open(work / "launcher.log", "wb") as out:  # never a pipe: Java inherits it
             subprocess.run([TORCHSERVE, "--start", "--ts-config", config, "--ncs"], cwd=work, env=self.env,
                            stdout=out, stderr=out, check=True)  # fmt: skip
-        host, port = self.config.address("management_address")
-        self.url = f"http://{host}:{port}"
+        address = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
+        self.url, self.inference_url = address["management_address"], address["inference_address"]
+        self.metrics_url = address["metrics_address"]
 
-    def key(self) -> str:
-        return json.loads((self.work / "key_file.json").read_text())["management"]["key"]
+    def key(self, kind: str = "management") -> str:
+        return _key(self.work / "key_file.json", kind)
 
     def stop(self) -> None:
         subprocess.run([TORCHSERVE, "--stop"], cwd=self.work, env=self.env, capture_output=True, timeout=120)
@@ -100,17 +105,21 @@ def config_file(folder: Path, store: Path, inference_port: int, **more: str) -> 
     lines = {"inference_address": f"http://127.0.0.1:{inference_port}",
              "management_address": f"http://127.0.0.1:{free_port()}",
              "metrics_address": f"http://127.0.0.1:{free_port()}", "model_store": str(store),
-             "load_models": "named.mar", "default_workers_per_model": "1", "enable_model_api": "true", **more}  # fmt: skip
+             "load_models": "named.mar", "default_workers_per_model": "1", "enable_model_api": "true",
+             "metrics_mode": "prometheus", **more}  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     return folder / "config.properties"
 
 
 def for_torchserve(config: Path) -> Path:
-    """The same file for TorchServe itself, plus its gRPC ports (free ones: its defaults may be taken here)."""
-    grpc = f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
+    """The same file for TorchServe itself beside the Ray engine on one machine: its three addresses on ports of its
+    own, and its gRPC ports (free ones: its defaults may be taken here)."""
+    lines = [line for line in config.read_text().splitlines() if not line.split("=")[0].endswith("_address")]
+    lines += [f"{kind}_address=http://127.0.0.1:{free_port()}" for kind in ("inference", "management", "metrics")]
+    lines += [f"grpc_inference_port={free_port()}", f"grpc_management_port={free_port()}"]
     path = config.with_name("torchserve.properties")
-    path.write_text(config.read_text() + grpc)
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -152,9 +161,43 @@ def test_a_deploy_scripts_management_calls_answer_on_ray_as_on_plain_torchserve(
             assert ours == truth, (method, path, query)
         wrong = (call(u, "wrong-key", "GET", "/models", {}) for u in (plain.url, api.management_url))
         assert next(wrong) == next(wrong)
+        truth = metrics_after(plain.inference_url, plain.key("inference"), plain.metrics_url, lambda got: True)
+        ours = metrics_after(ray_engine.inference_url, _key(ray_engine.key_file, "inference"), api.metrics_url,
+                             lambda got: got.get("ts_inference_requests_total", {}).get("named") == PREDICTIONS)  # fmt: skip
+        assert set(truth) == set(ours) and set(ours) >= set(TS_METRICS), (truth, ours)
+        assert truth["ts_inference_requests_total"]["named"] == ours["ts_inference_requests_total"]["named"]
+        assert ours["ts_inference_latency_microseconds_total"]["named"] > 0
     finally:
         api.stop()
         plain.stop()
+
+
+def metrics_after(inference_url: str, key: str, metrics_url: str, settled) -> dict[str, dict[str, float]]:
+    """PREDICTIONS answers of ``named``, then the metrics address scraped (until ``settled``: Ray exports them every
+    second or so) and parsed by prometheus_client's parser: TorchServe's ts_ families, model name -> value, and
+    their label names as TorchServe writes them."""
+    for n in range(PREDICTIONS):
+        resp = requests.post(f"{inference_url}/predictions/named", json={"x": [n, 1.0, 2.0]},
+                             headers={"Authorization": f"Bearer {key}"}, timeout=120)  # fmt: skip
+        assert resp.status_code == 200, resp.text
+    got: dict = {}
+
+    def scraped() -> bool:
+        got.clear()
+        text = requests.get(f"{metrics_url}/metrics", timeout=30).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith("ts_"):
+                    assert set(sample.labels) == {"model_name", "model_version", "hostname"}, sample
+                    got.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
+        return settled(got)
+
+    poll(scraped, 120, "the predictions counted on the metrics address", interval=1)
+    return got
+
+
+def _key(key_file: Path, kind: str) -> str:
+    return json.loads(Path(key_file).read_text())[kind]["key"]
 
 
 def _ready(plain: PlainTorchServe) -> bool:

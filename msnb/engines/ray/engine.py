@@ -150,6 +150,11 @@ class LocalRay:
         return "\n".join(line for name in self._folders for line in self.model_log(name, lines))[-20000:]
 
     @property
+    def metrics_port(self) -> int | None:
+        """The head node's Prometheus port: Ray's and Serve's metrics, and the handlers' own (``context.metrics``)."""
+        return self._cluster.head_node.metrics_export_port if self._cluster else None
+
+    @property
     def inference_url(self) -> str:
         return f"http://{LOOPBACK}:{self.http_port}"
 

@@ -106,6 +106,7 @@ class Registry:
 
     def _opened(self, path: Path, name: str | None) -> tuple[Path, str, list[str]]:
         """The archive unpacked and checked beside the store, then moved to its folder unless its name is taken."""
+        self.engine.store.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".register-", dir=self.engine.store.root))
         try:
             try:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from msnb.engines.ray import metrics
 from msnb.engines.ray.management import Management, serve
 from msnb.engines.ray.registry import Registry
 from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_loopback
@@ -25,6 +26,7 @@ def engine_for(config: TsConfig) -> Any:
     if config.number("max_response_size") != int(DEFAULTS["max_response_size"]):
         raise ServerError(f"{config.source}: max_response_size cannot be honoured on Ray (its answers have no limit).",
                           "remove the line (the key: max_response_size).")  # fmt: skip
+    prometheus(config)
     engine = LocalRay(config.address("inference_address")[1], max_request_size=config.number("max_request_size"))
     engine.auth = config.auth
     return engine
@@ -39,6 +41,16 @@ class TorchServeApi:
         key = _management_key(engine.key_file) if config.auth else None
         api = Management(self.registry, config.flag("enable_model_api"), key)
         self.server = serve(api, *config.address("management_address"))
+        try:
+            self.metrics = metrics.serve(engine.metrics_port, self.versions, prometheus(config),
+                                         *config.address("metrics_address"))  # fmt: skip
+        except BaseException:
+            self.server.shutdown()
+            self.server.server_close()
+            raise
+
+    def versions(self) -> dict[str, str]:
+        return {name: entry.version for name, entry in list(self.registry.entries.items())}
 
     @property
     def management_url(self) -> str:
@@ -55,9 +67,24 @@ class TorchServeApi:
                 report(url, err)
         return served
 
+    @property
+    def metrics_url(self) -> str:
+        host, port = self.config.address("metrics_address")
+        return f"http://{host}:{port}"
+
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in (self.server, self.metrics):
+            server.shutdown()
+            server.server_close()
+
+
+def prometheus(config: TsConfig) -> bool:
+    """Whether the metrics address answers (``metrics_mode=prometheus``) or answers nothing (``log``, as TorchServe)."""
+    mode = config.text("metrics_mode")
+    if mode not in ("log", "prometheus"):
+        raise ServerError(f"{config.source}: metrics_mode={mode} cannot be honoured on Ray.",
+                          "write metrics_mode=prometheus (or log) (the key: metrics_mode).")  # fmt: skip
+    return mode == "prometheus"
 
 
 def startup_models(config: TsConfig) -> Iterator[tuple[str | None, str]]:

@@ -120,3 +120,34 @@ def test_a_management_call_without_the_key_is_refused_as_torchserve_refuses_it()
     assert status == 401 and body["type"] == "InvalidKeyException"
     assert api.answer("GET", "/nothing", {}, "Bearer secret")[0] == 404
     assert api.answer("PATCH", "/models", {}, "Bearer secret")[0] == 405
+
+
+RAY_TEXT = """# TYPE ray_serve_deployment_request_counter_total counter
+ray_serve_deployment_request_counter_total{application="named",deployment="MsnbModel",replica="a",route="/"} 2.0
+ray_serve_deployment_request_counter_total{application="named",deployment="MsnbModel",replica="b",route="/"} 3.0
+ray_serve_deployment_request_counter_total{application="msnb-router",deployment="MsnbRouter",replica="c",route="/"} 9.0
+# TYPE ray_serve_deployment_processing_latency_ms histogram
+ray_serve_deployment_processing_latency_ms_sum{application="named",deployment="MsnbModel",replica="a",route="/"} 1.5
+ray_serve_deployment_processing_latency_ms_count{application="named",deployment="MsnbModel",replica="a",route="/"} 2.0
+# TYPE ray_scaledrequests counter
+ray_scaledrequests_total{model_name="named"} 4.0
+"""
+
+
+def test_ray_s_request_metrics_read_under_torchserve_s_prometheus_names():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from msnb.engines.ray.metrics import translate
+
+    samples = {
+        s.name: (s.labels, s.value)
+        for family in text_string_to_metric_families(translate(RAY_TEXT, {"named": "1.0"}, "host"))
+        for s in family.samples
+    }
+    labels = {"model_name": "named", "model_version": "1.0", "hostname": "host"}
+    assert samples["ts_inference_requests_total"] == (labels, 5.0)  # both replicas; the router's requests not
+    assert samples["ts_inference_latency_microseconds_total"] == (labels, 1500.0)  # (the parser's name of a counter)
+    assert samples["scaledrequests_total"] == (labels, 4.0)  # the handler's own context.metrics
+    assert not [
+        name for name in samples if name.startswith("ts_queue_latency_microseconds")
+    ]  # declared, no samples: Ray keeps no queue time
