@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 
 from msnb.cli import serve_state
+from msnb.engines.ts_properties import START_KEYS
 from msnb.errors import MsnbError, OptionError, ServerError
 
 # argparse's names of `torchserve --start`'s options (msnb.cli.main): the TorchServe config's keys but the first two
-TS_OPTIONS = ("ts_config", "models", "model_store", "disable_token_authorization", "enable_model_api")
+TS_OPTIONS = ("ts_config", "models", *START_KEYS)
 
 
 def serve_on_ray(

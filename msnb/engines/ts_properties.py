@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 # TorchServe 0.12's defaults (ConfigManager.java) for the keys an engine honours; address ports as TorchServe's.
@@ -25,13 +25,15 @@ DEFAULTS: dict[str, str] = {
     "default_workers_per_model": "0",  # 0: as many as the machine has CPUs (TorchServe's getDefaultWorkers)
     "max_request_size": str(DEFAULT_MAX_BYTES),
     "max_response_size": str(DEFAULT_MAX_BYTES),
-    "default_response_timeout": "120",
+    "default_response_timeout": str(DEFAULT_RESPONSE_TIMEOUT_S),
     "disable_token_authorization": "false",
     "enable_model_api": "false",
     "install_py_dep_per_model": "false",
     "models": "",
     "metrics_mode": "log",  # log: /metrics answers nothing (TorchServe 0.12's default); prometheus: the metrics
 }
+# The keys `torchserve --start` sets from its own options (--model-store, --disable-token-auth, --enable-model-api)
+START_KEYS = ("model_store", "disable_token_authorization", "enable_model_api")
 # Keys that tune TorchServe's Java frontend only (threads, buffers, its own logging): nothing to honour elsewhere.
 NO_EFFECT = frozenset({
     "number_of_netty_threads", "netty_client_threads", "job_queue_size", "async_logging", "vmargs",

@@ -203,7 +203,7 @@ def _key(key_file: Path, kind: str) -> str:
 def _ready(plain: PlainTorchServe) -> bool:
     try:
         status, body = call(plain.url, plain.key(), "GET", "/models/named", {})
-    except (requests.ConnectionError, OSError):  # not listening yet, or its key file not written yet
+    except (requests.ConnectionError, OSError, ValueError):  # not listening yet, or its key file not written yet
         return False
     return status == 200 and [w["status"] for w in body[0]["workers"]] == ["READY"]
 
@@ -224,5 +224,5 @@ def test_register_and_unregister_with_the_model_api_disabled_are_refused_as_torc
 def _answers(plain: PlainTorchServe) -> bool:
     try:
         return call(plain.url, plain.key(), "GET", "/models", {})[0] == 200
-    except (requests.ConnectionError, OSError):
+    except (requests.ConnectionError, OSError, ValueError):  # not up yet, or its key file half written
         return False

@@ -7,7 +7,7 @@ from typing import Any
 
 from msnb.templates.msnb_serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S
 
-STARTUP_TIMEOUT_S = 120  # TorchServe's startupTimeout default
+STARTUP_TIMEOUT_S = DEFAULT_RESPONSE_TIMEOUT_S  # TorchServe's startupTimeout default is its responseTimeout's: 120 s
 # Fields TorchServe writes whose values are its own frontend's (retry, parallelism, sequences): its defaults.
 FIXED = {"maxRetryTimeoutInSec": 300, "clientTimeoutInMills": 0, "parallelType": "", "parallelLevel": 0,
          "deviceType": "cpu", "continuousBatching": False, "useJobTicket": False, "useVenv": False}  # fmt: skip

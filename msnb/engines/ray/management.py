@@ -32,7 +32,7 @@ class Management:
 
     def answer(self, method: str, path: str, query: dict[str, str], token: str) -> Answer:
         if self.key is not None and token != f"Bearer {self.key}":
-            return error(401, "InvalidKeyException", AUTH_FAILED)
+            return error(400, "InvalidKeyException", AUTH_FAILED)  # TorchServe 0.12 answers 400, not 401
         parts = [p for p in path.split("/") if p]
         if not parts or parts[0] != "models" or len(parts) > 4:
             return error(404, "ResourceNotFoundException", NOT_FOUND)
