@@ -34,6 +34,7 @@ BENCHMARKS = (
     "ts_settings",
     "ray_serve",
     "ray_archives",
+    "ray_management",
     "streaming",
     "stream_speed",
     "openai_speed",
