@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 import requests
 import ts_archives
-from helpers import poll
+from helpers import poll, run
 from prometheus_client.parser import text_string_to_metric_families
 
+import msnb.cli.main
+import msnb.engines.ray.engine
 from msnb.cli.serve_ray import opener, started_models
 from msnb.engines.ray.management import Management
 from msnb.engines.ray.nodes import free_port
@@ -227,3 +230,29 @@ def _answers(plain: PlainTorchServe) -> bool:
         return call(plain.url, plain.key(), "GET", "/models", {})[0] == 200
     except (requests.ConnectionError, OSError, ValueError):  # not up yet, or its key file half written
         return False
+
+
+@pytest.mark.timeout(600)
+def test_msnb_serve_takes_torchserves_start_options_and_prints_the_management_address(
+    ray_engine, store, tmp_path, capsys, monkeypatch
+):
+    # the shared Ray stands for the one `msnb serve` would start (a Ray start of its own is test_ray_serve_cli's)
+    monkeypatch.setattr(msnb.engines.ray.engine, "LocalRay", lambda *args, **kwargs: ray_engine)
+    monkeypatch.setattr(ray_engine, "start", lambda: ray_engine)
+    monkeypatch.setattr(ray_engine, "stop", lambda: None)
+    config = config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    seen: dict = {}
+
+    def wait(engine) -> bool:  # while `msnb serve` runs: what a script on the management address sees
+        seen["out"] = capsys.readouterr().out
+        url = re.search(r"management (http://\S+)", seen["out"]).group(1)
+        seen["models"] = call(url, _key(engine.key_file, "management"), "GET", "/models", {})
+        return True  # Ctrl-C
+
+    monkeypatch.setattr(msnb.cli.main, "_wait", wait)
+    argv = ["serve", "--engine", "ray", "--ts-config", config, "--model-store", store, "--models", "k=klass.mar"]
+    code, out, err = run(capsys, *argv, "--state", tmp_path / "state.json")
+    assert code == 0, err
+    assert "serving k: POST" in seen["out"] and re.search(r"metrics http://127\.0\.0\.1:\d+", seen["out"])
+    assert seen["models"] == (200, {"models": [{"modelName": "k", "modelUrl": "klass.mar"}]})
+    assert "Ray Serve stopped" in out
