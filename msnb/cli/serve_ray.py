@@ -95,7 +95,8 @@ def ts_options(args):
     if args.engine != "ray":
         raise OptionError("TorchServe's start options are for --engine ray.",
                           "add --engine ray, or start TorchServe itself with them (torchserve --start ...).")  # fmt: skip
-    return ts_properties.read(given.pop("ts_config")).with_overrides(load_models=given.pop("models"), **given)
+    config = ts_properties.read(given.pop("ts_config"))  # msnb's --max-request-size too, as on TorchServe's engine
+    return config.with_overrides(load_models=given.pop("models"), max_request_size=args.max_request_size, **given)
 
 
 def opener(ts):

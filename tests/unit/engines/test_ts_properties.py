@@ -151,3 +151,16 @@ def test_ray_s_request_metrics_read_under_torchserve_s_prometheus_names():
     assert not [
         name for name in samples if name.startswith("ts_queue_latency_microseconds")
     ]  # declared, no samples: Ray keeps no queue time
+
+
+def test_msnb_serves_own_body_limit_option_wins_over_the_file_on_ray(tmp_path):
+    import argparse
+
+    from msnb.cli.serve_ray import ts_options
+
+    args = argparse.Namespace(engine="ray", paths=[], ts_config=written(tmp_path, "max_request_size=100\n"),
+                              models=None, model_store=None, disable_token_authorization=None, enable_model_api=None,
+                              max_request_size=2048)  # fmt: skip
+    assert ts_options(args).number("max_request_size") == 2048
+    args.max_request_size = None
+    assert ts_options(args).number("max_request_size") == 100
