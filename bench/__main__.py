@@ -34,10 +34,12 @@ BENCHMARKS = (
     "ts_settings",
     "ray_serve",
     "ray_archives",
+    "ray_cluster_start",
     "ray_management",
     "streaming",
     "stream_speed",
     "openai_speed",
+    "responses_speed",
     "light_processes",
     "secret_scan",
 )

@@ -43,6 +43,7 @@ PANELS = [
     ("stream_speed", "tokens per s", "LitServe's stream speed test: tokens/s", "tokens/s"),
     ("openai_speed", "first token ms", "OpenAI API streamed: first token", "ms"),
     ("openai_speed", "tokens per s", "OpenAI API streamed: tokens/s", "tokens/s"),
+    ("responses_speed", "first event ms", "Responses API vs chat: first event", "ms"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")

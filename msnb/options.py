@@ -47,6 +47,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     label: str | None = None  # the widget's field label (None: not a widget field)
     nargs: str | None = None
+    action: str | None = None  # "store_true": a flag that takes no value
 
     @property
     def flag(self) -> str:
@@ -128,6 +129,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("example", "an example input (JSON, @file or a variable): validated at build, default for %%ms_test"),
     Option("schema", "a JSON Schema file for the input: the MCP tool's inputSchema (default: inferred from --example)"),
     Option(
+        "embeddings",
+        "the model's answer to one input (a string) is an embedding, a list of numbers: served at /v1/embeddings",
+        action="store_true",
+    ),
+    Option(
         "config_file",
         "your own model-config.yaml (torch-model-archiver's --config-file): its keys reach "
         "context.model_yaml_config and win over the options (batchSize over --batch-size)",
@@ -165,7 +171,7 @@ def _with_options(func: Callable) -> Callable:
 
     for option in reversed(OPTIONS):
         kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help_text}
-        for key in ("type", "choices", "nargs"):
+        for key in ("type", "choices", "nargs", "action"):
             if getattr(option, key) is not None:
                 kwargs[key] = getattr(option, key)
         if option.default is not None:
@@ -236,6 +242,8 @@ def handler_config(args: Any, namespace: UserNamespace | None = None, base_dir: 
         config["example"] = parse_data(args.example, namespace, base, option="--example")
     if args.schema:
         config["input_schema"] = _schema(_path(args.schema, base))
+    if args.embeddings:
+        config["embeddings"] = True
     if args.handler:
         config["handler"] = args.handler
     if args.model_file:

@@ -133,6 +133,9 @@ class HandlerSpec:
     max_gpu_memory: int | None = DEFAULTS["max_gpu_memory"]
     example: Any = None
     input_schema: Mapping[str, Any] | None = None  # --schema FILE: the MCP tool's input schema (msnb.package.api_card)
+    embeddings: bool = (
+        False  # --embeddings: an answer is an embedding, served at /v1/embeddings (msnb.package.api_card)
+    )
     values: Values | None = None  # runtime values snapshotted from the kernel (values.pt)
     objects: SavedObjects | None = None  # Hugging Face objects saved from the kernel (hf_objects/)
     max_value_mb: int = DEFAULTS["max_value_mb"]
@@ -285,6 +288,7 @@ class HandlerSpec:
                     [(f.arcname, _file_stamp(f.source)) for f in self.bundle],
                     self.values and self.values.digest,
                     self.objects and self.objects.digest,
+                    *(["embeddings"] if self.embeddings else []),
                 ],
                 sort_keys=True,
                 default=str,

@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-CHAT, TEXT = "chat", "text"  # /v1/chat/completions, /v1/completions
-ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": TEXT}
+CHAT, TEXT, RESPONSES = "chat", "text", "responses"  # /v1/chat/completions, /v1/completions, /v1/responses
+ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": TEXT, "/v1/responses": RESPONSES}
 MAX_STOPS = 4  # OpenAI takes at most four stop sequences
 # Fields whose answer msnb cannot shape: a value other than the default (the one given) is refused, naming them.
 REFUSED: dict[str, tuple[Any, ...]] = {
@@ -44,6 +44,7 @@ WHY = {
     "top_logprobs": "a generator's pieces carry no log-probabilities",
     "echo": "the completion is what the generator yields, without the prompt",
 }
+CHALLENGE = 'Bearer realm="msnb"'  # a 401's WWW-Authenticate on /v1 and /mcp: the clients then show the body's hint
 TOOLS_WHY = "msnb models answer with text, not tool calls (a served model is itself an MCP tool at /mcp)"
 
 
@@ -61,6 +62,10 @@ class ApiError(Exception):
     def encoded(self) -> bytes:
         return json.dumps(self.body()).encode()
 
+    def headers(self) -> dict[str, str]:
+        """Its HTTP headers: JSON, and a 401's bearer challenge."""
+        return {"content-type": "application/json", **({"www-authenticate": CHALLENGE} if self.status == 401 else {})}
+
 
 def unauthorised() -> ApiError:
     """A missing or wrong key: 401, as OpenAI answers one."""
@@ -69,10 +74,18 @@ def unauthorised() -> ApiError:
                     "invalid_request_error", None, "invalid_api_key")  # fmt: skip
 
 
-def not_found(model: str, served: list[str]) -> ApiError:
+def not_found(model: str, served: list[str], what: str = "streaming models") -> ApiError:
     names = ", ".join(served) or "none"
-    return ApiError(404, f"The model `{model}` does not exist. Hint: the streaming models served here: {names}.",
+    return ApiError(404, f"The model `{model}` does not exist. Hint: the {what} served here: {names}.",
                     "invalid_request_error", "model", "model_not_found")  # fmt: skip
+
+
+def body_of(raw: bytes) -> Any:
+    """A request's decoded JSON body; ApiError (400) when it is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError as err:
+        raise ApiError(400, f"The request body is not JSON: {err}.") from None
 
 
 def not_streaming(model: str) -> ApiError:
@@ -106,23 +119,38 @@ class Request:
     stop: tuple[str, ...] = ()
     include_usage: bool = False
 
+    def upstream(self, raw: bytes) -> bytes:
+        """The body the model receives: the client's own (``raw``), or the sample a Responses request stands for."""
+        return json.dumps(self.sample).encode() if self.kind == RESPONSES else raw
 
-def parse(kind: str, body: Any) -> Request:
-    """The request of ``kind`` (CHAT or TEXT) from its decoded JSON body; ApiError (400) naming a bad field."""
+
+def model_of(body: Any) -> str:
+    """The requested model's name; ApiError (400) when the body is no object or names none."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "`model` is required: a served model's name (GET /v1/models lists them).", param="model")
-    _check_input(kind, body)
-    _refuse_unsupported(body)
+    return model
+
+
+def stream_of(body: dict) -> bool:
     stream = body.get("stream") or False
     if not isinstance(stream, bool):
         raise ApiError(400, "`stream` must be true or false.", param="stream")
+    return stream
+
+
+def parse(kind: str, body: Any) -> Request:
+    """The request of ``kind`` (CHAT or TEXT) from its decoded JSON body; ApiError (400) naming a bad field."""
+    model = model_of(body)
+    _check_input(kind, body)
+    refuse_unsupported(body)
+    stream = stream_of(body)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict) or set(options) - {"include_usage"}:
         raise ApiError(400, "`stream_options` may hold only `include_usage`.", param="stream_options")
-    return Request(kind, model, body, stream, _max_tokens(body), _stops(body.get("stop")),
+    return Request(kind, model, body, stream, max_tokens(body), _stops(body.get("stop")),
                    bool(options.get("include_usage")))  # fmt: skip
 
 
@@ -140,15 +168,17 @@ def _check_input(kind: str, body: dict) -> None:
                        "per prompt).", param="prompt")  # fmt: skip
 
 
-def _refuse_unsupported(body: dict) -> None:
-    for name, allowed in REFUSED.items():
+def refuse_unsupported(body: dict, refused: dict[str, tuple[Any, ...]] = REFUSED) -> None:
+    """ApiError (400) naming the first field of ``refused`` whose value is not one it allows."""
+    for name, allowed in refused.items():
         if name in body and body[name] not in allowed:
             why = TOOLS_WHY if "tool" in name or "function" in name else WHY.get(name, "msnb cannot honour it")
             raise ApiError(400, f"`{name}` is not supported here: {why}. Hint: leave `{name}` out.", param=name)
 
 
-def _max_tokens(body: dict) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
+def max_tokens(body: dict, names: tuple[str, ...] = ("max_completion_tokens", "max_tokens")) -> int | None:
+    """The most pieces to stream, from the first of ``names`` the body sets (None: no limit)."""
+    for name in names:
         value = body.get(name)
         if value is None:
             continue

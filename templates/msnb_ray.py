@@ -30,6 +30,7 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from . import msnb_ray_http as http
+    from . import msnb_ray_needs as needs
     from .msnb_names import HANDLER_MODULE
     from .msnb_ray_api import ApiRoutes, OwnApp, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
@@ -42,6 +43,7 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     import msnb_ray_http as http
+    import msnb_ray_needs as needs
     from msnb_names import HANDLER_MODULE
     from msnb_ray_api import ApiRoutes, OwnApp, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
@@ -208,10 +210,11 @@ class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
     def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None,
-                 door: dict | None = None):  # fmt: skip
+                 door: dict | None = None, install: list | None = None):  # fmt: skip
         import ray
 
         os.environ.update(env or {})  # this model's --env variables, in this replica's process only, before its code
+        needs.install_once(resolve(model_dir), install or [])  # what this node lacks, once, beside the model
         worker_logs()
         gpu_id = replica_gpu_id(ray.get_gpu_ids())
         self.model = LoadedModel(enter(resolve(model_dir)), name, gpu_id, envelope=envelope)
@@ -408,16 +411,23 @@ def brief(err: BaseException) -> str:
 
 
 def model(args: dict) -> Any:
-    """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus,
-    gpu_memory_mb (to turn maxGPUMemory into a GPU fraction), install_requirements (default true) or the
+    """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus, num_gpus,
+    memory (bytes), check_resources (default true: refuse what no node can hold, msnb_ray_needs), gpu_memory_mb
+    (to turn maxGPUMemory into a GPU fraction), install_requirements (default true: what the node lacks) or the
     requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent,
     env_vars (the variables its replicas get, set before the folder loads) and door (the router's args: when the
     application has its ``direct_route``, its replicas answer its predictions themselves)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
-    requirements = requirements_of(folder) if args.get("install_requirements", True) else []
-    requirements = list(args.get("requirements", requirements))  # given: only what the environment lacks
-    options = deployment_options(config, requirements, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
+    wanted = requirements_of(folder) if args.get("install_requirements", True) else []
+    # given (the notebook's engine: what its environment lacks): Ray's runtime_env pip; else what the node lacks,
+    # installed once beside the model folders by the first replica of the node (msnb_ray_needs.install_once)
+    runtime = list(args["requirements"]) if "requirements" in args else []
+    install = [] if "requirements" in args else needs.missing(wanted)
+    options = deployment_options(config, runtime, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
+    needs.sized(options["ray_actor_options"], args)  # num_gpus and memory as the export sized them
+    if str(args.get("check_resources", True)).lower() != "false":  # never a silent wait for an unplaceable replica
+        needs.check(str(args.get("name") or args["model_dir"]), options)
     for key in ("max_replicas_per_node", "max_surge_percent"):  # surge: new replicas start before old ones stop
         if args.get(key) is not None:
             options[key] = int(args[key])
@@ -425,7 +435,7 @@ def model(args: dict) -> Any:
     # env_vars: Ray 2.60's runtime_env_agent.log writes a runtime_env's env_vars, values included.
     env = {str(k): str(v) for k, v in (args.get("env_vars") or {}).items()}
     model_dir, door = str(args["model_dir"]), args.get("door")
-    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), door)
+    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), door, install)
 
 
 def direct_route(name: str, config: dict) -> str | None:
@@ -442,6 +452,7 @@ def router(args: dict | None = None) -> Any:
     ``auth: false`` to answer without one)."""
     args = args or {}
     door = {k: args[k] for k in ("key_file", "auth", "max_request_size") if k in args}
+    guard.inference_key(door)  # a cluster without the key: refused here, not by a replica retried in a loop
     options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])

@@ -21,17 +21,39 @@ from ray import serve
 from starlette.responses import Response, StreamingResponse
 
 if __package__:
+    from . import msnb_api_embeddings as embeddings
     from . import msnb_api_mcp as mcp
     from . import msnb_ray_guard as guard
-    from .msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
-    from .msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+    from .msnb_api_openai import (
+        CHALLENGE,
+        ROUTES,
+        ApiError,
+        body_of,
+        not_found,
+        not_streaming,
+        unauthorised,
+        upstream_error,
+    )
+    from .msnb_api_v1 import answer, parse
+    from .msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from .msnb_names import API_CARD
     from .msnb_ray_stream import CUT, WHOLE, streams
 else:
+    import msnb_api_embeddings as embeddings
     import msnb_api_mcp as mcp
     import msnb_ray_guard as guard
-    from msnb_api_openai import ROUTES, ApiError, not_found, not_streaming, parse, unauthorised, upstream_error
-    from msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer, models
+    from msnb_api_openai import (
+        CHALLENGE,
+        ROUTES,
+        ApiError,
+        body_of,
+        not_found,
+        not_streaming,
+        unauthorised,
+        upstream_error,
+    )
+    from msnb_api_v1 import answer, parse
+    from msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from msnb_names import API_CARD
     from msnb_ray_stream import CUT, WHOLE, streams
 
@@ -44,7 +66,12 @@ def json_reply(status: int, value: Any) -> Response:
 
 
 def error_reply(err: ApiError) -> Response:
-    return Response(err.encoded(), status_code=err.status, media_type=JSON_TYPE)
+    return Response(err.encoded(), status_code=err.status, headers=err.headers())
+
+
+def reply(answer: tuple[int, dict, bytes]) -> Response:
+    status, headers, body = answer
+    return Response(body, status_code=status, headers=headers)
 
 
 def error_line(text: str) -> dict | None:
@@ -69,8 +96,10 @@ class ApiRoutes:
     async def answer(self, request: Any, path: str, headers: dict) -> Response:
         if request.method in ("GET", "DELETE") and path == "/mcp":
             return Response(b"", status_code=405, headers={"allow": "POST"})
-        if path != "/v1/models" and path not in ROUTES and path != "/mcp":
+        if path not in ("/v1/models", "/mcp", embeddings.ROUTE) and path not in ROUTES:
             return error_reply(ApiError(404, f"Unknown path {path}.", code="not_found"))
+        if guard.refused(headers, self.router.key) and path == "/mcp":
+            return reply(mcp.unauthorised(unauthorised().message, CHALLENGE))
         if guard.refused(headers, self.router.key):
             return error_reply(unauthorised())
         try:
@@ -78,11 +107,17 @@ class ApiRoutes:
                 cards = await self.all_cards()
                 return json_reply(200, models([n for n, c in cards.items() if c.get("streams")]))
             body = await request.body()
-            return await (self.mcp(body) if path == "/mcp" else self.complete(ROUTES[path], body))
+            if path == "/mcp":
+                return reply(await self.mcp(body, {name: headers.get(name) for name in mcp.HEADERS}))
+            if path == embeddings.ROUTE:
+                return json_reply(200, await self.embed(body))
+            return await self.complete(ROUTES[path], body)
         except ApiError as err:
             return error_reply(err)
         except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
-            return error_reply(ApiError(503, f"{type(err).__name__}: {err}", "server_error"))
+            said = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""  # never a remote traceback
+            return error_reply(ApiError(503, f"{type(err).__name__}: {said}. Hint: is the model still served? GET "
+                                        "/v1/models lists the models that stream.", "server_error"))  # fmt: skip
 
     async def card(self, name: str) -> dict | None:
         """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call
@@ -115,24 +150,30 @@ class ApiRoutes:
         return {n: card for n in names if (card := await self.card(n)) is not None}
 
     async def complete(self, kind: str, raw: bytes) -> Response:
-        try:
-            body = json.loads(raw)
-        except ValueError as err:
-            raise ApiError(400, f"The request body is not JSON: {err}.") from None
-        request = parse(kind, body)
+        request = parse(kind, body_of(raw))
         card = await self.card(request.model)
         if card is None:
             cards = await self.all_cards()
             raise not_found(request.model, [n for n, c in cards.items() if c.get("streams")])
         if not card.get("streams"):
             raise not_streaming(request.model)
-        answer, pieces = Answer(request), await self.pieces(request.model, raw)
-        if not answer.stream:
-            await self.drain(answer, pieces)
-            return Response(answer.body(), media_type=JSON_TYPE)
-        return StreamingResponse(
-            self.events(answer, pieces), media_type=SSE_TYPE, headers={"cache-control": "no-cache"}
-        )
+        out, pieces = answer(request), await self.pieces(request.model, request.upstream(raw))
+        if not out.stream:
+            await self.drain(out, pieces)
+            return Response(out.body(), media_type=JSON_TYPE)
+        return StreamingResponse(self.events(out, pieces), media_type=SSE_TYPE, headers={"cache-control": "no-cache"})
+
+    async def embed(self, raw: bytes) -> dict:
+        """/v1/embeddings: each input one prediction (the replicas batch them), its answer one embedding."""
+        request = embeddings.parse(body_of(raw))
+        card = await self.card(request.model)
+        if card is None:
+            cards = await self.all_cards()
+            raise not_found(request.model, [n for n, c in cards.items() if c.get("embeds")], "embedding models")
+        if not card.get("embeds"):
+            raise embeddings.not_embedding(request.model)
+        calls = [self.predict(request.model, json.dumps(text).encode(), False) for text in request.inputs]
+        return embeddings.reply(request, await asyncio.gather(*calls))
 
     async def pieces(self, name: str, raw: bytes) -> AsyncIterator[str]:
         """The model's str pieces for request body ``raw``; an error answer before them raises ApiError at once."""
@@ -150,7 +191,7 @@ class ApiRoutes:
                            "pieces. Hint: make postprocess return a str per step.", param="model")  # fmt: skip
         return _texts(first, replies)
 
-    async def drain(self, answer: Answer, pieces: AsyncIterator[str]) -> None:
+    async def drain(self, answer: Any, pieces: AsyncIterator[str]) -> None:
         try:
             async for piece in pieces:
                 answer.feed(piece)
@@ -160,7 +201,7 @@ class ApiRoutes:
             await pieces.aclose()  # closes the replica's stream: its generator stops
         answer.close()
 
-    async def events(self, answer: Answer, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    async def events(self, answer: Any, pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
         try:
             async for piece in pieces:
                 out = answer.feed(piece)
@@ -175,24 +216,27 @@ class ApiRoutes:
             await pieces.aclose()
         yield answer.close()
 
-    async def mcp(self, raw: bytes) -> Response:
-        step = mcp.step(raw)
+    async def mcp(self, raw: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        step = mcp.step(raw, headers)
         if step.kind == "reply":
-            return Response(
-                mcp.encoded(step.body), status_code=step.status, media_type=JSON_TYPE if step.body else None
-            )
+            return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
         if step.kind == "list":
-            cards = await self.all_cards()
-            return json_reply(200, mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in cards.items()]))
+            return mcp.http(step, mcp.tools_reply(step, await self.all_cards()))
+        return mcp.http(step, await self.tool_call(step))
+
+    async def tool_call(self, step: mcp.Step) -> dict:
         card = await self.card(step.name)
         if card is None:
-            return json_reply(200, mcp.unknown_tool(step.id, step.name, list(await self.all_cards())))
+            return mcp.unknown_tool(step, list(await self.all_cards()))
+        problem = mcp.argument_problem(card, step.arguments)
+        if problem:
+            return mcp.call_reply(step, problem, failed=True)
         sample = json.dumps(mcp.sample(card, step.arguments)).encode()
         try:
             answer = await self.predict(step.name, sample, bool(card.get("streams")))
-        except ApiError as err:
-            return json_reply(200, mcp.call_reply(step.id, err.message, failed=True))
-        return json_reply(200, mcp.call_reply(step.id, answer))
+        except ApiError as err:  # its cause and hint, as the model's error line says them
+            return mcp.call_reply(step, err.message, failed=True)
+        return mcp.call_reply(step, answer)
 
     async def predict(self, name: str, body: bytes, streams: bool) -> Any:
         """One prediction: the decoded answer; a streaming model's joined text."""

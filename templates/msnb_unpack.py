@@ -29,13 +29,22 @@ class UnsafeArchiveError(ValueError):
 
 
 REBUILD_HINT = "rebuild the archive with paths relative to its root, e.g. `tar -C dir -czf deps.tgz .`"
+# A model archive (.mar, a zip) is rebuilt by torch-model-archiver, not tar.
+MAR_HINT = "rebuild it with torch-model-archiver from files inside one folder (no absolute paths, no '..' in them)"
+
+
+def rebuild_hint(archive: Path) -> str:
+    """How to rebuild ``archive`` without the member it was refused for: a model archive or a tar of files."""
+    return MAR_HINT if archive.suffix.lower() in (".mar", ".zip") else REBUILD_HINT
 
 
 def check_path(archive: Path, name: str) -> PurePosixPath:
     """The member's path inside the folder; refused when absolute, on a drive or climbing out with ``..``."""
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or PureWindowsPath(name).drive or ".." in path.parts:
-        raise UnsafeArchiveError(f"{archive.name} has an unsafe member {name!r} (absolute path or '..').", REBUILD_HINT)
+        raise UnsafeArchiveError(
+            f"{archive.name} has an unsafe member {name!r} (absolute path or '..').", rebuild_hint(archive)
+        )
     return path
 
 
@@ -74,7 +83,7 @@ def _zip_checked(archive: Path, zf: zipfile.ZipFile) -> int:
         if kind == stat.S_IFLNK:
             check_link(archive, info.filename, zf.read(info).decode("utf-8", "replace"))
         elif kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-            raise UnsafeArchiveError(f"{archive.name} has a special file {info.filename!r}.", REBUILD_HINT)
+            raise UnsafeArchiveError(f"{archive.name} has a special file {info.filename!r}.", rebuild_hint(archive))
         total += info.file_size
     return total
 

@@ -40,8 +40,9 @@ def concurrently(calls: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
-def mcp_tools(url: str, key: str, calls: list[tuple[str, dict]]) -> tuple[list, list]:
-    """MCP's list_tools, then call_tool for each (name, arguments), with the official client."""
+def mcp_tools(url: str, key: str, calls: list[tuple[str, dict]], mode: str = "initialize") -> tuple[list, list]:
+    """MCP's list_tools, then call_tool for each (name, arguments), with the official client: after ``initialize()``
+    (the handshake era) or ``discover()`` (the stateless revision); the session's protocol version checked."""
 
     async def run() -> tuple[list, list]:
         headers = {"Authorization": f"Bearer {key}"}
@@ -54,8 +55,35 @@ def mcp_tools(url: str, key: str, calls: list[tuple[str, dict]]) -> tuple[list, 
             ),
         ):
             async with ClientSession(read, write) as session:
-                await session.initialize()
+                await (session.discover() if mode == "discover" else session.initialize())
+                assert (session.protocol_version == "2026-07-28") == (mode == "discover")
                 tools = (await session.list_tools()).tools
                 return tools, [await session.call_tool(name, args) for name, args in calls]
 
     return asyncio.run(run())
+
+
+def streamed_response(client: OpenAI, model: str, given: Any, **kwargs: Any) -> tuple[list[str], list[str], Any]:
+    """A streamed Responses request: its text deltas, every event's type (in order), the final response."""
+    deltas, kinds, final = [], [], None
+    for event in client.responses.create(model=model, input=given, stream=True, **kwargs):
+        kinds.append(event.type)
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        if event.type in ("response.completed", "response.incomplete", "response.failed"):
+            final = event.response
+    return deltas, kinds, final
+
+
+def failure_text(call: Any) -> str:
+    """What ``call()`` raised, every exception of an exception group (the mcp client's task group) joined."""
+    try:
+        call()
+    except BaseException as err:  # the text of whatever the client raised is the subject
+        found, out = [err], []
+        while found:
+            one = found.pop()
+            found.extend(getattr(one, "exceptions", ()))
+            out.append(str(one))
+        return "\n".join(out)
+    return ""

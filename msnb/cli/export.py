@@ -17,7 +17,14 @@ from msnb.errors import BuildError, OptionError
 from msnb.package import archive, formats
 from msnb.session.export import Report, Targets, export
 
-__all__ = ["Report", "export_archives", "export_notebook", "format_table", "is_archive"]
+__all__ = [
+    "Report",
+    "export_archives",
+    "export_notebook",
+    "format_table",
+    "is_archive",
+    "print_ray_folder",
+]
 
 
 def export_notebook(
@@ -34,6 +41,8 @@ def export_notebook(
     timeout: int = DEFAULT_TIMEOUT_S,
     ray: str | Path | None = None,
     ray_host: str | None = None,
+    ray_port: int | None = None,
+    ray_sizing=None,
     allow_files: Iterable[str | Path] = (),
 ) -> Report:
     """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel run with ``timeout``
@@ -41,7 +50,7 @@ def export_notebook(
 
     ``check`` runs each handler on its ``--example`` first; without it no user code runs and ``check_imports``
     refuses imports the archive would not satisfy. ``kserve`` (DIR/model-store + DIR/config with ``limits``) and
-    ``ray`` (msnb.package.ray_layout, HTTP on ``ray_host``) are written only when every handler succeeded.
+    ``ray`` (msnb.package.ray_layout, HTTP on ``ray_host``:``ray_port``, replicas sized by ``ray_sizing``) are written only when every handler succeeded.
     """
     _refuse_early(fmt, kserve, ray)
     targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
@@ -50,7 +59,8 @@ def export_notebook(
         created += [t for t in targets if archive.ensure_writable(t)]
         with ExitStack() as stack:
             items = _captured(notebook, handlers, overrides, (execute, timeout, allow_files), stack)
-            where = Targets(*(None if t is None else Path(t) for t in (outdir, kserve, ray)), limits, ray_host)
+            paths = (None if t is None else Path(t) for t in (outdir, kserve, ray))
+            where = Targets(*paths, limits, ray_host, ray_port, ray_sizing)
             report = export(items, where, fmt, check)
     finally:
         for folder in created:  # nothing written there: leave no empty folder behind
@@ -119,23 +129,32 @@ def is_archive(path: Path) -> bool:
     return path.is_dir() or path.name.endswith((".mar", ".tar.gz", ".tgz"))
 
 
-def export_archives(find, paths: list[str], ray: str | None, host: str | None, kserve_python: str | None = None) -> int:
+def export_archives(find, paths: list[str], ray: str | None, host: str | None, kserve_python: str | None = None,
+                    port: int | None = None, sizing=None) -> int:  # fmt: skip
     """`msnb export A.mar B.mar --ray OUT` (and/or `--kserve-python OUT`): archives torch-model-archiver made as a Ray
-    Serve application, or as KServe's Python model server's folder (``find``: `msnb serve`'s archive finder). Returns
-    the exit code."""
+    Serve application (HTTP on ``host``:``port``, replicas sized by ``sizing``), or as KServe's Python model server's
+    folder (``find``: `msnb serve`'s archive finder). Returns the exit code."""
     if not (ray or kserve_python) or not all(is_archive(Path(p)) for p in paths):
         raise OptionError(
             "msnb export takes one notebook, or archives with --ray OUT or --kserve-python OUT.",
             "export a notebook: `msnb export nb.ipynb -o store/`; archives: `msnb export A.mar B.mar --ray OUT`.",
         )
     if ray:
-        from msnb.package.ray_layout import DEFAULT_HOST, write_ray_archives
+        from msnb.package.ray_layout import DEFAULT_HOST, DEFAULT_PORT, write_ray_archives
 
-        out = write_ray_archives(find(paths), Path(ray), host or DEFAULT_HOST)
-        print(f"Ray Serve folder: {out.resolve()} (from there: serve run serve_config.yaml)")
+        out = write_ray_archives(find(paths), Path(ray), host or DEFAULT_HOST, port or DEFAULT_PORT, sizing)
+        print_ray_folder(out)
     if kserve_python:
         from msnb.package.kserve_python_layout import PREDICTOR, write_kserve_python
 
         out = write_kserve_python(find(paths), Path(kserve_python))
         print(f"KServe Python server folder: {out.resolve()} (from there: python {PREDICTOR})")
     return 0
+
+
+def print_ray_folder(out: Path) -> None:
+    """Where the Ray Serve folder went, what it needs of a cluster and the steps that run it (key included)."""
+    from msnb.package.ray_layout import summary
+
+    print(f"Ray Serve folder: {out.resolve()}")
+    print(summary(out.resolve()))

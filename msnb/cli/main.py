@@ -10,11 +10,12 @@ from pathlib import Path
 
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
+from msnb.cli.export_options import add_layout_options, sizing_of
 from msnb.cli.serve_ray import torchserve_arguments
 from msnb.engines import env_vars
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.models import LIMIT_OPTIONS, Limits
-from msnb.engines.torchserve.config import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR
+from msnb.engines.torchserve.config import KSERVE_STORE_DIR
 from msnb.errors import MsnbError, OptionError, ServerError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
@@ -121,38 +122,10 @@ def _add_export(sub) -> None:
         help="a folder outside the notebook's own that its --checkpoint / --extra-files / requirements / @example "
         "files may come from (repeatable; without it such a file is refused)",
     )
-    _add_layouts(exp)
+    add_layout_options(exp)
     _add_execute(exp)
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)
-
-
-def _add_layouts(exp: argparse.ArgumentParser) -> None:
-    """The other engines' layouts `msnb export` writes beside (or instead of) the archives."""
-    exp.add_argument(
-        "--kserve",
-        metavar="DIR",
-        help="also write KServe's TorchServe layout: "
-        f"DIR/{KSERVE_STORE_DIR}/<name>.mar and DIR/{KSERVE_CONFIG_DIR}/config.properties (storageUri points at DIR)",
-    )
-    exp.add_argument(
-        "--ray",
-        metavar="DIR",
-        help="also write a Ray Serve folder: DIR/<name>/ model folders, the adapter and serve_config.yaml "
-        '(`serve run serve_config.yaml` from DIR; KubeRay\'s serveConfigV2); needs pip install "msnb[ray]"',
-    )
-    exp.add_argument(
-        "--kserve-python",
-        metavar="DIR",
-        help="archives only: write a folder KServe's own Python model server serves (no TorchServe frontend): "
-        "DIR/<name>/ model folders, kserve_predictor.py (KServe's v1 and v2 protocols) and requirements.txt",
-    )
-    exp.add_argument(
-        "--ray-host",
-        metavar="HOST",
-        help="the address Ray Serve's HTTP proxy binds in serve_config.yaml (default 127.0.0.1; 0.0.0.0 for a "
-        "cluster, behind an authenticating proxy: Serve's HTTP has no authentication)",
-    )
 
 
 def _add_execute(exp: argparse.ArgumentParser) -> None:
@@ -214,17 +187,24 @@ def _add_compare(sub) -> None:
 
     cmp = _add_command(sub, "compare", "the same requests to TorchServe and Ray Serve, answers compared", requests_help)
     cmp.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder or model store")
-    cmp.add_argument("--data", required=True, metavar="@FILE", help="the requests: a JSON Lines file")
+    cmp.add_argument("--data", metavar="@FILE", help="the requests: a JSON Lines file")
+    cmp.add_argument("--data-dir", metavar="DIR", type=Path, help="one JSON Lines file per model: DIR/NAME.jsonl")
+    cmp.add_argument("--strict", action="store_true", help="fail on the differences docs/ray-design.md documents too")
+    cmp.add_argument("--junit-xml", metavar="FILE", type=Path, help="write the result as JUnit XML (for CI)")
+    cmp.add_argument("--json", metavar="FILE", type=Path, help="write the result as JSON")
     cmp.add_argument("--envelope", metavar="NAME", help="TorchServe's service_envelope on the Ray side")
     cmp.set_defaults(run=_compare)
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from msnb.cli.compare import requests_file, run_compare
+    from msnb.cli.compare import Check, request_files, run_compare
 
+    check = Check(args.data, args.data_dir, args.strict, args.junit_xml, args.json, args.envelope)
+    args.usage_errors = True
+    archives = find_archives(args.paths)
+    request_files(archives, check)  # bad request files are refused before anything starts (a usage error)
     args.usage_errors = False
-    requests_file(args.data)  # a bad --data is refused before anything starts
-    return run_compare(find_archives(args.paths), args.data, args.envelope, _register_each)
+    return run_compare(archives, check, _register_each)
 
 
 def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
@@ -249,7 +229,8 @@ def _export(args: argparse.Namespace) -> int:
     args.usage_errors = True  # an export error before any handler ran is about the command line
     if len(args.notebook) > 1 or is_archive(Path(args.notebook[0])):
         args.usage_errors = False  # a refused archive is not a command-line error
-        return export_archives(find_archives, args.notebook, args.ray, args.ray_host, args.kserve_python)
+        return export_archives(find_archives, args.notebook, args.ray, args.ray_host, args.kserve_python,
+                               args.ray_port, sizing_of(args))  # fmt: skip
     if args.kserve_python:
         raise OptionError(
             "--kserve-python takes archives torch-model-archiver made, not a notebook.",
@@ -270,6 +251,8 @@ def _export(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             ray=args.ray,
             ray_host=args.ray_host,
+            ray_port=args.ray_port,
+            ray_sizing=sizing_of(args),
             allow_files=args.allow_files,
         )
     except ExecuteError as err:  # the notebook itself failed, not the command line
@@ -302,7 +285,9 @@ def _print_layouts(report, args: argparse.Namespace) -> None:
     elif args.kserve:
         print("KServe layout not written: every handler must export for it.", file=sys.stderr)
     if report.ray is not None:
-        print(f"Ray Serve folder: {report.ray.resolve()} (from there: serve run serve_config.yaml)")
+        from msnb.cli.export import print_ray_folder
+
+        print_ray_folder(report.ray)
     elif args.ray:
         print("Ray Serve folder not written: every handler must export for it.", file=sys.stderr)
 

@@ -115,7 +115,9 @@ def _alive(pid: int) -> bool:
 
 def report(path: Path, err: MsnbError) -> None:
     """One archive that could not be served: its error (with its Hint and worker lines); the others serve on."""
-    print(f"error: {path}: {err.render()}", file=sys.stderr, flush=True)
+    text = err.render()
+    named = str(path) in text.split("\n", 1)[0]  # the message already names the archive: not a second time
+    print(f"error: {text}" if named else f"error: {path}: {text}", file=sys.stderr, flush=True)
 
 
 def served_or_fail(served: list[str], total: int, where: str, hint: str) -> list[str]:

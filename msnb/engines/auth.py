@@ -20,6 +20,10 @@ from msnb.errors import ServerError
 
 RENEW_MARGIN_S = 300.0  # renew a key 5 min before it expires (half its life for short-lived keys)
 NEVER = "9999-12-31T23:59:59Z"  # the expiry of keys that do not expire (an engine without key renewal)
+KEY_FILE_HINT = (
+    "pass the key the server checks: TorchServe's key_file.json (from the folder it started in), a JSON file "
+    'holding {"inference": {"key": "..."}}, or a file holding the key alone (`msnb predict --token-file FILE`; in Python: token_file=FILE)'
+)
 
 
 class Keys:
@@ -44,10 +48,7 @@ class Keys:
             return {}
         with self._lock:
             if not self._keys and not self._load():
-                raise ServerError(
-                    f"TorchServe has not written {self.key_file} (token auth is on).",
-                    "wait for the server to start, or restart it with server.start().",
-                )
+                raise self._unreadable()
             remaining = self._expires.get(kind, float("inf")) - time.time()
             if self.management_url and remaining < min(RENEW_MARGIN_S, self._lifetime.get(kind, 0) / 2):
                 self._renew(kind)
@@ -90,19 +91,46 @@ class Keys:
             )
         self._load()
 
+    def _unreadable(self) -> ServerError:
+        """Why no key could be read: a server msnb started has not written its file yet; a file given by the user
+        is missing or holds no key."""
+        if self.management_url:
+            return ServerError(
+                f"TorchServe has not written {self.key_file} (token auth is on).",
+                "wait for the server to start, or restart it with server.start().",
+            )
+        problem = "does not exist" if not self.key_file.exists() else "holds no key msnb can read"
+        return ServerError(f"The key file {self.key_file} {problem}.", KEY_FILE_HINT)
+
     def _load(self) -> bool:
         try:
-            keys = json.loads(self.key_file.read_text())
+            keys = read_keys(self.key_file.read_text())
         except (OSError, ValueError):
             return False
         now = time.time()
         for kind in ("inference", "management"):
-            expires = _parse_time(keys[kind]["expiration time"])
+            expires = _parse_time(keys[kind].get("expiration time") or NEVER)
             if keys[kind]["key"] != self._keys.get(kind, {}).get("key"):
                 self._lifetime[kind] = expires - now
             self._expires[kind] = expires
         self._keys = keys
         return True
+
+
+def read_keys(text: str) -> dict:
+    """The keys in a key file: TorchServe's key_file.json, one holding only ``{"inference": {"key": ...}}`` (the
+    management key is then the same), or the key alone as plain text (the key of every kind). ValueError: none."""
+    text = text.strip()
+    if not text.startswith("{"):
+        if not text or len(text.split()) != 1:
+            raise ValueError("not a key")
+        return {kind: {"key": text} for kind in ("inference", "management")}
+    keys = json.loads(text)
+    inference = keys.get("inference") if isinstance(keys, dict) else None
+    if not isinstance(inference, dict) or not isinstance(inference.get("key"), str):
+        raise ValueError("no inference key")
+    management = keys.get("management") if isinstance(keys.get("management"), dict) else inference
+    return {**keys, "inference": inference, "management": management}
 
 
 def write_key_file(path: Path) -> Path:

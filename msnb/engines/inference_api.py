@@ -232,8 +232,15 @@ class InferenceClient:
 
     def not_found(self, name: str, version: str | None) -> ServerError:
         what = f"{name!r}" + (f" version {version!r}" if version else "")
+        served = self.served()
+        if served == "?":  # a server this client cannot list: given by its URL (`msnb predict --url`, connect)
+            return ServerError(
+                f"No model {what} is served at {self.inference_url}.",
+                "check the name against the models that server serves (TorchServe's management API: GET /models, "
+                "or the list `msnb serve` printed); names are case-sensitive.",
+            )
         return ServerError(
-            f"No model {what} is registered on this server (registered: {self.served()}).",
+            f"No model {what} is registered on this server (registered: {served}).",
             "register it first (server.register(...) or %ms_serve NAME); names are case-sensitive.",
         )
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore
+from msnb.errors import MsnbError
 
 
 @runtime_checkable
 class Engine(Protocol):
     """A local engine this process starts, deploys model folders to, asks, and stops.
 
-    ``kind`` is the session's engine name (``msnb.session.ENGINES``), ``label`` the name a person reads.
+    ``kind`` is the engine's name in the registry (``msnb.engines.registry``), ``label`` the name a person reads.
     """
 
     kind: str
@@ -35,6 +38,10 @@ class Engine(Protocol):
 
     @property
     def inference_url(self) -> str: ...
+
+    @property
+    def client(self) -> InferenceClient:
+        """The HTTP client of the running engine: TorchServe's inference URLs (a reload request goes through it)."""
 
     @property
     def openai_base_url(self) -> str:
@@ -63,11 +70,25 @@ class Engine(Protocol):
     def model_env(self, name: str, values: dict[str, str]) -> None:
         """Give the workers (replicas) ``name`` starts from now on these variables, and no other model's (``--env``)."""
 
+    def deploy_many(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
+        """Serve several model folders (or archives), each with its register parameters, side by side where the
+        engine can: yields ``(name, ModelStatus)`` for each that serves and ``(name, MsnbError)`` for each that does
+        not (the others still serve)."""
+
+    def unregister(self, name: str, version: str | None = None) -> None:
+        """Stop serving ``name``'s ``version`` (None: every version)."""
+
+    def status(self, name: str, version: str | None = None) -> ModelStatus:
+        """What ``name`` (its default version, or ``version``) serves now: TorchServe's describe call."""
+
     def models(self) -> list[ModelStatus]: ...
 
     def versions(self, name: str) -> list[ModelStatus]: ...
 
     def predict(self, name: str, data: Any, **kwargs: Any) -> Any: ...
+
+    def predict_stream(self, name: str, data: Any, **kwargs: Any) -> Iterator[Any]:
+        """The pieces of ``name``'s answer as they come (a generator role's yields)."""
 
     def explain(self, name: str, data: Any, **kwargs: Any) -> Any: ...
 
@@ -80,4 +101,36 @@ class Engine(Protocol):
         """While ``name`` loads: a call that says what its worker does now (for the progress bar)."""
 
 
-__all__ = ["Engine"]
+@dataclass(frozen=True)
+class EngineKind:
+    """One engine as every surface offers it, declared by its own package (``ENGINE``) and listed in
+    ``msnb.engines.registry``: nothing outside ``msnb/engines/`` needs to know an engine by its name.
+
+    ``default(port)`` is the process-wide engine of the notebook surfaces (not necessarily started); ``running()``
+    says whether it runs now without creating or starting it; ``require()`` raises an MsnbError naming ``extra``
+    when the engine's packages are not installed."""
+
+    kind: str  # what a caller passes: --engine KIND, engine=KIND
+    label: str  # the name a person reads
+    starting: str  # the progress line while it starts
+    default: Callable[[int | None], Engine]
+    running: Callable[[], bool]
+    require: Callable[[], object]
+    type_name: str  # its engine class, ``module.Class`` (a notebook shows no Out for it: its ready line said it)
+    extra: str | None = None  # the pip extra it needs (None: msnb's own install serves on it)
+
+    @property
+    def choice(self) -> str:
+        """How a menu names it: with the install line when it needs an extra."""
+        return f"{self.label} (pip install msnb[{self.extra}])" if self.extra else self.label
+
+    def installed(self) -> bool:
+        """Whether its packages are there (``require`` passes)."""
+        try:
+            self.require()
+        except MsnbError:
+            return False
+        return True
+
+
+__all__ = ["Engine", "EngineKind"]

@@ -58,13 +58,21 @@ def answer(status: int, headers: dict, body: bytes, close: bool = False) -> byte
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
+def _path(url: bytes) -> str:
+    """A request's path ("" before its URL is read, or when it is malformed)."""
+    try:
+        return httptools.parse_url(url).path.decode("utf-8", "replace") if url else ""
+    except httptools.HttpParserInvalidURLError:
+        return ""
+
+
 class Client(asyncio.Protocol):
     """One client connection: its requests parsed, handed in order to ``forward(request, client)``; a malformed one,
-    or one over ``limit`` bytes (413, which the servers behind check too), gets ``refuse``'s answer and the
-    connection is closed."""
+    or one over ``limit`` bytes (413, which the servers behind check too), gets ``refuse``'s answer (given the status,
+    the error type, the message and the request's path) and the connection is closed."""
 
     def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int,
-                 refuse: Callable[[int, str, str], bytes]):  # fmt: skip
+                 refuse: Callable[[int, str, str, str], bytes]):  # fmt: skip
         self.forward, self.limit, self.refuse = forward, limit, refuse
         self.parser, self.request, self.queue = httptools.HttpRequestParser(self), Request(), asyncio.Queue()
         self.transport, self.upstream, self.refused = None, None, False
@@ -117,7 +125,7 @@ class Client(asyncio.Protocol):
         """Answer ``refusal`` (status, type, message) and close: nothing more is read from this client."""
         if not self.refused:
             self.refused = True
-            self.transport.write(self.refuse(*refusal))
+            self.transport.write(self.refuse(*refusal, _path(self.request.url)))
             self.transport.close()
 
     def pause_writing(self) -> None:  # the client reads slower than the replica streams

@@ -1,4 +1,5 @@
-"""A model folder's API card (msnb_api.json): how it shows as an MCP tool and whether /v1 streams it.
+"""A model folder's API card (msnb_api.json): how it shows as an MCP tool, whether /v1 streams it and whether it
+answers /v1/embeddings (``--embeddings``).
 
 Its description is the handler's docstring (the cell's own, else its entry's or first documented role's), its input
 schema the one ``--schema FILE`` gives or one inferred from ``--example``; a sample that is not a JSON object is the
@@ -21,13 +22,13 @@ JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "str
 
 
 def card(spec: HandlerSpec) -> dict:
-    """The card of ``spec``: description, input_schema, wrapped, streams."""
+    """The card of ``spec``: description, input_schema, wrapped, streams, embeds."""
     schema = dict(spec.input_schema) if spec.input_schema else infer(spec.example)
     wrapped = schema.get("type") != "object"
     if wrapped:
         schema = {"type": "object", "properties": {WRAP_KEY: schema}, "required": [WRAP_KEY]}
     return {"description": description(spec), "input_schema": schema, "wrapped": wrapped,
-            "streams": bool(spec.streaming)}  # fmt: skip
+            "streams": bool(spec.streaming), "embeds": spec.embeddings}  # fmt: skip
 
 
 def write(spec: HandlerSpec, model_dir: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import tarfile
 from pathlib import Path
 
 from msnb.errors import ServerError
@@ -28,16 +29,24 @@ def unpacked(path: Path, staging: Path) -> Path:
         return staging / "model"
     try:
         unpack_archive(path, staging / "model")
-    except UnsafeArchiveError as err:
-        raise ServerError(f"{path}: refused, nothing unpacked: {err.message}", err.hint) from None
+    except UnsafeArchiveError as err:  # its message names the archive's file: said once, with its path
+        why = err.message.removeprefix(f"{path.name} ")
+        raise ServerError(f"{path} is refused, nothing unpacked: it {why}", err.hint) from None
     except Exception as err:  # zipfile.BadZipFile, tarfile.ReadError, EOFError, zlib.error: truncated or corrupt
         raise ServerError(
-            f"{path} is not a readable model archive ({type(err).__name__}: {err}).",
+            f"{path} is not a readable model archive ({_unreadable(err)}).",
             f"the file is truncated or corrupt: copy or build it again; {ARCHIVE_HINT}",
         ) from None
     root = staging / "model"
     inner = [p for p in root.iterdir() if (p / MANIFEST).is_file()] if not (root / MANIFEST).is_file() else []
     return inner[0] if len(inner) == 1 else root
+
+
+def _unreadable(err: Exception) -> str:
+    """Why an archive could not be read, in one line (tarfile lists each compression it tried: not those)."""
+    if isinstance(err, tarfile.ReadError):
+        return "neither a zip, as torch-model-archiver writes a .mar, nor a tar archive"
+    return f"{type(err).__name__}: {err}"
 
 
 def _refuse_links_out(folder: Path) -> None:

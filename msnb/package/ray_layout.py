@@ -17,6 +17,7 @@ from msnb.errors import BuildError
 from msnb.files import written_into
 from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
+from msnb.package.ray_sizing import Sizing, needs, needs_text
 from msnb.spec import HandlerSpec
 from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names, msnb_serving
 from msnb.templates.msnb_ray_guard import KEY_VAR
@@ -39,18 +40,24 @@ def adapter_files() -> list[Path]:
     return sorted(Path(str(p)) for p in [*adapter, *shared])
 
 
-def serve_config(models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> dict:
-    """One Serve application per model folder (name -> version; no HTTP route of its own) and the router at ``/``.
+def serve_config(
+    models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, sizing: Sizing | None = None
+) -> dict:
+    """One Serve application per model folder (name -> version; no HTTP route of its own), each replica sized by
+    ``sizing`` (a small CPU share by default: ``ray_sizing``), and the router at ``/``.
 
     The version is an argument so that a new export of a changed handler is a changed config: Serve rolls it out.
     The router refuses bodies over TorchServe's default max_request_size and asks for an inference key, which it
     reads where it runs ($MSNB_INFERENCE_KEY, $MSNB_INFERENCE_KEY_FILE or a ``key_file`` argument; ``auth: false``
     turns the check off): the config itself holds no secret.
     """
+    sizing = sizing or Sizing()
+    sizing.check_names(list(models))
     apps = [
-        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model", "args": {"model_dir": n, "version": v}}
+        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model",
+         "args": {"model_dir": n, "version": v, **sizing.args_for(n)}}
         for n, v in models.items()
-    ]
+    ]  # fmt: skip
     router = {"max_request_size": DEFAULT_MAX_BYTES}
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
@@ -89,8 +96,9 @@ def _container() -> dict:
 
 
 def write_ray(
-    folders: list[ModelFolder | HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
-) -> Path:
+    folders: list[ModelFolder | HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    sizing: Sizing | None = None,
+) -> Path:  # fmt: skip
     """Write OUTDIR/<name>/ (the model folders laid out; a spec's staged to be), the adapter, serve_config.yaml and
     rayservice.yaml.
 
@@ -101,10 +109,12 @@ def write_ray(
             archive.pack_or_build(folder, staging, formats.SERVE_FORMAT)
         return {f.name: f.version for f in folders}
 
-    return _write(outdir, stage, host, port)
+    return _write(outdir, stage, (host, port, sizing))
 
 
-def write_ray_archives(paths: list[Path], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Path:
+def write_ray_archives(
+    paths: list[Path], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, sizing: Sizing | None = None
+) -> Path:
     """``write_ray`` for archives torch-model-archiver made (``msnb export A.mar B.mar --ray OUT``): each opened as
     ``msnb serve --engine ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are
     installed where it runs (the application's ``runtime_env``), not checked against this environment."""
@@ -118,13 +128,14 @@ def write_ray_archives(paths: list[Path], outdir: Path, host: str = DEFAULT_HOST
         shutil.rmtree(staging / ".opened", ignore_errors=True)
         return models
 
-    return _write(outdir, stage, host, port)
+    return _write(outdir, stage, (host, port, sizing))
 
 
-def _write(outdir: Path, stage, host: str, port: int) -> Path:
+def _write(outdir: Path, stage, where: tuple) -> Path:
+    """``where``: (host, port, sizing)."""
     require()
     with written_into(outdir, ".msnb-ray-") as staging:
-        config = serve_config(stage(staging), host, port)
+        config = serve_config(stage(staging), *where)
         validate(config)
         for src in adapter_files():
             shutil.copy2(src, staging / src.name)
@@ -148,3 +159,31 @@ SECRETS_NOTE = (
     "# runtime_env env_vars (serve_config.yaml: applications[NAME].runtime_env) reach one application only, but Ray\n"
     "# writes their values to runtime_env_agent.log.\n"
 )
+
+
+def summary(outdir: Path) -> str:
+    """What the exported application needs of its cluster and the steps that run it, key included (printed by
+    ``msnb export --ray``; docs/ray.md shows the same steps)."""
+    config = yaml.safe_load((outdir / SERVE_CONFIG).read_text())
+    http = config["http_options"]
+    return RUN_STEPS.format(
+        needs=needs_text(needs(outdir, config)), out=outdir, var=KEY_VAR, host=http["host"], port=http["port"],
+        secret=KEY_SECRET["name"], secret_key=KEY_SECRET["key"], config=SERVE_CONFIG, rayservice=RAYSERVICE,
+        name=next(app["name"] for app in config["applications"]),
+    )  # fmt: skip
+
+
+# The router reads its key where it runs: a Ray that `serve run` starts inherits the shell's variable; a running
+# cluster's replicas inherit their node's environment (as `ray start` had it), never the `serve run` shell's.
+RUN_STEPS = """{needs}
+Run it (the router asks every request for the inference key in ${var}, read where it runs):
+  export {var}="$(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+  cd {out}
+  serve run {config}
+On a running cluster, start its nodes with {var} in their environment (`{var}=... ray start ...`), then:
+  RAY_ADDRESS=HEAD:6379 serve run {config}
+On Kubernetes (KubeRay), the key from a Secret (rayservice.yaml gives it to every Ray container):
+  kubectl create secret generic {secret} --from-literal={secret_key}="${var}"
+  kubectl apply -f {rayservice}
+Ask it:
+  curl -H "Authorization: Bearer ${var}" http://{host}:{port}/predictions/{name} -T input.json"""

@@ -5,7 +5,7 @@
 worker; ``progress`` the progress a step shows. ``current()``, ``Session`` and ``deploy`` are public here.
 """
 
-from msnb.session.core import ENGINES, Session, StaleModelWarning, current
+from msnb.session.core import Session, StaleModelWarning, current
 from msnb.session.deployment import deploy
 
-__all__ = ["ENGINES", "Session", "StaleModelWarning", "current", "deploy"]
+__all__ = ["Session", "StaleModelWarning", "current", "deploy"]

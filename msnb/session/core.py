@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.capture.kernel_values import values_changed
-from msnb.engines import env_vars
+from msnb.engines import env_vars, registry
 from msnb.engines.protocol import Engine
 from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
@@ -28,22 +28,13 @@ from msnb.spec import HandlerSpec
 from msnb.trial import processes, runner
 
 DEFAULT_EXPORT = formats.DEFAULT_EXPORT
-# The engines a session serves on: TorchServe (LocalServer) and Ray Serve (msnb.engines.ray.engine.LocalRay).
-ENGINES = ("torchserve", "ray")
-STARTING = {"torchserve": "starting TorchServe (Java)", "ray": "starting Ray Serve"}
-ENGINE_NAMES = {"torchserve": "TorchServe", "ray": "Ray Serve"}
 EngineFactory = Callable[[str, int | None], Engine]  # (engine, port) -> that engine, not started yet
 
 
 def default_engine(engine: str, port: int | None = None) -> Engine:
-    """The process-wide engine of that name: the notebook's LocalServer, or its local Ray Serve (on ``port``)."""
-    if engine == "ray":
-        from msnb.engines.ray.engine import default_ray
-
-        return default_ray(port)
-    from msnb.engines.torchserve import default_server
-
-    return default_server()
+    """The process-wide engine of that name (``msnb.engines.registry``): the notebook's TorchServe, its local Ray
+    Serve (on ``port``), or any other registered engine."""
+    return registry.get(engine).default(port)
 
 
 class StaleModelWarning(UserWarning):
@@ -65,7 +56,7 @@ class Session:
         self._engine_factory = engine_factory
         self._server: Engine | None = None
         self.reloads = Reloads()  # code-only edits reload in the live worker (msnb.session.reload)
-        self.engine = ENGINES[0]
+        self.engine = registry.reference().kind
         self._engine_port: int | None = None
 
     # ------------------------------------------------------------ specs
@@ -172,12 +163,7 @@ class Session:
         """Serve on ``engine`` from now on (None keeps the current one); switching stops the other engine."""
         if engine is None or (engine == self.engine and port in (None, self._engine_port)):
             return
-        if engine not in ENGINES:
-            raise SpecError(f"Unknown engine {engine!r}.", f"use one of {', '.join(ENGINES)}.")
-        if engine == "ray":
-            from msnb.engines.ray import require
-
-            require()  # without the extra: the hint names it, before anything stops
+        registry.get(engine).require()  # an unknown engine, or one without its extra: refused before anything stops
         if self._server is not None:
             self.stop()
         self._server, self.engine, self._engine_port = None, engine, port
@@ -229,7 +215,7 @@ class Session:
         server = self.server(create=False)
         if server is not None and server.running:
             return server
-        with Phase(report, STARTING[self.engine], 0.05, 0.35):
+        with Phase(report, registry.get(self.engine).starting, 0.05, 0.35):
             return self.server()
 
     def stale(self, name: str) -> str | None:
@@ -352,7 +338,7 @@ class Session:
         if server is None or not server.running:
             return "Nothing to stop: no local server runs."
         served = ", ".join(s.line() for s in self.served.values()) or "no model"
-        return f"Stopped the local {ENGINE_NAMES[self.engine]} at {server.inference_url} (it served {served})."
+        return f"Stopped the local {registry.get(self.engine).label} at {server.inference_url} (it served {served})."
 
     def status(self) -> dict[str, Any]:
         """What is defined, built and served, per handler, and where the server's URL, logs and key file are."""
@@ -440,7 +426,7 @@ def _refuse_a_missing_gpu(spec: HandlerSpec) -> None:
 def _server_info(server: Engine | None, running: bool) -> dict[str, Any]:
     known = server is not None
     return {
-        "engine": server.kind if known else ENGINES[0],
+        "engine": server.kind if known else registry.reference().kind,
         "running": running,
         "url": server.inference_url if running else None,
         "openai_base_url": server.openai_base_url if running else None,  # /v1 and /mcp: the same key

@@ -61,6 +61,8 @@ class Targets:
     ray: Path | None = None
     limits: Limits | None = None
     ray_host: str | None = None
+    ray_port: int | None = None
+    ray_sizing: object = None  # msnb.package.ray_sizing.Sizing: what each replica asks for
 
 
 def export(items: list[Captured], targets: Targets, fmt: str, check: bool) -> Report:
@@ -75,7 +77,7 @@ def export(items: list[Captured], targets: Targets, fmt: str, check: bool) -> Re
             folders, targets.kserve, fmt, report, also_listed=targets.outdir is None, limits=targets.limits
         )
     if targets.ray is not None and folders and not report.failed:
-        _write_ray_into(folders, targets.ray, targets.ray_host, report)
+        _write_ray_into(folders, targets, report)
     return report
 
 
@@ -143,10 +145,11 @@ def _write_kserve_into(
         report.exported += [Exported(f.spec, root / kserve_layout.KSERVE_STORE_DIR / f"{f.name}.mar") for f in folders]
 
 
-def _write_ray_into(folders: list[ModelFolder], root: Path, host: str | None, report: Report) -> None:
-    from msnb.package.ray_layout import DEFAULT_HOST, write_ray
+def _write_ray_into(folders: list[ModelFolder], targets: Targets, report: Report) -> None:
+    from msnb.package.ray_layout import DEFAULT_HOST, DEFAULT_PORT, write_ray
 
     try:
-        report.ray = write_ray(folders, root, host or DEFAULT_HOST)
+        host, port = targets.ray_host or DEFAULT_HOST, targets.ray_port or DEFAULT_PORT
+        report.ray = write_ray(folders, targets.ray, host, port, targets.ray_sizing)
     except MsnbError as err:
         report.failed["--ray"] = err

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msnb.engines.inference_api import log_details
 from msnb.engines.models import ModelStatus
@@ -33,9 +33,6 @@ from msnb.spec import HandlerSpec
 from msnb.templates import DEV_ENTRY
 from msnb.templates import msnb_serving as serving
 from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
-
-if TYPE_CHECKING:
-    from msnb.engines.torchserve.server import LocalServer
 
 RELOAD, NEW_VERSION = "reload", "new version"
 # model-config keys the frontend acts on (a change needs a new registration), with the option that sets them
@@ -138,7 +135,7 @@ class Reloads:
         )
         return status
 
-    def reload(self, server: LocalServer, known: DevModel, spec: HandlerSpec) -> ModelStatus:
+    def reload(self, server: Engine, known: DevModel, spec: HandlerSpec) -> ModelStatus:
         """Stage generation N+1, ask the worker to load it; the old generation serves until it has."""
         number = known.generation + 1
         folder = stage_generation(known, spec, number)
@@ -204,7 +201,7 @@ def _written(write: Callable[[], None], final: Path, known: DevModel) -> None:
         raise ServerError(f"{error.message} Generation {known.generation} keeps serving.", error.hint) from None
 
 
-def ask_reload(server: LocalServer, known: DevModel, number: int) -> None:
+def ask_reload(server: Engine, known: DevModel, number: int) -> None:
     """One reload request through the model's inference queue; a refusal or a failed load is a ServerError."""
     client = server.client
     url = f"{client.inference_url}/predictions/{known.spec.name}/{known.version}"

@@ -86,6 +86,8 @@ class SpecSummary(View):
             rows.append(("extra files", ", ".join(spec.extra_files)))
         if spec.example is not None:
             rows.append(("example", _short(_as_text(spec.example))))
+        if spec.embeddings:
+            rows.append(("embeddings", f"an answer is an embedding: POST /v1/embeddings with model {spec.name!r}"))
         rows += [("warning", w) for w in spec.warnings]
         rows.append(("next", f"%ms_test {spec.name}, %ms_build {spec.name}, %ms_serve {spec.name}"))
         super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)

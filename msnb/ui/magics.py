@@ -16,6 +16,7 @@ from IPython.display import display
 
 from msnb import options
 from msnb.capture.magic_lines import msnb_lines
+from msnb.engines import registry
 from msnb.engines.chunks import print_chunks
 from msnb.engines.compare import table
 from msnb.engines.env_vars import ENV_HELP
@@ -24,7 +25,7 @@ from msnb.errors import MsnbError, OptionError
 from msnb.options import REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
 from msnb.session.compare import compare_cell
-from msnb.session.core import ENGINES, current, warm_up
+from msnb.session.core import current, warm_up
 from msnb.spec import HandlerSpec, Origin
 from msnb.ui import display as views
 from msnb.ui import help as magic_help
@@ -179,7 +180,9 @@ class MsnbMagics(Magics):
     @_usage_errors
     @magic_arguments()
     @argument("name", help="the handler's name")
-    @argument("--engine", choices=ENGINES, help="torchserve (default) or ray: a kernel-owned local Ray Serve")
+    @argument(
+        "--engine", help=f"{' or '.join(registry.kinds())} (default {registry.reference().kind}): where it serves"
+    )
     @argument("--port", type=int, help="Ray Serve's HTTP port on 127.0.0.1 (default: a free one)")
     @argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP)
     def ms_serve(self, line: str) -> Any:
@@ -336,8 +339,9 @@ def load_ipython_extension(ip: Any) -> None:
         prefix = "%%" if magic == "ms_handler" else "%"
         ip.set_hook("complete_command", magic_help.completer(names, magic_help.flags(method)), str_key=prefix + magic)
     formatters = ip.display_formatter.formatters
-    for module, engine in (("msnb.engines.torchserve.server", "LocalServer"), ("msnb.engines.ray.engine", "LocalRay")):
+    for kind in registry.kinds():
         # `%ms_serve` returns its server for `server = %ms_serve NAME`; its ready line said it: no Out repeats it
+        module, _, engine = registry.get(kind).type_name.rpartition(".")
         ip.display_formatter.ipython_display_formatter.for_type_by_name(module, engine, lambda server: None)
     formatters["text/plain"].for_type(HandlerSpec, lambda spec, p, cycle: p.text(views.SpecSummary(spec).text()))
     formatters["text/html"].for_type(HandlerSpec, lambda spec: views.SpecSummary(spec)._repr_html_())

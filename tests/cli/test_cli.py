@@ -126,6 +126,19 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
             by_url + ["--token-file", state["key_file"]], env=env, capture_output=True, text=True, timeout=120
         )
         assert with_token.returncode == 0 and json.loads(with_token.stdout) == expected, with_token.stderr
+        by_url_here = ["predict", "beta", "--data", EXAMPLE, "--url", state["inference_url"], "--token-file"]
+        (tmp_path / "inference.json").write_text(json.dumps({"inference": {"key": key}}))  # no expiry, no management
+        (tmp_path / "key.txt").write_text(key + "\n")  # the key alone
+        for keys in ("inference.json", "key.txt"):
+            code, out, err = run(capsys, *by_url_here, tmp_path / keys)
+            assert code == 0 and json.loads(out) == expected, err
+        code, _, err = run(capsys, *by_url_here, tmp_path / "absent.json")
+        assert code == 1 and "The key file" in err and "does not exist" in err and "--token-file FILE" in err
+        assert "server.start()" not in err
+        code, _, err = run(capsys, "predict", "gamma", "--data", EXAMPLE, "--url", state["inference_url"],
+                           "--token-file", tmp_path / "key.txt")  # fmt: skip
+        assert code == 1 and f"No model 'gamma' is served at {state['inference_url']}" in err, err
+        assert "registered: ?" not in err and "%ms_serve" not in err and "GET /models" in err
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)

@@ -9,6 +9,7 @@ import yaml
 from helpers import handler, run, standard
 
 from msnb.engines.ray import INSTALL_HINT
+from msnb.engines.ray.engine import REPLICA_CPUS
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 
@@ -22,8 +23,11 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
     assert names == [
         "first",
-        "msnb_api_mcp.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "msnb_api_embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "msnb_api_mcp.py",
         "msnb_api_openai.py",
+        "msnb_api_responses.py",
+        "msnb_api_v1.py",
         "msnb_api_wire.py",
         "msnb_names.py",
         "msnb_ray.py",
@@ -32,6 +36,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "msnb_ray_guard.py",
         "msnb_ray_http.py",  # a prediction's way through a door, bodies and answers
         "msnb_ray_load.py",
+        "msnb_ray_needs.py",  # what the application asks of its cluster, checked when it is built
         "msnb_ray_sequence.py",
         "msnb_ray_stream.py",
         "msnb_ray_timeout.py",  # responseTimeout
@@ -52,7 +57,8 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert config["http_options"]["host"] == "127.0.0.1"
     apps = {app["name"]: app for app in config["applications"]}
     assert (
-        apps["second"]["args"] == {"model_dir": "second", "version": "2.1"} and apps["second"]["route_prefix"] is None
+        apps["second"]["args"] == {"model_dir": "second", "version": "2.1", "num_cpus": REPLICA_CPUS}
+        and apps["second"]["route_prefix"] is None
     )
     assert apps["msnb-router"]["route_prefix"] == "/"
     # the router asks for a key read on the cluster (no secret in the config) and refuses TorchServe's large bodies
@@ -98,8 +104,8 @@ def test_export_ray_from_archives_torch_model_archiver_made(tmp_path, capsys):
     assert code == 0, err
     config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
     apps = {a["name"]: a for a in config["applications"]}
-    assert apps["echo"]["args"] == {"model_dir": "echo", "version": "1.0"}
-    assert apps["other"]["args"] == {"model_dir": "other", "version": "2.0"}
+    assert apps["echo"]["args"] == {"model_dir": "echo", "version": "1.0", "num_cpus": REPLICA_CPUS}
+    assert apps["other"]["args"] == {"model_dir": "other", "version": "2.0", "num_cpus": REPLICA_CPUS}
     assert apps["msnb-router"]["route_prefix"] == "/" and config["http_options"]["host"] == "127.0.0.1"
     assert (tmp_path / "ray" / "echo" / "echo_handler.py").read_text() == ECHO  # the archive's files, unchanged
     assert (tmp_path / "ray" / "echo" / "echo_requirements.txt").read_text() == "lru-dict\n"
@@ -113,3 +119,93 @@ def test_export_ray_from_archives_torch_model_archiver_made(tmp_path, capsys):
     assert not (tmp_path / "twice").exists() or not any((tmp_path / "twice").iterdir())
     code, _, err = run(capsys, "export", echo, "-o", tmp_path / "store")
     assert code == 2 and "archives with --ray OUT" in err
+
+
+def test_export_ray_sizes_each_model_and_prints_what_the_application_needs_and_the_steps_with_the_key(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    nb = standard(tmp_path / "nb", handler("first", "--workers 2"), handler("second"), handler("third"))
+    code, out, err = run(capsys, "export", nb, "--ray", tmp_path / "ray", "--ray-port", "8123", "--num-cpus", "0.25",
+                         "--num-cpus", "second=1", "--num-gpus", "third=0.5", "--memory", "first=512Mi")  # fmt: skip
+    assert code == 0, err
+    apps = {a["name"]: a["args"] for a in yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())[
+        "applications"]}  # fmt: skip
+    assert apps["first"] == {"model_dir": "first", "version": "1.0", "num_cpus": 0.25, "memory": 512 * 1024**2}
+    assert apps["second"] == {"model_dir": "second", "version": "1.0", "num_cpus": 1.0}
+    assert apps["third"] == {"model_dir": "third", "version": "1.0", "num_cpus": 0.25, "num_gpus": 0.5}
+    assert (
+        "The application needs 1.75 CPU, 1 GiB memory, 0.5 GPU in all (first 2 x 0.25 CPU, 0.5 GiB memory; second 1 x "
+        "1 CPU; third 1 x 0.25 CPU, 0.5 GPU; the router 0 CPU)." in out
+    )
+    assert 'export MSNB_INFERENCE_KEY="$(python' in out and "\n  serve run serve_config.yaml\n" in out
+    assert "kubectl create secret generic msnb-inference-key --from-literal=key=" in out
+    assert "http://127.0.0.1:8123/predictions/first" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--num-cpus", "nope=1", "--num-cpus names nope, which this export does not hold"),
+        ("--memory", "lots", "--memory 'lots' is not a size Ray can place"),
+        ("--num-gpus", "echo=-1", "--num-gpus 'echo=-1' is not a size Ray can place"),
+    ],
+)
+def test_export_ray_refuses_a_size_it_cannot_use_with_a_hint(tmp_path, capsys, option, value, says):
+    pytest.importorskip("ray.serve")
+    from helpers import ECHO, build_mar
+
+    echo = build_mar(tmp_path / "echo", "echo", ECHO)
+    code, _, err = run(capsys, "export", echo, "--ray", tmp_path / "ray", option, value)
+    assert code != 0 and says in err and "Hint:" in err
+    assert not (tmp_path / "ray").exists() or not any((tmp_path / "ray").iterdir())
+
+
+def test_a_router_built_without_a_key_is_refused_with_a_hint_before_any_replica_starts(monkeypatch):
+    pytest.importorskip("ray.serve")
+    from msnb.templates import msnb_ray
+    from msnb.templates.msnb_ray_guard import KEY_FILE_VAR, KEY_VAR, KeyMissingError
+
+    for var in (KEY_VAR, KEY_FILE_VAR):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(KeyMissingError, match=f"no inference key. Hint: give the router an inference key: .*{KEY_VAR}"):
+        msnb_ray.router({"max_request_size": 10})
+    monkeypatch.setenv(KEY_VAR, "k")
+    assert msnb_ray.router({}) is not None
+
+
+def test_what_no_node_can_hold_is_refused_with_what_was_asked_and_what_fits_is_not():
+    from msnb.templates.msnb_ray_needs import GIB, asked, refusal
+
+    nodes = [{"CPU": 1.0, "memory": 4 * GIB}, {"CPU": 1.0, "memory": 4 * GIB, "msnb_head": 1.0}]
+    assert refusal("a", asked({"num_cpus": 0.1}), 12, nodes) is None
+    assert refusal("a", asked({"num_cpus": 1, "resources": {"msnb_head": 0.01}}), 1, nodes) is None
+    assert refusal("a", asked({"num_cpus": 0.1, "num_gpus": 1}), 1, nodes) == (
+        "A replica of a asks for 0.1 CPU, 1 GPU; no node of this cluster has that (the most one node has: 1 CPU, 0 GPU)."
+    )
+    assert "(the most one node has: 4 GiB memory)" in refusal("a", asked({"memory": 8 * GIB}), 1, nodes)
+    assert refusal("a", asked({"num_cpus": 0.5}), 5, nodes) == (
+        "The 5 replicas of a ask for 2.5 CPU in all; the whole cluster has 2 CPU."
+    )
+
+
+def test_requirements_the_node_satisfies_are_not_installed_again_nor_a_second_torch():
+    from msnb.templates.msnb_ray_needs import missing
+
+    wanted = ["numpy", "torch==1.0.0", "msnb-absent-package-xyz==1.0", "numpy<1", "pyyaml>=5"]
+    assert missing(wanted) == ["msnb-absent-package-xyz==1.0", "numpy<1"]
+
+
+def test_model_config_workers_and_device_type_size_the_exported_replicas(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    from helpers import ECHO, build_mar
+
+    config = tmp_path / "model-config.yaml"
+    config.write_text(
+        "minWorkers: 3\nmaxWorkers: 3\ndeviceType: gpu\n"
+    )  # TorchServe's settings, as its docs write them
+    gpu = build_mar(tmp_path / "gpu", "gpu", ECHO, extra_args=("--config-file", str(config)))
+    code, out, err = run(capsys, "export", gpu, "--ray", tmp_path / "ray", "--num-gpus", "gpu=0.5")
+    assert code == 0, err
+    assert "The application needs 0.3 CPU, 1.5 GPU in all (gpu 3 x 0.1 CPU, 0.5 GPU; the router 0 CPU)." in out
+    code, out, err = run(capsys, "export", gpu, "--ray", tmp_path / "default")
+    assert code == 0, err
+    assert "(gpu 3 x 0.1 CPU, 1 GPU; the router 0 CPU)" in out  # deviceType: gpu asks each replica for one GPU

@@ -3,6 +3,7 @@ shared by the tests that only deploy to it and ask it, and nothing left running 
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,6 +14,7 @@ from helpers import poll, processes_naming
 import msnb.engines.ray.engine
 import msnb.session.core
 from msnb.engines.ray import ROUTER_APP, RayMissingError, require
+from msnb.templates.msnb_ray_guard import KEY_VAR
 
 try:
     require()  # imports Ray with msnb's environment (loopback addresses stay loopback)
@@ -31,6 +33,11 @@ class TwoNodes:
         self.root = root
         head, worker = node_args(root, 1, head=True), node_args(root, 1, head=False)
         head["resources"] = {"msnb_head": 1}
+        # the router's inference key in every node's environment, as `MSNB_INFERENCE_KEY=... ray start` gives it
+        # (the steps `msnb export --ray` prints); a router given a key_file reads that instead
+        self.key = secrets.token_urlsafe(16)
+        for args in (head, worker):
+            args["env_vars"] = {KEY_VAR: self.key}
         # asked for by what must stay beside the head's HTTP proxy (the node a test never removes)
         self.head_resource = {"msnb_head": 0.01}
         self.metrics_ports = [head["metrics_export_port"], worker["metrics_export_port"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ import torch
 import ts_archives
 import yaml
 from api_clients import mcp_tools, openai_client
-from helpers import BODY, IMPORTS, NET, handler, notebook_answer, poll, run, standard
+from helpers import BODY, IMPORTS, NET, build_mar, handler, notebook_answer, poll, run, standard
 
 from msnb.engines import compare
 from msnb.engines.auth import write_key_file
@@ -29,7 +30,7 @@ from msnb.engines.models import PredictionError
 from msnb.engines.ray import ROUTER_APP
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import LocalServer, TorchServeClient
-from msnb.templates.msnb_ray_guard import read_key
+from msnb.templates.msnb_ray_guard import KEY_VAR, read_key
 
 # One cluster per module: keep its tests on one worker. The first test's time holds the cluster's start and the
 # `serve run` of every application (several minutes on a loaded 2-core machine).
@@ -54,6 +55,114 @@ ENVELOPED_REQUESTS = [
     {"model": "kserved", "body": {"instances": [{"x": [1, 2]}, {"x": [3]}]}},
     {"model": "kserved", "path": "explanations", "body": {"instances": [{"x": [4]}]}},
 ]
+
+
+# `msnb export A.mar B.mar C.mar D.mar --ray OUT` as it is, run with the steps it prints: a module-level entry point
+# with a requirements file, a class entry point batching by its model-config, a streaming handler, and a BaseHandler
+# whose replicas are asked for a GPU no node has.
+AS_PRINTED = ("named", "klass", "stream")
+# A handler importing a small package this environment lacks (its requirements file: one line): installed once
+# beside the exported models on the cluster, as TorchServe installs it into the model's folder.
+COLORED = "import termcolor\n\ndef handle(data, context):\n    return None if data is None else [termcolor.colored(str(r['body']['x']), 'red') for r in data]\n"
+AS_PRINTED_REQUESTS = [
+    {"model": "colored", "body": {"x": [1, 2]}},
+    {"model": "named", "body": {"x": [1.0, 2.0, 3.0]}},
+    {"model": "klass", "body": {"x": [1, 2]}},
+    {"model": "klass", "body": {"x": [1], "reject": True}},  # the handler's own 422
+    {"model": "stream", "body": {"x": 1}, "stream": True},
+]
+
+
+def printed_steps(out: str, address: str) -> tuple[Path, dict, list[str]]:
+    """The steps `msnb export --ray` printed for a running cluster, as a shell runs them: the folder of its ``cd``,
+    and the environment and command of its ``RAY_ADDRESS=HEAD:6379 serve run ...`` line (HEAD:6379: the cluster)."""
+    lines = [line.strip() for line in out.splitlines()]
+    folder = Path(shlex.split(next(line for line in lines if line.startswith("cd ")))[1])
+    words = shlex.split(next(line for line in lines if line.startswith("RAY_ADDRESS=")).replace("HEAD:6379", address))
+    env = dict(w.split("=", 1) for w in words if "=" in w.split("/")[0])
+    return folder, env, [w for w in words if "=" not in w.split("/")[0]]
+
+
+def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_printed_steps(two_nodes, tmp_path, capsys):
+    mars = ts_archives.build_all(tmp_path / "mars", (*AS_PRINTED, "desc"))
+    mars["colored"] = build_mar(tmp_path / "colored", "colored", COLORED, requirements=["termcolor"])
+    port = free_port()
+    code, out, err = run(capsys, "export", *mars.values(), "--ray", tmp_path / "out", "--ray-port", port,
+                         "--num-gpus", "desc=1")  # fmt: skip
+    assert code == 0, err
+    assert "The application needs 0.5 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
+    folder, env, command = printed_steps(out, two_nodes.address)
+    assert command == ["serve", "run", "serve_config.yaml"]
+    # the nodes hold the key (conftest: started with it, as the printed `ray start` step says); `serve` on PATH
+    env = {
+        **os.environ,
+        **environment(two_nodes.root),
+        **env,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    log = tmp_path / "serve-run.log"
+    with open(log, "w") as sink:
+        process = subprocess.Popen(command, cwd=folder, env=env, stdout=sink, stderr=sink)
+    url = f"http://127.0.0.1:{port}"
+    (tmp_path / "key").write_text(two_nodes.key)  # the key alone, as a plain file
+    cluster = SimpleNamespace(client=TorchServeClient.connect(url, tmp_path / "key"), inference_url=url)
+    plain = LocalServer(tmp_path / "ts")
+    try:
+        plain.start()
+        for name in (*AS_PRINTED, "colored"):
+            plain.register(mars[name])
+        ready = lambda: all(served_answer(cluster.client, name) for name in (*AS_PRINTED, "colored"))  # noqa: E731
+        poll(ready, 600, "the exported archives' applications", interval=1, log=lambda: log.read_text()[-3000:])
+        lines = [compare.parse_request(json.dumps(r), n, [*AS_PRINTED, "colored"], tmp_path) for n, r in
+                 enumerate(AS_PRINTED_REQUESTS, 1)]  # fmt: skip
+        rows = compare.compare(plain, cluster, lines)
+        refused = requests.post(f"{url}/predictions/named", json={"x": [1.0, 2.0, 3.0]}, timeout=30)
+        unplaced = application_status(two_nodes, "desc")
+    finally:
+        plain.stop()
+        cluster.client.close()
+        process.send_signal(2)  # Ctrl-C: serve run shuts Serve down
+        process.wait(180)
+    assert [diff for *_, diff in rows] == [None] * len(rows), compare.table(rows)
+    assert [ts.status for _, ts, _, _ in rows] == [200, 200, 200, 422, 200]
+    assert (
+        b"[1, 2]" in rows[0][2].body
+    )  # termcolor's answer (colored or not, as on TorchServe), from the installed package
+    assert refused.status_code == 400 and refused.json()["type"] == "InvalidKeyException", refused.text
+    assert unplaced.status == "DEPLOY_FAILED", unplaced
+    assert "A replica of desc asks for 0.1 CPU, 1 GPU; no node of this cluster has that" in unplaced.message
+    assert "Hint: ask for less where the application is exported" in unplaced.message
+    pip = two_nodes.root / "ray" / "session_latest" / "runtime_resources" / "pip"
+    assert not pip.exists() or not any(pip.iterdir()), "a requirement made a pip environment under Ray's temp root"
+    installed = [p.name.split("-")[0] for p in folder.glob(".msnb-requirements/*/*.dist-info")]
+    assert installed == ["termcolor"], installed  # once, beside the models; named's numpy (on the node) not again
+
+
+def served_answer(client: TorchServeClient, name: str) -> bool:
+    try:
+        body = {"x": [1.0, 2.0, 3.0]} if name != "klass" else {"x": [1]}
+        return client.predict(name, body, timeout=30) is not None
+    except Exception:
+        return False
+
+
+def application_status(nodes, name: str):
+    """Serve's status of application ``name`` once it is no longer deploying, read through one short-lived driver."""
+    import ray
+    from ray import serve
+
+    status: list = [None]
+
+    def settled() -> bool:
+        status[0] = serve.status().applications.get(name)
+        return status[0] is not None and status[0].status not in ("NOT_STARTED", "DEPLOYING")
+
+    ray.init(address=nodes.address, log_to_driver=False)
+    try:
+        poll(settled, 300, f"{name}'s application to settle", interval=1, log=lambda: str(status[0]))
+        return status[0]
+    finally:
+        ray.shutdown()
 
 
 def expected(folder: Path, x: list[float]) -> dict:

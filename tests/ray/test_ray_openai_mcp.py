@@ -8,7 +8,8 @@ import json
 
 import openai
 import pytest
-from api_clients import concurrently, mcp_tools, openai_client, streamed_text
+from api_clients import concurrently, failure_text, mcp_tools, openai_client, streamed_response, streamed_text
+from api_errors import EMBED, FLAKY, Walker, embedding
 from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from IPython.utils.capture import capture_output
 from test_ray_notebook import cell
@@ -40,14 +41,24 @@ def test_openai_and_mcp_clients_get_the_notebooks_generation_from_ray(
     short, finish = streamed_text(client, "rapi", "the cat", max_tokens=4)
     assert "".join(short) == truth("the cat")[:4] and finish == "length"
     assert [m.id for m in client.models.list()] == ["rapi"]
+    answered = client.responses.create(model="rapi", input="the cat", instructions="continue the text")
+    assert answered.output_text == truth("the cat") and answered.status == "completed"
+    deltas, kinds, final = streamed_response(client, "rapi", [{"role": "user", "content": "a dog sat"}])
+    assert "".join(deltas) == truth("a dog sat") == final.output_text and kinds[-1] == "response.completed"
+    deltas, kinds, final = streamed_response(client, "rapi", "the cat", max_output_tokens=4)
+    assert "".join(deltas) == truth("the cat")[:4] and final.incomplete_details.reason == "max_output_tokens"
+    with pytest.raises(openai.BadRequestError, match="Hint: leave `previous_response_id` out"):
+        client.responses.create(model="rapi", input="x", previous_response_id=answered.id)
     with pytest.raises(openai.AuthenticationError):
         openai_client(engine.openai_base_url, "wrong").models.list()
 
-    tools, (called,) = mcp_tools(engine.mcp_url, key, [("rapi", {"prompt": "the cat"})])
-    assert [(t.name, t.description) for t in tools] == [("rapi", API_DOC)]
     with capture_output():
         predicted = ip.run_line_magic("ms_predict", 'rapi --data \'{"prompt": "the cat"}\'')
-    assert called.structured_content == {"result": predicted} == {"result": truth("the cat")}
+    for mode in ("initialize", "discover"):
+        tools, (called,) = mcp_tools(engine.mcp_url, key, [("rapi", {"prompt": "the cat"})], mode)
+        assert [(t.name, t.description) for t in tools] == [("rapi", API_DOC)]
+        assert called.structured_content == {"result": predicted} == {"result": truth("the cat")}
+        assert "Hint: the API key" in failure_text(lambda mode=mode: mcp_tools(engine.mcp_url, "wrong", [], mode))
 
     got = concurrently({p: (lambda p=p: "".join(streamed_text(client, "rapi", p)[0])) for p in PROMPTS})
     assert got == {p: truth(p) for p in PROMPTS}
@@ -55,3 +66,42 @@ def test_openai_and_mcp_clients_get_the_notebooks_generation_from_ray(
     next(iter(leaving))
     leaving.close()  # the client leaves after its first chunk; the others are still answered
     assert "".join(streamed_text(client, "rapi", "a dog sat")[0]) == truth("a dog sat")
+
+
+WHOLE = """
+import torch
+
+def init_function():
+    return torch.nn.Identity()
+
+def preprocess(request):
+    return torch.tensor([float(len(request))])
+
+def postprocess(out):
+    return {"n": float(out)}
+"""
+
+
+def test_embeddings_and_every_error_of_the_table_are_answered_on_ray_as_on_torchserve(
+    ip, ray_session, ray_engine, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    cell(ip, f'%%ms_handler rflaky --example \'{{"prompt": "x"}}\'\n{FLAKY}')
+    cell(ip, f"%%ms_handler rwhole\n{WHOLE}")
+    cell(ip, f"%%ms_handler remb --embeddings --batch-size 4 --max-batch-delay 50\n{EMBED}")
+    for name in ("rflaky", "rwhole", "remb"):
+        cell(ip, f"%ms_serve {name} --engine ray")
+    key = json.loads(ray_engine.key_file.read_text())["inference"]["key"]
+    client = openai_client(ray_engine.openai_base_url, key)
+    texts = ["the cat", "a dog sat"]
+    got = client.embeddings.create(model="remb", input=texts)
+    with capture_output():
+        predicted = ip.run_line_magic("ms_predict", "remb --data '\"the cat\"'")
+    assert got.data[0].embedding == pytest.approx(predicted, rel=1e-5, abs=1e-6)
+    for text, item in zip(texts, got.data, strict=True):
+        assert item.embedding == pytest.approx(embedding(text), rel=1e-5, abs=1e-6)
+    with pytest.raises(openai.BadRequestError, match="Hint: add --embeddings"):
+        client.embeddings.create(model="rwhole", input="x")
+    walker = Walker(ray_engine.openai_base_url.removesuffix("/v1"), key,
+                    {"streams": "rflaky", "whole": "rwhole", "fails": "rflaky"})  # fmt: skip
+    assert walker.walk() == []

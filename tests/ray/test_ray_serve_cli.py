@@ -48,7 +48,7 @@ def test_serve_engine_ray_answers_msnb_predict_then_ctrl_c_leaves_nothing(tmp_pa
     assert code == 0, out
     assert "serving echo 1.0: POST" in out and "Ray Serve stopped" in out
     assert re.search(r"openai http://127\.0\.0\.1:\d+/v1  mcp http://127\.0\.0\.1:\d+/mcp", out)
-    assert f"error: {corrupt}: {corrupt} is not a readable model archive" in out and "Hint: the file is" in out
+    assert f"error: {corrupt} is not a readable model archive (neither a zip" in out and "Hint: the file is" in out
     root = Path(re.search(r"inference key in (\S+)/key_file.json", out).group(1))
     assert not state.exists() and not root.exists()
     poll(lambda: not processes_naming(root), 30, "every Ray process of the server to end")
@@ -100,3 +100,36 @@ def test_compare_sends_every_request_to_both_engines_and_exits_1_on_the_first_di
     assert rows["4: describe echo"][-3:] == ["200", "200", "equal"]
     assert rows["5: predictions ids"][3:6] == ["200", "200", "byte"]  # the request ids: the first difference
     assert "4 of 5 requests answered alike" in out and "Hint:" in err
+
+
+FAILS = "def handle(data, context):\n    if data is None:\n        return None\n    raise ValueError('no x')\n"
+
+
+@pytest.mark.timeout(600)
+def test_compare_over_a_store_reports_a_documented_difference_without_failing_and_writes_junit_and_json(
+    tmp_path, capsys, monkeypatch, ray_engine
+):
+    from xml.etree import ElementTree
+
+    monkeypatch.setattr(msnb.engines.ray.engine, "LocalRay", lambda *args, **kwargs: KeptRay(ray_engine))
+    store, requests = tmp_path / "store", tmp_path / "requests"
+    requests.mkdir()
+    store.mkdir()
+    for name, source in (("echo", ECHO), ("fails", FAILS)):
+        build_mar(tmp_path / name, name, source).rename(store / f"{name}.mar")
+    (requests / "echo.jsonl").write_text('{"body": {"a": 1}}\n{"body": {"reject": true}}\n')
+    (requests / "fails.jsonl").write_text('{"body": {"x": 1}}\n')  # handle raises: 503 on both, the message differs
+    (requests / "gone.jsonl").write_text('{"body": {}}\n')
+    code, _, err = run(capsys, "compare", store, "--data-dir", requests)
+    assert code == 2 and "gone.jsonl names model 'gone', which the archives given lack" in err and "Hint:" in err
+    (requests / "gone.jsonl").unlink()
+    ci = ["--junit-xml", tmp_path / "compare.xml", "--json", tmp_path / "compare.json"]
+    code, out, err = run(capsys, "compare", store, "--data-dir", requests, *ci)
+    assert code == 0, out + err
+    assert "2 of 3 requests answered alike, 1 with a documented difference" in out
+    row = next(line for line in out.splitlines() if line.startswith("1: predictions fails"))
+    assert row.split()[3:6] == ["503", "503", "documented:"] and "carries the exception on Ray" in row
+    result = json.loads((tmp_path / "compare.json").read_text())
+    assert (result["ok"], result["equal"], result["documented"], result["differs"]) == (True, 2, 1, 0)
+    suites = ElementTree.parse(tmp_path / "compare.xml").getroot()
+    assert sorted(s.get("name") for s in suites) == ["echo", "fails"] and not suites.findall(".//failure")

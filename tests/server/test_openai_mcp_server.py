@@ -12,7 +12,8 @@ import openai
 import pytest
 import requests
 import torch
-from api_clients import concurrently, mcp_tools, openai_client, streamed_text
+from api_clients import concurrently, failure_text, mcp_tools, openai_client, streamed_response, streamed_text
+from api_errors import EMBED, FLAKY, Walker, embedding
 from charlm import API_BODY, API_DOC, MODEL_SOURCE, greedy, seeded_char_lm
 from helpers import MLP_SOURCE, mlp_model, processes_naming
 
@@ -59,6 +60,8 @@ def api_server(tmp_path_factory):
                                      example={"prompt": "the cat"}))  # fmt: skip
         deploy(srv, spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [0.0] * 4}))
         deploy(srv, spec_from_source("count", COUNTER))
+        deploy(srv, spec_from_source("flaky", FLAKY, example={"prompt": "x"}))
+        deploy(srv, spec_from_source("emb", EMBED, batch_size=4, max_batch_delay=50, embeddings=True))
         key = json.loads(srv.key_file.read_text())["inference"]["key"]
         yield srv, key
         url = srv.openai_base_url
@@ -86,7 +89,26 @@ def test_the_openai_client_gets_the_notebooks_generation_whole_streamed_and_as_a
     assert "".join(short) == truth("the cat")[:5] and finish == "length"
     cut = client.completions.create(model="gen", prompt="the cat", stop=[truth("the cat")[6:8]])
     assert cut.choices[0].text == truth("the cat")[:6] and cut.choices[0].finish_reason == "stop"
-    assert [m.id for m in client.models.list()] == ["count", "gen"]  # the models that stream
+    assert [m.id for m in client.models.list()] == ["count", "flaky", "gen"]  # the models that stream
+
+
+def test_the_responses_api_answers_the_notebooks_generation_whole_streamed_and_cut_by_max_output_tokens(api_server):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    whole = client.responses.create(model="gen", input="the cat", instructions="continue the text")
+    assert whole.output_text == truth("the cat") and whole.status == "completed"
+    assert whole.usage.output_tokens == len(truth("the cat")) and whole.instructions == "continue the text"
+    deltas, kinds, final = streamed_response(client, "gen", [{"role": "user", "content": "a dog sat"}])
+    assert "".join(deltas) == truth("a dog sat") == final.output_text and len(deltas) > 1
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    deltas, kinds, final = streamed_response(client, "gen", "the cat", max_output_tokens=5)
+    assert "".join(deltas) == truth("the cat")[:5] and kinds[-1] == "response.incomplete"
+    assert final.incomplete_details.reason == "max_output_tokens" and final.usage.output_tokens == 5
+    with pytest.raises(openai.BadRequestError, match="Hint: leave `previous_response_id` out") as err:
+        client.responses.create(model="gen", input="x", previous_response_id=whole.id)
+    assert err.value.param == "previous_response_id"
+    with pytest.raises(openai.BadRequestError, match="does not stream"):
+        client.responses.create(model="mlp", input="x")
 
 
 def test_a_wrong_key_is_401_and_what_msnb_cannot_honour_is_a_400_naming_it(api_server):
@@ -103,13 +125,16 @@ def test_a_wrong_key_is_401_and_what_msnb_cannot_honour_is_a_400_naming_it(api_s
         client.completions.create(model="nope", prompt="x")
 
 
-def test_mcp_tools_are_the_served_models_and_a_call_answers_as_predict_does(api_server):
+@pytest.mark.parametrize("mode", ["initialize", "discover"])
+def test_mcp_tools_are_the_served_models_and_a_call_answers_as_predict_does(api_server, mode):
     server, key = api_server
     x = [0.5, -1.0, 2.0, 0.1]
-    tools, (gen, mlp) = mcp_tools(server.mcp_url, key, [("gen", {"prompt": "the cat"}), ("mlp", {"x": x})])
+    calls = [("gen", {"prompt": "the cat"}), ("mlp", {"x": x}), ("flaky", {"prompt": "x"})]
+    tools, (gen, mlp, flaky) = mcp_tools(server.mcp_url, key, calls, mode)
     by_name = {t.name: t for t in tools}
-    assert set(by_name) == {"count", "gen", "mlp"} and by_name["gen"].description == API_DOC
+    assert set(by_name) == {"count", "emb", "flaky", "gen", "mlp"} and by_name["gen"].description == API_DOC
     assert by_name["gen"].input_schema["properties"] == {"prompt": {"type": "string"}}
+    assert by_name["gen"].output_schema["required"] == ["result"] and by_name["mlp"].output_schema is None
     assert (
         gen.structured_content
         == {"result": truth("the cat")}
@@ -119,6 +144,14 @@ def test_mcp_tools_are_the_served_models_and_a_call_answers_as_predict_does(api_
     with torch.no_grad():
         label = int(mlp_model()(torch.tensor([x]))[0].argmax())
     assert mlp.structured_content == server.predict("mlp", {"x": x}) and mlp.structured_content["label"] == label
+    assert flaky.is_error and "the generator broke" in flaky.content[0].text and "Hint:" in flaky.content[0].text
+
+
+def test_without_the_key_the_mcp_client_shows_msnbs_hint(api_server):
+    server, _ = api_server
+    for mode in ("initialize", "discover"):
+        said = failure_text(lambda mode=mode: mcp_tools(server.mcp_url, "wrong", [], mode))
+        assert "Hint: the API key is the server's inference key" in said, mode
 
 
 def test_two_streams_share_a_batch_and_a_client_that_leaves_does_not_stop_the_others(api_server):
@@ -148,3 +181,27 @@ def test_a_stream_ended_early_stops_its_generator_in_the_worker(api_server, tmp_
         while not progress.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert progress.exists() and int(progress.read_text()) < COUNT_STEPS - 1, how
+
+
+def test_every_error_of_the_table_is_answered_as_it_says(api_server):
+    server, key = api_server
+    walker = Walker(
+        server.openai_base_url.removesuffix("/v1"), key, {"streams": "gen", "whole": "mlp", "fails": "flaky"}
+    )
+    assert walker.walk() == []
+
+
+def test_embeddings_are_what_predict_answers_for_each_input_as_floats_and_as_base64(api_server):
+    server, key = api_server
+    client = openai_client(server.openai_base_url, key)
+    texts = ["the cat", "a dog sat", "x"]
+    got = client.embeddings.create(model="emb", input=texts)  # the client asks for base64 and decodes it
+    assert [d.index for d in got.data] == [0, 1, 2] and got.model == "emb"
+    for text, item in zip(texts, got.data, strict=True):
+        assert item.embedding == pytest.approx(embedding(text), rel=1e-5, abs=1e-6) == server.predict("emb", text)
+    floats = client.embeddings.create(model="emb", input="the cat", encoding_format="float")
+    assert floats.data[0].embedding == pytest.approx(embedding("the cat"), rel=1e-5, abs=1e-6)
+    with pytest.raises(openai.BadRequestError, match="Hint: add --embeddings"):
+        client.embeddings.create(model="mlp", input="x")
+    with pytest.raises(openai.BadRequestError, match="Hint: token arrays"):
+        client.embeddings.create(model="emb", input=[[1, 2, 3]])

@@ -40,6 +40,9 @@ MAY_IMPORT = {
 # speak: TorchServe's inference API, keys, store, process trees) import neither engine, and neither engine imports
 # the other (Ray's router answers TorchServe's inference URLs: both speak them through msnb.engines.inference_api).
 ENGINES = ("msnb.engines.torchserve", "msnb.engines.ray")
+# The one module that lists the engines: it imports each engine's package (its declaration, ``ENGINE``) and nothing
+# else of them.
+REGISTRY = "msnb.engines.registry"
 # The model folder is the one hand-off: only its module stages one from a spec or opens one from an archive, and the
 # trial takes nothing of the package but the folder it runs (and the rendered handler's names).
 STAGES_OR_OPENS = {"msnb.package.staging", "msnb.package.mar_checks"}
@@ -150,7 +153,7 @@ def test_each_folder_imports_only_the_folders_below_it(folder):
 
 
 def test_the_engine_neutral_modules_import_neither_engine():
-    neutral = [n for n in graph() if n.startswith("msnb.engines.") and not n.startswith(ENGINES)]
+    neutral = [n for n in graph() if n.startswith("msnb.engines.") and not n.startswith(ENGINES) and n != REGISTRY]
     assert "msnb.engines.protocol" in neutral
     for name in neutral:
         bad = sorted(d for d in graph()[name] if d.startswith(ENGINES))
@@ -272,3 +275,8 @@ def test_no_module_is_over_500_lines():
     long = [(p.name, n) for p in [*PACKAGE.rglob("*.py"), *TEMPLATES.rglob("*.py")]
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]  # fmt: skip
     assert not long, long
+
+
+def test_the_registry_imports_only_each_engines_declaration():
+    taken = sorted(d for d in graph()[REGISTRY] if d.startswith(ENGINES))
+    assert taken == ["msnb.engines.ray", "msnb.engines.torchserve"], taken

@@ -65,9 +65,10 @@ def test_an_archive_with_a_member_or_link_leaving_its_folder_is_refused_before_a
     (tmp_path / "src").mkdir()
     archive = make(tmp_path / "src" / "a.mar", {**GOOD, **members}, links)
     store = tmp_path / "store"
-    with pytest.raises(ServerError, match="refused, nothing unpacked") as caught:
+    with pytest.raises(ServerError, match="is refused, nothing unpacked: it ") as caught:
         ModelFolder.open(archive, store)
-    assert refusal in caught.value.message and caught.value.hint
+    assert refusal in caught.value.message and caught.value.message.count("a.mar") == 1  # its path said once
+    assert "tar " not in caught.value.hint  # a .mar is rebuilt by torch-model-archiver, not tar
     assert written(store) == [] and written(tmp_path) == ["src", "src/a.mar", "store"]
 
 
@@ -108,3 +109,17 @@ def test_requirements_asking_for_another_torch_are_refused(tmp_path):
     members["requirements.txt"] = b"--index-url http://evil/simple\n"
     with pytest.raises(ServerError, match="not a PEP 508 requirement"):
         ModelFolder.open(zip_archive(tmp_path / "b.mar", members), tmp_path / "store")
+
+
+def test_a_truncated_archive_is_one_line_saying_what_it_is_not_with_a_hint(tmp_path):
+    whole = zip_archive(tmp_path / "whole.mar", GOOD)
+    cut = tmp_path / "cut.mar"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ServerError) as caught:
+        ModelFolder.open(cut, tmp_path / "store")
+    message = caught.value.message
+    assert (
+        message
+        == f"{cut} is not a readable model archive (neither a zip, as torch-model-archiver writes a .mar, nor a tar archive)."
+    )
+    assert "truncated or corrupt" in caught.value.hint

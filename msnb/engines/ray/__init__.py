@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from types import ModuleType
 
+from msnb.engines.protocol import Engine, EngineKind
 from msnb.errors import MsnbError
 
 RAY_VERSION = "2.60.0"
@@ -58,3 +60,20 @@ def require() -> ModuleType:
         return importlib.import_module("ray.serve")
     except ImportError as err:
         raise RayMissingError(f"Ray Serve is not installed ({err}).", INSTALL_HINT) from None
+
+
+def _default(port: int | None = None) -> Engine:
+    """The notebook's local Ray Serve (on ``port``; not started here)."""
+    from msnb.engines.ray.engine import default_ray
+
+    return default_ray(port)
+
+
+def _running() -> bool:
+    engine = sys.modules.get("msnb.engines.ray.engine")  # never imported: no local Ray was ever made here
+    return engine is not None and engine.default_running()
+
+
+ENGINE = EngineKind(
+    "ray", "Ray Serve", "starting Ray Serve", _default, _running, require, "msnb.engines.ray.engine.LocalRay", "ray"
+)

@@ -27,7 +27,7 @@ from msnb.engines import watchdog
 from msnb.engines.auth import Keys, write_key_file
 from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus, WorkerStatus
-from msnb.engines.ray import ROUTER_APP, require
+from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
@@ -337,7 +337,7 @@ class LocalRay:
         return self.client.explain(name, data, **kwargs)
 
     # ------------------------------------------------------------------ the rest of the Engine protocol
-    kind, label = "ray", "Ray Serve"
+    kind, label = ENGINE.kind, ENGINE.label  # declared once, in the package (msnb.engines.registry lists it)
     auth = True  # False: the router and the replicas answer without the inference key (disable_token_authorization)
     python = None  # the replicas run this interpreter (the kernel's packages)
 
@@ -422,6 +422,11 @@ def default_ray(port: int | None = None) -> LocalRay:
     return _default
 
 
+def default_running() -> bool:
+    """Whether the process-wide local Ray runs now (without making one)."""
+    return _default is not None and _default.running
+
+
 @atexit.register
 def _stop_all() -> None:
     for engine in list(_LIVE):
@@ -431,4 +436,4 @@ def _stop_all() -> None:
             pass
 
 
-__all__ = ["LocalRay", "default_ray", "load_error"]
+__all__ = ["LocalRay", "default_ray", "default_running", "load_error"]

@@ -29,6 +29,7 @@ import uvloop
 from msnb.engines import splice
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
+from msnb.templates.msnb_api_v1 import refused
 from msnb.templates.msnb_ray_guard import read_key
 from msnb.templates.msnb_ray_http import TARGETS_PATH, error_reply, model_route, own_api_path
 
@@ -121,9 +122,10 @@ class Front:
         return own_api_path(name, path) if isinstance(name, str) and self.routes.serves(model_route(name)) else None
 
 
-def refusal(status: int, kind: str, message: str) -> bytes:
-    """A request a connection refuses (malformed, too large), in TorchServe's error shape; the connection closes."""
-    return splice.answer(*error_reply(status, kind, message), close=True)
+def refusal(status: int, kind: str, message: str, path: str) -> bytes:
+    """A request a connection refuses (malformed, too large), in the shape of the protocol its path asks (/v1:
+    OpenAI's, /mcp: JSON-RPC's, as TorchServe's front answers them), else TorchServe's; the connection closes."""
+    return splice.answer(*(refused(path, status, message) or error_reply(status, kind, message)), close=True)
 
 
 def fetch(url: str, key: str) -> dict:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from msnb.engines.protocol import Engine, EngineKind
+
 _LAZY = {
     "LocalServer": "msnb.engines.torchserve.server",
     "default_server": "msnb.engines.torchserve.server",
@@ -24,4 +26,28 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'msnb.engines.torchserve' has no attribute {name!r}")
 
 
-__all__ = sorted(_LAZY)
+def _default(port: int | None = None) -> Engine:
+    """The notebook's TorchServe, started (its ports are always free ones: ``port`` is Ray's option)."""
+    from msnb.engines.torchserve.server import default_server
+
+    return default_server()
+
+
+def _running() -> bool:
+    from msnb.engines.torchserve.server import default_server
+
+    known = default_server(create=False)  # the notebook's TorchServe starts when first asked for: look, not ask
+    return known is not None and known.running
+
+
+ENGINE = EngineKind(
+    "torchserve",
+    "TorchServe",
+    "starting TorchServe (Java)",
+    _default,
+    _running,
+    lambda: None,
+    "msnb.engines.torchserve.server.LocalServer",
+)
+
+__all__ = sorted([*_LAZY, "ENGINE"])

@@ -23,8 +23,19 @@ from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.relay import Relay, Unanswered
 from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
+from msnb.templates import msnb_api_embeddings as embeddings
 from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import ROUTES, ApiError, Request, not_found, not_streaming, parse, unauthorised
+from msnb.templates.msnb_api_openai import (
+    CHALLENGE,
+    ROUTES,
+    ApiError,
+    Request,
+    body_of,
+    not_found,
+    not_streaming,
+    unauthorised,
+)
+from msnb.templates.msnb_api_v1 import parse, refused
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
 
@@ -33,16 +44,16 @@ try:  # the faster loop where it is installed (not on Windows)
 except ImportError:  # pragma: no cover
     from asyncio import new_event_loop
 
-SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), *(("POST", path) for path in ROUTES)}
-MAX_BODY = 64 << 20  # a request body over this is refused here; TorchServe's own max_request_size applies below it
+SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), ("POST", embeddings.ROUTE), *(("POST", path) for path in ROUTES)}
+MAX_BODY = 64 << 20  # a request body over this is refused here (LocalServer gives TorchServe's max_request_size)
 STOP_TIMEOUT_S = 10.0
 
 
 class Front:
     """The /v1 and /mcp server of one TorchServe: ``start`` binds a free loopback port, ``stop`` ends it."""
 
-    def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]]):
-        self.models, self.key_header = models, key_header
+    def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]], limit: int = MAX_BODY):
+        self.models, self.key_header, self.limit = models, key_header, limit  # limit: TorchServe's max_request_size
         self.pool = splice.Pool(Exchange)
         self.timeouts: dict[str, float] = {}  # per model: how long TorchServe may take to answer (its responseTimeout)
         self.port = 0
@@ -77,7 +88,7 @@ class Front:
         self._stopping = loop.create_future()
 
         def connection() -> splice.Client:
-            client = splice.Client(self.forward, MAX_BODY, refusal)
+            client = splice.Client(self.forward, self.limit, refusal)
             clients.add(client)
             return client
 
@@ -116,8 +127,8 @@ class Front:
             await self.answer(request, client)
         except ApiError as err:
             client.transport.write(error(err))
-        except ServerError as err:
-            client.transport.write(error(ApiError(503, str(err), "server_error")))
+        except ServerError as err:  # its cause and hint; the worker's log lines stay in the server's logs
+            client.transport.write(error(ApiError(503, err.render(details=False), "server_error")))
         except Exception as err:  # a fault of the front's own: the connection closes, the front runs on
             client.transport.write(error(ApiError(500, f"msnb's front failed: {type(err).__name__}: {err}. Hint: "
                                                   "please report it with the server's logs.", "server_error")))  # fmt: skip
@@ -128,22 +139,24 @@ class Front:
         if path == "/mcp" and method != "POST":
             return client.transport.write(splice.answer(*mcp.NOT_ALLOWED))
         if (method, path) not in SERVED:
-            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, /v1/chat/completions, /v1/completions and "
-                           "/mcp are served here.", code="not_found")  # fmt: skip
+            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)}, {embeddings.ROUTE} "
+                           "and /mcp are served here.", code="not_found")  # fmt: skip
+        if not self.allowed(request.header(b"authorization")) and path == "/mcp":
+            return client.transport.write(splice.answer(*mcp.unauthorised(unauthorised().message, CHALLENGE)))
         if not self.allowed(request.header(b"authorization")):
             raise unauthorised()
         if path in ROUTES:
             return await self.complete(ROUTES[path], bytes(request.body), client)
-        reply = self.model_list if path == "/v1/models" else self.mcp
-        client.transport.write(splice.answer(*await asyncio.to_thread(reply, bytes(request.body))))
+        if path == embeddings.ROUTE:
+            return client.transport.write(splice.answer(*await self.embed(bytes(request.body))))
+        if path == "/v1/models":
+            return client.transport.write(splice.answer(*await asyncio.to_thread(self.model_list)))
+        headers = {name: request.header(name.encode()).decode("latin-1") or None for name in mcp.HEADERS}
+        client.transport.write(splice.answer(*await asyncio.to_thread(self.mcp, bytes(request.body), headers)))
 
     async def complete(self, kind: str, raw: bytes, client: splice.Client) -> None:
         """A completion: TorchServe's answer to the request body, relayed as OpenAI's events or one whole answer."""
-        try:
-            body = json.loads(raw)
-        except ValueError as err:
-            raise ApiError(400, f"The request body is not JSON: {err}.") from None
-        request = parse(kind, body)
+        request = parse(kind, body_of(raw))
         card = self.models.cached(request.model) or await asyncio.to_thread(self.models.card, request.model)
         if card is None:
             raise not_found(request.model, await asyncio.to_thread(self.models.streaming))
@@ -154,8 +167,21 @@ class Front:
         self.timeouts[request.model] = timeout
         stream_id = new_id()
         headers = {"content-type": JSON_TYPE, CANCEL_HEADER: stream_id, **upstream.keys.header("inference")}
-        wire = post(f"/predictions/{request.model}", raw, headers)
+        wire = post(f"/predictions/{request.model}", request.upstream(raw), headers)
         await self.relayed(request, wire, client, (upstream.inference_url, stream_id, timeout))
+
+    async def embed(self, raw: bytes) -> tuple[int, dict, bytes]:
+        """/v1/embeddings: each input one prediction (TorchServe batches them), its answer one embedding."""
+        request = embeddings.parse(body_of(raw))
+        card = await asyncio.to_thread(self.models.card, request.model)
+        if card is None:
+            cards = await asyncio.to_thread(self.models.cards)
+            raise not_found(request.model, [n for n, c in cards.items() if c.get("embeds")], "embedding models")
+        if not card.get("embeds"):
+            raise embeddings.not_embedding(request.model)
+        calls = [asyncio.to_thread(self.models.predict, request.model, text, False) for text in request.inputs]
+        body = embeddings.reply(request, await asyncio.gather(*calls))
+        return 200, {"content-type": JSON_TYPE}, json.dumps(body).encode()
 
     async def relayed(self, request: Request, wire: bytes, client: splice.Client, to: tuple[str, str, float]) -> None:
         """``wire`` to TorchServe (``to``: its URL, the stream's id, the timeout) and its answer to ``client``; once
@@ -190,35 +216,37 @@ class Front:
                               "is the server running? server.start() (or %ms_serve) starts it.") from None  # fmt: skip
 
     # ---------------------------------------------------------------- on a worker thread
-    def model_list(self, _: bytes) -> tuple[int, dict, bytes]:
+    def model_list(self) -> tuple[int, dict, bytes]:
         return 200, {"content-type": JSON_TYPE}, json.dumps(models(self.models.streaming())).encode()
 
-    def mcp(self, raw: bytes) -> tuple[int, dict, bytes]:
-        step, served = mcp.step(raw), self.models
+    def mcp(self, raw: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        step = mcp.step(raw, headers)
         if step.kind == "list":
-            body = mcp.tools_reply(step.id, [mcp.tool(n, c) for n, c in served.cards().items()])
-        elif step.kind == "call":
-            body = self.tool_call(step)
-        else:
-            return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
-        return 200, {"content-type": JSON_TYPE}, mcp.encoded(body)
+            return mcp.http(step, mcp.tools_reply(step, self.models.cards()))
+        if step.kind == "call":
+            return mcp.http(step, self.tool_call(step))
+        return step.status, {"content-type": JSON_TYPE} if step.body else {}, mcp.encoded(step.body)
 
     def tool_call(self, step: mcp.Step) -> dict:
         card = self.models.card(step.name)
         if card is None:
-            return mcp.unknown_tool(step.id, step.name, list(self.models.cards()))
+            return mcp.unknown_tool(step, list(self.models.cards()))
+        problem = mcp.argument_problem(card, step.arguments)
+        if problem:
+            return mcp.call_reply(step, problem, failed=True)
         try:
             answer = self.models.predict(step.name, mcp.sample(card, step.arguments), bool(card.get("streams")))
-            return mcp.call_reply(step.id, answer)
-        except ServerError as err:
-            return mcp.call_reply(step.id, str(err), failed=True)
+            return mcp.call_reply(step, answer)
+        except ServerError as err:  # its cause and hint; the worker's log lines stay in the server's logs
+            return mcp.call_reply(step, err.render(details=False), failed=True)
 
 
 def error(err: ApiError) -> bytes:
-    return splice.answer(err.status, {"content-type": JSON_TYPE}, err.encoded())
+    return splice.answer(err.status, err.headers(), err.encoded())
 
 
-def refusal(status: int, kind: str, message: str) -> bytes:
-    """A request the connection refuses (malformed, too large), in OpenAI's error shape (``kind``, TorchServe's name
-    for it, is OpenAI's invalid request); the connection closes."""
-    return splice.answer(status, {"content-type": JSON_TYPE}, ApiError(status, f"{message}.").encoded(), close=True)
+def refusal(status: int, kind: str, message: str, path: str) -> bytes:
+    """A request the connection refuses (malformed, too large) in the shape of the protocol its path asks (OpenAI's
+    where the path is none of the front's: ``kind``, TorchServe's name for it, is OpenAI's invalid request); the
+    connection closes."""
+    return splice.answer(*(refused(path, status, message) or refused("/v1/", status, message)), close=True)

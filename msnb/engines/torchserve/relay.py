@@ -14,7 +14,8 @@ from msnb.engines.chunks import ChunkReader
 from msnb.engines.torchserve.upstream import Exchange
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ApiError, Request, upstream_error
-from msnb.templates.msnb_api_wire import JSON_TYPE, SSE_TYPE, Answer
+from msnb.templates.msnb_api_v1 import answer
+from msnb.templates.msnb_api_wire import JSON_TYPE, SSE_TYPE
 
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
         % SSE_TYPE.encode())  # fmt: skip
@@ -37,7 +38,7 @@ class Relay:
     ``run`` waits for the end. ``finished``: TorchServe's answer was read to its end (the connection may be kept)."""
 
     def __init__(self, request: Request, conn: Exchange, write: Callable[[bytes], None]):
-        self.answer, self.conn, self.write = Answer(request), conn, write
+        self.answer, self.conn, self.write = answer(request), conn, write
         self.reader: ChunkReader | None = None
         self.started = self.finished = False  # the stream's head went out; TorchServe's answer read whole
         self.enough = False  # the answer is complete before TorchServe's end (max_tokens, a stop string, refused)

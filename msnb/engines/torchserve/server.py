@@ -24,16 +24,17 @@ import psutil
 from msnb.engines import env_vars, watchdog
 from msnb.engines.auth import Keys
 from msnb.engines.models import ModelStatus
-from msnb.engines.store import ModelStore
+from msnb.engines.store import ModelStore, read_manifest
+from msnb.engines.torchserve import ENGINE, deploy
 from msnb.engines.torchserve import config as tsconfig
-from msnb.engines.torchserve import deploy
 from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.front import Front
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.watchdog import TEMP_PREFIX
-from msnb.errors import ServerError
+from msnb.errors import MsnbError, ServerError
 from msnb.templates.msnb_cancel import CANCEL_DIR_VAR
+from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
@@ -144,7 +145,8 @@ class LocalServer:
         check that Java lives on each request (two reads of /proc); a dead server is a refused connection anyway."""
         client = self.client
         models = TorchServeModels(lambda: client, self.layout.model_store, self.layout.cancel_dir)
-        self._front = Front(models, lambda: client.keys.header("inference")).start()
+        limit = self.limits.max_request_size or DEFAULT_MAX_BYTES  # /v1 and /mcp refuse what TorchServe would
+        self._front = Front(models, lambda: client.keys.header("inference"), limit).start()
 
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
@@ -244,6 +246,21 @@ class LocalServer:
         self._forget_cards()  # the new version's card (msnb_api.json) from now on
         return status
 
+    def deploy_many(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, ModelStatus | MsnbError]]:
+        """Register each model folder (or archive) with its register parameters, one after another (TorchServe
+        registers one model per call, its workers start side by side); yields ``(name, ModelStatus)`` for each that
+        serves and ``(name, MsnbError)`` for each that does not (the others still register)."""
+        for path, params in models:
+            try:
+                name = read_manifest(Path(path).expanduser())[0]
+            except MsnbError as err:
+                yield Path(path).name, err
+                continue
+            try:
+                yield name, self.register(path, **params)
+            except MsnbError as err:
+                yield name, err
+
     def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
         """Register the archive as its model's new default version and unregister the old ones; no restart."""
         status = deploy.redeploy(self.client, self.store, path, **params)
@@ -294,7 +311,7 @@ class LocalServer:
         return self.client.metrics()
 
     # ------------------------------------------------------------------ the Engine protocol (msnb.engines.protocol)
-    kind, label = "torchserve", "TorchServe"
+    kind, label = ENGINE.kind, ENGINE.label  # declared once, in the package (msnb.engines.registry lists it)
 
     @property
     def key_file(self) -> Path | None:

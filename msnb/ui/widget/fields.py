@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from msnb.engines import registry
 from msnb.errors import MsnbError
 from msnb.options import DEFAULTS, OPTION, OPTIONS, option_value
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, FORMATS, SERVE_FORMAT
@@ -31,8 +32,6 @@ FIELDS_FOR = {
     "stop": (),
 }
 REQUIRED = {"predict": ("payload",), "explain": ("payload",)}
-# The serve dropdown: (label, engine) for the engines a session serves on (msnb.session.ENGINES).
-ENGINE_CHOICES = (("TorchServe", "torchserve"), ("Ray Serve (pip install msnb[ray])", "ray"))
 # The build dropdown: (label, archive format) for the formats a person builds by hand.
 FORMAT_CHOICES = tuple((f"{f.name} ({f.help})", f.name) for f in FORMATS.values() if f.name != SERVE_FORMAT)
 NO_PAYLOAD = object()
@@ -42,11 +41,16 @@ class FieldError(ValueError):
     """What is wrong with one field's text (shown next to the field)."""
 
 
+def engine_choices() -> tuple[tuple[str, str], ...]:
+    """The serve dropdown: (label, engine) for every engine of the registry, the reference (TorchServe) first."""
+    return tuple((registry.get(kind).choice, kind) for kind in registry.kinds())
+
+
 def empty_values() -> dict[str, str]:
     """The form of a new handler: defaults where TorchServe has them, the rest empty."""
     values = {field: "" for field in LABELS}
     values.update({k: str(v) for k, v in DEFAULTS.items() if k in LABELS and isinstance(v, (int, str))})
-    values.update(version="", export_path=DEFAULT_EXPORT, format=DEV_FORMAT, engine=ENGINE_CHOICES[0][1])
+    values.update(version="", export_path=DEFAULT_EXPORT, format=DEV_FORMAT, engine=registry.reference().kind)
     return values
 
 
@@ -65,7 +69,7 @@ def values_from_spec(spec: Any, inventory: Inventory) -> dict[str, str]:
         "device": inventory.key_for(spec.device),
         "max_gpu_memory": "" if spec.max_gpu_memory is None else str(spec.max_gpu_memory),
         "payload": "" if spec.example is None else json.dumps(spec.example),
-        "engine": ENGINE_CHOICES[0][1],
+        "engine": registry.reference().kind,
     }
 
 
@@ -82,8 +86,8 @@ def parse(field: str, text: Any, base: Any = None, required: bool = False) -> An
         return _check_files(value) if field == "extra_files" else value
     if field == "payload":
         return _parse_json(text, required)
-    if field == "engine" and text not in dict(map(reversed, ENGINE_CHOICES)):
-        raise FieldError(f"unknown engine {text!r}. Hint: choose {' or '.join(e for _, e in ENGINE_CHOICES)}.")
+    if field == "engine" and text not in registry.kinds():
+        raise FieldError(f"unknown engine {text!r}. Hint: choose {' or '.join(registry.kinds())}.")
     if not text and field in ("name", "version", "export_path"):
         example = {
             "name": "mnist (the name of a %%ms_handler cell)",

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 
 from msnb.ui.widget.controller import BUTTONS, Actions, Controller
 from msnb.ui.widget.devices import Inventory, list_devices
-from msnb.ui.widget.fields import ENGINE_CHOICES, FORMAT_CHOICES, LABELS
+from msnb.ui.widget.fields import FORMAT_CHOICES, LABELS, engine_choices
 
 _TEXTAREAS = ("requirements", "extra_files", "payload")
 _STYLE = {"description_width": "160px"}
@@ -80,7 +80,7 @@ class BuildWidget(widgets.VBox):
         elif field == "format":
             w = widgets.Dropdown(options=FORMAT_CHOICES, value=value, **common)
         elif field == "engine":
-            w = widgets.Dropdown(options=ENGINE_CHOICES, value=value, **common)
+            w = widgets.Dropdown(options=engine_choices(), value=value, **common)
         elif field in _TEXTAREAS:
             w = widgets.Textarea(value=value, rows=3 if field == "payload" else 2, **common)
         else:

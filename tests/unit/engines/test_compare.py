@@ -39,3 +39,49 @@ def test_a_request_line_is_json_with_a_served_model_else_refused_naming_its_line
         with pytest.raises(OptionError, match="request line 7") as err:
             parse_request(bad, 7, ["m", "n"], tmp_path)
         assert "one JSON object a line" in err.value.hint
+
+
+def _row(line: int, ts: bytes, ray: bytes, status: int = 503) -> tuple:
+    request, left, right = Request("m", line=line), Answer(status, ts), Answer(status, ray)
+    return request, left, right, difference(request, left, right)
+
+
+FAILED_TS = b'{"code": 503, "type": "InternalServerException", "message": "Prediction failed"}'
+FAILED_RAY = b'{"code": 503, "type": "InternalServerException", "message": "Prediction failed: ValueError: no x"}'
+
+
+def test_an_error_message_carrying_the_exception_on_ray_is_documented_and_passes_unless_strict():
+    from msnb.engines.compare import ERROR_MESSAGE, documented, undocumented
+
+    known = _row(1, FAILED_TS, FAILED_RAY)
+    assert documented(*known[:3]) is ERROR_MESSAGE
+    assert table([known]).splitlines()[1].split()[5:7] == ["documented:", "an"]
+    other_type = _row(2, FAILED_TS, FAILED_RAY.replace(b"InternalServerException", b"Other"))
+    other_text = _row(3, FAILED_TS, FAILED_RAY.replace(b"Prediction failed:", b"Load failed:"))
+    ok_answers = _row(4, b'{"message": "a"}', b'{"message": "a: b"}', status=200)
+    assert [documented(*row[:3]) for row in (other_type, other_text, ok_answers)] == [None, None, None]
+    rows = [known, other_type, other_text, ok_answers, _row(5, b"1", b"1", status=200)]
+    assert undocumented(rows) == [other_type, other_text, ok_answers]
+    assert undocumented(rows, strict=True) == rows[:4]
+
+
+def test_the_ci_files_say_each_request_equal_documented_or_differing():
+    from xml.etree import ElementTree
+
+    from msnb.engines.compare_report import as_json, junit_xml
+
+    rows = [_row(1, b"1", b"1", status=200), _row(2, FAILED_TS, FAILED_RAY), _row(3, b"1", b"2", status=200)]
+    result = as_json(rows, ["other"], strict=False)
+    assert (result["ok"], result["equal"], result["documented"], result["differs"]) == (False, 1, 1, 1)
+    assert [r["outcome"] for r in result["requests"]] == ["equal", "documented", "differs"]
+    assert result["not_served"] == ["other"] and result["requests"][2]["detail"] == "$: 1 != 2"
+    suites = ElementTree.fromstring(junit_xml(rows, ["other"], strict=False))
+    model = suites.find("testsuite[@name='m']")
+    assert (model.get("tests"), model.get("failures")) == ("3", "1")
+    cases = model.findall("testcase")
+    assert "documented difference: an error answer" in cases[1].find("system-out").text
+    assert cases[2].find("failure").get("message") == "$: 1 != 2"
+    assert suites.find("testsuite[@name='other']/testcase/failure") is not None
+    strict = ElementTree.fromstring(junit_xml(rows[:2], [], strict=True))
+    assert strict.find("testsuite").get("failures") == "1" and as_json(rows[:2], [], strict=True)["ok"] is False
+    assert as_json(rows[:2], [], strict=False)["ok"] is True

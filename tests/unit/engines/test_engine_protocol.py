@@ -32,3 +32,21 @@ def test_each_engine_says_its_kind_and_label():
 
 def test_an_unstarted_engine_is_an_engine(tmp_path):
     assert isinstance(LocalServer(tmp_path), Engine) and isinstance(LocalRay(), Engine)
+
+
+def test_the_registry_lists_each_engine_once_the_reference_first():
+    from msnb.engines import registry
+
+    assert registry.kinds()[:2] == ("torchserve", "ray")
+    assert registry.reference().kind == "torchserve" and registry.counterpart("torchserve").kind == "ray"
+    assert registry.get("ray").choice == "Ray Serve (pip install msnb[ray])"
+    assert registry.get("torchserve").installed()
+
+
+def test_an_unknown_engine_is_refused_with_the_engines_there_are():
+    from msnb.engines import registry
+    from msnb.errors import SpecError
+
+    with pytest.raises(SpecError) as err:
+        registry.get("triton")
+    assert "Unknown engine 'triton'" in str(err.value) and "torchserve, ray" in err.value.render()

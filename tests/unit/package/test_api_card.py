@@ -55,3 +55,13 @@ def test_export_refuses_a_schema_file_outside_the_notebooks_folder(tmp_path):
     spec = spec_from_source("m", MODEL_SOURCE + HANDLER_BODY)
     err = refusal(spec, f"m --schema {tmp_path / 'outside.json'}", tmp_path / "nb" / "nb.ipynb")
     assert err is not None and "--schema" in str(err) and "outside the notebook's folder" in str(err)
+
+
+def test_the_embeddings_flag_reaches_the_card_and_the_capture_summary():
+    config = handler_config(parse_handler_line("m --embeddings"))
+    spec = spec_from_source("m", MODEL_SOURCE + HANDLER_BODY, embeddings=config["embeddings"])
+    assert card(spec)["embeds"] and not card(spec_from_source("m", MODEL_SOURCE + HANDLER_BODY))["embeds"]
+    assert "embeddings" not in handler_config(parse_handler_line("m"))
+    from msnb.ui.display import SpecSummary
+
+    assert "POST /v1/embeddings" in SpecSummary(spec).text()

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from msnb.templates import msnb_api_mcp as mcp
 from msnb.templates.msnb_api_openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
+from msnb.templates.msnb_api_v1 import refused
 from msnb.templates.msnb_api_wire import DONE, Answer, models
 
 CHAT_BODY = {"model": "gen", "messages": [{"role": "user", "content": "the cat"}]}
@@ -119,8 +120,8 @@ def test_mcp_initialize_answers_the_clients_version_and_notifications_get_202():
     assert step.kind == "reply" and step.body["result"]["protocolVersion"] == "2025-06-18"
     assert mcp.step(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}').status == 202
     assert mcp.step(b"{").status == 400
-    unknown = mcp.step(b'{"jsonrpc": "2.0", "id": 2, "method": "server/discover"}')
-    assert unknown.body["error"]["code"] == mcp.METHOD_NOT_FOUND
+    unknown = mcp.step(b'{"jsonrpc": "2.0", "id": 2, "method": "resources/list"}')
+    assert unknown.body["error"]["code"] == mcp.METHOD_NOT_FOUND and "tools/call" in unknown.body["error"]["message"]
 
 
 def test_mcp_a_call_names_its_tool_and_a_wrapped_input_is_its_one_argument():
@@ -128,7 +129,65 @@ def test_mcp_a_call_names_its_tool_and_a_wrapped_input_is_its_one_argument():
                     b'"arguments": {"input": "the cat"}}}')  # fmt: skip
     assert (step.kind, step.name) == ("call", "gen")
     assert mcp.sample({"wrapped": True}, step.arguments) == "the cat"
-    reply = mcp.call_reply(3, ["a", 1])
+    reply = mcp.call_reply(step, ["a", 1])
     assert reply["result"]["structuredContent"] == {"result": ["a", 1]} and not reply["result"]["isError"]
     assert json.loads(reply["result"]["content"][0]["text"]) == ["a", 1]
     assert mcp.tool("gen", mcp.read_card(None, "gen"))["inputSchema"] == {"type": "object"}
+
+
+def modern(method: str, params: dict | None = None, version: str = "2026-07-28", **headers: str) -> mcp.Step:
+    """A stateless (2026-07-28) request as the official client sends it: the envelope in _meta, the headers."""
+    meta = {mcp.META + "protocolVersion": version, mcp.META + "clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**(params or {}), "_meta": meta}}
+    sent = {mcp.VERSION_HEADER: version, mcp.METHOD_HEADER: method, **headers}
+    return mcp.step(json.dumps(body).encode(), sent)
+
+
+def test_mcp_2026_discover_lists_the_stateless_revision_and_every_result_carries_its_result_type():
+    found = modern("server/discover").body["result"]
+    assert found["supportedVersions"] == ["2026-07-28"] and found["resultType"] == "complete"
+    listed = modern("tools/list")
+    assert listed.kind == "list" and listed.modern
+    tools = mcp.tools_reply(listed, {"gen": {"streams": True}})["result"]
+    assert tools["resultType"] == "complete" and tools["tools"][0]["outputSchema"]["required"] == ["result"]
+    assert mcp.call_reply(modern("tools/call", {"name": "gen"}), "x")["result"]["resultType"] == "complete"
+    assert "resultType" not in mcp.call_reply(mcp.Step("call", 1), "x")["result"]  # the handshake era's shape
+
+
+def test_mcp_2026_an_unknown_revision_a_header_mismatch_and_an_unknown_method_are_refused_with_their_codes():
+    newer = modern("server/discover", version="2027-01-01")
+    assert (newer.status, newer.body["error"]["code"]) == (400, mcp.UNSUPPORTED_VERSION)
+    assert newer.body["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2027-01-01"}
+    mismatch = modern("tools/list", **{mcp.METHOD_HEADER: "tools/call"})
+    assert (mismatch.status, mismatch.body["error"]["code"]) == (400, mcp.HEADER_MISMATCH)
+    unknown = modern("prompts/list")
+    assert (unknown.status, unknown.body["error"]["code"]) == (404, mcp.METHOD_NOT_FOUND)
+    assert modern("initialize").body["error"]["code"] == mcp.METHOD_NOT_FOUND  # no handshake in this revision
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [({"prompt": 3}, "`prompt` must be of type string"), ({}, "`prompt` is missing"),
+     ({"prompt": "x", "n": True}, "`n` must be of type integer")],
+)  # fmt: skip
+def test_mcp_a_tool_argument_of_the_wrong_type_is_named_with_a_hint(arguments, says):
+    card = {"input_schema": {"type": "object", "properties": {"prompt": {"type": "string"}, "n": {"type": "integer"}},
+                             "required": ["prompt"]}}  # fmt: skip
+    problem = mcp.argument_problem(card, arguments)
+    assert says in problem and "Hint:" in problem
+    assert mcp.argument_problem(card, {"prompt": "x", "n": 2}) is None
+
+
+def test_a_401_challenges_for_a_bearer_token_on_both_protocols():
+    assert unauthorised().headers()["www-authenticate"].startswith("Bearer")
+    status, headers, body = mcp.unauthorised(unauthorised().message, "Bearer")
+    assert status == 401 and headers["www-authenticate"] == "Bearer" and "Hint:" in json.loads(body)["error"]["message"]
+
+
+def test_a_refusal_before_the_body_is_read_takes_the_shape_of_the_protocol_its_path_asks():
+    status, _, body = refused("/v1/chat/completions", 413, "The request body (7 MB) is over max_request_size")
+    assert status == 413 and json.loads(body)["error"]["code"] == "request_too_large"
+    assert "Hint: send less per request, or raise the server's max_request_size" in json.loads(body)["error"]["message"]
+    _, _, body = refused("/mcp", 400, "malformed HTTP request")
+    assert json.loads(body)["error"]["code"] == mcp.INVALID_REQUEST and "Hint:" in json.loads(body)["error"]["message"]
+    assert refused("/predictions/m", 413, "too large") is None  # TorchServe's own shape: the front's
