@@ -196,7 +196,7 @@ def metrics_after(inference_url: str, key: str, metrics_url: str, settled) -> di
                     got.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
         return settled(got)
 
-    poll(scraped, 120, "the predictions counted on the metrics address", interval=1)
+    poll(scraped, 240, "the predictions counted on the metrics address", interval=1)
     return got
 
 
