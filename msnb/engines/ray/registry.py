@@ -97,7 +97,8 @@ class Registry:
                 for served, outcome in self.engine.deploy_many([(folder, {"requirements": requirements})]):
                     if isinstance(outcome, MsnbError):
                         raise RegistryError(500, "InternalServerException", f"Failed to start workers for model "
-                                            f"{served} version: {version}", outcome.hint or "", ) from outcome  # fmt: skip
+                                            f"{served} version: {version} ({outcome.message})",
+                                            outcome.hint or "") from outcome  # fmt: skip
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
