@@ -138,7 +138,10 @@ class Registry:
         model = self.config.per_model().get(name, {})
         per = model.get(version) or next(iter(model.values()), {})
         out |= {k: int(per[k]) for k in PER_MODEL_KEYS if k in per}
-        out |= {REGISTER_PARAMS[k]: int(v) for k, v in given.items() if k in REGISTER_PARAMS and v is not None}
+        called = {REGISTER_PARAMS[k]: int(v) for k, v in given.items() if k in REGISTER_PARAMS and v is not None}
+        if "minWorkers" in called:  # TorchServe's initial_workers sets both (measured: minWorkers = maxWorkers = it)
+            called["maxWorkers"] = called["minWorkers"]
+        out |= called
         if "minWorkers" in out:
             out["maxWorkers"] = max(out.get("maxWorkers", 0), out["minWorkers"])
         return out

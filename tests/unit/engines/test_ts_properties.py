@@ -164,3 +164,21 @@ def test_msnb_serves_own_body_limit_option_wins_over_the_file_on_ray(tmp_path):
     assert ts_options(args).number("max_request_size") == 2048
     args.max_request_size = None
     assert ts_options(args).number("max_request_size") == 100
+
+
+def test_a_models_settings_come_from_the_call_then_models_json_then_its_model_config_then_the_defaults(tmp_path):
+    from msnb.engines.ray.registry import Registry
+
+    folder = tmp_path / "klass"
+    (folder / "MAR-INF").mkdir(parents=True)
+    (folder / "MAR-INF" / "MANIFEST.json").write_text('{"model": {"modelName": "klass", "modelVersion": "1.0"}}')
+    (folder / "model-config.yaml").write_text("batchSize: 4\nresponseTimeout: 30\n")
+    per_model = 'models={"klass": {"1.0": {"minWorkers": 3, "maxBatchDelay": 7}}}\n'
+    config = read(written(tmp_path, "default_workers_per_model=2\ndefault_response_timeout=60\n" + per_model))
+    registry = Registry(engine=None, config=config, opener=None)
+    assert registry._settings(folder, "klass", "1.0", {}) == {"minWorkers": 3, "maxWorkers": 3, "maxBatchDelay": 7}
+    given = {"initial_workers": 1, "batch_size": 8, "max_batch_delay": None}
+    assert registry._settings(folder, "klass", "1.0", given) == {"minWorkers": 1, "maxWorkers": 1, "maxBatchDelay": 7,
+                                                                 "batchSize": 8}  # fmt: skip
+    (folder / "model-config.yaml").write_text("minWorkers: 1\n")  # its own workers win over the default ...
+    assert registry._settings(folder, "other", "1.0", {}) == {"responseTimeout": 60}  # ... and the file's timeout
