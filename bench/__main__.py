@@ -35,6 +35,7 @@ BENCHMARKS = (
     "ray_serve",
     "ray_archives",
     "ray_cluster_start",
+    "ray_management",
     "streaming",
     "stream_speed",
     "openai_speed",

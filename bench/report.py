@@ -36,6 +36,7 @@ PANELS = [
     ("light_processes", "cold start -> first answer s", "11. Serve call -> first answer", "s"),
     ("light_processes", "wall s", "11. The msnb command's help", "s"),
     ("ray_serve", "rps", "Ray Serve vs TorchServe, 16 clients", "req/s"),
+    ("ray_management", None, "Management API: Ray vs TorchServe", "s"),
     ("streaming", "first chunk ms", "Streaming: time to first chunk", "ms"),
     ("streaming", "per chunk ms", "Streaming: time per chunk", "ms"),
     ("stream_speed", "first token ms", "LitServe's stream speed test: first token", "ms"),

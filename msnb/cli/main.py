@@ -11,6 +11,7 @@ from pathlib import Path
 from msnb.cli import serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.cli.export_options import add_layout_options, sizing_of
+from msnb.cli.serve_ray import torchserve_arguments
 from msnb.engines import env_vars
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.models import LIMIT_OPTIONS, Limits
@@ -146,7 +147,7 @@ def _add_execute(exp: argparse.ArgumentParser) -> None:
 
 def _add_serve(sub) -> None:
     srv = _add_command(sub, "serve", "serve archives on a local TorchServe until Ctrl-C", SERVE_HELP)
-    srv.add_argument("paths", nargs="+", metavar="PATH", help=".mar, model folder, model store or KServe folder")
+    srv.add_argument("paths", nargs="*", metavar="PATH", help=".mar, model folder, model store or KServe folder")
     srv.add_argument("--state", type=Path, help="where to write the server's URL and key file (default: its own)")
     srv.add_argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP.replace("this", "the shell's"))
     srv.add_argument(
@@ -160,6 +161,7 @@ def _add_serve(sub) -> None:
         "--envelope", metavar="NAME", help="with --engine ray: TorchServe's service_envelope (e.g. kserve, kservev2)"
     )
     _limit_arguments(srv, "of the server")
+    torchserve_arguments(srv.add_argument_group("TorchServe's start options (with --engine ray)"))
     srv.set_defaults(run=_serve)
 
 
@@ -291,14 +293,17 @@ def _print_layouts(report, args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from msnb.cli.serve_ray import ts_options
     from msnb.engines.torchserve import LocalServer
 
+    ts = ts_options(args)  # TorchServe's start options: with --engine ray
     archives = find_archives(args.paths)
     env = env_vars.resolve(args.env, "the served models")  # a missing variable is refused before anything starts
     if args.engine == "ray":
         from msnb.cli.serve_ray import serve_on_ray
 
-        return serve_on_ray(archives, args.state, _wait, envelope=args.envelope, env=env, limit=args.max_request_size)
+        return serve_on_ray(archives, args.state, _wait, envelope=args.envelope, env=env, limit=args.max_request_size,
+                            ts=ts)  # fmt: skip
     server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
     print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
     server.start()

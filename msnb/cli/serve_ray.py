@@ -11,22 +11,33 @@ import os
 from pathlib import Path
 
 from msnb.cli import serve_state
-from msnb.errors import MsnbError, ServerError
+from msnb.engines.ts_properties import START_KEYS
+from msnb.errors import MsnbError, OptionError, ServerError
+
+# argparse's names of `torchserve --start`'s options (msnb.cli.main): the TorchServe config's keys but the first two
+TS_OPTIONS = ("ts_config", "models", *START_KEYS)
 
 
-def serve_on_ray(archives: list[Path], state: Path | None, wait, *, envelope=None, env=None, limit=None) -> int:
+def serve_on_ray(
+    archives: list[Path], state: Path | None, wait, *, envelope=None, env=None, limit=None, ts=None
+) -> int:
     """Start a local Ray Serve (the router's body ``limit``), serve every archive that loads (``envelope``, ``env``:
-    see ``deploy_archives``), wait (``wait(engine)``) and stop; 0, or a ServerError when none loads."""
+    see ``deploy_archives``), wait (``wait(engine)``) and stop; 0, or a ServerError when none loads. ``ts``: a
+    TorchServe config (msnb.engines.ts_properties) read from TorchServe's start options: its addresses, limits and
+    models, and its management API beside the engine."""
+    from msnb.engines.ray import ts_start
     from msnb.engines.ray.engine import LocalRay
 
-    engine = LocalRay(max_request_size=limit)
+    engine = ts_start.engine_for(ts) if ts else LocalRay(max_request_size=limit)
     print("starting Ray Serve (loopback, Ray token auth on) ...", flush=True)
     engine.start()
-    written = None
+    written = api = None
     try:
-        names = deploy_archives(engine, archives, envelope, env)
-        written = serve_state.write(record(engine, names), state)
-        print(f"inference {engine.inference_url}  (TorchServe's inference URLs; Ray Serve has no management API)")
+        api = ts_start.TorchServeApi(engine, ts, opener(ts)) if ts else None
+        names = started_models(engine, api, archives, envelope, env)
+        written = serve_state.write(record(engine, names, api), state)
+        management = f"management {api.management_url}  metrics {api.metrics_url}" if api else "(no management API)"
+        print(f"inference {engine.inference_url}  {management}")
         print(f"openai {engine.openai_base_url}  mcp {engine.mcp_url}  (the same key)")
         print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
         print(f"try:   msnb predict NAME --data '<json>'   (state file {written})\nCtrl-C stops Ray Serve.", flush=True)
@@ -35,9 +46,65 @@ def serve_on_ray(archives: list[Path], state: Path | None, wait, *, envelope=Non
     finally:
         if written is not None:
             written.unlink(missing_ok=True)
+        if api is not None:
+            api.stop()
         engine.stop()
         print("Ray Serve stopped", flush=True)
     return 0
+
+
+def started_models(engine, api, archives: list[Path], envelope, env) -> list[str]:
+    """The PATH archives served side by side; with TorchServe's options (``api``), each registered as TorchServe
+    registers its start models instead, then those ``load_models`` names (TorchServe starts with none, too)."""
+    if api is None:
+        return deploy_archives(engine, archives, envelope, env)
+    names = []
+    for path in archives:
+        try:
+            names.append(api.registry.register(str(path.resolve()), at_startup=True).name)
+        except MsnbError as err:
+            serve_state.report(path, err)
+    names += api.load_models(serve_state.report)
+    for name in names:
+        print(f"serving {name}: POST {engine.inference_url}/predictions/{name}", flush=True)
+    return names
+
+
+def torchserve_arguments(group) -> None:
+    """`torchserve --start`'s options, with TorchServe's meaning (docs/ray-management.md)."""
+    group.add_argument("--ts-config", type=Path, metavar="FILE", help="TorchServe's config.properties")
+    group.add_argument("--model-store", type=Path, metavar="DIR", help="the model store (model_store)")
+    group.add_argument("--models", nargs="+", metavar="MODEL", help="all, NAME=FILE or FILE in the store (load_models)")
+    for flag, key in (
+        ("--disable-token-auth", "disable_token_authorization"),
+        ("--enable-model-api", "enable_model_api"),
+    ):
+        group.add_argument(flag, action="store_const", const=True, dest=key, help=f"{key}=true")
+
+
+def ts_options(args):
+    """TorchServe's start options as its config (--ts-config's file, the others over it), or None when none is given;
+    an OptionError when they are given to another engine, or when nothing at all is to be served."""
+    from msnb.engines import ts_properties
+
+    given = {key: getattr(args, key) for key in TS_OPTIONS}
+    if all(value is None for value in given.values()):
+        if not args.paths:
+            raise OptionError("msnb serve needs a PATH to serve.", "give a .mar, a model folder or a model store.")
+        return None
+    if args.engine != "ray":
+        raise OptionError("TorchServe's start options are for --engine ray.",
+                          "add --engine ray, or start TorchServe itself with them (torchserve --start ...).")  # fmt: skip
+    config = ts_properties.read(given.pop("ts_config"))  # msnb's --max-request-size too, as on TorchServe's engine
+    return config.with_overrides(load_models=given.pop("models"), max_request_size=args.max_request_size, **given)
+
+
+def opener(ts):
+    """How the registry opens an archive: ``ModelFolder.open``, its requirements checked when TorchServe would
+    install them (``install_py_dep_per_model``)."""
+    from msnb.package.model_folder import ModelFolder
+
+    return lambda path, folder: ModelFolder.open(path, folder, check_requirements=ts.flag("install_py_dep_per_model"))
 
 
 def deploy_archives(engine, archives: list[Path], envelope: str | None = None, env: dict | None = None) -> list[str]:
@@ -75,7 +142,8 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None, e
     )
 
 
-def record(engine, names: list[str]) -> serve_state.ServerRecord:
+def record(engine, names: list[str], api=None) -> serve_state.ServerRecord:
+    management = api.management_url if api else ""
     return serve_state.ServerRecord(
-        os.getpid(), str(Path.cwd().resolve()), engine.inference_url, "", str(engine.key_file), names, "ray"
+        os.getpid(), str(Path.cwd().resolve()), engine.inference_url, management, str(engine.key_file), names, "ray"
     )

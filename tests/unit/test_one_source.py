@@ -23,7 +23,8 @@ FACTS = {
         "msnb.package.formats",
         "msnb.engines.store",
         "msnb.engines.torchserve.config",
-    },  # DEFAULT_EXPORT; STORE_DIR; its key
+        "msnb.engines.ts_properties",
+    },  # DEFAULT_EXPORT; STORE_DIR; its key (written by torchserve.config, read by ts_properties' table of keys)
     "msnb-server-": {"msnb.engines.watchdog"},  # TEMP_PREFIX
     "no-archive": {"msnb.package.formats"},  # SERVE_FORMAT (and the archiver's name of that format)
     120: {"msnb.templates.msnb_serving"},  # DEFAULT_RESPONSE_TIMEOUT_S

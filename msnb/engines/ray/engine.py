@@ -150,6 +150,11 @@ class LocalRay:
         return "\n".join(line for name in self._folders for line in self.model_log(name, lines))[-20000:]
 
     @property
+    def metrics_port(self) -> int | None:
+        """The head node's Prometheus port: Ray's and Serve's metrics, and the handlers' own (``context.metrics``)."""
+        return self._cluster.head_node.metrics_export_port if self._cluster else None
+
+    @property
     def inference_url(self) -> str:
         return f"http://{LOOPBACK}:{self.http_port}"
 
@@ -196,7 +201,8 @@ class LocalRay:
 
     def _door(self) -> dict[str, Any]:
         """What the router and the replicas that answer predictions themselves ask of each request."""
-        return {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        return door if self.auth else {**door, "auth": False}
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
@@ -332,6 +338,7 @@ class LocalRay:
 
     # ------------------------------------------------------------------ the rest of the Engine protocol
     kind, label = ENGINE.kind, ENGINE.label  # declared once, in the package (msnb.engines.registry lists it)
+    auth = True  # False: the router and the replicas answer without the inference key (disable_token_authorization)
     python = None  # the replicas run this interpreter (the kernel's packages)
 
     def versions(self, name: str) -> list[ModelStatus]:

@@ -1,0 +1,102 @@
+"""TorchServe's metrics address on the local Ray: Ray Serve's request metrics, read from the node's metrics port,
+written under TorchServe's Prometheus names (``ts_inference_requests_total``, ``ts_inference_latency_microseconds``,
+``ts_queue_latency_microseconds``) with its labels, and the handlers' own ``context.metrics`` beside them.
+
+As on TorchServe, ``metrics_mode=log`` (its default) answers ``/metrics`` with nothing; ``prometheus`` with the
+metrics. Ray keeps no queue time per model: ``ts_queue_latency_microseconds`` is declared and has no samples.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+TS_LABELS = ("model_name", "model_version", "hostname")
+# Ray Serve's replica metric (its Prometheus sample) -> TorchServe's counter, and the factor to its unit.
+FROM_RAY = {
+    "ray_serve_deployment_request_counter_total": ("ts_inference_requests_total", 1.0),
+    "ray_serve_deployment_processing_latency_ms_sum": ("ts_inference_latency_microseconds", 1000.0),
+}
+DECLARED = ("ts_inference_requests_total", "ts_inference_latency_microseconds", "ts_queue_latency_microseconds")
+HELP = {
+    "ts_inference_requests_total": "Total number of inference requests.",
+    "ts_inference_latency_microseconds": "Cumulative inference duration in microseconds",
+    "ts_queue_latency_microseconds": "Cumulative queue duration in microseconds",
+}
+
+
+def translate(ray_text: str, versions: dict[str, str], hostname: str) -> str:
+    """Ray's Prometheus text as TorchServe's: its request counters per model (``versions``: the served models and
+    their versions), then each handler metric (``ray_NAME{model_name=...}``) as ``NAME``."""
+    totals: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
+    own: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
+    for family in text_string_to_metric_families(ray_text):
+        for sample in family.samples:
+            model = sample.labels.get("application") or sample.labels.get("model_name")
+            if model not in versions:
+                continue
+            labels = (model, versions[model], hostname)
+            if sample.name in FROM_RAY:
+                name, factor = FROM_RAY[sample.name]
+                totals[name][labels] += sample.value * factor
+            elif not sample.name.startswith("ray_serve_") and "model_name" in sample.labels:
+                own[sample.name.removeprefix("ray_")][labels] = sample.value
+    return "".join(_family(name, "counter", totals.get(name, {})) for name in DECLARED) + "".join(
+        _family(name, "gauge", values) for name, values in sorted(own.items())
+    )
+
+
+def _family(name: str, kind: str, values: dict[tuple, float]) -> str:
+    lines = [f"# HELP {name} {HELP.get(name, name)}", f"# TYPE {name} {kind}"]
+    for labels, value in sorted(values.items()):
+        shown = ",".join(f'{k}="{v}"' for k, v in zip(TS_LABELS, labels))
+        lines.append(f"{name}{{{shown}}} {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def ray_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/metrics":
+            self.send_error(404)
+            return
+        data = self.server.scrape().encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    scrape: Callable[[], str]
+
+
+def serve(ray_port: int, versions: Callable[[], dict[str, str]], prometheus: bool, host: str, port: int) -> _Server:
+    """TorchServe's metrics address on ``host:port`` (``.shutdown()`` ends it): each scrape reads Ray's metrics
+    port ``ray_port`` and the served models' ``versions()``."""
+    server = _Server((host, port), _Handler)
+    hostname = socket.gethostname()
+    server.scrape = (lambda: translate(ray_metrics(ray_port), versions(), hostname)) if prometheus else (lambda: "")
+    threading.Thread(target=server.serve_forever, name="msnb-metrics", daemon=True).start()
+    return server
+
+
+__all__ = ["serve", "translate"]

@@ -1,0 +1,203 @@
+"""TorchServe's model registry on the local Ray: archives of the model store registered under a name with the settings
+TorchServe takes (the register call's, ``models={...}``, config.properties' defaults), scaled and unregistered.
+
+Ray serves one version of a model per name (one Serve application): a second version of a registered name is
+answered with that, as TorchServe's 409 for a name it already has, and the message says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msnb.engines.models import ModelStatus
+from msnb.engines.store import safe_name
+from msnb.engines.ts_properties import TsConfig
+from msnb.errors import MsnbError, ServerError
+
+# The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
+REGISTER_PARAMS = {"initial_workers": "minWorkers", "batch_size": "batchSize", "max_batch_delay": "maxBatchDelay",
+                   "response_timeout": "responseTimeout"}  # fmt: skip
+PER_MODEL_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
+ONE_VERSION = "msnb's Ray engine serves one version per model name: unregister the served one first"
+
+
+class RegistryError(ServerError):
+    """A management call TorchServe refuses too: its HTTP ``status`` and TorchServe's exception ``kind``."""
+
+    def __init__(self, status: int, kind: str, message: str, hint: str = ""):
+        super().__init__(message, hint)
+        self.status, self.kind = status, kind
+
+
+@dataclass
+class Entry:
+    """A registered model: its served folder, the archive's name in the store (``modelUrl``), how it was loaded."""
+
+    name: str
+    version: str
+    url: str
+    folder: Path
+    at_startup: bool
+
+
+class Registry:
+    """The models a Ray engine serves, registered from ``config``'s model store as TorchServe registers them."""
+
+    def __init__(self, engine: Any, config: TsConfig, opener: Callable):
+        """``opener(path, folder)``: an archive unpacked and checked into ``folder`` (``ModelFolder.open``)."""
+        self.engine, self.config, self.opener = engine, config, opener
+        self.entries: dict[str, Entry] = {}
+        self.lock = threading.RLock()
+
+    # ------------------------------------------------------------------ reading
+    def names(self) -> list[str]:
+        return sorted(self.entries)
+
+    def entry(self, name: str, version: str | None = None) -> Entry:
+        """The registered ``name`` (at ``version``, when given: TorchServe's 404 otherwise)."""
+        found = self.entries.get(name)
+        if found is None:
+            raise RegistryError(404, "ModelNotFoundException", f"Model not found: {name}")
+        if version not in (None, "", "all") and version != found.version:
+            raise RegistryError(404, "ModelVersionNotFoundException",
+                                f"Model version: {version} does not exist for model: {name}")  # fmt: skip
+        return found
+
+    # ------------------------------------------------------------------ register
+    def archive(self, url: str, anywhere: bool = False) -> Path:
+        """``url`` in the model store (TorchServe takes a file name there; msnb fetches no remote URL); ``anywhere``:
+        an absolute path too (the archives given on the command line)."""
+        if anywhere and Path(url).is_absolute() and Path(url).exists():
+            return Path(url)
+        store = self.config.model_store
+        if "://" in url:
+            raise RegistryError(400, "BadRequestException", f"Remote model URLs are not fetched by msnb: {url}",
+                                "copy the archive into the model store and register it by its file name.")  # fmt: skip
+        path = (store / url) if store else Path(url)
+        if store is None or not path.exists() or Path(url).name != url:
+            raise RegistryError(404, "ModelNotFoundException", f"Model not found at: {url}")
+        return path
+
+    def register(self, url: str, name: str | None = None, settings: dict | None = None, at_startup: bool = False):
+        """Open ``url`` from the store, write its settings, deploy it; the ModelStatus once it serves."""
+        with self.lock:
+            folder, version, requirements = self._opened(self.archive(url, at_startup), name)
+            name = name or read_name(folder)
+            try:
+                write_settings(folder, name, self._settings(folder, name, version, settings or {}))
+                for served, outcome in self.engine.deploy_many([(folder, {"requirements": requirements})]):
+                    if isinstance(outcome, MsnbError):
+                        raise RegistryError(500, "InternalServerException", f"Failed to start workers for model "
+                                            f"{served} version: {version} ({outcome.message})",
+                                            outcome.hint or "") from outcome  # fmt: skip
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            self.entries[name] = Entry(name, version, url, folder, at_startup)
+            return outcome
+
+    def _opened(self, path: Path, name: str | None) -> tuple[Path, str, list[str]]:
+        """The archive unpacked and checked beside the store, then moved to its folder unless its name is taken."""
+        self.engine.store.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".register-", dir=self.engine.store.root))
+        try:
+            try:
+                item = self.opener(path, staging)
+            except MsnbError as err:
+                raise RegistryError(400, "InvalidModelException", f"Failed to open model archive {path.name}: "
+                                    f"{err.message}", err.hint or "") from None  # fmt: skip
+            name = name or item.name
+            if name in self.entries:
+                served = self.entries[name].version
+                raise RegistryError(409, "ConflictStatusException",
+                                    f"Model version {served} is already registered for model {name}"
+                                    + (f" ({ONE_VERSION})" if served != item.version else ""))  # fmt: skip
+            folder = self.engine.store.root / safe_name(name, item.version)
+            os.replace(item.path, folder)
+            install = self.config.flag("install_py_dep_per_model")  # else TorchServe installs nothing either
+            return folder, item.version, list(item.requirements) if install else []
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _settings(self, folder: Path, name: str, version: str, given: dict) -> dict[str, int]:
+        """What config.properties says of this model (default workers, models={...}), the call's ``given`` over it."""
+        own, out = read_settings(folder), {}
+        if "minWorkers" not in own:  # 0: as many workers as CPUs, as TorchServe's getDefaultWorkers
+            out["minWorkers"] = out["maxWorkers"] = self.config.number("default_workers_per_model") or os.cpu_count()
+        if "responseTimeout" not in own:
+            out["responseTimeout"] = self.config.number("default_response_timeout")
+        model = self.config.per_model().get(name, {})
+        per = model.get(version) or next(iter(model.values()), {})
+        out |= {k: int(per[k]) for k in PER_MODEL_KEYS if k in per}
+        called = {REGISTER_PARAMS[k]: int(v) for k, v in given.items() if k in REGISTER_PARAMS and v is not None}
+        if "minWorkers" in called:  # TorchServe's initial_workers sets both (measured: minWorkers = maxWorkers = it)
+            called["maxWorkers"] = called["minWorkers"]
+        out |= called
+        if "minWorkers" in out:
+            out["maxWorkers"] = max(out.get("maxWorkers", 0), out["minWorkers"])
+        return out
+
+    # ------------------------------------------------------------------ change
+    def scale(self, name: str, version: str | None, low: int | None, high: int | None) -> ModelStatus:
+        """TorchServe's ``min_worker`` / ``max_worker`` as the application's replicas (a rolling update of its size)."""
+        with self.lock:
+            entry = self.entry(name, version)
+            low = low if low is not None else read_settings(entry.folder).get("minWorkers", 1)
+            high = max(high if high is not None else low, low)
+            write_settings(entry.folder, name, {"minWorkers": low, "maxWorkers": high})
+            return self.engine.redeploy(entry.folder)
+
+    def unregister(self, name: str, version: str | None = None) -> Entry:
+        with self.lock:
+            entry = self.entry(name, version)
+            self.engine.unregister(name)
+            del self.entries[name]
+            return entry
+
+
+def read_name(folder: Path) -> str:
+    from msnb.engines.store import read_manifest
+
+    return read_manifest(folder)[0]
+
+
+def _config_path(folder: Path) -> Path:
+    from msnb.templates.msnb_names import CONFIG
+    from msnb.templates.msnb_ray_load import read_folder
+
+    manifest, _ = read_folder(folder)
+    return folder / ((manifest.get("model") or {}).get("configFile") or CONFIG)
+
+
+def read_settings(folder: Path) -> dict:
+    from msnb.templates.msnb_ray_load import read_folder
+
+    return read_folder(folder)[1]
+
+
+def write_settings(folder: Path, name: str, settings: dict[str, int]) -> None:
+    """``settings`` into the folder's model-config (the replicas' count and batching come from it) and ``name`` into
+    its manifest (a register call's ``model_name``): the folder is the engine's own copy of the archive."""
+    import json
+
+    from msnb.templates.msnb_names import MANIFEST
+
+    manifest = json.loads((folder / MANIFEST).read_text())
+    if manifest["model"].get("modelName") != name:
+        manifest["model"]["modelName"] = name
+        (folder / MANIFEST).write_text(json.dumps(manifest))
+    if settings:
+        path = _config_path(folder)
+        path.write_text(yaml.safe_dump({**read_settings(folder), **settings}, sort_keys=False))
+
+
+__all__ = ["Entry", "Registry", "RegistryError", "write_settings"]

@@ -1,0 +1,258 @@
+"""A TorchServe team's management calls, sent to a plain TorchServe started from their config.properties and to the
+Ray engine started from the same file: every call's status and the body a script reads are the same — list (paged),
+describe (customized too), register from the store (a name of its own, workers, batching), scale, set-default,
+unregister — and so are the refusals: a missing or corrupt archive, a name already registered, a model or version
+that does not exist, a wrong key, the model API disabled."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+import ts_archives
+from helpers import poll, run
+from prometheus_client.parser import text_string_to_metric_families
+
+import msnb.cli.main
+import msnb.engines.ray.engine
+from msnb.cli.serve_ray import opener, started_models
+from msnb.engines.ray.management import Management
+from msnb.engines.ray.nodes import free_port
+from msnb.engines.ray.ts_start import TorchServeApi
+from msnb.engines.ts_properties import read
+
+TORCHSERVE = Path(sys.executable).parent / "torchserve"
+# The calls of a deploy script, in order: (method, path, query).
+CALLS = [
+    ("GET", "/models", {}),
+    ("POST", "/models", {"url": "klass.mar", "initial_workers": "1", "synchronous": "true"}),
+    ("POST", "/models", {"url": "klass.mar", "initial_workers": "1", "synchronous": "true"}),  # 409
+    (
+        "POST",
+        "/models",
+        {
+            "url": "desc.mar",
+            "model_name": "d2",
+            "initial_workers": "1",
+            "batch_size": "2",
+            "max_batch_delay": "50",
+            "response_timeout": "30",
+            "synchronous": "true",
+        },
+    ),  # fmt: skip
+    ("POST", "/models", {"url": "missing.mar"}),  # 404
+    ("POST", "/models", {"url": "corrupt.mar"}),  # 400
+    ("POST", "/models", {}),  # 400: no url
+    ("GET", "/models", {}),
+    ("GET", "/models", {"limit": "1"}),
+    ("GET", "/models", {"limit": "1", "next_page_token": "1"}),
+    ("GET", "/models/named", {}),
+    ("GET", "/models/d2", {"customized": "true"}),
+    ("PUT", "/models/klass", {"min_worker": "2", "synchronous": "true"}),
+    ("GET", "/models/klass", {}),
+    ("PUT", "/models/nope", {"min_worker": "2"}),  # 404
+    ("PUT", "/models/klass/9.9", {"min_worker": "2"}),  # 404
+    ("GET", "/models/nope", {}),  # 404
+    ("GET", "/models/klass/9.9", {}),  # 404
+    ("PUT", "/models/klass/1.0/set-default", {}),
+    ("PUT", "/models/klass/9.9/set-default", {}),  # 404
+    ("DELETE", "/models/klass/9.9", {}),  # 404
+    ("DELETE", "/models/klass/1.0", {}),
+    ("DELETE", "/models/nope", {}),  # 404
+    ("DELETE", "/models/d2", {}),
+    ("GET", "/models", {}),
+]
+PREDICTIONS = 3
+# TorchServe's counters, as prometheus_client's parser names their samples (a counter's sample ends in _total)
+TS_METRICS = ("ts_inference_requests_total", "ts_inference_latency_microseconds_total")
+NO_QUEUE_TIME = "ts_queue_latency_microseconds_total"  # Ray keeps no queue time per model (docs/ray-management.md)
+# What a script reads of a describe answer (worker ids, pids and start times are each server's own).
+READ = ("modelName", "modelVersion", "modelUrl", "minWorkers", "maxWorkers", "batchSize", "maxBatchDelay",
+        "responseTimeout", "loadedAtStartup", "customizedMetadata")  # fmt: skip
+
+
+class PlainTorchServe:
+    """``torchserve --start --ts-config FILE`` in a folder of its own (its pid file, sockets, logs and key file)."""
+
+    def __init__(self, config: Path, work: Path):
+        self.work = work
+        (work / "tmp").mkdir(parents=True)
+        self.env = {**os.environ, "TMPDIR": str(work / "tmp"), "LOG_LOCATION": str(work / "logs"),
+                    "METRICS_LOCATION": str(work / "logs")}  # fmt: skip
+        with open(work / "launcher.log", "wb") as out:  # never a pipe: Java inherits it
+            subprocess.run([TORCHSERVE, "--start", "--ts-config", config, "--ncs"], cwd=work, env=self.env,
+                           stdout=out, stderr=out, check=True)  # fmt: skip
+        address = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
+        self.url, self.inference_url = address["management_address"], address["inference_address"]
+        self.metrics_url = address["metrics_address"]
+
+    def key(self, kind: str = "management") -> str:
+        return _key(self.work / "key_file.json", kind)
+
+    def stop(self) -> None:
+        subprocess.run([TORCHSERVE, "--stop"], cwd=self.work, env=self.env, capture_output=True, timeout=120)
+
+
+def call(url: str, key: str, method: str, path: str, query: dict) -> tuple[int, object]:
+    resp = requests.request(method, url + path, params=query, headers={"Authorization": f"Bearer {key}"}, timeout=600)
+    return resp.status_code, resp.json()
+
+
+def config_file(folder: Path, store: Path, inference_port: int, **more: str) -> Path:
+    lines = {"inference_address": f"http://127.0.0.1:{inference_port}",
+             "management_address": f"http://127.0.0.1:{free_port()}",
+             "metrics_address": f"http://127.0.0.1:{free_port()}", "model_store": str(store),
+             "load_models": "named.mar", "default_workers_per_model": "1", "enable_model_api": "true",
+             "metrics_mode": "prometheus", **more}  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    return folder / "config.properties"
+
+
+def for_torchserve(config: Path) -> Path:
+    """The same file for TorchServe itself beside the Ray engine on one machine: its three addresses on ports of its
+    own, and its gRPC ports (free ones: its defaults may be taken here)."""
+    lines = [line for line in config.read_text().splitlines() if not line.split("=")[0].endswith("_address")]
+    lines += [f"{kind}_address=http://127.0.0.1:{free_port()}" for kind in ("inference", "management", "metrics")]
+    lines += [f"grpc_inference_port={free_port()}", f"grpc_management_port={free_port()}"]
+    path = config.with_name("torchserve.properties")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mstore")
+    built = ts_archives.build_all(root / "built", ("named", "klass", "desc"))
+    (root / "store").mkdir()
+    for mar in built.values():
+        shutil.copy(mar, root / "store" / mar.name)
+    (root / "store" / "corrupt.mar").write_bytes(b"not a zip archive")
+    return root / "store"
+
+
+def comparable(status: int, body: object) -> object:
+    """What a script reads of an answer: a describe's fields in READ and its workers' count and statuses."""
+    if isinstance(body, list):
+        return status, [{**{k: m.get(k) for k in READ}, "workers": [w["status"] for w in m["workers"]],
+                         "keys": sorted(m)} for m in body]  # fmt: skip
+    return status, body
+
+
+@pytest.mark.timeout(1200)
+def test_a_deploy_scripts_management_calls_answer_on_ray_as_on_plain_torchserve(ray_engine, store, tmp_path):
+    config = config_file(tmp_path / "conf", store, ray_engine.http_port)
+    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    api = TorchServeApi(ray_engine, read(config), opener(read(config)))
+    try:
+        assert started_models(ray_engine, api, [], None, None) == ["named"]  # `msnb serve`'s start: load_models
+        poll(lambda: _ready(plain), 300, "the plain TorchServe's named worker to be ready", interval=0.5)
+        ray_key = json.loads(Path(ray_engine.key_file).read_text())["management"]["key"]
+        for method, path, query in CALLS:
+            truth = comparable(*call(plain.url, plain.key(), method, path, query))
+            ours = comparable(*call(api.management_url, ray_key, method, path, query))
+            if query.get("url") == "corrupt.mar":  # msnb words it (with its Hint); TorchServe's status and type
+                assert ours[0] == truth[0] and ours[1]["type"] == truth[1]["type"], ours
+                assert "not a readable model archive" in ours[1]["message"] and "Hint:" in ours[1]["message"]
+                continue
+            assert ours == truth, (method, path, query)
+        wrong = (call(u, "wrong-key", "GET", "/models", {}) for u in (plain.url, api.management_url))
+        assert next(wrong) == next(wrong)
+        truth = metrics_after(plain.inference_url, plain.key("inference"), plain.metrics_url, lambda got: True)
+        ours = metrics_after(ray_engine.inference_url, _key(ray_engine.key_file, "inference"), api.metrics_url,
+                             lambda got: got.get("ts_inference_requests_total", {}).get("named") == PREDICTIONS)  # fmt: skip
+        assert set(truth) - {NO_QUEUE_TIME} == set(ours) and set(ours) >= set(TS_METRICS), (truth, ours)
+        assert truth["ts_inference_requests_total"]["named"] == ours["ts_inference_requests_total"]["named"]
+        assert ours["ts_inference_latency_microseconds_total"]["named"] > 0
+    finally:
+        api.stop()
+        plain.stop()
+
+
+def metrics_after(inference_url: str, key: str, metrics_url: str, settled) -> dict[str, dict[str, float]]:
+    """PREDICTIONS answers of ``named``, then the metrics address scraped (until ``settled``: Ray exports them every
+    second or so) and parsed by prometheus_client's parser: TorchServe's ts_ families, model name -> value, and
+    their label names as TorchServe writes them."""
+    for n in range(PREDICTIONS):
+        resp = requests.post(f"{inference_url}/predictions/named", json={"x": [n, 1.0, 2.0]},
+                             headers={"Authorization": f"Bearer {key}"}, timeout=120)  # fmt: skip
+        assert resp.status_code == 200, resp.text
+    got: dict = {}
+
+    def scraped() -> bool:
+        got.clear()
+        text = requests.get(f"{metrics_url}/metrics", timeout=30).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith("ts_"):
+                    assert set(sample.labels) == {"model_name", "model_version", "hostname"}, sample
+                    got.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
+        return settled(got)
+
+    poll(scraped, 240, "the predictions counted on the metrics address", interval=1)
+    return got
+
+
+def _key(key_file: Path, kind: str) -> str:
+    return json.loads(Path(key_file).read_text())[kind]["key"]
+
+
+def _ready(plain: PlainTorchServe) -> bool:
+    try:
+        status, body = call(plain.url, plain.key(), "GET", "/models/named", {})
+    except (requests.ConnectionError, OSError, ValueError):  # not listening yet, or its key file not written yet
+        return False
+    return status == 200 and [w["status"] for w in body[0]["workers"]] == ["READY"]
+
+
+@pytest.mark.timeout(300)
+def test_register_and_unregister_with_the_model_api_disabled_are_refused_as_torchserve_refuses_them(store, tmp_path):
+    config = config_file(tmp_path / "conf", store, free_port(), enable_model_api="false", load_models="")
+    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    ours = Management(registry=None, model_api=False, key=None)
+    try:
+        poll(lambda: _answers(plain), 120, "the plain TorchServe's management API", interval=0.5)
+        for method, path, query in [("POST", "/models", {"url": "klass.mar"}), ("DELETE", "/models/named", {})]:
+            assert ours.answer(method, path, query, "") == call(plain.url, plain.key(), method, path, query)
+    finally:
+        plain.stop()
+
+
+def _answers(plain: PlainTorchServe) -> bool:
+    try:
+        return call(plain.url, plain.key(), "GET", "/models", {})[0] == 200
+    except (requests.ConnectionError, OSError, ValueError):  # not up yet, or its key file half written
+        return False
+
+
+@pytest.mark.timeout(600)
+def test_msnb_serve_takes_torchserves_start_options_and_prints_the_management_address(
+    ray_engine, store, tmp_path, capsys, monkeypatch
+):
+    # the shared Ray stands for the one `msnb serve` would start (a Ray start of its own is test_ray_serve_cli's)
+    monkeypatch.setattr(msnb.engines.ray.engine, "LocalRay", lambda *args, **kwargs: ray_engine)
+    monkeypatch.setattr(ray_engine, "start", lambda: ray_engine)
+    monkeypatch.setattr(ray_engine, "stop", lambda: None)
+    config = config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    seen: dict = {}
+
+    def wait(engine) -> bool:  # while `msnb serve` runs: what a script on the management address sees
+        seen["out"] = capsys.readouterr().out
+        url = re.search(r"management (http://\S+)", seen["out"]).group(1)
+        seen["models"] = call(url, _key(engine.key_file, "management"), "GET", "/models", {})
+        return True  # Ctrl-C
+
+    monkeypatch.setattr(msnb.cli.main, "_wait", wait)
+    argv = ["serve", "--engine", "ray", "--ts-config", config, "--model-store", store, "--models", "k=klass.mar"]
+    code, out, err = run(capsys, *argv, "--state", tmp_path / "state.json")
+    assert code == 0, err
+    assert "serving k: POST" in seen["out"] and re.search(r"metrics http://127\.0\.0\.1:\d+", seen["out"])
+    assert seen["models"] == (200, {"models": [{"modelName": "k", "modelUrl": "klass.mar"}]})
+    assert "Ray Serve stopped" in out
