@@ -15,7 +15,7 @@ SEQUENCE = {"sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence"
 
 
 def describe(engine: Any, entry: Any, customized: bool) -> dict:
-    """The describe entry of a registered model (``entry``: msnb.engines.ray.registry.Entry)."""
+    """The describe entry of a registered model (``entry``: msnb.engines.ray.model_registry.Entry)."""
     from msnb.templates.msnb_ray_load import read_folder
 
     _, config = read_folder(entry.folder)
@@ -54,7 +54,7 @@ def _customized(engine: Any, name: str) -> Any:
     """The handler's own describe answer, as the router's replica asks it (TorchServe's customizedMetadata)."""
     resp = engine.client.call("GET", f"{engine.inference_url}/models/{name}?customized=true", "inference")
     if not resp.ok:  # the handler failed its describe: TorchServe answers with the handler's error
-        from msnb.engines.ray.registry import RegistryError
+        from msnb.engines.ray.model_registry import RegistryError
 
         body = _json(resp)
         raise RegistryError(resp.status_code, body.get("type", "InternalServerException"),

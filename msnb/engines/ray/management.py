@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from msnb.engines.ray.describe import describe
-from msnb.engines.ray.registry import Registry, RegistryError
+from msnb.engines.ray.model_registry import Registry, RegistryError
 
 PAGE_LIMIT = 100  # TorchServe's default (and largest) page of GET /models
 NOT_FOUND = "Requested resource is not found, please refer to API document."

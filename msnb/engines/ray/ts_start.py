@@ -10,7 +10,7 @@ from typing import Any
 
 from msnb.engines.ray import metrics
 from msnb.engines.ray.management import Management, serve
-from msnb.engines.ray.registry import Registry
+from msnb.engines.ray.model_registry import Registry
 from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_loopback
 from msnb.errors import MsnbError, ServerError
 

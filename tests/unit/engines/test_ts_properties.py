@@ -167,7 +167,7 @@ def test_msnb_serves_own_body_limit_option_wins_over_the_file_on_ray(tmp_path):
 
 
 def test_a_models_settings_come_from_the_call_then_models_json_then_its_model_config_then_the_defaults(tmp_path):
-    from msnb.engines.ray.registry import Registry
+    from msnb.engines.ray.model_registry import Registry
 
     folder = tmp_path / "klass"
     (folder / "MAR-INF").mkdir(parents=True)
