@@ -136,8 +136,9 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
     assert "A replica of desc asks for 0.1 CPU, 1 GPU; no node of this cluster has that" in unplaced.message
     assert "Hint: ask for less where the application is exported" in unplaced.message
     assert uninstallable.status == "DEPLOY_FAILED", uninstallable
-    assert "pip could not install msnb-absent-package-xyz==1.0 on this node" in uninstallable.message
-    assert "Hint: make the package reachable from the nodes' package index" in uninstallable.message
+    said = " ".join(d.message for d in uninstallable.deployments.values())  # its replica's constructor failed
+    assert "pip could not install msnb-absent-package-xyz==1.0 on this node" in said
+    assert "Hint: make the package reachable from the nodes' package index" in said
     pip = two_nodes.root / "ray" / "session_latest" / "runtime_resources" / "pip"
     assert not pip.exists() or not any(pip.iterdir()), "a requirement made a pip environment under Ray's temp root"
     installed = [p.name.split("-")[0] for p in folder.glob(".msnb-requirements/*/*.dist-info")]
