@@ -1,5 +1,6 @@
 """What a Ray Serve application asks of its cluster, checked when it is built: a replica no node can hold, an
-application larger than the whole cluster, and the requirements the node already satisfies.
+application larger than the whole cluster; and its requirements, of which only what the node lacks is installed,
+once per node, beside the model folders.
 
 Ray never refuses a replica it cannot place: it logs "taken more than 30s to be scheduled" every 30 s for as long as
 one waits. The application builders (``msnb_ray:model``) check here first and fail with what was asked.
