@@ -62,6 +62,8 @@ ENVELOPED_REQUESTS = [
 # with a requirements file, a class entry point batching by its model-config, a streaming handler, and a BaseHandler
 # whose replicas are asked for a GPU no node has.
 AS_PRINTED = ("named", "klass", "stream")
+# Three more, each asking for 0.6 CPU: each fits a node, the three do not fit the two (Ray waits; msnb says so).
+CROWDED = ("kserved", "slow", "stalls")
 # A handler importing a small package this environment lacks (its requirements file: one line): installed once
 # beside the exported models on the cluster, as TorchServe installs it into the model's folder.
 COLORED = "import termcolor\n\ndef handle(data, context):\n    return None if data is None else [termcolor.colored(str(r['body']['x']), 'red') for r in data]\n"
@@ -85,14 +87,14 @@ def printed_steps(out: str, address: str) -> tuple[Path, dict, list[str]]:
 
 
 def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_printed_steps(two_nodes, tmp_path, capsys):
-    mars = ts_archives.build_all(tmp_path / "mars", (*AS_PRINTED, "desc"))
+    mars = ts_archives.build_all(tmp_path / "mars", (*AS_PRINTED, "desc", *CROWDED))
     mars["colored"] = build_mar(tmp_path / "colored", "colored", COLORED, requirements=["termcolor"])
     mars["absent"] = build_mar(tmp_path / "absent", "absent", COLORED, requirements=["msnb-absent-package-xyz==1.0"])
     port = free_port()
     code, out, err = run(capsys, "export", *mars.values(), "--ray", tmp_path / "out", "--ray-port", port,
-                         "--num-gpus", "desc=1")  # fmt: skip
+                         "--num-gpus", "desc=1", *(f"--num-cpus={n}=0.6" for n in CROWDED))  # fmt: skip
     assert code == 0, err
-    assert "The application needs 0.6 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
+    assert "The application needs 2.4 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
     folder, env, command = printed_steps(out, two_nodes.address)
     assert command == ["serve", "run", "serve_config.yaml"]
     # the nodes hold the key (conftest: started with it, as the printed `ray start` step says); `serve` on PATH
@@ -120,12 +122,18 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
         rows = compare.compare(plain, cluster, lines)
         refused = requests.post(f"{url}/predictions/named", json={"x": [1.0, 2.0, 3.0]}, timeout=30)
         unplaced, uninstallable = application_status(two_nodes, "desc"), application_status(two_nodes, "absent")
+        poll(lambda: "msnb: a replica cannot be placed" in log.read_text(), 240, "msnb to say a replica waits",
+             interval=2, log=lambda: log.read_text()[-3000:])  # fmt: skip
     finally:
         plain.stop()
         cluster.client.close()
         process.send_signal(2)  # Ctrl-C: serve run shuts Serve down
         process.wait(180)
     poll(lambda: not serve_processes(two_nodes.key), 180, "Serve's processes to end after Ctrl-C", interval=1)
+    said = [line for line in log.read_text().splitlines() if "msnb: a replica cannot be placed" in line]
+    assert said and any(f"application '{n}'" in said[0] for n in CROWDED), log.read_text()[-3000:]
+    assert "Resources required for each replica" in said[0] and "0.6" in said[0]  # what it asked, in Serve's words
+    assert "Hint: the cluster has room for each replica but not for all of them" in log.read_text()
     assert [diff for *_, diff in rows] == [None] * len(rows), compare.table(rows)
     assert [ts.status for _, ts, _, _ in rows] == [200, 200, 200, 422, 200]
     assert (
