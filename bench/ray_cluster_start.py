@@ -108,12 +108,36 @@ def on_torchserve(work: Path, archives: list[Path]) -> float:
         server.stop()
 
 
+def requirement_cost(work: Path, requirement: str = "termcolor") -> dict[str, float]:
+    """What one small pure-Python requirement the node lacks costs an exported application: seconds and bytes of its
+    install beside the model folders (``msnb_ray_needs.install_once``, as the first replica of a node runs it), and
+    the seconds a second replica takes to find it installed."""
+    from msnb.templates import msnb_ray_needs
+
+    folder = work / "requirement" / "model"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = list(sys.path)
+    try:
+        start = time.perf_counter()
+        target = msnb_ray_needs.install_once(folder, [requirement])
+        first = time.perf_counter() - start
+        sys.path[:] = path
+        start = time.perf_counter()
+        msnb_ray_needs.install_once(folder, [requirement])
+        again = time.perf_counter() - start
+    finally:
+        sys.path[:] = path
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    return {"install s": first, "installed bytes": size, "found installed s": again}
+
+
 def run(settings: Settings) -> dict:
     from msnb.engines.ray.nodes import free_port
 
     work = settings.workdir / "ray_cluster_start"
     many = settings.size(8, 8, 1)
     archives = [build(work / "mars", f"tiny{i}") for i in range(many)]
+    cost = requirement_cost(work)
     cluster = Cluster(Path(tempfile.mkdtemp(prefix="msnbbc-", dir="/tmp")))  # short: Ray's socket paths
     try:
         variants = {}
@@ -127,6 +151,7 @@ def run(settings: Settings) -> dict:
     finally:
         cluster.shutdown()
     result = report(times, many, settings)
+    result["rows"].update({f"one requirement the node lacks (termcolor): {k}": summary([v]) for k, v in cost.items()})
     if not settings.smoke:
         append(result)
     return result

@@ -326,6 +326,11 @@ class MsnbRouter:
         self.key = self.door.key  # /v1 and /mcp ask for it too (msnb_ray_api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (msnb_ray_stream)
         self.api = ApiRoutes(self)  # /v1 and /mcp
+        if (args or {}).get("watch"):  # an export: a replica Serve cannot place is said, with a Hint
+            import threading
+
+            self.watching = threading.Event()
+            threading.Thread(target=needs.watch, args=(logger, self.watching), daemon=True).start()
 
     async def targets(self) -> dict[str, list[str]]:
         """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each
@@ -451,7 +456,7 @@ def router(args: dict | None = None) -> Any:
     ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
-    door = {k: args[k] for k in ("key_file", "auth", "max_request_size") if k in args}
+    door = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch") if k in args}
     guard.inference_key(door)  # a cluster without the key: refused here, not by a replica retried in a loop
     options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):

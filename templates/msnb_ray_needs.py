@@ -1,5 +1,6 @@
 """What a Ray Serve application asks of its cluster, checked when it is built: a replica no node can hold, an
-application larger than the whole cluster, and the requirements the node already satisfies.
+application larger than the whole cluster; and its requirements, of which only what the node lacks is installed,
+once per node, beside the model folders.
 
 Ray never refuses a replica it cannot place: it logs "taken more than 30s to be scheduled" every 30 s for as long as
 one waits. The application builders (``msnb_ray:model``) check here first and fail with what was asked.
@@ -161,3 +162,38 @@ def _pip(args: list[str], requirements: list[str]) -> str:
             f"pip could not install {', '.join(requirements)} on this node: {last}\nHint: {INSTALL_HINT}."
         )
     return done.stdout
+
+
+WAIT_HINT = (
+    "the cluster has room for each replica but not for all of them: free some (serve delete APP), add a node, or ask "
+    "for less (`msnb export ... --num-cpus NAME=0.05`; num_cpus in serve_config.yaml); `ray status` shows what is free"
+)
+WATCH_S = 30.0  # Serve says it once a replica waited 30 s to be scheduled
+
+
+def waiting(applications: dict) -> list[str]:
+    """The applications whose replicas Serve cannot place (``serve.status().applications``), each with Serve's own
+    account of what a replica requires and what the cluster has free."""
+    found = []
+    for name, app in applications.items():
+        for deployment in app.deployments.values():
+            if "to be scheduled" in (deployment.message or ""):
+                found.append(f"{name}: {deployment.message}")
+    return found
+
+
+def watch(logger: Any, stop: Any) -> None:
+    """Until ``stop`` (a threading.Event) is set: every WATCH_S seconds, each application whose replicas wait to be
+    scheduled is logged once as an error with a Hint (the router's log, which `serve run` prints)."""
+    from ray import serve
+
+    said: set[str] = set()
+    while not stop.wait(WATCH_S):
+        try:
+            stalled = waiting(serve.status().applications)
+        except Exception:  # the controller restarting: ask again next time
+            continue
+        for line in stalled:
+            if line.split(":")[0] not in said:
+                said.add(line.split(":")[0])
+                logger.error("msnb: a replica cannot be placed. %s\nHint: %s.", line, WAIT_HINT)

@@ -58,7 +58,7 @@ def serve_config(
          "args": {"model_dir": n, "version": v, **sizing.args_for(n)}}
         for n, v in models.items()
     ]  # fmt: skip
-    router = {"max_request_size": DEFAULT_MAX_BYTES}
+    router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}  # watch: a replica that cannot be placed is said
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
 

@@ -62,7 +62,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     )
     assert apps["msnb-router"]["route_prefix"] == "/"
     # the router asks for a key read on the cluster (no secret in the config) and refuses TorchServe's large bodies
-    assert apps["msnb-router"]["args"] == {"max_request_size": DEFAULT_MAX_BYTES}
+    assert apps["msnb-router"]["args"] == {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}
     service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
     assert service["kind"] == "RayService"
     cluster = service["spec"]["rayClusterConfig"]
@@ -137,7 +137,12 @@ def test_export_ray_sizes_each_model_and_prints_what_the_application_needs_and_t
         "1 CPU; third 1 x 0.25 CPU, 0.5 GPU; the router 0 CPU)." in out
     )
     assert 'export MSNB_INFERENCE_KEY="$(python' in out and "\n  serve run serve_config.yaml\n" in out
-    assert "kubectl create secret generic msnb-inference-key --from-literal=key=" in out
+    service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
+    container = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    ref = next(e for e in container["env"] if e["name"] == "MSNB_INFERENCE_KEY")["valueFrom"]["secretKeyRef"]
+    # the printed Secret is the one the manifest gives the router, and the manifest is applied from the folder
+    assert f"kubectl create secret generic {ref['name']} --from-literal={ref['key']}=" in out
+    assert "\n  kubectl apply -f rayservice.yaml\n" in out
     assert "http://127.0.0.1:8123/predictions/first" in out
 
 

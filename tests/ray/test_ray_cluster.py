@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import openai
+import psutil
 import pytest
 import requests
 import torch
@@ -61,6 +62,8 @@ ENVELOPED_REQUESTS = [
 # with a requirements file, a class entry point batching by its model-config, a streaming handler, and a BaseHandler
 # whose replicas are asked for a GPU no node has.
 AS_PRINTED = ("named", "klass", "stream")
+# Three more, each asking for 0.6 CPU: each fits a node, the three do not fit the two (Ray waits; msnb says so).
+CROWDED = ("kserved", "slow", "stalls")
 # A handler importing a small package this environment lacks (its requirements file: one line): installed once
 # beside the exported models on the cluster, as TorchServe installs it into the model's folder.
 COLORED = "import termcolor\n\ndef handle(data, context):\n    return None if data is None else [termcolor.colored(str(r['body']['x']), 'red') for r in data]\n"
@@ -84,13 +87,14 @@ def printed_steps(out: str, address: str) -> tuple[Path, dict, list[str]]:
 
 
 def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_printed_steps(two_nodes, tmp_path, capsys):
-    mars = ts_archives.build_all(tmp_path / "mars", (*AS_PRINTED, "desc"))
+    mars = ts_archives.build_all(tmp_path / "mars", (*AS_PRINTED, "desc", *CROWDED))
     mars["colored"] = build_mar(tmp_path / "colored", "colored", COLORED, requirements=["termcolor"])
+    mars["absent"] = build_mar(tmp_path / "absent", "absent", COLORED, requirements=["msnb-absent-package-xyz==1.0"])
     port = free_port()
     code, out, err = run(capsys, "export", *mars.values(), "--ray", tmp_path / "out", "--ray-port", port,
-                         "--num-gpus", "desc=1")  # fmt: skip
+                         "--num-gpus", "desc=1", *(f"--num-cpus={n}=0.6" for n in CROWDED))  # fmt: skip
     assert code == 0, err
-    assert "The application needs 0.5 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
+    assert "The application needs 2.4 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
     folder, env, command = printed_steps(out, two_nodes.address)
     assert command == ["serve", "run", "serve_config.yaml"]
     # the nodes hold the key (conftest: started with it, as the printed `ray start` step says); `serve` on PATH
@@ -117,12 +121,19 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
                  enumerate(AS_PRINTED_REQUESTS, 1)]  # fmt: skip
         rows = compare.compare(plain, cluster, lines)
         refused = requests.post(f"{url}/predictions/named", json={"x": [1.0, 2.0, 3.0]}, timeout=30)
-        unplaced = application_status(two_nodes, "desc")
+        unplaced, uninstallable = application_status(two_nodes, "desc"), application_status(two_nodes, "absent")
+        poll(lambda: "msnb: a replica cannot be placed" in log.read_text(), 240, "msnb to say a replica waits",
+             interval=2, log=lambda: log.read_text()[-3000:])  # fmt: skip
     finally:
         plain.stop()
         cluster.client.close()
         process.send_signal(2)  # Ctrl-C: serve run shuts Serve down
         process.wait(180)
+    poll(lambda: not serve_processes(two_nodes.key), 180, "Serve's processes to end after Ctrl-C", interval=1)
+    said = [line for line in log.read_text().splitlines() if "msnb: a replica cannot be placed" in line]
+    assert said and any(f"application '{n}'" in said[0] for n in CROWDED), log.read_text()[-3000:]
+    assert "Resources required for each replica" in said[0] and "0.6" in said[0]  # what it asked, in Serve's words
+    assert "Hint: the cluster has room for each replica but not for all of them" in log.read_text()
     assert [diff for *_, diff in rows] == [None] * len(rows), compare.table(rows)
     assert [ts.status for _, ts, _, _ in rows] == [200, 200, 200, 422, 200]
     assert (
@@ -132,10 +143,29 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
     assert unplaced.status == "DEPLOY_FAILED", unplaced
     assert "A replica of desc asks for 0.1 CPU, 1 GPU; no node of this cluster has that" in unplaced.message
     assert "Hint: ask for less where the application is exported" in unplaced.message
+    assert uninstallable.status == "DEPLOY_FAILED", uninstallable
+    said = " ".join(d.message for d in uninstallable.deployments.values())  # its replica's constructor failed
+    assert "pip could not install msnb-absent-package-xyz==1.0 on this node" in said
+    assert "Hint: make the package reachable from the nodes' package index" in said
     pip = two_nodes.root / "ray" / "session_latest" / "runtime_resources" / "pip"
     assert not pip.exists() or not any(pip.iterdir()), "a requirement made a pip environment under Ray's temp root"
     installed = [p.name.split("-")[0] for p in folder.glob(".msnb-requirements/*/*.dist-info")]
     assert installed == ["termcolor"], installed  # once, beside the models; named's numpy (on the node) not again
+
+
+def serve_processes(key: str) -> list[psutil.Process]:
+    """Serve's live processes (controller, proxies, replicas) of the cluster whose nodes hold ``key``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or not (proc.info["cmdline"] or [""])[0].startswith("ray::"):
+            continue
+        try:
+            title = proc.info["cmdline"][0]
+            if proc.environ().get(KEY_VAR) == key and ("Serve" in title or "Proxy" in title):
+                found.append(proc)
+        except psutil.Error:  # gone meanwhile, or another user's
+            continue
+    return found
 
 
 def served_answer(client: TorchServeClient, name: str) -> bool:
