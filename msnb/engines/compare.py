@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msnb.engines.protocol import Engine
 from msnb.errors import OptionError
 
 PATHS = ("predictions", "explanations", "describe")
@@ -82,16 +83,12 @@ def _body(item: dict, base: Path) -> tuple[bytes, dict[str, str]]:
     return b"", {}
 
 
-def ask(server: Any, request: Request) -> Answer:
-    """``request`` sent to ``server`` (LocalServer or LocalRay: its client, with its key)."""
-    client = server.client
-    if request.path == "describe":  # TorchServe's management API; the Ray router answers it on the inference URL
-        management = getattr(server, "management_url", None)  # TorchServe's; Ray Serve has no management API
-        url, kind = (management, "management") if management else (server.inference_url, "inference")
-        resp = client.call("GET", f"{url}/models/{request.model}?customized=true", kind)
-        return Answer(resp.status_code, resp.content)
+def ask(server: Engine, request: Request) -> Answer:
+    """``request`` sent to ``server`` (its client, with its key; a describe as the engine answers it)."""
+    if request.path == "describe":
+        return Answer(*server.describe(request.model))
     url = f"{server.inference_url}/{request.path}/{request.model}"
-    resp = client.call("POST", url, "inference", data=request.body, headers=request.headers, stream=True)
+    resp = server.client.call("POST", url, "inference", data=request.body, headers=request.headers, stream=True)
     pieces = [piece for piece in resp.iter_content(None) if piece] if request.stream else [resp.content]
     return Answer(resp.status_code, b"".join(pieces), len(pieces))
 
@@ -134,11 +131,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def compare(torchserve: Any, ray: Any, requests: list[Request]) -> list[tuple[Request, Answer, Answer, str | None]]:
-    """Each request sent to both servers, with its two answers and their first difference (None: they agree)."""
+def compare(
+    reference: Engine, candidate: Engine, requests: list[Request]
+) -> list[tuple[Request, Answer, Answer, str | None]]:
+    """Each request sent to both engines (``reference``: TorchServe, the truth), with their two answers and the first
+    difference (None: they agree)."""
     rows = []
     for request in requests:
-        left, right = ask(torchserve, request), ask(ray, request)
+        left, right = ask(reference, request), ask(candidate, request)
         rows.append((request, left, right, difference(request, left, right)))
     return rows
 

@@ -83,6 +83,10 @@ class Engine(Protocol):
     def status(self, name: str, version: str | None = None) -> ModelStatus:
         """What ``name`` (its default version, or ``version``) serves now: TorchServe's describe call."""
 
+    def describe(self, name: str) -> tuple[int, bytes]:
+        """TorchServe's describe call (``GET /models/NAME?customized=true``) as this engine answers it: its HTTP
+        status and body, for a comparison with TorchServe's own."""
+
     def models(self) -> list[ModelStatus]: ...
 
     def versions(self, name: str) -> list[ModelStatus]: ...

@@ -326,6 +326,11 @@ class LocalRay:
         folder = self._folders.get(name)
         return ModelStatus(name, read_manifest(folder)[1] if folder else "", True, workers, self.inference_url)
 
+    def describe(self, name: str) -> tuple[int, bytes]:
+        """TorchServe's ``GET /models/NAME?customized=true``, which the router answers on the inference URL."""
+        resp = self.client.call("GET", f"{self.inference_url}/models/{name}?customized=true", "inference")
+        return resp.status_code, resp.content
+
     def predict(self, name: str, data: Any, **kwargs: Any) -> Any:
         return self.client.predict(name, data, **kwargs)
 

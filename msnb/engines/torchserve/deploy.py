@@ -6,12 +6,14 @@ Functions over a ``TorchServeClient`` (HTTP) and a ``ModelStore`` (files); ``Loc
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore, check_identity, read_manifest
 from msnb.engines.torchserve.client import TorchServeClient
-from msnb.errors import Interrupted, ServerError
+from msnb.errors import Interrupted, MsnbError, ServerError
 from msnb.templates.msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
 
 
@@ -146,3 +148,19 @@ def _forget(client: TorchServeClient, store: ModelStore, model: ModelStatus) -> 
             "call server.models() to see what is registered, and server.log_tail() for the server's reason.",
         )
     store.remove(model.url)
+
+
+def register_many(register: Callable[..., ModelStatus], models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
+    """Each model folder (or archive) registered with its parameters, one after another (TorchServe registers one
+    model per call, its workers start side by side); yields ``(name, ModelStatus)`` for each that serves and
+    ``(name, MsnbError)`` for each that does not (the others still register)."""
+    for path, params in models:
+        try:
+            name = read_manifest(Path(path).expanduser())[0]
+        except MsnbError as err:
+            yield Path(path).name, err
+            continue
+        try:
+            yield name, register(path, **params)
+        except MsnbError as err:
+            yield name, err

@@ -24,7 +24,7 @@ import psutil
 from msnb.engines import env_vars, watchdog
 from msnb.engines.auth import Keys
 from msnb.engines.models import ModelStatus
-from msnb.engines.store import ModelStore, read_manifest
+from msnb.engines.store import ModelStore
 from msnb.engines.torchserve import ENGINE, deploy
 from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve.api_models import TorchServeModels
@@ -247,19 +247,13 @@ class LocalServer:
         return status
 
     def deploy_many(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, ModelStatus | MsnbError]]:
-        """Register each model folder (or archive) with its register parameters, one after another (TorchServe
-        registers one model per call, its workers start side by side); yields ``(name, ModelStatus)`` for each that
-        serves and ``(name, MsnbError)`` for each that does not (the others still register)."""
-        for path, params in models:
-            try:
-                name = read_manifest(Path(path).expanduser())[0]
-            except MsnbError as err:
-                yield Path(path).name, err
-                continue
-            try:
-                yield name, self.register(path, **params)
-            except MsnbError as err:
-                yield name, err
+        """Register each model folder (or archive) with its register parameters (``deploy.register_many``)."""
+        return deploy.register_many(self.register, models)
+
+    def describe(self, name: str) -> tuple[int, bytes]:
+        """``GET /models/NAME?customized=true`` on the management API: its status and body."""
+        resp = self.client.call("GET", f"{self.management_url}/models/{name}?customized=true", "management")
+        return resp.status_code, resp.content
 
     def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
         """Register the archive as its model's new default version and unregister the old ones; no restart."""
