@@ -126,13 +126,83 @@ def msnb(archives: list[Path]) -> dict[str, float]:
     return times
 
 
-def one(kind: str, n: int, work: Path, source: Path | None = None) -> dict[str, float]:
+def on_shared(archives: list[Path]) -> dict[str, float]:
+    """The same archives on the shared Ray of `msnb ray up` (started before, outside the timing)."""
+    steps = Steps()
+    from msnb.engines.ray import require
+
+    require()
+    from msnb.cli.serve_ray import deploy_archives
+    from msnb.engines.ray.shared import attached
+
+    steps.mark("import msnb and ray.serve")
+    engine = attached().start()
+    steps.mark("attached to the shared Ray (ray.init)")
+    with contextlib.redirect_stdout(io.StringIO()):
+        deploy_archives(engine, archives)
+    steps.mark("archives opened, replicas running (import, initialize)")
+    return _answered(engine, archives, steps)
+
+
+def torchserve(archives: list[Path]) -> dict[str, float]:
+    """A TorchServe (msnb's LocalServer: Java, token auth) registering the archives one after another."""
+    steps = Steps()
+    from msnb.engines.torchserve import LocalServer
+
+    steps.mark("import msnb")
+    server = LocalServer().start()
+    steps.mark("TorchServe started")
+    for path in archives:
+        server.register(path)
+    steps.mark("archives registered")
+    return _answered(server, archives, steps)
+
+
+def cell() -> dict[str, float]:
+    """`%ms_serve NAME --engine ray` of a cell (the shared Ray when `msnb ray up` is up), to its first answer."""
+    steps = Steps()
+    import msnb.session
+    from msnb.spec import spec_from_source
+
+    steps.mark("import msnb")
+    session = msnb.session.Session()
+    session.serve(spec_from_source("cell", CELL), engine="ray")
+    steps.mark("served (Ray started or attached, the replica running)")
+    session.server().predict("cell", SAMPLE)
+    steps.mark("first answer")
+    times = steps.total()
+    session.stop()
+    return times
+
+
+CELL = """
+import torch
+
+def init_function():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+def preprocess(sample):
+    return torch.tensor(sample["x"], dtype=torch.float32)
+"""
+
+
+def _answered(engine, archives: list[Path], steps: Steps) -> dict[str, float]:
+    for path in archives:
+        engine.predict(path.stem, SAMPLE)
+    steps.mark("first answers")
+    times = steps.total()
+    engine.stop()
+    return times
+
+
+def one(kind: str, n: int, work: Path, source: Path | None = None, extra: dict | None = None) -> dict[str, float]:
     """One start of ``kind`` in a fresh process (its imports counted); ``source``: msnb imported from that tree."""
     here = str(Path(__file__).resolve())
     code = (f"import importlib.util, json; spec = importlib.util.spec_from_file_location('steps', {here!r}); "
             "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b); "
             f"print('RESULT', json.dumps(b._child({kind!r}, {n}, {str(work)!r})))")  # fmt: skip
-    env = {**os.environ, **({"PYTHONPATH": str(source)} if source else {})}
+    env = {**os.environ, **(extra or {}), **({"PYTHONPATH": str(source)} if source else {})}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=work, env=env)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -141,38 +211,81 @@ def one(kind: str, n: int, work: Path, source: Path | None = None) -> dict[str, 
 
 
 def _child(kind: str, n: int, work: str) -> dict[str, float]:
-    if kind == "floor":
-        return floor(n)
-    return msnb([Path(work) / f"tiny{i}" / f"tiny{i}.mar" for i in range(n)])
+    archives = [Path(work) / f"tiny{i}" / f"tiny{i}.mar" for i in range(n)]
+    kinds = {"floor": lambda: floor(n), "msnb": lambda: msnb(archives), "shared": lambda: on_shared(archives),
+             "torchserve": lambda: torchserve(archives), "cell": cell, "cell-shared": cell}  # fmt: skip
+    return kinds[kind]()
 
 
-def run(counts: list[int], rounds: int, before: Path | None) -> dict:
+KINDS = ("floor", "torchserve", "msnb", "shared", "cell", "cell-shared")  # cell-shared: the cell on `msnb ray up`'s Ray
+
+
+def run(counts: list[int], rounds: int, before: Path | None, kinds: list[str]) -> tuple[dict, str]:
     """Every variant once per round, one after another (``before``: msnb from an earlier tree as well): the ratios
-    hold under another's load."""
-    variants = {
-        "floor": ("floor", None),
-        **({"msnb before": ("msnb", before)} if before else {}),
-        "msnb": ("msnb", None),
-    }
+    hold under another's load. With ``shared`` or ``cell-shared`` a `msnb ray up` comes first (its start untimed);
+    returns the results and what `msnb ray status` said of it at rest, before the rounds."""
+    variants = {k: (k, None) for k in kinds}
+    if before:
+        variants = {
+            **{k: v for k, v in variants.items() if k != "msnb"},
+            "msnb before": ("msnb", before),
+            "msnb": ("msnb", None),
+        }
     results: dict[str, list[dict[str, float]]] = {}
     from bench.ray_archives import build
 
-    with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp, _shared_up(Path(tmp), kinds) as (state, at_rest):
         for i in range(max(counts)):
             build(Path(tmp), f"tiny{i}")  # made by torch-model-archiver, once for every start
         for _ in range(rounds):
             for n in counts:
                 for label, (kind, source) in variants.items():
+                    if kind.startswith("cell") and n != counts[0]:
+                        continue
                     print(f"{label} {n} ...", flush=True)
-                    results.setdefault(f"{label} {n}", []).append(one(kind, n, Path(tmp), source))
-    return results
+                    env = {"MSNB_STATE_DIR": str(state if kind in ("shared", "cell-shared") else Path(tmp) / "none")}
+                    results.setdefault(f"{label} {n}", []).append(retried(kind, n, Path(tmp), source, env))
+    return results, at_rest
+
+
+@contextlib.contextmanager
+def _shared_up(work: Path, kinds: list[str]):
+    state = work / "state"
+    if not {"shared", "cell-shared"} & set(kinds):
+        yield state, ""
+        return
+    os.environ["MSNB_STATE_DIR"] = str(state)
+    from msnb.engines.ray import shared
+
+    shared.up()
+    try:
+        time.sleep(20)  # (not a synchronisation: the Ray settles before its memory at rest is read)
+        yield state, shared.status()
+    finally:
+        shared.down()
+        os.environ.pop("MSNB_STATE_DIR")
+
+
+FAILED: dict[str, int] = {}  # starts that failed and were made again (Ray's node start times out under load)
+
+
+def retried(kind: str, n: int, work: Path, source: Path | None, env: dict, tries: int = 3) -> dict[str, float]:
+    for attempt in range(tries):
+        try:
+            return one(kind, n, work, source, env)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            key = f"{kind}{' before' if source else ''} {n}"
+            FAILED[key] = FAILED.get(key, 0) + 1
+            print(f"failed, made again: {str(err)[-300:]}", flush=True)
+            if attempt == tries - 1:
+                raise
 
 
 def medians(runs: list[dict[str, float]]) -> dict[str, float]:
     return {step: statistics.median(r[step] for r in runs) for step in runs[0]}
 
 
-def append(results: dict, load: list[float], note: str) -> str:
+def append(results: dict, at_rest: str, load: list[float], note: str) -> str:
     lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at start "
              f"{', '.join(f'{x:.1f}' for x in load)}, after {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n"]  # fmt: skip
     for key, runs in results.items():
@@ -184,9 +297,12 @@ def append(results: dict, load: list[float], note: str) -> str:
     lines += ["\n| archives | " + " | ".join(f"{x} / floor" for x in labels) + " |", "|---|" + "---|" * len(labels)]
     for n in counts:
         base = medians(results[f"floor {n}"])["TOTAL"]
-        lines.append(
-            f"| {n} | " + " | ".join(f"{medians(results[f'{x} {n}'])['TOTAL'] / base:.2f}" for x in labels) + " |"
-        )
+        ratios = [
+            f"{medians(results[f'{x} {n}'])['TOTAL'] / base:.2f}" if f"{x} {n}" in results else "–" for x in labels
+        ]
+        lines.append(f"| {n} | " + " | ".join(ratios) + " |")
+    lines += [f"\nStarts that failed and were made again: {FAILED}."] if FAILED else []
+    lines += ["\n`msnb ray status` at rest, before the rounds:\n", "```text", at_rest, "```"] if at_rest else []
     lines += ["", note] if note else []
     head = (
         RESULTS.read_text() if RESULTS.exists() else f"# Ray's start, step by step, beside its own floor\n\n{__doc__}"
@@ -201,10 +317,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--archives", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--before", type=Path, help="an earlier msnb tree (msnb/ with templates/ inside) to run beside")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=["floor", "msnb"], help="the variants run")
     parser.add_argument("--note", default="", help="a line written under the run's tables")
     args = parser.parse_args(argv)
     load = list(os.getloadavg())
-    print(append(run(args.archives, args.rounds, args.before), load, args.note))
+    print(append(*run(args.archives, args.rounds, args.before, args.kinds), load, args.note))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ def run_compare(archives: list[Path], data: str, envelope: str | None, register_
     path = requests_file(data)
     # the envelope on both sides: TorchServe's service_envelope, the Ray applications' envelope argument
     server = LocalServer(properties={"service_envelope": envelope} if envelope else None)
-    ray = LocalRay()
+    from msnb.engines.ray.shared import attached
+
+    ray = attached() or LocalRay()  # the shared Ray (`msnb ray up`) when it is up
     try:
         print("starting TorchServe and Ray Serve (loopback, token auth on) ...", flush=True)
         server.start()

@@ -18,9 +18,10 @@ def serve_on_ray(archives: list[Path], state: Path | None, wait, *, envelope=Non
     """Start a local Ray Serve (the router's body ``limit``), serve every archive that loads (``envelope``, ``env``:
     see ``deploy_archives``), wait (``wait(engine)``) and stop; 0, or a ServerError when none loads."""
     from msnb.engines.ray.engine import LocalRay
+    from msnb.engines.ray.shared import attached
 
-    engine = LocalRay(max_request_size=limit)
-    print("starting Ray Serve (loopback, Ray token auth on) ...", flush=True)
+    engine = attached(limit) or LocalRay(max_request_size=limit)  # the shared Ray (`msnb ray up`) when it is up
+    print(f"starting {engine.label} (loopback, Ray token auth on) ...", flush=True)
     engine.start()
     written = None
     try:

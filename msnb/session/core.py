@@ -39,8 +39,9 @@ def default_engine(engine: str, port: int | None = None) -> Engine:
     """The process-wide engine of that name: the notebook's LocalServer, or its local Ray Serve (on ``port``)."""
     if engine == "ray":
         from msnb.engines.ray.engine import default_ray
+        from msnb.engines.ray.shared import attached
 
-        return default_ray(port)
+        return default_ray(port, attached)  # the shared Ray (`msnb ray up`) when it is up
     from msnb.engines.torchserve import default_server
 
     return default_server()
