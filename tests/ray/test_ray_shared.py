@@ -187,3 +187,15 @@ def test_a_port_taken_is_refused_before_ray_starts(tmp_path):
     assert f"error: Port {port} on 127.0.0.1 is already in use." in done.stderr
     assert "Hint: choose another: `msnb ray up --port P`." in done.stderr
     assert not (tmp_path / "ray-shared.json").exists()
+
+
+def test_a_session_whose_shared_ray_went_down_is_told_to_start_it(tmp_path, monkeypatch):
+    from msnb.engines.ray.shared import SharedRay, SharedState
+    from msnb.errors import ServerError
+
+    monkeypatch.setenv("MSNB_STATE_DIR", str(tmp_path))  # no state file: `msnb ray down` ran since it was found
+    engine = SharedRay(SharedState(1, str(tmp_path / "r"), "127.0.0.1:1", "http://127.0.0.1:1", 1))
+    with pytest.raises(ServerError) as told:
+        engine.start()
+    assert "The shared Ray is not up: no shared Ray is up." in str(told.value)
+    assert "start it with `msnb ray up`" in told.value.hint

@@ -174,6 +174,10 @@ class SharedRay(LocalRay):
         with self._lock:
             if self._attached:
                 return self
+            state, why = read_state()  # read again: it may have gone down, or been started anew, meanwhile
+            if state is None:
+                raise ServerError(f"The shared Ray is not up: {why}.", UP_HINT)
+            self.shared = state
             require()  # msnb's Ray environment set before Ray is imported
             import ray
 
