@@ -295,7 +295,7 @@ def append(results: dict, at_rest: str, load: list[float], note: str) -> str:
     counts = sorted({int(k.rsplit(maxsplit=1)[1]) for k in results})
     labels = [k.rsplit(maxsplit=1)[0] for k in results if k.endswith(f" {counts[0]}") and not k.startswith("floor")]
     lines += ["\n| archives | " + " | ".join(f"{x} / floor" for x in labels) + " |", "|---|" + "---|" * len(labels)]
-    for n in counts:
+    for n in counts if f"floor {counts[0]}" in results else []:
         base = medians(results[f"floor {n}"])["TOTAL"]
         ratios = [
             f"{medians(results[f'{x} {n}'])['TOTAL'] / base:.2f}" if f"{x} {n}" in results else "–" for x in labels
