@@ -1,12 +1,17 @@
 """Benchmark: where a Ray start goes, step by step, msnb's beside Ray's own floor in the same run, interleaved.
 
-`python -m bench.ray_start_steps [--archives 1 8] [--rounds 2]` appends one run to bench/RAY_START.md. Each start runs
-in a fresh Python process (its imports counted), the variants one after another round by round:
+`python -m bench.ray_start_steps [--archives 1 8] [--rounds 2] [--kinds ...] [--before DIR]` appends one run to
+bench/RAY_START.md. Each start runs in a fresh Python process (its imports counted), the variants one after another
+round by round:
 
 - **floor**: Ray's own start and nothing else: ``ray.init`` (loopback, no dashboard), ``serve.start``, one
   ``serve.run_many`` of N one-line applications asking no CPU, the first HTTP answer of each;
 - **msnb**: `msnb serve A.mar ... --engine ray`'s path (``LocalRay.start`` and ``deploy_archives``) for N archives
-  made by torch-model-archiver, each answered once through msnb's front, every Ray call of the way timed.
+  made by torch-model-archiver, each answered once through msnb's front, every Ray call of the way timed
+  (``--before DIR``: the same from an earlier msnb tree as well);
+- **torchserve**: a TorchServe registering the same archives one after another;
+- **shared**: the archives on `msnb ray up`'s Ray, up before the rounds; **cell** / **cell-shared**:
+  ``%ms_serve NAME --engine ray``'s path of a tiny cell on its own Ray / on `msnb ray up`'s.
 """
 
 from __future__ import annotations
@@ -61,13 +66,25 @@ def floor(n: int) -> dict[str, float]:
 
     require()
     import ray
+    import requests  # noqa: F401  (imported here: counted with Ray's imports)
+    from ray import serve  # noqa: F401
+
+    steps.mark("import ray.serve")
+    root = tempfile.mkdtemp(prefix="rfl-", dir="/tmp")  # a new local Ray of its own (never another's)
+    try:
+        return _floor(n, steps, root)
+    finally:  # a node start that timed out too
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _floor(n: int, steps: Steps, root: str) -> dict[str, float]:
+    import ray
     import requests
     from ray import serve
 
     from msnb.engines.ray.nodes import LOOPBACK, free_port
 
-    steps.mark("import ray.serve")
-    root = tempfile.mkdtemp(prefix="rfl-", dir="/tmp")  # a new local Ray of its own (never another's)
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address=LOOPBACK, _temp_dir=root,
              log_to_driver=False)  # fmt: skip
     steps.mark("ray.init (GCS, raylet, agents, driver)")
@@ -87,8 +104,6 @@ def floor(n: int) -> dict[str, float]:
     steps.mark("first answers")
     times = steps.total()
     serve.shutdown()
-    ray.shutdown()
-    shutil.rmtree(root, ignore_errors=True)
     return times
 
 
