@@ -29,6 +29,14 @@ DISK_ERRNOS = frozenset(_DISK_HINTS)
 REPLACE_ATTEMPTS = 100  # replace_tree's renames when other writers of the same name keep winning the race
 
 
+STATE_ENV = "MSNB_STATE_DIR"  # where msnb's state files live (`msnb serve`'s, the shared Ray's)
+
+
+def state_dir() -> Path:
+    """$MSNB_STATE_DIR, else ~/.cache/msnb."""
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".cache" / "msnb")
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a hidden sibling and rename it over ``path``: a reader never sees half a file."""
     path = Path(path)

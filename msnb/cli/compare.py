@@ -36,7 +36,9 @@ def run_compare(archives: list[Path], check: Check, register_each) -> int:
     files = request_files(archives, check)  # refused before anything starts
     # the envelope on both sides: TorchServe's service_envelope, the Ray applications' envelope argument
     server = LocalServer(properties={"service_envelope": check.envelope} if check.envelope else None)
-    ray = LocalRay()
+    from msnb.engines.ray.shared import attached
+
+    ray = attached() or LocalRay()  # the shared Ray (`msnb ray up`) when it is up
     try:
         print("starting TorchServe and Ray Serve (loopback, token auth on) ...", flush=True)
         server.start()

@@ -27,9 +27,11 @@ def serve_on_ray(
     models, and its management API beside the engine."""
     from msnb.engines.ray import ts_start
     from msnb.engines.ray.engine import LocalRay
+    from msnb.engines.ray.shared import attached
 
-    engine = ts_start.engine_for(ts) if ts else LocalRay(max_request_size=limit)
-    print("starting Ray Serve (loopback, Ray token auth on) ...", flush=True)
+    # TorchServe's options start a Ray of their own (their addresses and key); else the shared Ray when it is up
+    engine = ts_start.engine_for(ts) if ts else attached(limit) or LocalRay(max_request_size=limit)
+    print(f"starting {engine.label} (loopback, Ray token auth on) ...", flush=True)
     engine.start()
     written = api = None
     try:

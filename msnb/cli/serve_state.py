@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from msnb.errors import MsnbError, OptionError, ServerError
-from msnb.files import write_atomic
+from msnb.files import STATE_ENV as STATE_ENV  # (re-exported: the tests point it at a scratch folder)
+from msnb.files import state_dir, write_atomic
 
-STATE_ENV = "MSNB_STATE_DIR"
 SERVERS = "servers"  # STATE_DIR/servers/<pid>.json, one per running `msnb serve`
 START_HINT = "start one with `msnb serve model_store/`, or give --url (and --token-file)."
 
@@ -32,11 +32,6 @@ class ServerRecord:
     def describe(self) -> str:
         models = ", ".join(self.models) or "no models"
         return f"`msnb serve` pid {self.pid} in {self.project} ({self.inference_url}; {models})"
-
-
-def state_dir() -> Path:
-    """$MSNB_STATE_DIR, else ~/.cache/msnb."""
-    return Path(os.environ.get(STATE_ENV) or Path.home() / ".cache" / "msnb")
 
 
 def default_file(pid: int | None = None) -> Path:

@@ -35,6 +35,7 @@ def test_console_script_help_documents_every_command_and_the_exit_codes():
         ("export", ["--handler", "--format", "--check", "--kserve", "WITHOUT running it", "notebook's folder"]),
         ("serve", ["Ctrl-C", "model store", "servers/PID.json", "--state"]),
         ("predict", ["--data", "--url", "--token-file", "JSON|@FILE", "--stream"]),
+        ("ray", ["up", "down", "status", "outlives the shell and the kernel", "msnb serve --engine ray"]),
     ],
 )
 def test_subcommand_help(capsys, command, words):

@@ -63,10 +63,11 @@ def require() -> ModuleType:
 
 
 def _default(port: int | None = None) -> Engine:
-    """The notebook's local Ray Serve (on ``port``; not started here)."""
+    """The notebook's local Ray Serve (on ``port``; not started here): the shared Ray (`msnb ray up`) when it is up."""
     from msnb.engines.ray.engine import default_ray
+    from msnb.engines.ray.shared import attached
 
-    return default_ray(port)
+    return default_ray(port, attached)
 
 
 def _running() -> bool:

@@ -85,19 +85,21 @@ class LocalRay:
         from msnb.engines.ray import front  # uvloop and httptools come with Ray Serve: imported once used, like ray
         from msnb.templates import msnb_ray
 
+        proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
+        write_key_file(self.key_file)
+        # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
+        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG)
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
-        proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=msnb_ray.QUIET)
-        write_key_file(self.key_file)
         # Not waited for here: its replica starts while the first model's does (see _router_running).
         serve.run_many([serve.RunTarget(msnb_ray.router(self._door()), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
-        self._front = front.spawn(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, 60)
+        front.ready(self._front, port, self.root / FRONT_LOG, 60)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -392,15 +394,13 @@ def load_error(name: str, text: str) -> ServerError:
     return ServerError(f"{name} did not load on Ray.", "read the replica's traceback below.", text[-3000:])
 
 
-def _refuse_taken(port: int) -> None:
+def _refuse_taken(port: int, option: str = PORT_OPTION) -> None:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
-            raise ServerError(
-                f"Port {port} on {LOOPBACK} is already in use.", f"choose another: {PORT_OPTION}."
-            ) from None
+            raise ServerError(f"Port {port} on {LOOPBACK} is already in use.", f"choose another: {option}.") from None
 
 
 def _shutdown(cluster: Any) -> None:
@@ -419,11 +419,12 @@ def _shutdown(cluster: Any) -> None:
 _default: LocalRay | None = None
 
 
-def default_ray(port: int | None = None) -> LocalRay:
-    """The process-wide local Ray of the notebook surfaces (not started here)."""
+def default_ray(port: int | None = None, shared: Callable[[], LocalRay | None] | None = None) -> LocalRay:
+    """The process-wide local Ray of the notebook surfaces (not started here); when one is made and no port is asked
+    for, ``shared()`` first (the shared Ray of `msnb ray up`, or None when it is not up)."""
     global _default
     if _default is None or (port is not None and port != _default.http_port and not _default.running):
-        _default = LocalRay(port)
+        _default = (shared() if shared and port is None else None) or LocalRay(port)
     return _default
 
 

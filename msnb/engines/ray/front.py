@@ -147,11 +147,20 @@ async def serve(args: argparse.Namespace) -> None:
 
 def spawn(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float):
     """The front, listening on ``127.0.0.1:port`` when this returns; closing its stdin (``stop``) ends it."""
+    return ready(launch(port, proxy_port, max_request_size, key_file, log), port, log, timeout_s)
+
+
+def launch(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path) -> subprocess.Popen:
+    """The front's process, started and not waited for (``ready`` waits): it starts while Ray's nodes do."""
     flags = ["--port", port, "--proxy-port", proxy_port, "--max-request-size", max_request_size, "--key-file", key_file]
     with open(log, "ab") as errors:  # what it says when it fails (a port taken, a traceback)
-        proc = subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.front", *map(str, flags)],
+        return subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.front", *map(str, flags)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
                                 start_new_session=True)  # fmt: skip  # Ctrl-C reaches the owner, which stops it
+
+
+def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float) -> subprocess.Popen:
+    """``proc`` once it listens; a ServerError (the process stopped) when it says otherwise or not in time."""
     deadline, line = time.monotonic() + timeout_s, b""
     while not line and proc.poll() is None and time.monotonic() < deadline:
         if select.select([proc.stdout], [], [], 0.1)[0]:

@@ -19,6 +19,12 @@ LOOPBACK = "127.0.0.1"
 AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
 TOKEN_FILE = "ray_auth_token"  # Ray's token (RAY_AUTH_TOKEN_PATH), mode 0600, in the temp root: gone with it
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+# Modules every Ray process would import for nothing. Importing Ray imports jsonschema's format checkers, which import
+# rfc3987_syntax when it is installed (Jupyter's jsonschema[format-nongpl] installs it); it builds a Lark grammar at
+# import: 1.7-4.2 s of CPU in each of Ray's Python processes (agents, Serve's controller and proxy, every replica),
+# measured with `python -X importtime` on the 2-core machine. Left out, jsonschema only skips its "iri" formats.
+SKIPPED_IMPORTS = ("rfc3987_syntax",)
+LEAN_DIR = "lean"  # under the temp root: one stub module per skipped import, first on Ray's processes' PYTHONPATH
 _outside: dict[str, str | None] = {}  # the auth variables as they were before our first node started
 
 
@@ -72,9 +78,12 @@ def use_token(temp_root: Path | None) -> None:
 
 def node_args(temp_root: Path, num_cpus: float, head: bool) -> dict[str, Any]:
     """Arguments of one node (``ray.init`` or ``Cluster.add_node``): loopback, fixed agent ports, our temp dir."""
-    args: dict[str, Any] = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, **{p: free_port() for p in AGENT_PORTS}}
+    # No log monitor (it sends the workers' output to a driver: ours set log_to_driver=False, replicas log to files)
+    # and no autoscaler monitor (a fixed local cluster): two Python processes fewer to start beside the node's own.
+    args: dict[str, Any] = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, **{p: free_port() for p in AGENT_PORTS},
+                            "include_log_monitor": False}  # fmt: skip
     if head:
-        args |= {"include_dashboard": False, "temp_dir": str(temp_root / "ray")}
+        args |= {"include_dashboard": False, "temp_dir": str(temp_root / "ray"), "no_monitor": True}
     return args
 
 
@@ -90,6 +99,7 @@ def started(temp_root: Path) -> Iterator[None]:
     from ray._private import services
 
     (temp_root / "ray").mkdir(parents=True, exist_ok=True)
+    lean = write_lean(temp_root)
     write_token(temp_root)
     use_token(temp_root)  # kept: later calls (ray.init(address), shutdown) read them too
     original = services.start_ray_process
@@ -97,7 +107,7 @@ def started(temp_root: Path) -> Iterator[None]:
     def start(command: list[str], *args: Any, **kwargs: Any) -> Any:
         if command and command[0] == services.RAYLET_EXECUTABLE:
             command = [*command, *_listen_port_flag(command)]
-        with _credentials_hidden():  # Ray copies os.environ into each process it starts
+        with _credentials_hidden(), _path_first(lean):  # Ray copies os.environ into each process it starts
             return original(command, *args, **kwargs)
 
     services.start_ray_process = start
@@ -118,6 +128,29 @@ def _credentials_hidden() -> Iterator[None]:
         yield
     finally:
         os.environ.update(hidden)
+
+
+def write_lean(temp_root: Path) -> Path:
+    """The folder of stubs that make each of ``SKIPPED_IMPORTS`` raise ImportError (what its optional users catch)."""
+    folder = temp_root / LEAN_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in SKIPPED_IMPORTS:
+        (folder / f"{name}.py").write_text(f"raise ImportError('{name} is not imported in msnb\\'s Ray processes')\n")
+    return folder
+
+
+@contextlib.contextmanager
+def _path_first(folder: Path) -> Iterator[None]:
+    """While a Ray process starts: ``folder`` first on PYTHONPATH (the raylet's workers inherit it)."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(folder), *([before] if before else [])])
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def _listen_port_flag(raylet_command: list[str]) -> list[str]:

@@ -1,0 +1,317 @@
+"""A local Ray that is up before it is asked: `msnb ray up|down|status`, started once and used by every notebook.
+
+``up`` starts an owner process (``python -m msnb.engines.ray.shared``, a session of its own: it outlives the shell
+or kernel that asked) that runs a ``LocalRay`` (loopback, Ray's token auth, the inference key, msnb's front) and
+writes the state file. A kernel's ``%ms_serve --engine ray``, ``msnb serve --engine ray`` and ``msnb compare`` then
+attach to it (``attached``): a ``SharedRay`` deploys its models there with an inference key of its own (its models'
+replicas ask for it, so no other user's key opens them) and lists them under its pid; the owner takes a dead user's
+models off (``reap``). Ray's start is paid once per machine, not once per notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken
+from msnb.errors import ServerError
+from msnb.files import state_dir, write_atomic
+
+STATE_NAME = "ray-shared.json"
+LOG_NAME = "ray-shared.log"  # what the owner says (its start, its errors)
+USERS = (
+    "users"  # <root>/users/<pid>.json: the applications each attached process serves; <root>/users/<pid>/: its files
+)
+UP_WAIT_S = 600.0  # Ray's start on a loaded two-core machine: minutes
+DOWN_WAIT_S = 120.0
+REAP_S = 1.0  # how often the owner looks for users that are gone
+OWNER_MODULE = "msnb.engines.ray.shared"
+UP_HINT = "start it with `msnb ray up` (it stays up until `msnb ray down`)."
+
+
+@dataclass(frozen=True)
+class SharedState:
+    """What the state file says of the shared Ray: its owner, its temp root, the GCS address and the front's URL."""
+
+    owner: int
+    root: str
+    address: str
+    inference_url: str
+    http_port: int
+
+
+def state_file() -> Path:
+    return state_dir() / STATE_NAME
+
+
+def read_state() -> tuple[SharedState | None, str]:
+    """The shared Ray's state when its owner runs; else None and why (nothing up, or a stale file, removed)."""
+    path = state_file()
+    try:
+        state = SharedState(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None, "no shared Ray is up"
+    except (ValueError, TypeError):
+        path.unlink(missing_ok=True)
+        return None, f"the state file {path} was unreadable: removed"
+    if not _is_owner(state.owner):
+        path.unlink(missing_ok=True)
+        return None, f"a stale state file {path} (its owner, pid {state.owner}, is gone): removed"
+    return state, ""
+
+
+def _is_owner(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and OWNER_MODULE in " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def up(port: int | None = None, timeout_s: float = UP_WAIT_S) -> tuple[SharedState, bool]:
+    """The shared Ray, started unless it is up; ``(state, started_now)``. A port taken is refused before Ray starts."""
+    state, _ = read_state()
+    if state is not None:
+        return state, False
+    if port is not None:
+        _refuse_taken(port, "`msnb ray up --port P`")
+    path = state_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flags = ["--state", str(path), *(["--port", str(port)] if port else [])]
+    with open(path.with_name(LOG_NAME), "ab") as log:
+        owner = subprocess.Popen([sys.executable, "-m", OWNER_MODULE, *flags], stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=log, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while owner.poll() is None and time.monotonic() < deadline:
+        state, _ = read_state()
+        if state is not None and state.owner == owner.pid:
+            return state, True
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        owner.terminate()
+    raise ServerError(f"The shared Ray did not start: {_log_tail(path)}", f"read {path.with_name(LOG_NAME)}.")
+
+
+def down(timeout_s: float = DOWN_WAIT_S) -> str:
+    """Stop the shared Ray (its owner stops Serve, Ray, the front and deletes its files); what happened, in words."""
+    state, why = read_state()
+    if state is None:
+        return why
+    owner = psutil.Process(state.owner)
+    owner.terminate()
+    try:
+        owner.wait(timeout_s)
+    except psutil.TimeoutExpired:
+        owner.kill()  # its watchdog stops what Ray started and deletes the temp root
+    state_file().unlink(missing_ok=True)
+    return f"the shared Ray (owner pid {state.owner}) is down"
+
+
+def status() -> str:
+    """What the shared Ray serves, for whom, and what it costs at rest (its processes and their memory)."""
+    state, why = read_state()
+    if state is None:
+        return f"{why}; {UP_HINT}"
+    tree = [psutil.Process(state.owner), *psutil.Process(state.owner).children(recursive=True)]
+    rss = sum(_rss(p) for p in tree) / 2**20
+    lines = [f"shared Ray up: owner pid {state.owner}, {state.inference_url}, {len(tree)} processes, {rss:.0f} MiB RSS"]
+    for pid, apps in sorted(users(Path(state.root)).items()):
+        lines.append(f"  pid {pid}: {', '.join(apps) or 'no models'}")
+    return "\n".join(lines if len(lines) > 1 else [*lines, "  no models served"])
+
+
+def _rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+
+
+def users(root: Path) -> dict[int, list[str]]:
+    """Each attached process's pid and the applications it serves."""
+    found = {}
+    for path in (root / USERS).glob("*.json"):
+        with contextlib.suppress(ValueError, OSError):
+            found[int(path.stem)] = json.loads(path.read_text())
+    return found
+
+
+def attached(max_request_size: int | None = None) -> SharedRay | None:
+    """A SharedRay on the shared Ray when it is up (not connected yet: ``start`` attaches), else None."""
+    state, _ = read_state()
+    return SharedRay(state, max_request_size) if state is not None else None
+
+
+class SharedRay(LocalRay):
+    """This process's models on the shared Ray, with a key of their own; ``stop`` takes them off, not the Ray."""
+
+    kind, label = "ray", "Ray Serve (shared: msnb ray up)"
+
+    def __init__(self, state: SharedState, max_request_size: int | None = None):
+        super().__init__(state.http_port, max_request_size=max_request_size)
+        self.shared, self._attached = state, False
+
+    def start(self) -> SharedRay:
+        from msnb.engines.auth import Keys, write_key_file
+        from msnb.engines.inference_api import InferenceClient
+        from msnb.engines.ray import require
+        from msnb.engines.ray.nodes import use_token
+        from msnb.engines.store import STORE_DIR, ModelStore
+
+        with self._lock:
+            if self._attached:
+                return self
+            state, why = read_state()  # read again: it may have gone down, or been started anew, meanwhile
+            if state is None:
+                raise ServerError(f"The shared Ray is not up: {why}.", UP_HINT)
+            self.shared = state
+            require()  # msnb's Ray environment set before Ray is imported
+            import ray
+
+            use_token(Path(self.shared.root))
+            ray.init(address=self.shared.address, log_to_driver=False, logging_level="WARNING")
+            self.root = Path(self.shared.root) / USERS / str(os.getpid())
+            self.root.mkdir(parents=True, exist_ok=True)
+            write_key_file(self.key_file)  # this process's own inference key: its models' replicas ask for it
+            self.store, self._router_up, self._attached = ModelStore(self.root / STORE_DIR), True, True
+            self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
+            self._write_apps()
+            _LIVE.add(self)  # its models taken off at interpreter exit too
+            return self
+
+    def stop(self) -> None:
+        """Take this process's models off the shared Ray and disconnect; the Ray stays up."""
+        import ray
+        from ray import serve
+
+        from msnb.engines.ray.nodes import use_token
+
+        with self._lock:
+            _LIVE.discard(self)
+            if not self._attached:
+                return
+            for name in list(self._folders):
+                with contextlib.suppress(Exception):  # the shared Ray may be down meanwhile
+                    serve.delete(name)
+            ray.shutdown()
+            use_token(None)
+            (self.root.parent / f"{self.root.name}.json").unlink(missing_ok=True)
+            shutil.rmtree(self.root, ignore_errors=True)
+            self._attached, self.root, self.client = False, None, None
+            self._folders.clear()
+
+    @property
+    def running(self) -> bool:
+        return self._attached and _is_owner(self.shared.owner)
+
+    @property
+    def pid(self) -> int | None:
+        return self.shared.owner if self._attached else None
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.shared.root) / "ray" / "session_latest" / "logs"
+
+    def redeploy(self, path: str | Path, **params: Any):
+        from msnb.engines.store import read_manifest
+
+        self._claim([read_manifest(Path(path))[0]])
+        return super().redeploy(path, **params)
+
+    register = redeploy
+
+    def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float | None = None):
+        from msnb.engines.store import read_manifest
+
+        self._claim([read_manifest(folder)[0] for folder, _ in models])
+        yield from super().deploy_many(models, *([timeout_s] if timeout_s else []))
+
+    def _claim(self, names: list[str]) -> None:
+        """Refuse a name another process serves on the shared Ray; list ours before they deploy (a kernel that dies
+        while they start still has them taken off)."""
+        others = {n: pid for pid, apps in users(Path(self.shared.root)).items() if pid != os.getpid() for n in apps}
+        for name in names:
+            if name in others:
+                raise ServerError(f"{name} is served on the shared Ray by another process (pid {others[name]}).",
+                                  "serve it under another name, or stop it there first.")  # fmt: skip
+        self._write_apps(names)
+
+    def _write_apps(self, more: list[str] = ()) -> None:
+        apps = sorted({*self._folders, *more})
+        write_atomic(self.root.parent / f"{self.root.name}.json", json.dumps(apps))
+
+
+def reap(root: Path) -> None:
+    """Take the models of every user that is gone off Serve, and delete its files."""
+    from ray import serve
+
+    for pid, apps in users(root).items():
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            continue
+        for name in apps:
+            with contextlib.suppress(Exception):
+                serve.delete(name, _blocking=False)
+        (root / USERS / f"{pid}.json").unlink(missing_ok=True)
+        shutil.rmtree(root / USERS / str(pid), ignore_errors=True)
+
+
+def own(state_path: Path, port: int | None) -> None:
+    """The owner: start the Ray, write the state file, take dead users' models off until told to stop."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    engine = LocalRay(port).start()
+    try:
+        state = SharedState(os.getpid(), str(engine.root), _gcs_address(), engine.inference_url, engine.http_port)
+        write_atomic(state_path, json.dumps(asdict(state)))
+        print(f"shared Ray up: {state}", flush=True)
+        while not stop.wait(REAP_S):
+            reap(engine.root)
+    finally:
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            if json.loads(state_path.read_text()).get("owner") == os.getpid():
+                state_path.unlink()
+        engine.stop()
+
+
+def _gcs_address() -> str:
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def _log_tail(state_path: Path) -> str:
+    with contextlib.suppress(OSError):
+        return path_tail(state_path.with_name(LOG_NAME))
+    return "no log"
+
+
+def path_tail(path: Path, chars: int = 1500) -> str:
+    return path.read_text(errors="replace")[-chars:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m {OWNER_MODULE}")
+    parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args(argv)
+    own(args.state, args.port)
+
+
+if __name__ == "__main__":
+    main()
+
+__all__ = ["KEY_FILE", "SharedRay", "SharedState", "attached", "down", "status", "up"]

@@ -1,0 +1,201 @@
+"""`msnb ray up`: a Ray that is up before it is asked. Two notebook sessions and a `msnb serve --engine ray` serve on
+it side by side, each model opened only by its own session's key; a killed session's model is taken off and the Ray
+stays; `msnb ray down` leaves nothing; an owner killed, a stale state file and a port taken are each said plainly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+import torch
+from helpers import build_mar, poll, processes_naming
+
+MSNB = str(Path(sys.executable).with_name("msnb"))
+HANDLER = """
+import torch
+
+class RNet(torch.nn.Module):
+    def __init__(self, hidden=8):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+def init_function(hidden=8):
+    torch.manual_seed(0)
+    return RNet(hidden)
+
+def preprocess(sample):
+    return torch.tensor(sample["x"], dtype=torch.float32)
+"""
+# A notebook session in a process of its own: serves NAME on the Ray engine, says where, waits until its stdin closes.
+SESSION = f"""
+import json, sys
+import msnb.session
+from msnb.spec import spec_from_source
+session = msnb.session.Session()
+session.serve(spec_from_source(sys.argv[1], {HANDLER!r}), engine="ray")
+server = session.server()
+print(json.dumps({{"key_file": str(server.key_file), "url": server.inference_url, "label": server.label}}), flush=True)
+sys.stdin.read()
+session.stop()
+"""
+X = [1.0, 2.0, 3.0, 4.0]
+
+
+def expected() -> list[float]:
+    """The notebook's own computation: the same module in plain torch."""
+    scope: dict = {}
+    exec(HANDLER, scope)
+    with torch.inference_mode():
+        return scope["init_function"]()(torch.tensor(X)).tolist()
+
+
+def msnb(env: dict, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([MSNB, *argv], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ray_up(env: dict) -> dict:
+    done = msnb(env, "ray", "up", timeout=700)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((Path(env["MSNB_STATE_DIR"]) / "ray-shared.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """`msnb ray up` in a scratch state folder; `msnb ray down` after the module (if a test has not)."""
+    folder = tmp_path_factory.mktemp("shared")
+    env = {**os.environ, "MSNB_STATE_DIR": str(folder / "state")}
+    state = ray_up(env)
+    try:
+        yield env, state, folder
+    finally:
+        msnb(env, "ray", "down", timeout=200)
+        poll(lambda: not processes_naming(Path(state["root"])), 120, "every process of the shared Ray to end", 1)
+
+
+def session(env: dict, name: str, folder: Path) -> tuple[subprocess.Popen, dict]:
+    log = (folder / f"{name}.err").open("w")
+    proc = subprocess.Popen([sys.executable, "-c", SESSION, name], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log, text=True, cwd=folder)  # fmt: skip
+    line = proc.stdout.readline()
+    assert line, (folder / f"{name}.err").read_text()[-3000:]
+    said = json.loads(line)
+    return proc, {**said, "key": json.loads(Path(said["key_file"]).read_text())["inference"]["key"]}
+
+
+def post(url: str, name: str, key: str) -> requests.Response:
+    return requests.post(f"{url}/predictions/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"},
+                         timeout=60)  # fmt: skip
+
+
+@pytest.mark.timeout(900)
+def test_two_sessions_and_a_cli_serve_share_it_keys_apart_and_a_killed_session_is_taken_off(shared):
+    env, state, folder = shared
+    first, a = session(env, "alpha", folder)
+    second, b = session(env, "beta", folder)
+    try:
+        assert a["url"] == b["url"] == state["inference_url"] and "shared" in a["label"]
+        answer = post(a["url"], "alpha", a["key"])
+        assert answer.status_code == 200 and answer.json() == pytest.approx(expected(), abs=1e-5)
+        assert post(b["url"], "beta", b["key"]).json() == pytest.approx(expected(), abs=1e-5)
+        # each session's key opens its own models only
+        assert post(a["url"], "beta", a["key"]).status_code in (400, 401)
+        assert post(b["url"], "alpha", b["key"]).status_code in (400, 401)
+        listed = msnb(env, "ray", "status").stdout
+        assert f"pid {first.pid}: alpha" in listed and f"pid {second.pid}: beta" in listed, listed
+        first.kill()  # a kernel that dies: its model is taken off, the Ray and the other session's model stay
+        first.wait(30)
+        poll(lambda: f"pid {first.pid}" not in msnb(env, "ray", "status").stdout, 120, "the dead session's model off")
+        poll(lambda: post(a["url"], "alpha", a["key"]).status_code != 200, 120, "alpha no longer answered")
+        assert post(b["url"], "beta", b["key"]).json() == pytest.approx(expected(), abs=1e-5)
+        cli_serve_uses_it(env, folder)
+    finally:
+        for proc in (first, second):
+            proc.stdin.close()
+            proc.wait(120)
+
+
+def cli_serve_uses_it(env: dict, folder: Path) -> None:
+    """`msnb serve A.mar --engine ray` serves on the shared Ray and Ctrl-C takes only its model off."""
+    mar = build_mar(folder / "echo", "echo", "def handle(data, context):\n    return None if data is None else [1]\n")
+    out = folder / "serve.out"
+    with out.open("w") as log:
+        proc = subprocess.Popen([MSNB, "serve", str(mar), "--engine", "ray"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=folder)  # fmt: skip
+        try:
+            poll(lambda: "Ctrl-C" in out.read_text() or proc.poll() is not None, 300, "msnb serve to serve", 0.5)
+            done = msnb(env, "predict", "echo", "--data", "{}")
+            assert done.returncode == 0 and json.loads(done.stdout) == 1, out.read_text() + done.stderr
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(120) == 0, out.read_text()
+    assert "starting Ray Serve (shared: msnb ray up)" in out.read_text()
+    poll(lambda: "echo" not in msnb(env, "ray", "status").stdout, 60, "echo taken off at Ctrl-C")
+
+
+@pytest.mark.timeout(300)
+def test_ray_down_leaves_nothing(shared):
+    env, state, _ = shared
+    done = msnb(env, "ray", "down", timeout=200)
+    assert done.returncode == 0 and f"owner pid {state['owner']}) is down" in done.stdout, done.stdout + done.stderr
+    poll(lambda: not processes_naming(Path(state["root"])), 120, "every process of the shared Ray to end", 1)
+    assert not Path(state["root"]).exists() and not (Path(env["MSNB_STATE_DIR"]) / "ray-shared.json").exists()
+    assert "no shared Ray is up" in msnb(env, "ray", "status").stdout
+
+
+@pytest.mark.timeout(900)
+def test_an_owner_killed_takes_its_ray_with_it_and_leaves_a_stale_state_said_plainly(tmp_path):
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state")}
+    state = ray_up(env)
+    os.kill(state["owner"], signal.SIGKILL)
+    poll(lambda: not processes_naming(Path(state["root"])), 180, "the watchdog to end every Ray process", 1)
+    told = msnb(env, "ray", "status").stdout
+    assert "stale state file" in told and f"pid {state['owner']}, is gone): removed" in told, told
+    assert not (tmp_path / "state" / "ray-shared.json").exists()
+
+
+def test_a_stale_state_file_is_said_and_removed_without_starting_anything(tmp_path):
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path)}
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "ray-shared.json").write_text(json.dumps(
+        {"owner": gone.pid, "root": str(tmp_path / "r"), "address": "127.0.0.1:1", "inference_url": "x", "http_port": 1}
+    ))  # fmt: skip
+    down = msnb(env, "ray", "down")
+    assert down.returncode == 0 and "stale state file" in down.stdout and "is gone): removed" in down.stdout
+    assert not (tmp_path / "ray-shared.json").exists()
+    assert "no shared Ray is up; start it with `msnb ray up`" in msnb(env, "ray", "status").stdout
+
+
+def test_a_port_taken_is_refused_before_ray_starts(tmp_path):
+    env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = msnb(env, "ray", "up", "--port", str(port))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"error: Port {port} on 127.0.0.1 is already in use." in done.stderr
+    assert "Hint: choose another: `msnb ray up --port P`." in done.stderr
+    assert not (tmp_path / "ray-shared.json").exists()
+
+
+def test_a_session_whose_shared_ray_went_down_is_told_to_start_it(tmp_path, monkeypatch):
+    from msnb.engines.ray.shared import SharedRay, SharedState
+    from msnb.errors import ServerError
+
+    monkeypatch.setenv("MSNB_STATE_DIR", str(tmp_path))  # no state file: `msnb ray down` ran since it was found
+    engine = SharedRay(SharedState(1, str(tmp_path / "r"), "127.0.0.1:1", "http://127.0.0.1:1", 1))
+    with pytest.raises(ServerError) as told:
+        engine.start()
+    assert "The shared Ray is not up: no shared Ray is up." in str(told.value)
+    assert "start it with `msnb ray up`" in told.value.hint
