@@ -25,9 +25,10 @@ class Check:
     envelope: str | None = None
 
 
-def run_compare(archives: list[Path], check: Check, register_each) -> int:
-    """Start both servers, serve ``archives`` on each (``register_each``: `msnb serve`'s TorchServe registration),
-    send every request to both, print the table, write the CI files; the exit code."""
+def run_compare(archives: list[Path], check: Check) -> int:
+    """Start both servers, serve ``archives`` on each (as `msnb serve` serves them on each engine), send every request
+    to both, print the table, write the CI files; the exit code."""
+    from msnb.cli.serve import register_each
     from msnb.cli.serve_ray import deploy_archives
     from msnb.engines import compare
     from msnb.engines.ray.engine import LocalRay

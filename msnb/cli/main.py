@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -12,11 +11,11 @@ from msnb.cli import ray_cmd, serve_state
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.cli.export_options import add_layout_options, sizing_of
 from msnb.cli.serve_ray import torchserve_arguments
-from msnb.engines import env_vars
+from msnb.engines import registry
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.models import LIMIT_OPTIONS, Limits
 from msnb.engines.torchserve.config import KSERVE_STORE_DIR
-from msnb.errors import MsnbError, OptionError, ServerError, shown
+from msnb.errors import MsnbError, OptionError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
@@ -153,13 +152,13 @@ def _add_serve(sub) -> None:
     srv.add_argument("--env", action="append", default=[], metavar="VAR", help=ENV_HELP.replace("this", "the shell's"))
     srv.add_argument(
         "--engine",
-        choices=("torchserve", "ray"),
-        default="torchserve",
+        choices=registry.kinds(),
+        default=registry.reference().kind,
         help="torchserve (default), or ray: the same archives loaded by TorchServe's worker code on a local Ray Serve "
         '(needs pip install "msnb[ray]")',
     )
     srv.add_argument(
-        "--envelope", metavar="NAME", help="with --engine ray: TorchServe's service_envelope (e.g. kserve, kservev2)"
+        "--envelope", metavar="NAME", help="TorchServe's service_envelope (e.g. kserve, kservev2), on either engine"
     )
     _limit_arguments(srv, "of the server")
     torchserve_arguments(srv.add_argument_group("TorchServe's start options (with --engine ray)"))
@@ -205,7 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
     archives = find_archives(args.paths)
     request_files(archives, check)  # bad request files are refused before anything starts (a usage error)
     args.usage_errors = False
-    return run_compare(archives, check, _register_each)
+    return run_compare(archives, check)
 
 
 def _limit_arguments(parser: argparse.ArgumentParser, where: str) -> None:
@@ -294,72 +293,9 @@ def _print_layouts(report, args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from msnb.cli.serve_ray import ts_options
-    from msnb.engines.torchserve import LocalServer
+    from msnb.cli.serve import serve
 
-    ts = ts_options(args)  # TorchServe's start options: with --engine ray
-    archives = find_archives(args.paths)
-    env = env_vars.resolve(args.env, "the served models")  # a missing variable is refused before anything starts
-    if args.engine == "ray":
-        from msnb.cli.serve_ray import serve_on_ray
-
-        return serve_on_ray(archives, args.state, _wait, envelope=args.envelope, env=env, limit=args.max_request_size,
-                            ts=ts)  # fmt: skip
-    server = LocalServer(max_request_size=args.max_request_size, max_response_size=args.max_response_size)
-    print(f"starting TorchServe (workdir {server.workdir}) ...", flush=True)
-    server.start()
-    state = None
-    try:
-        names = _register_each(server, archives, env)
-        state = serve_state.write(_record(server, names), args.state)
-        print(f"inference {server.inference_url}  management {server.management_url}  metrics {server.metrics_url}")
-        print(f"openai {server.openai_base_url}  mcp {server.mcp_url}  (the same key)")
-        print(f"token: Authorization: Bearer <inference key in {server.layout.key_file}>")
-        print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops the server.", flush=True)
-        if not _wait(server):
-            raise ServerError(
-                "TorchServe exited by itself.",
-                "read its last log lines below; run `msnb serve` again.",
-                details=server.log_tail(),
-            )
-    finally:
-        if state is not None:
-            state.unlink(missing_ok=True)
-        server.stop()
-        print("server stopped", flush=True)
-    return OK
-
-
-def _record(server, names: list[str]) -> serve_state.ServerRecord:
-    return serve_state.ServerRecord(
-        os.getpid(),
-        str(Path.cwd().resolve()),
-        server.inference_url,
-        server.management_url,
-        str(server.layout.key_file),
-        names,
-    )
-
-
-def _register_each(server, archives: list[Path], env: dict[str, str]) -> list[str]:
-    """Register every archive that loads, its workers given ``env`` (--env), and report each that does not (with its
-    worker log lines); only when none loads is it an error. Returns the names served."""
-    served: list[str] = []
-    for path in archives:
-        try:
-            env_vars.give(server, path, env)
-            status = server.register(path)
-        except MsnbError as err:
-            serve_state.report(path, err)
-            continue
-        served.append(status.name)
-        print(f"serving {status.name} {status.version}: POST {server.inference_url}/predictions/{status.name}")
-    return serve_state.served_or_fail(
-        served,
-        len(archives),
-        "",
-        "fix the handler named in the worker log lines, export it again and rerun `msnb serve`.",
-    )
+    return serve(args, find_archives(args.paths), lambda engine: _wait(engine))  # (_wait looked up at each call)
 
 
 def _predict(args: argparse.Namespace) -> int:

@@ -1,58 +1,19 @@
-"""`msnb serve PATH... --engine ray`: TorchServe archives served unchanged on a local Ray Serve until Ctrl-C.
-
-The same archives as `msnb serve` takes, each opened as its model folder (``ModelFolder.open``) and loaded by
-TorchServe's own worker code inside a Ray Serve replica; one Ray start for all of them, their replicas started
-side by side; the same state file, so `msnb predict` finds it.
+"""What `msnb serve` (msnb.cli.serve) does for an engine that opens archives into model folders (Ray Serve): each
+archive opened as its model folder (``ModelFolder.open``) and loaded by TorchServe's own worker code inside a replica,
+their replicas started side by side; and TorchServe's start options (``--ts-config``, ``--models`` ...), read as
+TorchServe reads them, for an engine that takes them.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from msnb.cli import serve_state
 from msnb.engines.ts_properties import START_KEYS
-from msnb.errors import MsnbError, OptionError, ServerError
+from msnb.errors import MsnbError, OptionError
 
 # argparse's names of `torchserve --start`'s options (msnb.cli.main): the TorchServe config's keys but the first two
 TS_OPTIONS = ("ts_config", "models", *START_KEYS)
-
-
-def serve_on_ray(
-    archives: list[Path], state: Path | None, wait, *, envelope=None, env=None, limit=None, ts=None
-) -> int:
-    """Start a local Ray Serve (the router's body ``limit``), serve every archive that loads (``envelope``, ``env``:
-    see ``deploy_archives``), wait (``wait(engine)``) and stop; 0, or a ServerError when none loads. ``ts``: a
-    TorchServe config (msnb.engines.ts_properties) read from TorchServe's start options: its addresses, limits and
-    models, and its management API beside the engine."""
-    from msnb.engines.ray import ts_start
-    from msnb.engines.ray.engine import LocalRay
-    from msnb.engines.ray.shared import attached
-
-    # TorchServe's options start a Ray of their own (their addresses and key); else the shared Ray when it is up
-    engine = ts_start.engine_for(ts) if ts else attached(limit) or LocalRay(max_request_size=limit)
-    print(f"starting {engine.label} (loopback, Ray token auth on) ...", flush=True)
-    engine.start()
-    written = api = None
-    try:
-        api = ts_start.TorchServeApi(engine, ts, opener(ts)) if ts else None
-        names = started_models(engine, api, archives, envelope, env)
-        written = serve_state.write(record(engine, names, api), state)
-        management = f"management {api.management_url}  metrics {api.metrics_url}" if api else "(no management API)"
-        print(f"inference {engine.inference_url}  {management}")
-        print(f"openai {engine.openai_base_url}  mcp {engine.mcp_url}  (the same key)")
-        print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
-        print(f"try:   msnb predict NAME --data '<json>'   (state file {written})\nCtrl-C stops Ray Serve.", flush=True)
-        if not wait(engine):
-            raise ServerError("Ray stopped by itself.", "read the Ray logs; run `msnb serve --engine ray` again.")
-    finally:
-        if written is not None:
-            written.unlink(missing_ok=True)
-        if api is not None:
-            api.stop()
-        engine.stop()
-        print("Ray Serve stopped", flush=True)
-    return 0
 
 
 def started_models(engine, api, archives: list[Path], envelope, env) -> list[str]:
@@ -84,19 +45,21 @@ def torchserve_arguments(group) -> None:
         group.add_argument(flag, action="store_const", const=True, dest=key, help=f"{key}=true")
 
 
-def ts_options(args):
+def ts_options(args, kind=None):
     """TorchServe's start options as its config (--ts-config's file, the others over it), or None when none is given;
-    an OptionError when they are given to another engine, or when nothing at all is to be served."""
-    from msnb.engines import ts_properties
+    an OptionError when they are given to an engine that does not take them (``kind``: the registry's entry of
+    ``args.engine``), or when nothing at all is to be served."""
+    from msnb.engines import registry, ts_properties
 
     given = {key: getattr(args, key) for key in TS_OPTIONS}
     if all(value is None for value in given.values()):
         if not args.paths:
             raise OptionError("msnb serve needs a PATH to serve.", "give a .mar, a model folder or a model store.")
         return None
-    if args.engine != "ray":
-        raise OptionError("TorchServe's start options are for --engine ray.",
-                          "add --engine ray, or start TorchServe itself with them (torchserve --start ...).")  # fmt: skip
+    if (kind or registry.get(args.engine)).start_options is None:
+        taking = " or ".join(f"--engine {k}" for k in registry.kinds() if registry.get(k).start_options)
+        raise OptionError(f"TorchServe's start options are for {taking}.",
+                          f"add {taking}, or start TorchServe itself with them (torchserve --start ...).")  # fmt: skip
     config = ts_properties.read(given.pop("ts_config"))  # msnb's --max-request-size too, as on TorchServe's engine
     return config.with_overrides(load_models=given.pop("models"), max_request_size=args.max_request_size, **given)
 
@@ -141,11 +104,4 @@ def deploy_archives(engine, archives: list[Path], envelope: str | None = None, e
         len(archives),
         " on Ray",
         "fix what each error names (its handler's log lines are under it) and rerun `msnb serve --engine ray`.",
-    )
-
-
-def record(engine, names: list[str], api=None) -> serve_state.ServerRecord:
-    management = api.management_url if api else ""
-    return serve_state.ServerRecord(
-        os.getpid(), str(Path.cwd().resolve()), engine.inference_url, management, str(engine.key_file), names, "ray"
     )

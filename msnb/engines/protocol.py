@@ -108,6 +108,17 @@ class Engine(Protocol):
 
 
 @dataclass(frozen=True)
+class ServeOptions:
+    """What `msnb serve` asks of the engine it starts: the body limits, TorchServe's ``service_envelope``, and
+    TorchServe's start options read as its config (``msnb.engines.ts_properties.TsConfig``, or None)."""
+
+    max_request_size: int | None = None
+    max_response_size: int | None = None
+    envelope: str | None = None
+    ts: Any = None
+
+
+@dataclass(frozen=True)
 class EngineKind:
     """One engine as every surface offers it, declared by its own package (``ENGINE``) and listed in
     ``msnb.engines.registry``: nothing outside ``msnb/engines/`` needs to know an engine by its name.
@@ -124,6 +135,13 @@ class EngineKind:
     require: Callable[[], object]
     type_name: str  # its engine class, ``module.Class`` (a notebook shows no Out for it: its ready line said it)
     extra: str | None = None  # the pip extra it needs (None: msnb's own install serves on it)
+    # `msnb serve --engine KIND`: the engine a terminal command starts (None: it serves from a notebook only)
+    command: Callable[[ServeOptions], Engine] | None = None
+    # whether an archive enters it opened into a model folder first (Ray), or as it is (TorchServe takes a .mar)
+    opens_archives: bool = False
+    # TorchServe's start options on this engine: (engine, TsConfig, opener) -> its management and metrics addresses
+    # (with ``management_url``, ``metrics_url``, ``registry``, ``load_models``, ``stop``); None: not taken here
+    start_options: Callable[[Engine, Any, Callable], Any] | None = None
 
     @property
     def choice(self) -> str:
@@ -139,4 +157,4 @@ class EngineKind:
         return True
 
 
-__all__ = ["Engine", "EngineKind"]
+__all__ = ["Engine", "EngineKind", "ServeOptions"]

@@ -146,7 +146,7 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
         log.close()
     out = (tmp_path / "serve.out").read_text()
     assert code == 0, out
-    assert "serving alpha 1.0" in out and "serving beta 1.0" in out and "server stopped" in out
+    assert "serving alpha 1.0" in out and "serving beta 1.0" in out and "TorchServe stopped" in out
     assert not list((tmp_path / "state" / "servers").iterdir()), "the state file goes with the server"
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in java)
 
@@ -176,7 +176,7 @@ def test_serve_exits_1_with_the_log_when_torchserve_dies(tmp_path, capsys, short
                 proc.kill()
     out = (tmp_path / "serve.out").read_text()
     assert code == 1, out
-    assert "error: TorchServe exited by itself." in out and "Hint:" in out and "server stopped" in out
+    assert "error: TorchServe exited by itself." in out and "Hint:" in out and "TorchServe stopped" in out
 
 
 @pytest.mark.server
@@ -214,7 +214,7 @@ def test_serve_exits_1_when_no_archive_loads(tmp_path, capsys, short_tmp, monkey
     mar = build_mar(tmp_path / "b", "broken", BROKEN_INIT)
     code, out, err = run(capsys, "serve", mar, "--state", tmp_path / "serve.json")
     assert code == 1 and "user error 42" in err and "None of the 1 archive(s) could be served" in err
-    assert "Hint:" in err and "server stopped" in out
+    assert "Hint:" in err and "TorchServe stopped" in out
 
 
 @pytest.mark.server

@@ -280,3 +280,24 @@ def test_no_module_is_over_500_lines():
 def test_the_registry_imports_only_each_engines_declaration():
     taken = sorted(d for d in graph()[REGISTRY] if d.startswith(ENGINES))
     assert taken == ["msnb.engines.ray", "msnb.engines.torchserve"], taken
+
+
+def engine_name_branches(paths: list[Path], names: tuple[str, ...]) -> list[str]:
+    """``path:line`` of every comparison with an engine's name (``engine == "ray"``, ``kind in ("ray", ...)``)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                values = {n.value for o in operands for n in ast.walk(o) if isinstance(n, ast.Constant)}
+                if values & set(names):
+                    found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_no_code_outside_the_engines_branches_on_an_engines_name():
+    from msnb.engines import registry
+
+    outside = sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "engines")
+    found = engine_name_branches(outside, registry.kinds())
+    assert not found, f"ask the registry (msnb.engines.registry) or hold an Engine instead: {found}"

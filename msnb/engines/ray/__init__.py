@@ -11,7 +11,7 @@ import os
 import sys
 from types import ModuleType
 
-from msnb.engines.protocol import Engine, EngineKind
+from msnb.engines.protocol import Engine, EngineKind, ServeOptions
 from msnb.errors import MsnbError
 
 RAY_VERSION = "2.60.0"
@@ -75,6 +75,25 @@ def _running() -> bool:
     return engine is not None and engine.default_running()
 
 
+def _command(options: ServeOptions) -> Engine:
+    """`msnb serve --engine ray`'s Ray (not started): one on TorchServe's start options' addresses and key when they
+    are given, else the shared Ray (`msnb ray up`) when it is up, else one of its own."""
+    from msnb.engines.ray import ts_start
+    from msnb.engines.ray.engine import LocalRay
+    from msnb.engines.ray.shared import attached
+
+    if options.ts is not None:
+        return ts_start.engine_for(options.ts)
+    return attached(options.max_request_size) or LocalRay(max_request_size=options.max_request_size)
+
+
+def _start_options(engine: Engine, config: object, opener: object) -> object:
+    from msnb.engines.ray.ts_start import TorchServeApi
+
+    return TorchServeApi(engine, config, opener)
+
+
 ENGINE = EngineKind(
-    "ray", "Ray Serve", "starting Ray Serve", _default, _running, require, "msnb.engines.ray.engine.LocalRay", "ray"
-)
+    "ray", "Ray Serve", "starting Ray Serve", _default, _running, require, "msnb.engines.ray.engine.LocalRay", "ray",
+    command=_command, opens_archives=True, start_options=_start_options,
+)  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from msnb.engines.ray import ENGINE
 from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken
 from msnb.errors import ServerError
 from msnb.files import state_dir, write_atomic
@@ -158,7 +159,7 @@ def attached(max_request_size: int | None = None) -> SharedRay | None:
 class SharedRay(LocalRay):
     """This process's models on the shared Ray, with a key of their own; ``stop`` takes them off, not the Ray."""
 
-    kind, label = "ray", "Ray Serve (shared: msnb ray up)"
+    kind, label = ENGINE.kind, f"{ENGINE.label} (shared: msnb ray up)"
 
     def __init__(self, state: SharedState, max_request_size: int | None = None):
         super().__init__(state.http_port, max_request_size=max_request_size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from msnb.engines.protocol import Engine, EngineKind
+from msnb.engines.protocol import Engine, EngineKind, ServeOptions
 
 _LAZY = {
     "LocalServer": "msnb.engines.torchserve.server",
@@ -40,6 +40,15 @@ def _running() -> bool:
     return known is not None and known.running
 
 
+def _command(options: ServeOptions) -> Engine:
+    """`msnb serve`'s TorchServe: its body limits, TorchServe's service_envelope (not started)."""
+    from msnb.engines.torchserve.server import LocalServer
+
+    properties = {"service_envelope": options.envelope} if options.envelope else None
+    return LocalServer(max_request_size=options.max_request_size, max_response_size=options.max_response_size,
+                       properties=properties)  # fmt: skip
+
+
 ENGINE = EngineKind(
     "torchserve",
     "TorchServe",
@@ -48,6 +57,7 @@ ENGINE = EngineKind(
     _running,
     lambda: None,
     "msnb.engines.torchserve.server.LocalServer",
+    command=_command,
 )
 
 __all__ = sorted([*_LAZY, "ENGINE"])
