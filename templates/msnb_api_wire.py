@@ -1,6 +1,7 @@
 """OpenAI's answers on the wire: a Completion as one ``chat.completion`` / ``text_completion`` JSON object, or as
 server-sent events (``chat.completion.chunk`` / ``text_completion`` chunks, then ``data: [DONE]``), and the list of
-models. ``Answer`` drives a completion from any source of str pieces (the engine's stream) in these shapes.
+models (those that stream and those that embed). ``Answer`` drives a completion from any source of str pieces (the
+engine's stream) in these shapes.
 
 Depends only on the standard library and msnb_api_openai, never on msnb.
 """
@@ -68,10 +69,15 @@ def error_event(error: ApiError) -> bytes:
     return event(error.body())
 
 
-def models(names: list[str], created: int = 0) -> dict:
-    """GET /v1/models: the served models that stream."""
+def listed(card: dict) -> bool:
+    """Whether /v1 serves the model of ``card``: it streams (chat, completions, responses) or embeds (embeddings)."""
+    return bool(card.get("streams") or card.get("embeds"))
+
+
+def models(cards: dict[str, dict], created: int = 0) -> dict:
+    """GET /v1/models: the served models /v1 serves (``listed``), by name, from their cards."""
     return {"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": OWNER}
-                                       for n in names]}  # fmt: skip
+                                       for n, card in cards.items() if listed(card)]}  # fmt: skip
 
 
 class Answer:

@@ -104,8 +104,7 @@ class ApiRoutes:
             return error_reply(unauthorised())
         try:
             if path == "/v1/models":
-                cards = await self.all_cards()
-                return json_reply(200, models([n for n, c in cards.items() if c.get("streams")]))
+                return json_reply(200, models(await self.all_cards()))
             body = await request.body()
             if path == "/mcp":
                 return reply(await self.mcp(body, {name: headers.get(name) for name in mcp.HEADERS}))
@@ -117,7 +116,7 @@ class ApiRoutes:
         except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
             said = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""  # never a remote traceback
             return error_reply(ApiError(503, f"{type(err).__name__}: {said}. Hint: is the model still served? GET "
-                                        "/v1/models lists the models that stream.", "server_error"))  # fmt: skip
+                                        "/v1/models lists the models that stream or embed.", "server_error"))  # fmt: skip
 
     async def card(self, name: str) -> dict | None:
         """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call

@@ -76,30 +76,28 @@ def table() -> list[tuple[str, str, int, list[str]]]:
 
 class Walker:
     """The requests of the table's cases against one engine: ``base`` its root URL, ``models`` the names of its
-    streaming, non-streaming and failing (FLAKY) models."""
+    streaming, non-streaming and failing (FLAKY) models; the unknown ones are named `nope`."""
 
     def __init__(self, base: str, key: str, models: dict[str, str]):
         self.base, self.key, self.models = base.rstrip("/"), key, models
-        self.cases: dict[str, Callable[[], requests.Response]] = {
+        self.cases: dict[str, Callable[[], requests.Response]] = {**self.v1_cases(), **self.mcp_cases()}
+
+    def v1_cases(self) -> dict[str, Callable[[], requests.Response]]:
+        function = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+        return {
             "no key": lambda: self.post("/v1/chat/completions", self.chat("streams"), key=None),
-            "a wrong key": lambda: self.post("/mcp", rpc("tools/list"), key="wrong"),
             "an unknown model": lambda: self.post("/v1/chat/completions", {**self.chat("streams"), "model": "nope"}),
+            "an unknown embedding model": lambda: self.post("/v1/embeddings", {"model": "nope", "input": "the cat"}),
             "a model that does not stream": lambda: self.post("/v1/responses", self.respond("whole")),
             "`n` over 1": lambda: self.post("/v1/chat/completions", {**self.chat("streams"), "n": 2}),
             "tools asked of a model": lambda: self.post(
                 "/v1/responses", {**self.respond("streams"), "tools": [{"type": "web_search"}]}
             ),  # fmt: skip
+            "function calling asked of a model": lambda: self.post(
+                "/v1/chat/completions", {**self.chat("streams"), "tools": [function]}
+            ),  # fmt: skip
             "`previous_response_id`": lambda: self.post(
                 "/v1/responses", {**self.respond("streams"), "previous_response_id": "resp_1"}
-            ),  # fmt: skip
-            "an unknown MCP method": lambda: self.mcp("prompts/list"),
-            "an unknown MCP revision": lambda: self.mcp("server/discover", version="2099-01-01"),
-            "an unknown tool": lambda: self.mcp("tools/call", {"name": "nope", "arguments": {}}),
-            "a tool argument of the wrong type": lambda: self.mcp(
-                "tools/call", {"name": self.models["streams"], "arguments": {"prompt": 3}}
-            ),  # fmt: skip
-            "a failing tool call": lambda: self.mcp(
-                "tools/call", {"name": self.models["fails"], "arguments": {"prompt": "x"}}
             ),  # fmt: skip
             "an oversized body": lambda: self.post("/v1/chat/completions", {**self.chat("streams"), "pad": OVERSIZED}),
             "a model failing mid-stream (chat)": lambda: self.post(
@@ -108,6 +106,24 @@ class Walker:
             "a model failing mid-stream (responses)": lambda: self.post(
                 "/v1/responses", {**self.respond("fails"), "stream": True}
             ),  # fmt: skip
+        }
+
+    def mcp_cases(self) -> dict[str, Callable[[], requests.Response]]:
+        opening = {"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        return {
+            "a wrong key": lambda: self.post("/mcp", rpc("tools/list"), key="wrong"),
+            "an unknown MCP method": lambda: self.mcp("prompts/list"),
+            "an unknown MCP method after initialize": lambda: self.post("/mcp", rpc("prompts/list")),
+            "an unknown MCP revision": lambda: self.mcp("server/discover", version="2099-01-01"),
+            "an unknown revision proposed at initialize": lambda: self.post("/mcp", rpc("initialize", opening)),
+            "an unknown tool": lambda: self.mcp("tools/call", {"name": "nope", "arguments": {}}),
+            "a tool argument of the wrong type": lambda: self.mcp(
+                "tools/call", {"name": self.models["streams"], "arguments": {"prompt": 3}}
+            ),  # fmt: skip
+            "a failing tool call": lambda: self.mcp(
+                "tools/call", {"name": self.models["fails"], "arguments": {"prompt": "x"}}
+            ),  # fmt: skip
+            "an oversized MCP body": lambda: self.post("/mcp", rpc("tools/list", {"pad": OVERSIZED})),
         }
 
     def chat(self, which: str) -> dict:

@@ -47,7 +47,8 @@ class Engine(Protocol):
 
     @property
     def openai_base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``: OpenAI's API over the models that stream (the inference key as API key)."""
+        """``http://127.0.0.1:PORT/v1``: OpenAI's API over the models that stream or embed (the inference key as
+        API key)."""
 
     @property
     def mcp_url(self) -> str:

@@ -93,6 +93,8 @@ def test_embeddings_and_every_error_of_the_table_are_answered_on_ray_as_on_torch
         cell(ip, f"%ms_serve {name} --engine ray")
     key = json.loads(ray_engine.key_file.read_text())["inference"]["key"]
     client = openai_client(ray_engine.openai_base_url, key)
+    listed = {m.id for m in client.models.list()}  # the models that stream or embed; rapi when served before
+    assert {"rflaky", "remb"} <= listed and "rwhole" not in listed
     texts = ["the cat", "a dog sat"]
     got = client.embeddings.create(model="remb", input=texts)
     with capture_output():

@@ -89,7 +89,7 @@ def test_the_openai_client_gets_the_notebooks_generation_whole_streamed_and_as_a
     assert "".join(short) == truth("the cat")[:5] and finish == "length"
     cut = client.completions.create(model="gen", prompt="the cat", stop=[truth("the cat")[6:8]])
     assert cut.choices[0].text == truth("the cat")[:6] and cut.choices[0].finish_reason == "stop"
-    assert [m.id for m in client.models.list()] == ["count", "flaky", "gen"]  # the models that stream
+    assert [m.id for m in client.models.list()] == ["count", "emb", "flaky", "gen"]  # those that stream or embed
 
 
 def test_the_responses_api_answers_the_notebooks_generation_whole_streamed_and_cut_by_max_output_tokens(api_server):
@@ -195,6 +195,8 @@ def test_embeddings_are_what_predict_answers_for_each_input_as_floats_and_as_bas
     server, key = api_server
     client = openai_client(server.openai_base_url, key)
     texts = ["the cat", "a dog sat", "x"]
+    listed = {m.id for m in client.models.list()}
+    assert "emb" in listed and "mlp" not in listed  # the embedding model is listed, the one that only predicts not
     got = client.embeddings.create(model="emb", input=texts)  # the client asks for base64 and decodes it
     assert [d.index for d in got.data] == [0, 1, 2] and got.model == "emb"
     for text, item in zip(texts, got.data, strict=True):

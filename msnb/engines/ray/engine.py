@@ -162,7 +162,7 @@ class LocalRay:
 
     @property
     def openai_base_url(self) -> str:
-        """OpenAI's API over the streaming models, answered by the router (templates/msnb_ray_api.py)."""
+        """OpenAI's API over the streaming and embedding models, answered by the router (templates/msnb_ray_api.py)."""
         return f"{self.inference_url}/v1"
 
     @property

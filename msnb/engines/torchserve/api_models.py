@@ -52,7 +52,7 @@ class TorchServeModels:
         return {name: card for name in names if (card := self.card(name)) is not None}
 
     def streaming(self) -> list[str]:
-        """The served models that stream (what /v1 serves), by name."""
+        """The served models that stream (what chat, completions and responses serve), by name."""
         return [name for name, card in self.cards().items() if card.get("streams")]
 
     def _card_text(self, url: str) -> bytes | None:

@@ -217,7 +217,7 @@ class Front:
 
     # ---------------------------------------------------------------- on a worker thread
     def model_list(self) -> tuple[int, dict, bytes]:
-        return 200, {"content-type": JSON_TYPE}, json.dumps(models(self.models.streaming())).encode()
+        return 200, {"content-type": JSON_TYPE}, json.dumps(models(self.models.cards())).encode()
 
     def mcp(self, raw: bytes, headers: dict) -> tuple[int, dict, bytes]:
         step = mcp.step(raw, headers)

@@ -207,7 +207,8 @@ class LocalServer:
 
     @property
     def openai_base_url(self) -> str:
-        """OpenAI's API over the streaming models: ``OpenAI(base_url=server.openai_base_url, api_key=KEY)``."""
+        """OpenAI's API over the streaming and embedding models: ``OpenAI(base_url=server.openai_base_url,
+        api_key=KEY)``."""
         return f"{self._front.url}/v1" if self._front is not None else ""
 
     @property

@@ -109,9 +109,12 @@ def test_a_completions_stream_is_text_completion_chunks_then_done_with_usage_whe
     assert raw.endswith(DONE)
 
 
-def test_the_401_and_the_models_list_have_openais_shape():
+def test_the_401_and_the_models_list_have_openais_shape_and_the_list_holds_the_embedding_models():
     assert unauthorised().status == 401 and unauthorised().body()["error"]["code"] == "invalid_api_key"
-    assert models(["gen"])["data"][0]["id"] == "gen"
+    cards = {"emb": {"embeds": True}, "gen": {"streams": True}, "mlp": {"streams": False}}
+    listed = models(cards)
+    assert [m["id"] for m in listed["data"]] == ["emb", "gen"] and listed["object"] == "list"
+    assert set(listed["data"][0]) == {"id", "object", "created", "owned_by"}
 
 
 def test_mcp_initialize_answers_the_clients_version_and_notifications_get_202():
