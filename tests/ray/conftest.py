@@ -12,6 +12,7 @@ import pytest
 from helpers import poll, processes_naming
 
 import msnb.engines.ray.engine
+import msnb.engines.ray.shared  # (first: its SharedRay subclasses LocalRay, which some tests stand in for)
 import msnb.session.core
 from msnb.engines.ray import ROUTER_APP, RayMissingError, require
 from msnb.templates.msnb_ray_guard import KEY_VAR
