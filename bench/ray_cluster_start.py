@@ -28,10 +28,12 @@ class Cluster:
     def __init__(self, root: Path):
         from ray.cluster_utils import Cluster as RayCluster
 
-        from msnb.engines.ray.nodes import node_args, started
+        from msnb.engines.ray.nodes import AUTH_VARS, node_args, started
         from msnb.templates.msnb_ray_guard import KEY_VAR
 
         self.root, self.key = root, secrets.token_urlsafe(16)
+        # this process's Ray token as it was: a smoke run's other benchmarks keep using the process-wide Ray after
+        self._token = {key: os.environ.get(key) for key in AUTH_VARS}
         head, worker = node_args(root, 1, head=True), node_args(root, 1, head=False)
         for args in (head, worker):
             args["env_vars"] = {KEY_VAR: self.key}
@@ -42,8 +44,17 @@ class Cluster:
     def shutdown(self) -> None:
         import shutil
 
+        from ray._raylet import AuthenticationTokenLoader, Config
+
         self.cluster.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
+        for key, value in self._token.items():  # the nodes' token pointed this process's Ray at the cluster's root
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        Config.initialize("")  # Ray caches its config and token in C++: re-read (as nodes.use_token does)
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 def exported(archives: list[Path], out: Path, port: int) -> Path:

@@ -3,6 +3,9 @@ redeploy, stop, and a killed kernel leaving no process behind."""
 
 from __future__ import annotations
 
+import io
+import logging
+import re
 import sys
 import tempfile
 import textwrap
@@ -44,26 +47,51 @@ def truth(handler_source: str, x: list[float]) -> dict:
 
 
 def cell(shell, source: str):
+    return cell_printing(shell, source)[0]
+
+
+def cell_printing(shell, source: str) -> tuple:
+    """The cell's result and what it printed (its stdout and stderr, as the notebook shows them)."""
     with capture_output() as cap:
         result = shell.run_cell(source, store_history=True)
     assert result.success, f"{result.error_in_exec or result.error_before_exec}\n{cap.stdout}{cap.stderr}"
-    return result.result
+    return result.result, cap.stdout + cap.stderr
 
 
-def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, last_ray_session):
+def other_ports(text: str, port: int) -> set[str]:
+    """The loopback URLs in ``text`` whose port is not ``port``."""
+    return {url for url in re.findall(r"127\.0\.0\.1:\d+", text) if url != f"127.0.0.1:{port}"}
+
+
+@pytest.fixture
+def serve_log():
+    """What Ray Serve's logger prints in this process: its own handler writes to the stream it found when Serve was
+    imported (in a kernel, the cell's output; in a test, pytest's capture), so a handler of the same logger reads it."""
+    logger, text = logging.getLogger("ray.serve"), io.StringIO()
+    handler = logging.StreamHandler(text)
+    logger.addHandler(handler)
+    yield text
+    logger.removeHandler(handler)
+
+
+def test_serve_predict_edit_redeploy_and_stop_on_ray_from_the_notebook(ip, last_ray_session, serve_log):
     cell(ip, NET_CELL)
     cell(ip, f"%%ms_handler {LINE}\n{HANDLER}")
-    server = cell(ip, "%ms_serve rmlp --engine ray")
-    root = server.root
+    server, printed = cell_printing(ip, "%ms_serve rmlp --engine ray")
+    root, port = server.root, server.http_port
+    printed += serve_log.getvalue()
+    assert "is ready at" not in printed and not other_ports(printed, port), printed  # Serve's proxy port: not shown
     assert cell(ip, "%ms_predict rmlp") == truth(HANDLER, [1, 2, 3, 4])
     assert cell(ip, "%ms_status")["server"]["engine"] == "ray"
     edited = HANDLER.replace('{"label": int(output.argmax())}', '{"label": int(output.argmax()), "edited": True}')
     cell(ip, f"%%ms_handler {LINE}\n{edited}")
-    cell(ip, "%ms_serve rmlp")  # a rolling update of the same application
+    printed = cell_printing(ip, "%ms_serve rmlp")[1] + serve_log.getvalue()  # a rolling update
+    assert "is ready at" not in printed and not other_ports(printed, port), printed
     answer = cell(ip, "%ms_predict rmlp")
     assert answer == truth(edited, [1, 2, 3, 4]) and answer["edited"] is True
     assert last_ray_session.logs("rmlp")  # the replicas' own log lines
-    cell(ip, "%ms_stop")
+    stopped = cell_printing(ip, "%ms_stop")[1] + serve_log.getvalue()
+    assert "raylet" not in stopped and "failed" not in stopped.lower(), stopped  # a clean stop says nothing alarming
     assert poll(lambda: not processes_naming(root), 60, "every Ray process to end")
     assert not root.exists()
 

@@ -150,6 +150,8 @@ def test_ray_down_leaves_nothing(shared):
     poll(lambda: not processes_naming(Path(state["root"])), 120, "every process of the shared Ray to end", 1)
     assert not Path(state["root"]).exists() and not (Path(env["MSNB_STATE_DIR"]) / "ray-shared.json").exists()
     assert "no shared Ray is up" in msnb(env, "ray", "status").stdout
+    owner_said = (Path(env["MSNB_STATE_DIR"]) / "ray-shared.log").read_text()
+    assert "graceful_shutdown" not in owner_said and "SIGTERM" not in owner_said, owner_said  # nothing alarming
 
 
 @pytest.mark.timeout(900)

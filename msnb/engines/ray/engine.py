@@ -13,6 +13,7 @@ replica of its model, and the router and every replica's own door ask each reque
 from __future__ import annotations
 
 import atexit
+import logging
 import re
 import shutil
 import socket
@@ -85,6 +86,7 @@ class LocalRay:
         from msnb.engines.ray import front  # uvloop and httptools come with Ray Serve: imported once used, like ray
         from msnb.templates import msnb_ray
 
+        quiet_serve_log()
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
@@ -404,16 +406,25 @@ def _refuse_taken(port: int, option: str = PORT_OPTION) -> None:
 
 
 def _shutdown(cluster: Any) -> None:
+    """Disconnect, then stop every process of the cluster. No ``serve.shutdown()`` first: the front is stopped, so no
+    request is in flight to drain, and its ``graceful_shutdown`` call on Serve's controller ends by the controller
+    killing itself, which Ray reports to this process as "(raylet) Task ServeController.graceful_shutdown failed".
+    Disconnected first, this process hears nothing of the processes' end."""
     import ray
-    from ray import serve
 
-    if ray.is_initialized():  # at interpreter exit Ray's own atexit has disconnected us first: then
-        try:  # serve.shutdown() would connect again, and wait on a GCS that is gone
-            serve.shutdown()
-        except Exception:  # Ray may already be gone (stopped, or died)
-            pass
     ray.shutdown()
     cluster.shutdown()
+
+
+def _serve_warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+def quiet_serve_log() -> None:
+    """Keep Serve's INFO lines out of this process's output (a notebook's cells) from now on: they describe Serve's
+    own HTTP proxy ("Application 'NAME' is ready at http://127.0.0.1:PORT/..."), whose port is not the one clients
+    use (msnb's front holds that); Serve's warnings still show."""
+    logging.getLogger("ray.serve").addFilter(_serve_warnings_only)  # the same filter once, however often called
 
 
 _default: LocalRay | None = None
@@ -442,4 +453,4 @@ def _stop_all() -> None:
             pass
 
 
-__all__ = ["LocalRay", "default_ray", "default_running", "load_error"]
+__all__ = ["LocalRay", "default_ray", "default_running", "load_error", "quiet_serve_log"]

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from msnb.engines.ray import ENGINE
-from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken
+from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, quiet_serve_log
 from msnb.errors import ServerError
 from msnb.files import state_dir, write_atomic
 
@@ -183,6 +183,7 @@ class SharedRay(LocalRay):
             import ray
 
             use_token(Path(self.shared.root))
+            quiet_serve_log()
             ray.init(address=self.shared.address, log_to_driver=False, logging_level="WARNING")
             self.root = Path(self.shared.root) / USERS / str(os.getpid())
             self.root.mkdir(parents=True, exist_ok=True)
@@ -272,9 +273,9 @@ def reap(root: Path) -> None:
 def own(state_path: Path, port: int | None) -> None:
     """The owner: start the Ray, write the state file, take dead users' models off until told to stop."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    _stop_on_signals(stop)
     engine = LocalRay(port).start()
+    _stop_on_signals(stop)  # again: Ray's core worker put a handler on SIGTERM that prints a stack trace first
     try:
         state = SharedState(os.getpid(), str(engine.root), _gcs_address(), engine.inference_url, engine.http_port)
         write_atomic(state_path, json.dumps(asdict(state)))
@@ -286,6 +287,11 @@ def own(state_path: Path, port: int | None) -> None:
             if json.loads(state_path.read_text()).get("owner") == os.getpid():
                 state_path.unlink()
         engine.stop()
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
 
 
 def _gcs_address() -> str:
