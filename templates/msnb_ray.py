@@ -1,8 +1,8 @@
 """A Ray Serve deployment that serves an msnb model folder as a TorchServe worker does, at TorchServe's URLs.
 
 One application per model folder (``msnb_ray:model``, args ``{"model_dir": "NAME"}``) and one router
-(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME``, ``POST /explanations/NAME`` and the
-describe ``GET /models/NAME[?customized=true]``. The
+(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME``, ``POST /explanations/NAME`` and
+TorchServe's management reads ``GET /models`` and ``GET /models/NAME[?customized=true]`` (msnb_ray_manage). The
 replica loads the folder like a worker (folder as cwd and on ``sys.path``, the manifest's handler,
 ``handle(None, context)`` once) and runs ``handle`` once per ``@serve.batch`` batch with a TorchServe
 ``Context``. Deployment options come from the folder's model-config.yaml (see ``deployment_options``).
@@ -267,7 +267,8 @@ class MsnbModel:
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}, logging_config=QUIET)
 class MsnbRouter:
     """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
-    ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's describe, answered by a replica of NAME).
+    ``GET /models`` and ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's list and describe, the
+    latter answered by a replica of NAME; a write call answers 405 with a Hint).
     Every path asks for the inference key as TorchServe's inference API does (``args``: see ``router``)."""
 
     async def __call__(self, request: Request) -> Response:

@@ -204,9 +204,9 @@ def _key(key_file: Path, kind: str) -> str:
     return json.loads(Path(key_file).read_text())[kind]["key"]
 
 
-def _ready(plain: PlainTorchServe) -> bool:
+def _ready(plain: PlainTorchServe, name: str = "named") -> bool:
     try:
-        status, body = call(plain.url, plain.key(), "GET", "/models/named", {})
+        status, body = call(plain.url, plain.key(), "GET", f"/models/{name}", {})
     except (requests.ConnectionError, OSError, ValueError):  # not listening yet, or its key file not written yet
         return False
     return status == 200 and [w["status"] for w in body[0]["workers"]] == ["READY"]
@@ -256,3 +256,76 @@ def test_msnb_serve_takes_torchserves_start_options_and_prints_the_management_ad
     assert "serving k: POST" in seen["out"] and re.search(r"metrics http://127\.0\.0\.1:\d+", seen["out"])
     assert seen["models"] == (200, {"models": [{"modelName": "k", "modelUrl": "klass.mar"}]})
     assert "Ray Serve stopped" in out
+
+
+# The management reads a script sends to an exported application's router (its writes are the RayService's).
+EXPORTED = ("klass", "desc")
+EXPORT_READS = [
+    ("/models", {}),
+    ("/models", {"limit": "1"}),
+    ("/models", {"limit": "1", "next_page_token": "1"}),
+    ("/models/klass", {}),
+    ("/models/klass/1.0", {}),
+    ("/models/desc", {"customized": "true"}),
+    ("/models/nope", {}),  # 404
+    ("/models/klass/9.9", {}),  # 404
+]
+
+
+@pytest.mark.timeout(900)
+def test_an_exported_routers_list_and_describe_answer_as_plain_torchserve_serving_the_same_archives(
+    ray_engine, store, tmp_path
+):
+    from msnb.package.ray_layout import write_ray_archives
+
+    outdir = write_ray_archives([store / f"{n}.mar" for n in EXPORTED], tmp_path / "out")
+    config = config_file(tmp_path / "conf", store, free_port(), load_models=",".join(f"{n}.mar" for n in EXPORTED))
+    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    try:
+        router = deploy_export(outdir, "exported-router")
+        poll(lambda: all(_ready(plain, n) for n in EXPORTED), 300, "the plain TorchServe's workers", interval=0.5)
+        poll(lambda: served_export(router), 600, "the exported applications' replicas", interval=1)
+        for path, query in EXPORT_READS:
+            truth = comparable(*call(plain.url, plain.key(), "GET", path, query))
+            assert ask(router, path, query) == truth, (path, query)
+    finally:
+        plain.stop()
+
+
+def deploy_export(outdir: Path, router_name: str):
+    """The export's applications on the shared Ray as its serve_config.yaml declares them, each replica with the
+    exported folder as its working directory (as `serve run` from the folder gives it), and the export's router
+    under a name of its own and no route (the shared Ray's router holds ``/``); returns the router's handle."""
+    import importlib
+
+    from ray import serve
+
+    sys.path.insert(0, str(outdir))
+    try:  # the export's own modules, not msnb.templates': the replicas import them from the folder
+        exported = importlib.import_module("msnb_ray")
+        here = {"runtime_env": {"working_dir": str(outdir)}}
+        for name in EXPORTED:
+            options = exported.deployment_options(exported.read_folder(outdir / name)[1], [], 0.1)
+            options["ray_actor_options"].update(here)
+            app = exported.MsnbModel.options(**options).bind(name, None, {}, None, None, [])
+            serve.run(app, name=name, route_prefix=None, _blocking=False)
+        router = exported.MsnbRouter.options(ray_actor_options={"num_cpus": 0, **here}).bind({"auth": False})
+        return serve.run(router, name=router_name, route_prefix=None, _blocking=False)
+    finally:  # this process keeps none of them
+        sys.path.remove(str(outdir))
+        for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "")).startswith(str(outdir))]:
+            sys.modules.pop(name)
+
+
+def served_export(router) -> bool:
+    """Whether every exported model answers its describe with a replica running."""
+    try:
+        return all(ask(router, f"/models/{n}", {})[1][0]["workers"][:1] == ["READY"] for n in EXPORTED)
+    except (KeyError, IndexError, TypeError, TimeoutError):  # an application not deployed yet: a 404's body
+        return False
+
+
+def ask(router, path: str, query: dict) -> tuple[int, object]:
+    """The exported router's answer to ``GET path?query`` (after its key check, see tests/unit/templates)."""
+    status, _, body = router.manage.remote("GET", [p for p in path.split("/") if p], query, {}).result(timeout_s=300)
+    return comparable(status, json.loads(body))

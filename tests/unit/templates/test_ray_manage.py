@@ -93,3 +93,22 @@ def test_every_write_call_is_refused_with_torchserves_405_and_a_hint_naming_the_
     assert status == 405 and body["code"] == 405 and body["type"] == "MethodNotAllowedException"
     assert body["message"].startswith(msnb_ray_manage.NOT_ALLOWED) and f"{method} {path}" in body["message"]
     assert "\nHint: " in body["message"] and "serve_config.yaml" in body["message"]
+
+
+def test_the_management_reads_ask_for_the_routers_inference_key(router, tmp_path):
+    from starlette.requests import Request
+
+    from msnb.templates.msnb_ray_http import Door
+
+    (tmp_path / "key").write_text("s3cret")
+    router.door = Door({"key_file": str(tmp_path / "key")})
+
+    def get(path: str, key: str) -> tuple[int, dict]:
+        headers = [(b"authorization", f"Bearer {key}".encode())]
+        scope = {"type": "http", "method": "GET", "path": path, "headers": headers, "query_string": b""}
+        resp = asyncio.run(router(Request(scope)))
+        return resp.status_code, json.loads(resp.body)
+
+    assert get("/models", "wrong")[1]["type"] == "InvalidKeyException"  # TorchServe 0.12's 400
+    assert get("/models/klass", "wrong")[0] == 400
+    assert get("/models", "s3cret")[1]["models"][0]["modelName"] == "desc"
