@@ -41,7 +41,7 @@ def page(models: list[tuple[str, str]], query: dict[str, str]) -> Answer:
     limit = min(number(query, "limit") or PAGE_LIMIT, PAGE_LIMIT)
     start = number(query, "next_page_token") or 0
     body: dict[str, Any] = {}
-    if start + limit < len(models):
+    if start + limit <= len(models):  # TorchServe gives a token when the page ends at the last model too
         body["nextPageToken"] = str(start + limit)
     body["models"] = [{"modelName": n, "modelUrl": u} for n, u in models[start : start + limit]]
     return 200, body

@@ -6,6 +6,7 @@ that does not exist, a wrong key, the model API disabled."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -282,20 +283,22 @@ def test_an_exported_routers_list_and_describe_answer_as_plain_torchserve_servin
     config = config_file(tmp_path / "conf", store, free_port(), load_models=",".join(f"{n}.mar" for n in EXPORTED))
     plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
     try:
-        router = deploy_export(outdir, "exported-router")
+        router = Router("exported-router")
+        deploy_export(outdir, router.name)
         poll(lambda: all(_ready(plain, n) for n in EXPORTED), 300, "the plain TorchServe's workers", interval=0.5)
         poll(lambda: served_export(router), 600, "the exported applications' replicas", interval=1)
         for path, query in EXPORT_READS:
             truth = comparable(*call(plain.url, plain.key(), "GET", path, query))
-            assert ask(router, path, query) == truth, (path, query)
+            assert router.ask(path, query) == truth, (path, query)
     finally:
         plain.stop()
+        router.loop.close()
 
 
 def deploy_export(outdir: Path, router_name: str):
     """The export's applications on the shared Ray as its serve_config.yaml declares them, each replica with the
-    exported folder as its working directory (as `serve run` from the folder gives it), and the export's router
-    under a name of its own and no route (the shared Ray's router holds ``/``); returns the router's handle."""
+    exported folder on their path (as `serve run` from the folder gives it), and the export's router under a name
+    of its own and no route (the shared Ray's router holds ``/``)."""
     import importlib
 
     from ray import serve
@@ -303,29 +306,45 @@ def deploy_export(outdir: Path, router_name: str):
     sys.path.insert(0, str(outdir))
     try:  # the export's own modules, not msnb.templates': the replicas import them from the folder
         exported = importlib.import_module("msnb_ray")
-        here = {"runtime_env": {"working_dir": str(outdir)}}
+        here = {"runtime_env": {"env_vars": {"PYTHONPATH": str(outdir)}}}  # a local working_dir: Serve refuses it
+        targets = []
         for name in EXPORTED:
             options = exported.deployment_options(exported.read_folder(outdir / name)[1], [], 0.1)
             options["ray_actor_options"].update(here)
             app = exported.MsnbModel.options(**options).bind(name, None, {}, None, None, [])
-            serve.run(app, name=name, route_prefix=None, _blocking=False)
+            targets.append(serve.RunTarget(app, name=name, route_prefix=None))
         router = exported.MsnbRouter.options(ray_actor_options={"num_cpus": 0, **here}).bind({"auth": False})
-        return serve.run(router, name=router_name, route_prefix=None, _blocking=False)
+        targets.append(serve.RunTarget(router, name=router_name, route_prefix=None))
+        serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
     finally:  # this process keeps none of them
         sys.path.remove(str(outdir))
         for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "")).startswith(str(outdir))]:
             sys.modules.pop(name)
 
 
-def served_export(router) -> bool:
+def served_export(router: Router) -> bool:
     """Whether every exported model answers its describe with a replica running."""
+    from ray.serve.exceptions import RayServeException
+
     try:
-        return all(ask(router, f"/models/{n}", {})[1][0]["workers"][:1] == ["READY"] for n in EXPORTED)
-    except (KeyError, IndexError, TypeError, TimeoutError):  # an application not deployed yet: a 404's body
+        return all(router.ask(f"/models/{n}", {})[1][0]["workers"][:1] == ["READY"] for n in EXPORTED)
+    except (KeyError, IndexError, TypeError, TimeoutError, RayServeException):  # not deployed yet: 404, or none
         return False
 
 
-def ask(router, path: str, query: dict) -> tuple[int, object]:
-    """The exported router's answer to ``GET path?query`` (after its key check, see tests/unit/templates)."""
-    status, _, body = router.manage.remote("GET", [p for p in path.split("/") if p], query, {}).result(timeout_s=300)
-    return comparable(status, json.loads(body))
+class Router:
+    """Application ``name``'s answers to ``GET path?query`` (after its key check, see tests/unit/templates), through
+    a handle in an event loop of the test's own (the shared Ray's handles run in their caller's loop, the first)."""
+
+    def __init__(self, name: str):
+        self.name, self.loop = name, asyncio.new_event_loop()
+
+    def ask(self, path: str, query: dict) -> tuple[int, object]:
+        from ray import serve
+
+        async def asked() -> tuple:
+            parts = [p for p in path.split("/") if p]
+            return await asyncio.wait_for(serve.get_app_handle(self.name).manage.remote("GET", parts, query, {}), 300)
+
+        status, _, body = self.loop.run_until_complete(asked())
+        return comparable(status, json.loads(body))

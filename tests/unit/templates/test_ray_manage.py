@@ -22,7 +22,8 @@ def test_the_list_is_sorted_and_paged_as_torchserve_pages_it():
     status, first = msnb_ray_manage.page(MODELS, {"limit": "2"})
     assert first["nextPageToken"] == "2" and [m["modelName"] for m in first["models"]] == ["desc", "klass"]
     _, last = msnb_ray_manage.page(MODELS, {"limit": "2", "next_page_token": first["nextPageToken"]})
-    assert last == {"models": [{"modelName": "named", "modelUrl": "named.mar"}]}  # no token on the last page
+    assert last == {"models": [{"modelName": "named", "modelUrl": "named.mar"}]}  # no token past the last model
+    assert msnb_ray_manage.page(MODELS, {"limit": "1", "next_page_token": "2"})[1]["nextPageToken"] == "3"
     with pytest.raises(ValueError, match="Invalid limit value: x"):
         msnb_ray_manage.page(MODELS, {"limit": "x"})
 
