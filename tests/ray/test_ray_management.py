@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import msnb.cli.main
 import msnb.engines.ray.engine
+import msnb.engines.ray.shared  # imported before a test stands the shared Ray in for LocalRay: it subclasses LocalRay
 from msnb.cli.serve_ray import opener, started_models
 from msnb.engines.ray.management import Management
 from msnb.engines.ray.nodes import free_port
