@@ -1,8 +1,8 @@
 """A Ray Serve deployment that serves an msnb model folder as a TorchServe worker does, at TorchServe's URLs.
 
 One application per model folder (``msnb_ray:model``, args ``{"model_dir": "NAME"}``) and one router
-(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME``, ``POST /explanations/NAME`` and the
-describe ``GET /models/NAME[?customized=true]``. The
+(``msnb_ray:router``) at ``/`` that answers ``POST /predictions/NAME``, ``POST /explanations/NAME`` and
+TorchServe's management reads ``GET /models`` and ``GET /models/NAME[?customized=true]`` (msnb_ray_manage). The
 replica loads the folder like a worker (folder as cwd and on ``sys.path``, the manifest's handler,
 ``handle(None, context)`` once) and runs ``handle`` once per ``@serve.batch`` batch with a TorchServe
 ``Context``. Deployment options come from the folder's model-config.yaml (see ``deployment_options``).
@@ -30,12 +30,14 @@ from starlette.responses import Response
 if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
     from . import msnb_ray_guard as guard
     from . import msnb_ray_http as http
+    from . import msnb_ray_manage as manage
     from . import msnb_ray_needs as needs
     from .msnb_names import HANDLER_MODULE
     from .msnb_ray_api import ApiRoutes, OwnApp, model_card
     from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
     from .msnb_ray_http import JSON_TYPE, error_reply, reply
     from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
+    from .msnb_ray_manage import metadata
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
@@ -43,12 +45,14 @@ if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
 else:  # msnb_ray, beside its model folders (an exported application)
     import msnb_ray_guard as guard
     import msnb_ray_http as http
+    import msnb_ray_manage as manage
     import msnb_ray_needs as needs
     from msnb_names import HANDLER_MODULE
     from msnb_ray_api import ApiRoutes, OwnApp, model_card
     from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
     from msnb_ray_http import JSON_TYPE, error_reply, reply
     from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
+    from msnb_ray_manage import metadata
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
@@ -155,7 +159,8 @@ class LoadedModel:
         """TorchServe's ``GET /models/NAME[?customized=true]``: the model's entry; customized, with
         ``customizedMetadata`` from one ``handle([{}], context)`` call whose request header is ``describe: True``
         (BaseHandler answers it with ``describe_handle()``), JSON text or an object as TorchServe takes it."""
-        entry = describe_entry(self.name, self.manifest, self.config)
+        version = str((self.manifest.get("model") or {}).get("modelVersion") or "")
+        entry = manage.describe_entry(self.name, version, manage.archive_url(self.name), self.config, [], True)
         if customized:
             set_requests(self.context, [{**headers, "describe": "True"}])
             try:
@@ -166,46 +171,14 @@ class LoadedModel:
         return 200, {"content-type": JSON_TYPE}, json.dumps([entry]).encode()
 
 
-def describe_entry(name: str, manifest: dict, config: dict) -> dict:
-    """The fields of TorchServe's describe answer that a replica knows (its model's manifest and model-config)."""
-    batch, delay = batch_settings(config)
-    low, high = workers(ServingConfig.from_model_config(config))
-    return {
-        "modelName": name,
-        "modelVersion": str((manifest.get("model") or {}).get("modelVersion") or ""),
-        "runtime": "python",
-        "minWorkers": low,
-        "maxWorkers": high,
-        "batchSize": batch,
-        "maxBatchDelay": round(delay * 1000),
-        "stateful": bool(config.get("sequenceBatching")),
-    }
-
-
-def metadata(answer: Any) -> dict:
-    """A describe answer as TorchServe's frontend turns it into customizedMetadata: JSON text parsed; anything
-    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``); members whose
-    value is null are left out, as TorchServe's Gson writes them (found by ``msnb compare``)."""
-    if isinstance(answer, (bytes, bytearray, str)):
-        try:
-            answer = json.loads(answer)
-        except ValueError:
-            return {}
-    return without_nulls(answer) if isinstance(answer, dict) else {}
-
-
-def without_nulls(value: Any) -> Any:
-    """``value`` with every null object member left out, at any depth (Gson's default; list items are kept)."""
-    if isinstance(value, dict):
-        return {k: without_nulls(v) for k, v in value.items() if v is not None}
-    return [without_nulls(v) for v in value] if isinstance(value, list) else value
-
-
 # No access log line per request (enable_access_log): on two cores writing it cost about as much as the model.
 QUIET = {"enable_access_log": False}
 
 
-@serve.deployment(name="MsnbModel", logging_config=QUIET)
+MODEL = "MsnbModel"  # every model application's one deployment
+
+
+@serve.deployment(name=MODEL, logging_config=QUIET)
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
@@ -294,7 +267,8 @@ class MsnbModel:
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}, logging_config=QUIET)
 class MsnbRouter:
     """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
-    ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's describe, answered by a replica of NAME).
+    ``GET /models`` and ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's list and describe, the
+    latter answered by a replica of NAME; a write call answers 405 with a Hint).
     Every path asks for the inference key as TorchServe's inference API does (``args``: see ``router``)."""
 
     async def __call__(self, request: Request) -> Response:
@@ -309,9 +283,8 @@ class MsnbRouter:
             return reply(200, {"content-type": JSON_TYPE}, b'{"status": "Healthy"}')
         if request.url.path == http.TARGETS_PATH:
             return reply(200, {"content-type": JSON_TYPE}, json.dumps(await self.targets()).encode())
-        if parts[:1] == ["models"] and len(parts) in (2, 3) and request.method == "GET":
-            customized = request.query_params.get("customized", "").lower() == "true"
-            return reply(*await self.describe(parts[1], customized, headers))
+        if parts[:1] == ["models"] and len(parts) <= 4:  # TorchServe's management API: reads answered here
+            return reply(*await self.manage(request.method, parts, dict(request.query_params), headers))
         if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
             return http.not_found(request.url.path)
         name, explain = parts[1], parts[0] == "explanations"
@@ -353,15 +326,44 @@ class MsnbRouter:
                 return None
         return self.handles[name]
 
-    async def describe(self, name: str, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
-        """TorchServe's management ``GET /models/NAME[/VERSION][?customized=true]``, answered by a replica."""
-        handle = self.app_handle(name)
+    async def manage(self, method: str, parts: list[str], query: dict, headers: dict) -> tuple[int, dict, bytes]:
+        """TorchServe's management read calls (msnb_ray_manage): ``GET /models`` (paged) and ``GET
+        /models/NAME[/VERSION][?customized=true]``; its write calls answer 405 with a Hint (the RayService's)."""
+        if method != "GET":
+            if manage.is_write(method, parts):
+                return error_reply(*manage.write_refused(method, "/" + "/".join(parts)))
+            return error_reply(405, "MethodNotAllowedException", manage.NOT_ALLOWED)
+        if len(parts) == 4:
+            return error_reply(404, "ResourceNotFoundException", "Requested resource is not found, please refer "
+                               "to API document.")  # fmt: skip
+        states = await asyncio.to_thread(replica_states)
+        if len(parts) == 1:
+            try:
+                return json_reply(*manage.page([(n, manage.archive_url(n)) for n in states], query))
+            except ValueError as err:
+                return error_reply(400, "BadRequestException", str(err))
+        customized = query.get("customized", "").lower() == "true"
+        return await self.describe(parts[1], parts[2] if len(parts) == 3 else None, customized, headers, states)
+
+    async def describe(self, name: str, version: str | None, customized: bool, headers: dict,
+                       states: dict[str, dict[str, int]]) -> tuple[int, dict, bytes]:  # fmt: skip
+        """TorchServe's ``GET /models/NAME[/VERSION][?customized=true]``: a replica's entry, with the
+        application's replicas as its workers."""
+        handle = self.app_handle(name) if name in states else None
         if handle is None:
             return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
         try:
-            return await handle.describe.remote(customized, headers)
+            status, head, body = await handle.describe.remote(customized, headers)
         except Exception as err:
             return self.unavailable(name, err)
+        if status != 200:
+            return status, head, body
+        entries = json.loads(body)
+        if version is not None and entries[0]["modelVersion"] != version:
+            return error_reply(404, "ModelVersionNotFoundException",
+                               f"Model version: {version} does not exist for model: {name}")  # fmt: skip
+        entries[0]["workers"] = manage.replica_workers(states[name])
+        return json_reply(200, entries)
 
     def unavailable(self, name: str, err: Exception) -> tuple[int, dict, bytes]:
         """The answer to a call that failed: 404 when its application was deleted since its handle was kept
@@ -404,6 +406,16 @@ class MsnbRouter:
                     "%s: replica lost (%s), sending the request again (try %d)", name, brief(err), attempt + 1
                 )
         raise AssertionError("unreachable")
+
+
+def replica_states() -> dict[str, dict[str, int]]:
+    """Each model application's replicas by state (its MsnbModel deployment's), as Serve's controller has them."""
+    apps = serve.status().applications
+    return {name: dict(app.deployments[MODEL].replica_states) for name, app in apps.items() if MODEL in app.deployments}
+
+
+def json_reply(status: int, body: Any) -> tuple[int, dict, bytes]:
+    return status, {"content-type": JSON_TYPE}, json.dumps(body).encode()
 
 
 def replica_lost(err: BaseException) -> bool:

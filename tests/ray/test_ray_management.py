@@ -6,6 +6,7 @@ that does not exist, a wrong key, the model API disabled."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import msnb.cli.main
 import msnb.engines.ray.engine
+import msnb.engines.ray.shared  # imported before a test stands the shared Ray in for LocalRay: it subclasses LocalRay
 from msnb.cli.serve_ray import opener, started_models
 from msnb.engines.ray.management import Management
 from msnb.engines.ray.nodes import free_port
@@ -204,9 +206,9 @@ def _key(key_file: Path, kind: str) -> str:
     return json.loads(Path(key_file).read_text())[kind]["key"]
 
 
-def _ready(plain: PlainTorchServe) -> bool:
+def _ready(plain: PlainTorchServe, name: str = "named") -> bool:
     try:
-        status, body = call(plain.url, plain.key(), "GET", "/models/named", {})
+        status, body = call(plain.url, plain.key(), "GET", f"/models/{name}", {})
     except (requests.ConnectionError, OSError, ValueError):  # not listening yet, or its key file not written yet
         return False
     return status == 200 and [w["status"] for w in body[0]["workers"]] == ["READY"]
@@ -256,3 +258,94 @@ def test_msnb_serve_takes_torchserves_start_options_and_prints_the_management_ad
     assert "serving k: POST" in seen["out"] and re.search(r"metrics http://127\.0\.0\.1:\d+", seen["out"])
     assert seen["models"] == (200, {"models": [{"modelName": "k", "modelUrl": "klass.mar"}]})
     assert "Ray Serve stopped" in out
+
+
+# The management reads a script sends to an exported application's router (its writes are the RayService's).
+EXPORTED = ("klass", "desc")
+EXPORT_READS = [
+    ("/models", {}),
+    ("/models", {"limit": "1"}),
+    ("/models", {"limit": "1", "next_page_token": "1"}),
+    ("/models/klass", {}),
+    ("/models/klass/1.0", {}),
+    ("/models/desc", {"customized": "true"}),
+    ("/models/nope", {}),  # 404
+    ("/models/klass/9.9", {}),  # 404
+]
+
+
+@pytest.mark.timeout(900)
+def test_an_exported_routers_list_and_describe_answer_as_plain_torchserve_serving_the_same_archives(
+    ray_engine, store, tmp_path
+):
+    from msnb.package.ray_layout import write_ray_archives
+
+    outdir = write_ray_archives([store / f"{n}.mar" for n in EXPORTED], tmp_path / "out")
+    config = config_file(tmp_path / "conf", store, free_port(), load_models=",".join(f"{n}.mar" for n in EXPORTED))
+    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    try:
+        router = Router("exported-router")
+        deploy_export(outdir, router.name)
+        poll(lambda: all(_ready(plain, n) for n in EXPORTED), 300, "the plain TorchServe's workers", interval=0.5)
+        poll(lambda: served_export(router), 600, "the exported applications' replicas", interval=1)
+        for path, query in EXPORT_READS:
+            truth = comparable(*call(plain.url, plain.key(), "GET", path, query))
+            assert router.ask(path, query) == truth, (path, query)
+    finally:
+        plain.stop()
+        router.loop.close()
+
+
+def deploy_export(outdir: Path, router_name: str):
+    """The export's applications on the shared Ray as its serve_config.yaml declares them, each replica with the
+    exported folder on their path (as `serve run` from the folder gives it), and the export's router under a name
+    of its own and no route (the shared Ray's router holds ``/``)."""
+    import importlib
+
+    from ray import serve
+
+    sys.path.insert(0, str(outdir))
+    try:  # the export's own modules, not msnb.templates': the replicas import them from the folder
+        exported = importlib.import_module("msnb_ray")
+        here = {"runtime_env": {"env_vars": {"PYTHONPATH": str(outdir)}}}  # a local working_dir: Serve refuses it
+        targets = []
+        for name in EXPORTED:
+            options = exported.deployment_options(exported.read_folder(outdir / name)[1], [], 0.1)
+            options["ray_actor_options"].update(here)
+            app = exported.MsnbModel.options(**options).bind(name, None, {}, None, None, [])
+            targets.append(serve.RunTarget(app, name=name, route_prefix=None))
+        router = exported.MsnbRouter.options(ray_actor_options={"num_cpus": 0, **here}).bind({"auth": False})
+        targets.append(serve.RunTarget(router, name=router_name, route_prefix=None))
+        serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    finally:  # this process keeps none of them
+        sys.path.remove(str(outdir))
+        for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "")).startswith(str(outdir))]:
+            sys.modules.pop(name)
+
+
+def served_export(router: Router) -> bool:
+    """Whether every exported model answers its describe with a replica running."""
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        return all(router.ask(f"/models/{n}", {})[1][0]["workers"][:1] == ["READY"] for n in EXPORTED)
+    except (KeyError, IndexError, TypeError, TimeoutError, RayServeException):  # not deployed yet: 404, or none
+        return False
+
+
+class Router:
+    """Application ``name``'s answers to ``GET path?query`` (after its key check, see tests/unit/templates), through
+    a handle in an event loop of the test's own (the shared Ray's handles run in their caller's loop, the first)."""
+
+    def __init__(self, name: str):
+        self.name, self.loop = name, asyncio.new_event_loop()
+
+    def ask(self, path: str, query: dict) -> tuple[int, object]:
+        from ray import serve
+
+        async def asked() -> tuple:
+            parts = [p for p in path.split("/") if p]
+            return await asyncio.wait_for(serve.get_app_handle(self.name).manage.remote("GET", parts, query, {}), 300)
+
+        status, _, body = self.loop.run_until_complete(asked())
+        return comparable(status, json.loads(body))

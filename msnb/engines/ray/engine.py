@@ -32,6 +32,7 @@ from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
+from msnb.templates.msnb_ray_manage import TS_STATE
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
@@ -325,7 +326,7 @@ class LocalRay:
 
         app = serve.status().applications.get(name)
         states = app.deployments["MsnbModel"].replica_states if app else {}
-        workers = tuple(WorkerStatus(f"{state}-{i}", _TS_STATE.get(state, state)) for state, n in states.items()
+        workers = tuple(WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items()
                         for i in range(n))  # fmt: skip
         folder = self._folders.get(name)
         return ModelStatus(name, read_manifest(folder)[1] if folder else "", True, workers, self.inference_url)
@@ -364,7 +365,6 @@ class LocalRay:
         return found[-lines:]
 
 
-_TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
 _LIVE: set[LocalRay] = set()
 
 

@@ -15,11 +15,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
+from msnb.templates.msnb_ray_manage import NOT_ALLOWED, page
+from msnb.templates.msnb_ray_manage import number as _number
 
-PAGE_LIMIT = 100  # TorchServe's default (and largest) page of GET /models
 NOT_FOUND = "Requested resource is not found, please refer to API document."
-# TorchServe's answer to a method a path does not take, and to register and unregister while enable_model_api=false
-NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
 AUTH_FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
 Answer = tuple[int, Any]
 
@@ -54,15 +53,7 @@ class Management:
             return error(400, "BadRequestException", str(err))
 
     def list(self, _: list[str], query: dict[str, str]) -> Answer:
-        names = self.registry.names()
-        limit = min(_number(query, "limit") or PAGE_LIMIT, PAGE_LIMIT)
-        start = _number(query, "next_page_token") or 0
-        page = names[start : start + limit]
-        body: dict[str, Any] = {}
-        if start + limit < len(names):
-            body["nextPageToken"] = str(start + limit)
-        body["models"] = [{"modelName": n, "modelUrl": self.registry.entries[n].url} for n in page]
-        return 200, body
+        return page([(n, self.registry.entries[n].url) for n in self.registry.names()], query)
 
     def describe(self, parts: list[str], query: dict[str, str]) -> Answer:
         entry = self.registry.entry(parts[0], parts[1] if len(parts) > 1 else None)
@@ -107,16 +98,6 @@ class Management:
 def error(status: int, kind: str, message: str) -> Answer:
     """TorchServe's error body."""
     return status, {"code": status, "type": kind, "message": message}
-
-
-def _number(query: dict[str, str], key: str) -> int | None:
-    value = query.get(key)
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"Invalid {key} value: {value}") from None
 
 
 class _Handler(BaseHTTPRequestHandler):
