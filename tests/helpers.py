@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,37 @@ MLP_CLASS = textwrap.dedent(
             return self.fc2(torch.relu(self.fc1(x)))
     """
 )
+
+
+# What a wheel build leaves out of its private copy of the tree: environments, caches and what builds write.
+NOT_SOURCE = (
+    ".venv*",
+    ".git",
+    "build",
+    "dist",
+    "site",
+    "artifacts",
+    ".cache",
+    ".hypothesis",
+    ".ruff_cache",
+    "*.egg-info",
+)
+
+
+def build_wheel(out: Path) -> Path:
+    """msnb's wheel, built from a private copy of the source tree into ``out``: setuptools writes ``build/`` inside the
+    tree it builds, so two builds of one tree at once (two workers, or the other tested Python's run beside this one)
+    would delete each other's files."""
+    root = Path(__file__).resolve().parents[1]
+    source = out / "source"
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
+        check=True,
+        cwd=out,
+    )
+    shutil.rmtree(source)
+    return next(out.glob("msnb-*.whl"))
 
 
 def mlp_class(name: str = "MLP") -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 1500  # torch and JupyterLab unpacked into a fresh venv; on Python 3.13 torch is PyPI's CUDA build
@@ -48,13 +49,7 @@ def pip(python: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
-        check=True,
-        cwd=out,
-    )
-    return next(out.glob("msnb-*.whl"))
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import yaml
+from helpers import build_wheel
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -52,12 +53,8 @@ def test_environment_yml_pins_agree_with_constraints():
 
 def test_wheel_ships_templates_and_builds_a_mar_outside_the_source_tree(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
-        check=True,
-        cwd=tmp_path,
-    )
-    wheel = next(wheels.glob("msnb-*.whl"))
+    wheels.mkdir()
+    wheel = build_wheel(wheels)
     names = zipfile.ZipFile(wheel).namelist()
     assert {"msnb/templates/msnb_handler.py", "msnb/templates/handler_model.py.tmpl"} <= set(names)
     site = tmp_path / "site"
