@@ -33,6 +33,8 @@ class TwoNodes:
 
         self.root = root
         head, worker = node_args(root, 1, head=True), node_args(root, 1, head=False)
+        for args in (head, worker):  # as `ray start` runs them: `serve run` shows the replicas' output (log monitor)
+            args["include_log_monitor"] = True
         head["resources"] = {"msnb_head": 1}
         # the router's inference key in every node's environment, as `MSNB_INFERENCE_KEY=... ray start` gives it
         # (the steps `msnb export --ray` prints); a router given a key_file reads that instead
