@@ -102,7 +102,7 @@ def test_more_models_than_the_old_four_are_served_and_one_that_cannot_fit_is_ref
     assert "40 replica(s) need 4" in str(refused.value) and "Hint:" in str(refused.value)
     assert "wide" not in [status.name for status in ray_engine.models()]
     ray_engine.unregister("one0")  # as LocalServer.unregister: that application and its folder go, the others stay
-    with pytest.raises(ServerError, match="No model 'one0' is registered"):
+    with pytest.raises(ServerError, match="No model 'one0' is served at"):
         ray_engine.predict("one0", {"x": 1})
     assert [status.name for status in ray_engine.models()] == [f"one{n}" for n in range(1, 5)]
     assert ray_engine.predict("one1", {"x": 1}) == 1
