@@ -36,6 +36,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "msnb_ray_guard.py",
         "msnb_ray_http.py",  # a prediction's way through a door, bodies and answers
         "msnb_ray_load.py",
+        "msnb_ray_manage.py",  # the management API's read calls (list, describe) on the router
         "msnb_ray_needs.py",  # what the application asks of its cluster, checked when it is built
         "msnb_ray_sequence.py",
         "msnb_ray_stream.py",
