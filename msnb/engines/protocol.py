@@ -146,8 +146,10 @@ class EngineKind:
 
     @property
     def choice(self) -> str:
-        """How a menu names it: with the install line when it needs an extra."""
-        return f"{self.label} (pip install msnb[{self.extra}])" if self.extra else self.label
+        """How a menu names it: with the install line while the extra it needs is not installed."""
+        return (
+            self.label if self.extra is None or self.installed() else f"{self.label} (pip install msnb[{self.extra}])"
+        )
 
     def installed(self) -> bool:
         """Whether its packages are there (``require`` passes)."""

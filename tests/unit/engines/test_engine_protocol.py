@@ -44,8 +44,23 @@ def test_the_registry_lists_each_engine_once_the_reference_first():
 
     assert registry.kinds()[:2] == ("torchserve", "ray")
     assert registry.reference().kind == "torchserve" and registry.counterpart("torchserve").kind == "ray"
-    assert registry.get("ray").choice == "Ray Serve (pip install msnb[ray])"
-    assert registry.get("torchserve").installed()
+    assert registry.get("torchserve").installed() and registry.get("torchserve").choice == "TorchServe"
+
+
+def test_a_menu_names_an_engine_with_its_install_line_only_while_its_extra_is_missing():
+    from dataclasses import replace
+
+    from msnb.engines import registry
+    from msnb.errors import MsnbError
+
+    ray = registry.get("ray")
+    assert ray.installed() and ray.choice == "Ray Serve"  # the test environment has the ray extra
+
+    def missing():
+        raise MsnbError("Ray Serve is not installed.", hint="pip install msnb[ray]")
+
+    absent = replace(ray, require=missing)
+    assert not absent.installed() and absent.choice == "Ray Serve (pip install msnb[ray])"
 
 
 def test_an_unknown_engine_is_refused_with_the_engines_there_are():
