@@ -362,3 +362,43 @@ class Router:
 
         status, _, body = self.loop.run_until_complete(asked())
         return comparable(status, json.loads(body))
+
+
+@pytest.mark.timeout(600)
+def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray_engine, store, tmp_path):
+    """config.properties' ``http://0.0.0.0:PORT`` with the key on: the front and the management API listen on every
+    interface and answer a client on loopback with the key, and refuse it without, as TorchServe does."""
+    import psutil
+
+    from msnb.engines.ray import front
+    from msnb.package.model_folder import ModelFolder
+
+    inference, management = free_port(), free_port()
+    config = read(config_file(tmp_path / "conf", store, inference, load_models="",
+                              management_address=f"http://0.0.0.0:{management}"))  # fmt: skip
+    ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
+    # a front of the engine's kind on 0.0.0.0, whose way to the router is the engine's own front
+    door = front.spawn(inference, ray_engine.http_port, ray_engine.max_request_size, ray_engine.key_file,
+                       tmp_path / "front.log", 60, "0.0.0.0")  # fmt: skip
+    api = TorchServeApi(ray_engine, config, opener(config))
+    try:
+        bound = {(c.laddr.ip, c.laddr.port) for pid in (door.pid, os.getpid())
+                 for c in psutil.Process(pid).net_connections("tcp") if c.status == psutil.CONN_LISTEN}  # fmt: skip
+        assert {("0.0.0.0", inference), ("0.0.0.0", management)} <= bound
+        url, key = f"http://127.0.0.1:{inference}/predictions/klass", _key(ray_engine.key_file, "inference")
+        answer = poll(lambda: _predicted(url, key), 120, "klass's answer through the front on 0.0.0.0", interval=0.5)
+        assert answer == {"y": [3.0, 6.0], "batch_size": 4}  # the handler's factor 3, its model-config's batch
+        refused = requests.post(url, json={"x": [1.0, 2.0]}, timeout=60)
+        assert (refused.status_code, refused.json()["type"]) == (400, "InvalidKeyException"), refused.text
+        assert api.management_url == f"http://127.0.0.1:{management}"
+        models = call(api.management_url, _key(ray_engine.key_file, "management"), "GET", "/models", {})
+        assert models == (200, {"models": []})  # this API's own registry: nothing registered through it
+        assert call(api.management_url, "wrong-key", "GET", "/models", {})[1]["type"] == "InvalidKeyException"
+    finally:
+        api.stop()
+        front.stop(door)
+
+
+def _predicted(url: str, key: str) -> object:
+    resp = requests.post(url, json={"x": [1.0, 2.0]}, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    return resp.json() if resp.status_code == 200 else None

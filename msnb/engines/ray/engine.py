@@ -31,6 +31,7 @@ from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
+from msnb.engines.ts_properties import client_host
 from msnb.errors import ServerError
 from msnb.templates.msnb_ray_manage import TS_STATE
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
@@ -47,11 +48,12 @@ ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: mi
 
 
 class LocalRay:
-    """A one-node Ray with Serve behind msnb's front on ``127.0.0.1:http_port`` (a free port when None)."""
+    """A one-node Ray with Serve behind msnb's front on ``host:http_port`` (a free port when None; ``host``: loopback
+    unless config.properties' inference_address names another, with the key on: ts_properties.check_addresses)."""
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
-                 max_request_size: int | None = None):  # fmt: skip
-        self.http_port, self.num_cpus, self.replica_cpus = http_port, num_cpus, replica_cpus
+                 max_request_size: int | None = None, host: str = LOOPBACK):  # fmt: skip
+        self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
@@ -70,7 +72,7 @@ class LocalRay:
                 return self
             require()
             port = self.http_port or free_port()
-            _refuse_taken(port)
+            _refuse_taken(port, host=self.host)
             self.root = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir="/tmp"))
             try:
                 self._start(port)
@@ -91,7 +93,8 @@ class LocalRay:
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG)
+        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG,
+                                   self.host)  # fmt: skip
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
@@ -102,7 +105,7 @@ class LocalRay:
         serve.run_many([serve.RunTarget(msnb_ray.router(self._door()), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
-        front.ready(self._front, port, self.root / FRONT_LOG, 60)
+        front.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -161,7 +164,7 @@ class LocalRay:
 
     @property
     def inference_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.http_port}"
+        return f"http://{client_host(self.host)}:{self.http_port}"
 
     @property
     def openai_base_url(self) -> str:
@@ -396,13 +399,13 @@ def load_error(name: str, text: str) -> ServerError:
     return ServerError(f"{name} did not load on Ray.", "read the replica's traceback below.", text[-3000:])
 
 
-def _refuse_taken(port: int, option: str = PORT_OPTION) -> None:
+def _refuse_taken(port: int, option: str = PORT_OPTION, host: str = LOOPBACK) -> None:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
         try:
-            sock.bind((LOOPBACK, port))
+            sock.bind((host, port))
         except OSError:
-            raise ServerError(f"Port {port} on {LOOPBACK} is already in use.", f"choose another: {option}.") from None
+            raise ServerError(f"Port {port} on {host} is already in use.", f"choose another: {option}.") from None
 
 
 def _shutdown(cluster: Any) -> None:
