@@ -402,3 +402,72 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
 def _predicted(url: str, key: str) -> object:
     resp = requests.post(url, json={"x": [1.0, 2.0]}, headers={"Authorization": f"Bearer {key}"}, timeout=60)
     return resp.json() if resp.status_code == 200 else None
+
+
+# Two versions of one model side by side, in a deploy script's order: (method, path, query), a prediction's query
+# being the factor of the version it reaches (sent to the inference address, the rest to the management address).
+V2_FACTOR = 5  # klass 2.0's model-config (1.0's: 3), so that each answer says which version computed it
+VERSION_CALLS = [
+    ("POST", "/models", {"url": "klass.mar", "initial_workers": "1", "synchronous": "true"}),
+    ("POST", "/models", {"url": "klass_v2.mar", "initial_workers": "1", "synchronous": "true"}),
+    ("POST", "/models", {"url": "klass_v2.mar", "initial_workers": "1", "synchronous": "true"}),  # 409
+    ("GET", "/models", {}),
+    ("GET", "/models/klass/all", {}),
+    ("GET", "/models/klass", {}),
+    ("GET", "/models/klass/2.0", {}),
+    ("POST", "/predictions/klass", 3),  # the default: the first version registered
+    ("POST", "/predictions/klass/2.0", V2_FACTOR),
+    ("POST", "/predictions/klass/1.0", 3),
+    ("DELETE", "/models/klass/1.0", {}),  # the default while 2.0 is served: refused
+    ("PUT", "/models/klass/2.0", {"min_worker": "2", "synchronous": "true"}),
+    ("GET", "/models/klass/all", {}),
+    ("PUT", "/models/klass/2.0/set-default", {}),
+    ("GET", "/models/klass", {}),
+    ("POST", "/predictions/klass", V2_FACTOR),  # the new default
+    ("POST", "/predictions/klass/1.0", 3),
+    ("DELETE", "/models/klass/1.0", {}),
+    ("GET", "/models/klass/all", {}),
+    ("DELETE", "/models/klass", {}),
+    ("GET", "/models", {}),
+]
+
+
+def klass_v2(store: Path, work: Path) -> None:
+    """klass at version 2.0, made by torch-model-archiver from the same handler with a factor of its own."""
+    built = ts_archives.commands(work, ("klass",))["klass"]
+    config = work / "klass" / "model-config-v2.yaml"
+    config.write_text(ts_archives.CLASS_CONFIG.replace("factor: 3", f"factor: {V2_FACTOR}"))
+    built[built.index("--version") + 1] = "2.0"
+    built[built.index("--config-file") + 1] = str(config)
+    built[built.index("--export-path") + 1] = str(work / "v2")
+    (work / "v2").mkdir()
+    subprocess.run(built, check=True, capture_output=True, timeout=300)
+    shutil.copy(work / "v2" / "klass.mar", store / "klass_v2.mar")
+
+
+@pytest.mark.timeout(1200)
+def test_two_versions_of_a_model_are_served_side_by_side_as_on_plain_torchserve(ray_engine, store, tmp_path):
+    klass_v2(store, tmp_path / "built")
+    config = config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    api = TorchServeApi(ray_engine, read(config), opener(read(config)))
+    try:
+        poll(lambda: _answers(plain), 120, "the plain TorchServe's management API", interval=0.5)
+        ray_keys = {kind: _key(ray_engine.key_file, kind) for kind in ("management", "inference")}
+        for method, path, query in VERSION_CALLS:
+            if path.startswith("/predictions/"):  # the handler's computation, as the plain TorchServe's answer
+                truth = predicted(plain.inference_url, plain.key("inference"), path)
+                assert truth == (200, {"y": [query * 1.0, query * 2.0], "batch_size": 4}), (path, truth)
+                assert predicted(ray_engine.inference_url, ray_keys["inference"], path) == truth, path
+                continue
+            truth = comparable(*call(plain.url, plain.key(), method, path, query))
+            ours = comparable(*call(api.management_url, ray_keys["management"], method, path, query))
+            assert ours == truth, (method, path, query)
+    finally:
+        api.stop()
+        plain.stop()
+
+
+def predicted(url: str, key: str, path: str) -> tuple[int, object]:
+    resp = requests.post(url + path, json={"x": [1.0, 2.0]}, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+    return resp.status_code, resp.json()

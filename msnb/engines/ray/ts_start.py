@@ -43,15 +43,12 @@ class TorchServeApi:
         api = Management(self.registry, config.flag("enable_model_api"), key)
         self.server = serve(api, *config.address("management_address"))
         try:
-            self.metrics = metrics.serve(engine.metrics_port, self.versions, prometheus(config),
+            self.metrics = metrics.serve(engine.metrics_port, self.registry.apps, prometheus(config),
                                          *config.address("metrics_address"))  # fmt: skip
         except BaseException:
             self.server.shutdown()
             self.server.server_close()
             raise
-
-    def versions(self) -> dict[str, str]:
-        return {name: entry.version for name, entry in list(self.registry.entries.items())}
 
     @property
     def management_url(self) -> str:

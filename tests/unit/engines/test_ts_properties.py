@@ -164,7 +164,7 @@ def test_ray_s_request_metrics_read_under_torchserve_s_prometheus_names():
 
     samples = {
         s.name: (s.labels, s.value)
-        for family in text_string_to_metric_families(translate(RAY_TEXT, {"named": "1.0"}, "host"))
+        for family in text_string_to_metric_families(translate(RAY_TEXT, {"named": ("named", "1.0")}, "host"))
         for s in family.samples
     }
     labels = {"model_name": "named", "model_version": "1.0", "hostname": "host"}
