@@ -183,7 +183,7 @@ class LocalRay:
     # ------------------------------------------------------------------ models
     def redeploy(self, path: str | Path, app: str | None = None, **params: Any) -> ModelStatus:
         """Serve the model folder ``path`` as its application (``app``: the model's name, or another
-        version's application: msnb.engines.ray.model_registry.version_app): the first time a deploy, later a rolling update (Serve starts the new replicas before
+        version's application: msnb_ray_http.version_app): the first time a deploy, later a rolling update (Serve starts the new replicas before
         it drains the old ones: no request is lost)."""
         from ray import serve
 
@@ -380,7 +380,7 @@ _LIVE: set[LocalRay] = set()
 
 def _route(folder: Path, app: str) -> str | None:
     """The route at which the model's own replicas answer its predictions (the front sends them there): the model's
-    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application (model_registry.version_app)."""
+    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application (msnb_ray_http.version_app)."""
     from msnb.templates.msnb_ray import direct_route, read_folder
 
     name, version = read_manifest(folder)

@@ -23,6 +23,7 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import safe_name
 from msnb.engines.ts_properties import TsConfig
 from msnb.errors import MsnbError, ServerError
+from msnb.templates.msnb_ray_http import version_app
 
 # The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
 REGISTER_PARAMS = {"initial_workers": "minWorkers", "batch_size": "batchSize", "max_batch_delay": "maxBatchDelay",
@@ -203,11 +204,6 @@ class Registry:
             if not versions:
                 del self.served[name], self.defaults[name]
             return entry
-
-
-def version_app(name: str, version: str) -> str:
-    """The Serve application of a version of ``name`` served beside its default one (whose application is ``name``)."""
-    return f"{name}@{version}"
 
 
 def java_order(versions: list[str]) -> list[str]:
