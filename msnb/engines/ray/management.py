@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
+from msnb.errors import MsnbError
 from msnb.templates.msnb_ray_manage import NOT_ALLOWED, page
 from msnb.templates.msnb_ray_manage import number as _number
 
@@ -51,6 +52,8 @@ class Management:
             return error(err.status, err.kind, err.render(details=False))
         except ValueError as err:
             return error(400, "BadRequestException", str(err))
+        except MsnbError as err:  # replicas that did not start (a scale, a set-default): TorchServe's 500
+            return error(500, "InternalServerException", err.render(details=False))
 
     def list(self, _: list[str], query: dict[str, str]) -> Answer:
         return page([(n, e.url) for n, e in self.registry.entries.items()], query)

@@ -184,8 +184,8 @@ class Registry:
             new, old = self.entry(name, version), self.entry(name)
             if new is old:
                 return new
+            self.engine.redeploy(old.folder, app=version_app(name, old.version))
             old.app = version_app(name, old.version)
-            self.engine.redeploy(old.folder, app=old.app)
             self.engine.redeploy(new.folder, app=name)
             self.engine.unregister(version_app(name, new.version))
             new.app, self.defaults[name] = name, new.version
