@@ -358,7 +358,8 @@ class MsnbRouter:
         states = await asyncio.to_thread(replica_states)
         if len(parts) == 1:
             try:
-                return json_reply(*manage.page([(n, manage.archive_url(n)) for n in states], query))
+                models = [(n, manage.archive_url(n)) for n in states if not http.is_version_app(n)]  # one per name
+                return json_reply(*manage.page(models, query))
             except ValueError as err:
                 return error_reply(400, "BadRequestException", str(err))
         customized = query.get("customized", "").lower() == "true"

@@ -35,6 +35,11 @@ def version_app(name: str, version: str) -> str:
     return f"{name}@{version}"
 
 
+def is_version_app(app: str) -> bool:
+    """Whether application ``app`` serves another version of a model (``version_app``: a name holds no '@')."""
+    return "@" in app
+
+
 def own_api_path(name: str, path: str) -> str:
     """Where the front sends ``path`` (``/v1/chat/completions``...) of a request for model ``name``."""
     return f"{model_route(name)}/{OWN_API}{path}"

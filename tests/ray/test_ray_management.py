@@ -464,6 +464,8 @@ def test_two_versions_of_a_model_are_served_side_by_side_as_on_plain_torchserve(
             truth = comparable(*call(plain.url, plain.key(), method, path, query))
             ours = comparable(*call(api.management_url, ray_keys["management"], method, path, query))
             assert ours == truth, (method, path, query)
+            if (method, path) == ("GET", "/models") and truth[1]["models"]:  # the router's read on the inference URL
+                assert call(ray_engine.inference_url, ray_keys["inference"], method, path, query) == truth
     finally:
         api.stop()
         plain.stop()
