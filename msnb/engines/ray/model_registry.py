@@ -23,6 +23,7 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import safe_name
 from msnb.engines.ts_properties import TsConfig
 from msnb.errors import MsnbError, ServerError
+from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
 from msnb.templates.msnb_ray_http import version_app
 
 # The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
@@ -109,6 +110,9 @@ class Registry:
 
     def register(self, url: str, name: str | None = None, settings: dict | None = None, at_startup: bool = False):
         """Open ``url`` from the store, write its settings, deploy it; the ModelStatus once it serves."""
+        if name and not valid_segment(name):  # it names URLs and Serve applications (version_app)
+            raise RegistryError(400, "BadRequestException", f"Model name {name!r} is not valid.",
+                                f"give model_name {SEGMENT_RULE}.")  # fmt: skip
         with self.lock:
             folder, version, requirements = self._opened(self.archive(url, at_startup), name)
             name = name or read_name(folder)
