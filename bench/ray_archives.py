@@ -36,14 +36,14 @@ HANDLER = textwrap.dedent("""
 """)
 
 
-def build(work: Path, name: str) -> Path:
+def build(work: Path, name: str, version: str = "1.0") -> Path:
     """One tiny-MLP archive made by torch-model-archiver (batchSize 8, maxBatchDelay 5 ms)."""
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tiny.py").write_text(HANDLER)
     (folder / "model-config.yaml").write_text(f"batchSize: {BATCH}\nmaxBatchDelay: {DELAY_MS}\n")
     archiver = Path(sys.executable).with_name("torch-model-archiver")
-    subprocess.run([str(archiver), "--model-name", name, "--version", "1.0", "--handler", str(folder / "tiny.py"),
+    subprocess.run([str(archiver), "--model-name", name, "--version", version, "--handler", str(folder / "tiny.py"),
                     "--config-file", str(folder / "model-config.yaml"), "--export-path", str(folder), "-f"],
                    check=True, capture_output=True, env={**os.environ, "TMPDIR": str(folder)})  # fmt: skip
     return folder / f"{name}.mar"

@@ -1,7 +1,8 @@
 """Benchmark: TorchServe's management API on the Ray engine beside a plain TorchServe: register an archive from the
-model store to its first answer, and scale it from one worker to two until both serve, through each engine's own
-management address (`POST /models?url=...&synchronous=true`, `PUT /models/NAME?min_worker=2&synchronous=true`),
-the two engines' rounds interleaved."""
+model store to its first answer, scale it from one worker to two until both serve, and make a second version the
+default (`PUT /models/NAME/2.0/set-default`), through each engine's own management address (`POST
+/models?url=...&synchronous=true`, `PUT /models/NAME?min_worker=2&synchronous=true`), the two engines' rounds
+interleaved."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from bench.harness import Settings, inference_headers, interleave, msnb_engine, 
 from bench.ray_archives import SAMPLE, OneRun, build
 
 NAME = "tiny"
+SECOND = f"{NAME}_v2.mar"  # the same model at version 2.0, in the same store
+WHAT = ("register to first answer", "scale 1 -> 2 workers, both serving", "set-default to the second version")
 
 
 class Managed:
@@ -30,6 +33,7 @@ class Managed:
         else:
             self.engine.store.root.mkdir(parents=True, exist_ok=True)
             shutil.copy(mar, self.engine.store.root / mar.name)
+            shutil.copy(mar.parent / SECOND, self.engine.store.root / SECOND)
             self.url = self.engine.management_url
         keys = json.loads(Path(self.engine.key_file).read_text())
         self.headers = {"Authorization": f"Bearer {keys['management']['key']}"}
@@ -66,11 +70,21 @@ class Managed:
         self.call("PUT", f"/models/{NAME}", min_worker="2", max_worker="2", synchronous="true")
         return time.perf_counter() - start
 
-    def round(self) -> tuple[float, float]:
+    def set_default(self) -> float:
+        """The second version registered, then the time until set-default answers (Ray: once the default's
+        application serves it)."""
+        self.call("POST", "/models", url=SECOND, initial_workers="1", synchronous="true")
+        start = time.perf_counter()
+        self.call("PUT", f"/models/{NAME}/2.0/set-default")
+        return time.perf_counter() - start
+
+    def round(self) -> tuple[float, float, float]:
         try:
-            return self.register_to_first_answer(), self.scale_up()
+            return self.register_to_first_answer(), self.scale_up(), self.set_default()
         finally:
-            self.call("DELETE", f"/models/{NAME}")
+            for version in ("1.0", "2.0"):  # the default last, as TorchServe requires
+                with contextlib.suppress(RuntimeError):
+                    self.call("DELETE", f"/models/{NAME}/{version}")
 
     def stop(self) -> None:
         if self.api is not None:
@@ -81,6 +95,7 @@ class Managed:
 def run(settings: Settings) -> dict:
     work = settings.workdir / "ray_management"
     mar = build(work, NAME)
+    shutil.copy(build(work / "v2", NAME, "2.0"), mar.parent / SECOND)
     engines: dict[str, Managed] = {}
     try:
         for kind in ("torchserve", "ray"):
@@ -93,16 +108,13 @@ def run(settings: Settings) -> dict:
     return report(rounds, settings)
 
 
-def report(rounds: dict[str, list[tuple[float, float]]], settings: Settings) -> dict:
+def report(rounds: dict[str, list[tuple[float, ...]]], settings: Settings) -> dict:
     rows = {}
     for kind, values in rounds.items():
-        rows[f"register to first answer: {kind} s"] = summary([v[0] for v in values])
-        rows[f"scale 1 -> 2 workers, both serving: {kind} s"] = summary([v[1] for v in values])
+        for i, what in enumerate(WHAT):
+            rows[f"{what}: {kind} s"] = summary([v[i] for v in values])
     med = {k: v["median"] for k, v in rows.items()}
-    ratios = {
-        f"Ray / TorchServe: {what}": med[f"{what}: ray s"] / med[f"{what}: torchserve s"]
-        for what in ("register to first answer", "scale 1 -> 2 workers, both serving")
-    }
+    ratios = {f"Ray / TorchServe: {what}": med[f"{what}: ray s"] / med[f"{what}: torchserve s"] for what in WHAT}
     return {
         "title": "TorchServe's management API on Ray Serve beside plain TorchServe",
         "unit": "s",
@@ -110,7 +122,8 @@ def report(rounds: dict[str, list[tuple[float, float]]], settings: Settings) -> 
         "ratios": ratios,
         "notes": f"{settings.mode}{settings.reps} interleaved round(s) each on a machine shared with other test runs; "
         "a tiny-MLP archive made by torch-model-archiver, registered from the model store through each engine's "
-        "management address (synchronous), answered once, scaled to two workers (synchronous), unregistered.",
+        "management address (synchronous), answered once, scaled to two workers (synchronous), a version 2.0 "
+        "registered beside it and made the default, both versions unregistered.",
     }
 
 

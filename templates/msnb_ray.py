@@ -208,13 +208,25 @@ class MsnbModel:
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
             return http.not_found(request.url.path)
-        refusal = guard.refused(headers, self.door.key)
+        refusal = guard.refused(headers, self.door.key) or self.other_version(parts[2:])
         if refusal:
             return reply(*error_reply(*refusal))
         name = self.model.name
         return await http.prediction(request, headers, self.door.limit,
                                 lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
                                 lambda body: self._whole(body, headers))  # fmt: skip
+
+    def other_version(self, asked: list[str]) -> tuple[int, str, str] | None:
+        """TorchServe's 404 for a version this replica does not serve (the front sends ``/predictions/NAME/VERSION``
+        here when no application of that version has the longer route)."""
+        version = str((self.model.manifest.get("model") or {}).get("modelVersion") or "")
+        if not asked or asked[0] == version:
+            return None
+        return (
+            404,
+            "ModelVersionNotFoundException",
+            f"Model version: {asked[0]} does not exist for model: {self.model.name}",
+        )
 
     async def _streams(self) -> bool:
         return streams(self.model)
@@ -287,7 +299,7 @@ class MsnbRouter:
             return reply(*await self.manage(request.method, parts, dict(request.query_params), headers))
         if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
             return http.not_found(request.url.path)
-        name, explain = parts[1], parts[0] == "explanations"
+        name, explain = self.versioned(parts[1:]), parts[0] == "explanations"
         return await http.prediction(request, headers, self.door.limit,
                                 lambda body: self.stream(name, explain, body, headers),
                                 lambda body: self.forward(name, explain, body, headers))  # fmt: skip
@@ -317,6 +329,13 @@ class MsnbRouter:
         groups = await self.controller.get_target_groups.remote()
         return {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
 
+    def versioned(self, parts: list[str]) -> str:
+        """The application of ``NAME[/VERSION]``: a version served beside the default one has its own
+        (``http.version_app``: the local engine's management API), else NAME's own serves it."""
+        if len(parts) == 2 and self.app_handle(http.version_app(*parts)) is not None:
+            return http.version_app(*parts)
+        return parts[0]
+
     def app_handle(self, name: str) -> Any:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
         if name not in self.handles:
@@ -339,7 +358,8 @@ class MsnbRouter:
         states = await asyncio.to_thread(replica_states)
         if len(parts) == 1:
             try:
-                return json_reply(*manage.page([(n, manage.archive_url(n)) for n in states], query))
+                models = [(n, manage.archive_url(n)) for n in states if not http.is_version_app(n)]  # one per name
+                return json_reply(*manage.page(models, query))
             except ValueError as err:
                 return error_reply(400, "BadRequestException", str(err))
         customized = query.get("customized", "").lower() == "true"

@@ -29,6 +29,17 @@ def model_route(name: str) -> str:
     return f"/predictions/{name}"
 
 
+def version_app(name: str, version: str) -> str:
+    """The application of a version of model ``name`` served beside its default version (whose application is
+    ``name``), at ``model_route(name)/VERSION``: the local engine's management API serves other versions so."""
+    return f"{name}@{version}"
+
+
+def is_version_app(app: str) -> bool:
+    """Whether application ``app`` serves another version of a model (``version_app``: a name holds no '@')."""
+    return "@" in app
+
+
 def own_api_path(name: str, path: str) -> str:
     """Where the front sends ``path`` (``/v1/chat/completions``...) of a request for model ``name``."""
     return f"{model_route(name)}/{OWN_API}{path}"

@@ -15,6 +15,7 @@ from msnb.errors import ServerError
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+WILDCARD_HOSTS = ("0.0.0.0", "::")  # every interface of the machine
 # TorchServe 0.12's defaults (ConfigManager.java) for the keys an engine honours; address ports as TorchServe's.
 DEFAULTS: dict[str, str] = {
     "inference_address": "http://127.0.0.1:8080",
@@ -163,13 +164,21 @@ def _refusal(config: TsConfig, key: str, what: str, hint: str) -> ServerError:
     return ServerError(f"{where}{what}.", f"{hint} (the key: {key})")
 
 
-def check_loopback(config: TsConfig, keys: tuple[str, ...]) -> None:
-    """Every address in ``keys`` on loopback: msnb's engines listen there only (a proxy in front serves others)."""
+def check_addresses(config: TsConfig, keys: tuple[str, ...]) -> None:
+    """Every address in ``keys`` read; one off loopback only while token authorisation is on: the file asks for
+    other machines to reach it, and then every call but TorchServe's ``/metrics`` needs the key, as on TorchServe."""
     for key in keys:
         host, _ = config.address(key)
-        if host not in LOOPBACK_HOSTS:
-            raise _refusal(config, key, f"{key} binds {host}: msnb serves on 127.0.0.1 only",
-                           "write 127.0.0.1 and put a reverse proxy with TLS in front for other machines.")  # fmt: skip
+        if host not in LOOPBACK_HOSTS and not config.auth:
+            raise _refusal(config, key, f"{key} binds {host} while token authorisation is off "
+                           "(disable_token_authorization=true): any machine that reaches it could call it",
+                           "turn the key back on (drop --disable-token-auth and disable_token_authorization), or "
+                           "write 127.0.0.1.")  # fmt: skip
 
 
-__all__ = ["DEFAULTS", "NO_EFFECT", "TsConfig", "check_loopback", "parse", "read"]
+def client_host(host: str) -> str:
+    """The host a client on this machine reaches an address bound to ``host`` at (a wildcard: loopback)."""
+    return LOOPBACK_HOSTS[0] if host in WILDCARD_HOSTS else host
+
+
+__all__ = ["DEFAULTS", "NO_EFFECT", "TsConfig", "check_addresses", "client_host", "parse", "read"]

@@ -362,3 +362,115 @@ class Router:
 
         status, _, body = self.loop.run_until_complete(asked())
         return comparable(status, json.loads(body))
+
+
+@pytest.mark.timeout(600)
+def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray_engine, store, tmp_path):
+    """config.properties' ``http://0.0.0.0:PORT`` with the key on: the front and the management API listen on every
+    interface and answer a client on loopback with the key, and refuse it without, as TorchServe does."""
+    import psutil
+
+    from msnb.engines.ray import front
+    from msnb.package.model_folder import ModelFolder
+
+    inference, management = free_port(), free_port()
+    config = read(config_file(tmp_path / "conf", store, inference, load_models="",
+                              management_address=f"http://0.0.0.0:{management}"))  # fmt: skip
+    ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
+    # a front of the engine's kind on 0.0.0.0, whose way to the router is the engine's own front
+    door = front.spawn(inference, ray_engine.http_port, ray_engine.max_request_size, ray_engine.key_file,
+                       tmp_path / "front.log", 60, "0.0.0.0")  # fmt: skip
+    api = TorchServeApi(ray_engine, config, opener(config))
+    try:
+        bound = {(c.laddr.ip, c.laddr.port) for pid in (door.pid, os.getpid())
+                 for c in psutil.Process(pid).net_connections("tcp") if c.status == psutil.CONN_LISTEN}  # fmt: skip
+        assert {("0.0.0.0", inference), ("0.0.0.0", management)} <= bound
+        url, key = f"http://127.0.0.1:{inference}/predictions/klass", _key(ray_engine.key_file, "inference")
+        answer = poll(lambda: _predicted(url, key), 120, "klass's answer through the front on 0.0.0.0", interval=0.5)
+        assert answer == {"y": [3.0, 6.0], "batch_size": 4}  # the handler's factor 3, its model-config's batch
+        refused = requests.post(url, json={"x": [1.0, 2.0]}, timeout=60)
+        assert (refused.status_code, refused.json()["type"]) == (400, "InvalidKeyException"), refused.text
+        assert api.management_url == f"http://127.0.0.1:{management}"
+        models = call(api.management_url, _key(ray_engine.key_file, "management"), "GET", "/models", {})
+        assert models == (200, {"models": []})  # this API's own registry: nothing registered through it
+        assert call(api.management_url, "wrong-key", "GET", "/models", {})[1]["type"] == "InvalidKeyException"
+    finally:
+        api.stop()
+        front.stop(door)
+
+
+def _predicted(url: str, key: str) -> object:
+    resp = requests.post(url, json={"x": [1.0, 2.0]}, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    return resp.json() if resp.status_code == 200 else None
+
+
+# Two versions of one model side by side, in a deploy script's order: (method, path, query), a prediction's query
+# being the factor of the version it reaches (sent to the inference address, the rest to the management address).
+V2_FACTOR = 5  # klass 2.0's model-config (1.0's: 3), so that each answer says which version computed it
+VERSION_CALLS = [
+    ("POST", "/models", {"url": "klass.mar", "initial_workers": "1", "synchronous": "true"}),
+    ("POST", "/models", {"url": "klass_v2.mar", "initial_workers": "1", "synchronous": "true"}),
+    ("POST", "/models", {"url": "klass_v2.mar", "initial_workers": "1", "synchronous": "true"}),  # 409
+    ("GET", "/models", {}),
+    ("GET", "/models/klass/all", {}),
+    ("GET", "/models/klass", {}),
+    ("GET", "/models/klass/2.0", {}),
+    ("POST", "/predictions/klass", 3),  # the default: the first version registered
+    ("POST", "/predictions/klass/2.0", V2_FACTOR),
+    ("POST", "/predictions/klass/1.0", 3),
+    ("POST", "/predictions/klass/9.9", None),  # no such version: TorchServe's refusal
+    ("DELETE", "/models/klass/1.0", {}),  # the default while 2.0 is served: refused
+    ("PUT", "/models/klass/2.0", {"min_worker": "2", "synchronous": "true"}),
+    ("GET", "/models/klass/all", {}),
+    ("PUT", "/models/klass/2.0/set-default", {}),
+    ("GET", "/models/klass", {}),
+    ("POST", "/predictions/klass", V2_FACTOR),  # the new default
+    ("POST", "/predictions/klass/1.0", 3),
+    ("DELETE", "/models/klass/1.0", {}),
+    ("GET", "/models/klass/all", {}),
+    ("DELETE", "/models/klass", {}),
+    ("GET", "/models", {}),
+]
+
+
+def klass_v2(store: Path, work: Path) -> None:
+    """klass at version 2.0, made by torch-model-archiver from the same handler with a factor of its own."""
+    built = ts_archives.commands(work, ("klass",))["klass"]
+    config = work / "klass" / "model-config-v2.yaml"
+    config.write_text(ts_archives.CLASS_CONFIG.replace("factor: 3", f"factor: {V2_FACTOR}"))
+    built[built.index("--version") + 1] = "2.0"
+    built[built.index("--config-file") + 1] = str(config)
+    built[built.index("--export-path") + 1] = str(work / "v2")
+    (work / "v2").mkdir()
+    subprocess.run(built, check=True, capture_output=True, timeout=300)
+    shutil.copy(work / "v2" / "klass.mar", store / "klass_v2.mar")
+
+
+@pytest.mark.timeout(1200)
+def test_two_versions_of_a_model_are_served_side_by_side_as_on_plain_torchserve(ray_engine, store, tmp_path):
+    klass_v2(store, tmp_path / "built")
+    config = config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    api = TorchServeApi(ray_engine, read(config), opener(read(config)))
+    try:
+        poll(lambda: _answers(plain), 120, "the plain TorchServe's management API", interval=0.5)
+        ray_keys = {kind: _key(ray_engine.key_file, kind) for kind in ("management", "inference")}
+        for method, path, query in VERSION_CALLS:
+            if path.startswith("/predictions/"):  # the handler's computation, as the plain TorchServe's answer
+                truth = predicted(plain.inference_url, plain.key("inference"), path)
+                assert query is None or truth == (200, {"y": [query * 1.0, query * 2.0], "batch_size": 4}), truth
+                assert predicted(ray_engine.inference_url, ray_keys["inference"], path) == truth, path
+                continue
+            truth = comparable(*call(plain.url, plain.key(), method, path, query))
+            ours = comparable(*call(api.management_url, ray_keys["management"], method, path, query))
+            assert ours == truth, (method, path, query)
+            if (method, path) == ("GET", "/models") and truth[1]["models"]:  # the router's read on the inference URL
+                assert call(ray_engine.inference_url, ray_keys["inference"], method, path, query) == truth
+    finally:
+        api.stop()
+        plain.stop()
+
+
+def predicted(url: str, key: str, path: str) -> tuple[int, object]:
+    resp = requests.post(url + path, json={"x": [1.0, 2.0]}, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+    return resp.status_code, resp.json()

@@ -13,15 +13,16 @@ def describe(engine: Any, entry: Any, customized: bool) -> dict:
     from msnb.templates.msnb_ray_load import read_folder
 
     _, config = read_folder(entry.folder)
-    workers = [worker(w.id, w.status) for w in engine.status(entry.name).workers]
+    workers = [worker(w.id, w.status) for w in engine.status(entry.app or entry.name).workers]
     body = describe_entry(entry.name, entry.version, entry.url, config, workers, entry.at_startup)
     if customized:
-        body["customizedMetadata"] = _customized(engine, entry.name)
+        body["customizedMetadata"] = _customized(engine, entry.app or entry.name)
     return body
 
 
 def _customized(engine: Any, name: str) -> Any:
-    """The handler's own describe answer, as the router's replica asks it (TorchServe's customizedMetadata)."""
+    """The handler's own describe answer, as the router asks application ``name``'s replica (TorchServe's
+    customizedMetadata)."""
     resp = engine.client.call("GET", f"{engine.inference_url}/models/{name}?customized=true", "inference")
     if not resp.ok:  # the handler failed its describe: TorchServe answers with the handler's error
         from msnb.engines.ray.model_registry import RegistryError

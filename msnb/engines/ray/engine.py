@@ -31,6 +31,7 @@ from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
+from msnb.engines.ts_properties import client_host
 from msnb.errors import ServerError
 from msnb.templates.msnb_ray_manage import TS_STATE
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
@@ -47,11 +48,12 @@ ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: mi
 
 
 class LocalRay:
-    """A one-node Ray with Serve behind msnb's front on ``127.0.0.1:http_port`` (a free port when None)."""
+    """A one-node Ray with Serve behind msnb's front on ``host:http_port`` (a free port when None; ``host``: loopback
+    unless config.properties' inference_address names another, with the key on: ts_properties.check_addresses)."""
 
     def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
-                 max_request_size: int | None = None):  # fmt: skip
-        self.http_port, self.num_cpus, self.replica_cpus = http_port, num_cpus, replica_cpus
+                 max_request_size: int | None = None, host: str = LOOPBACK):  # fmt: skip
+        self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
@@ -70,7 +72,7 @@ class LocalRay:
                 return self
             require()
             port = self.http_port or free_port()
-            _refuse_taken(port)
+            _refuse_taken(port, host=self.host)
             self.root = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir="/tmp"))
             try:
                 self._start(port)
@@ -91,7 +93,8 @@ class LocalRay:
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG)
+        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG,
+                                   self.host)  # fmt: skip
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
@@ -102,7 +105,7 @@ class LocalRay:
         serve.run_many([serve.RunTarget(msnb_ray.router(self._door()), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
-        front.ready(self._front, port, self.root / FRONT_LOG, 60)
+        front.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -161,7 +164,7 @@ class LocalRay:
 
     @property
     def inference_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.http_port}"
+        return f"http://{client_host(self.host)}:{self.http_port}"
 
     @property
     def openai_base_url(self) -> str:
@@ -178,25 +181,32 @@ class LocalRay:
         return Path(self._cluster.head_node.get_logs_dir_path()) if self._cluster else Path(tempfile.gettempdir())
 
     # ------------------------------------------------------------------ models
-    def redeploy(self, path: str | Path, **params: Any) -> ModelStatus:
-        """Serve the model folder ``path`` as its application: the first time a deploy, later a rolling update
-        (Serve starts the new replicas before it drains the old ones: no request is lost)."""
+    def redeploy(self, path: str | Path, app: str | None = None, **params: Any) -> ModelStatus:
+        """Serve the model folder ``path`` as its application (``app``: the model's name, or another
+        version's application: msnb_ray_http.version_app): the first time a deploy, later a rolling update (Serve starts the new replicas before
+        it drains the old ones: no request is lost)."""
         from ray import serve
 
         from msnb.templates import msnb_ray
 
         folder = Path(path)
-        name, version = read_manifest(folder)
-        self._refuse_unschedulable(name, folder)
+        name = read_manifest(folder)[0]
+        app = app or name
+        self._refuse_unschedulable(app, folder)
         try:
-            serve.run(msnb_ray.model(self._model_args(folder, name)), name=name, route_prefix=_route(name, folder))
+            serve.run(msnb_ray.model(self._model_args(folder, name)), name=app, route_prefix=_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
-            raise load_error(name, f"{err}\n{_deployment_message(name)}") from None
+            raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()
-        previous, self._folders[name] = self._folders.get(name), folder
-        if previous is not None and previous != folder:
-            shutil.rmtree(previous, ignore_errors=True)
-        return self.status(name)
+        previous, self._folders[app] = self._folders.get(app), folder
+        self._drop_unserved(previous)
+        return self.status(app)
+
+    def _drop_unserved(self, folder: Path | None) -> None:
+        """``folder`` deleted unless an application still serves it (two versions' applications swap folders when
+        the default version changes)."""
+        if folder is not None and folder not in self._folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _model_args(self, folder: Path, name: str) -> dict[str, Any]:
         # env_vars: the replicas' constructor sets them (msnb_ray.model), no file holds them
@@ -211,7 +221,7 @@ class LocalRay:
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
-        ``requirements``, ``envelope``), in one Serve call so that their replicas start at once; yields
+        ``requirements``, ``envelope``, ``app``: see ``redeploy``), in one Serve call so that their replicas start at once; yields
         ``(name, ModelStatus)`` as each runs, ``(name, ServerError)`` as each fails (deleted: the rest serve on)."""
         import ray
         from ray import serve
@@ -221,14 +231,15 @@ class LocalRay:
         targets, pending, free = [], {}, ray.available_resources().get("CPU", 0.0)
         for folder, extra in models:
             name = read_manifest(folder)[0]
+            app = extra.get("app") or name  # another version of a served name (model_registry)
             try:
-                free -= self._refuse_unschedulable(name, folder, free)
+                free -= self._refuse_unschedulable(app, folder, free)
             except ServerError as err:
-                yield name, err
+                yield app, err
                 continue
-            app = msnb_ray.model({**self._model_args(folder, name), **extra})
-            targets.append(serve.RunTarget(app, name=name, route_prefix=_route(name, folder)))
-            pending[name] = folder
+            args = {**self._model_args(folder, name), **{k: v for k, v in extra.items() if k != "app"}}
+            targets.append(serve.RunTarget(msnb_ray.model(args), name=app, route_prefix=_route(folder, app)))
+            pending[app] = folder
         if targets:
             serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
             self._router_running()
@@ -264,14 +275,13 @@ class LocalRay:
 
     def unregister(self, name: str, version: str | None = None) -> None:
         """Delete the application ``name`` (its replicas and its folder), as ``LocalServer.unregister`` does; Ray
-        serves one version per name, so ``version`` is accepted for the same call and changes nothing."""
+        serves one version per application (another version is an application of its own: model_registry), so
+        ``version`` is accepted for the same call and changes nothing."""
         from ray import serve
 
         serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
         self._env.pop(name, None)
-        folder = self._folders.pop(name, None)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+        self._drop_unserved(self._folders.pop(name, None))
 
     def _refuse_unschedulable(self, name: str, folder: Path, free: float | None = None) -> float:
         """The logical CPUs the replicas of ``folder`` need; a ServerError, before anything is deployed, when they do
@@ -368,11 +378,14 @@ class LocalRay:
 _LIVE: set[LocalRay] = set()
 
 
-def _route(name: str, folder: Path) -> str | None:
-    """The route at which the model's own replicas answer its predictions (the front sends them there)."""
+def _route(folder: Path, app: str) -> str | None:
+    """The route at which the model's own replicas answer its predictions (the front sends them there): the model's
+    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application (msnb_ray_http.version_app)."""
     from msnb.templates.msnb_ray import direct_route, read_folder
 
-    return direct_route(name, read_folder(folder)[1])
+    name, version = read_manifest(folder)
+    route = direct_route(name, read_folder(folder)[1])
+    return f"{route}/{version}" if route and app != name else route
 
 
 def _deployment_message(name: str) -> str:
@@ -396,13 +409,13 @@ def load_error(name: str, text: str) -> ServerError:
     return ServerError(f"{name} did not load on Ray.", "read the replica's traceback below.", text[-3000:])
 
 
-def _refuse_taken(port: int, option: str = PORT_OPTION) -> None:
+def _refuse_taken(port: int, option: str = PORT_OPTION, host: str = LOOPBACK) -> None:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
         try:
-            sock.bind((LOOPBACK, port))
+            sock.bind((host, port))
         except OSError:
-            raise ServerError(f"Port {port} on {LOOPBACK} is already in use.", f"choose another: {option}.") from None
+            raise ServerError(f"Port {port} on {host} is already in use.", f"choose another: {option}.") from None
 
 
 def _shutdown(cluster: Any) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import uvloop
 
 from msnb.engines import splice
+from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless told otherwise
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_api_v1 import refused
@@ -62,15 +63,15 @@ class Routes:
 
 
 class Front:
-    """``start`` listens on ``127.0.0.1:port`` and keeps the routes fresh; ``forward`` passes each request on."""
+    """``start`` listens on ``host:port`` and keeps the routes fresh; ``forward`` passes each request on."""
 
     def __init__(self, proxy_url: str, max_request_size: int, key: str):
         self.routes, self.limit, self.key, self.pool = Routes(proxy_url), max_request_size, key, splice.Pool()
 
-    async def start(self, port: int) -> None:
+    async def start(self, port: int, host: str = LOOPBACK) -> None:
         await self.refresh()
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: splice.Client(self.forward, self.limit, refusal), "127.0.0.1", port, reuse_address=True
+            lambda: splice.Client(self.forward, self.limit, refusal), host, port, reuse_address=True
         )
         self.poller = asyncio.ensure_future(self.poll())
 
@@ -136,8 +137,8 @@ def fetch(url: str, key: str) -> dict:
 
 async def serve(args: argparse.Namespace) -> None:
     """Listen until the owner's pipe (stdin) closes: the owner stopped, or died."""
-    front = Front(f"http://127.0.0.1:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)))
-    await front.start(args.port)
+    front = Front(f"http://{LOOPBACK}:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)))
+    await front.start(args.port, args.host)
     print(READY, flush=True)
     loop, reader = asyncio.get_running_loop(), asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -145,21 +146,25 @@ async def serve(args: argparse.Namespace) -> None:
     front.server.close()
 
 
-def spawn(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float):
-    """The front, listening on ``127.0.0.1:port`` when this returns; closing its stdin (``stop``) ends it."""
-    return ready(launch(port, proxy_port, max_request_size, key_file, log), port, log, timeout_s)
+def spawn(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float,
+          host: str = LOOPBACK) -> subprocess.Popen:  # fmt: skip
+    """The front, listening on ``host:port`` when this returns; closing its stdin (``stop``) ends it."""
+    return ready(launch(port, proxy_port, max_request_size, key_file, log, host), port, log, timeout_s, host)
 
 
-def launch(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path) -> subprocess.Popen:
-    """The front's process, started and not waited for (``ready`` waits): it starts while Ray's nodes do."""
-    flags = ["--port", port, "--proxy-port", proxy_port, "--max-request-size", max_request_size, "--key-file", key_file]
+def launch(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path,
+           host: str = LOOPBACK) -> subprocess.Popen:  # fmt: skip
+    """The front's process, started and not waited for (``ready`` waits): it starts while Ray's nodes do. ``host``:
+    loopback unless config.properties' inference_address says otherwise (with the key on: the replicas ask it)."""
+    flags = ["--port", port, "--proxy-port", proxy_port, "--max-request-size", max_request_size, "--key-file", key_file,
+             "--host", host]  # fmt: skip
     with open(log, "ab") as errors:  # what it says when it fails (a port taken, a traceback)
         return subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.front", *map(str, flags)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
                                 start_new_session=True)  # fmt: skip  # Ctrl-C reaches the owner, which stops it
 
 
-def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float) -> subprocess.Popen:
+def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float, host: str = LOOPBACK) -> subprocess.Popen:
     """``proc`` once it listens; a ServerError (the process stopped) when it says otherwise or not in time."""
     deadline, line = time.monotonic() + timeout_s, b""
     while not line and proc.poll() is None and time.monotonic() < deadline:
@@ -168,7 +173,7 @@ def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float) -> sub
     proc.stdout.close()
     if line.decode().strip() != READY:
         stop(proc)
-        raise ServerError(f"The Ray engine's front did not start on 127.0.0.1:{port}: {log.read_text()[-500:]}",
+        raise ServerError(f"The Ray engine's front did not start on {host}:{port}: {log.read_text()[-500:]}",
                           f"choose another port, or read {log}.")  # fmt: skip
     return proc
 
@@ -187,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("port", "proxy_port", "max_request_size"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, required=True)
     parser.add_argument("--key-file", required=True)
+    parser.add_argument("--host", default=LOOPBACK)
     try:
         uvloop.run(serve(parser.parse_args(argv)))
     except OSError as err:  # the port taken meanwhile

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
+from msnb.errors import MsnbError
 from msnb.templates.msnb_ray_manage import NOT_ALLOWED, page
 from msnb.templates.msnb_ray_manage import number as _number
 
@@ -51,14 +52,16 @@ class Management:
             return error(err.status, err.kind, err.render(details=False))
         except ValueError as err:
             return error(400, "BadRequestException", str(err))
+        except MsnbError as err:  # replicas that did not start (a scale, a set-default): TorchServe's 500
+            return error(500, "InternalServerException", err.render(details=False))
 
     def list(self, _: list[str], query: dict[str, str]) -> Answer:
-        return page([(n, self.registry.entries[n].url) for n in self.registry.names()], query)
+        return page([(n, e.url) for n, e in self.registry.entries.items()], query)
 
     def describe(self, parts: list[str], query: dict[str, str]) -> Answer:
-        entry = self.registry.entry(parts[0], parts[1] if len(parts) > 1 else None)
+        entries = self.registry.versions(parts[0], parts[1] if len(parts) > 1 else None)
         customized = query.get("customized", "false").lower() == "true"
-        return 200, [describe(self.registry.engine, entry, customized)]
+        return 200, [describe(self.registry.engine, entry, customized) for entry in entries]
 
     def register(self, _: list[str], query: dict[str, str]) -> Answer:
         url = query.get("url")
@@ -79,11 +82,12 @@ class Management:
             threading.Thread(target=self.registry.scale, args=(name, version, low, high), daemon=True).start()
             return 202, {"status": "Processing worker updates..."}
         status = self.registry.scale(name, version, low, high)
-        return 200, {"status": f"Workers scaled to {len(status.workers)} for model: {name}"}
+        named = f"{name}, version: {version}" if version else name  # TorchServe names the version asked for
+        return 200, {"status": f"Workers scaled to {len(status.workers)} for model: {named}"}
 
     def set_default(self, parts: list[str], _: dict[str, str]) -> Answer:
         try:
-            entry = self.registry.entry(parts[0], parts[1])
+            entry = self.registry.set_default(parts[0], parts[1])
         except RegistryError as err:  # TorchServe words this one without colons
             if err.kind != "ModelVersionNotFoundException":
                 raise

@@ -32,17 +32,17 @@ HELP = {
 }
 
 
-def translate(ray_text: str, versions: dict[str, str], hostname: str) -> str:
-    """Ray's Prometheus text as TorchServe's: its request counters per model (``versions``: the served models and
-    their versions), then each handler metric (``ray_NAME{model_name=...}``) as ``NAME``."""
+def translate(ray_text: str, apps: dict[str, tuple[str, str]], hostname: str) -> str:
+    """Ray's Prometheus text as TorchServe's: its request counters per model version (``apps``: the serving
+    applications' model names and versions), then each handler metric (``ray_NAME{model_name=...}``) as ``NAME``."""
     totals: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
     own: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
     for family in text_string_to_metric_families(ray_text):
         for sample in family.samples:
-            model = sample.labels.get("application") or sample.labels.get("model_name")
-            if model not in versions:
+            app = sample.labels.get("application") or sample.labels.get("model_name")
+            if app not in apps:
                 continue
-            labels = (model, versions[model], hostname)
+            labels = (*apps[app], hostname)
             if sample.name in FROM_RAY:
                 name, factor = FROM_RAY[sample.name]
                 totals[name][labels] += sample.value * factor
@@ -89,12 +89,13 @@ class _Server(ThreadingHTTPServer):
     scrape: Callable[[], str]
 
 
-def serve(ray_port: int, versions: Callable[[], dict[str, str]], prometheus: bool, host: str, port: int) -> _Server:
+def serve(ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str,
+          port: int) -> _Server:  # fmt: skip
     """TorchServe's metrics address on ``host:port`` (``.shutdown()`` ends it): each scrape reads Ray's metrics
-    port ``ray_port`` and the served models' ``versions()``."""
+    port ``ray_port`` and the serving applications' ``apps()`` (model name and version)."""
     server = _Server((host, port), _Handler)
     hostname = socket.gethostname()
-    server.scrape = (lambda: translate(ray_metrics(ray_port), versions(), hostname)) if prometheus else (lambda: "")
+    server.scrape = (lambda: translate(ray_metrics(ray_port), apps(), hostname)) if prometheus else (lambda: "")
     threading.Thread(target=server.serve_forever, name="msnb-metrics", daemon=True).start()
     return server
 

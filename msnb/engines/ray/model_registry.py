@@ -1,8 +1,9 @@
 """TorchServe's model registry on the local Ray: archives of the model store registered under a name with the settings
 TorchServe takes (the register call's, ``models={...}``, config.properties' defaults), scaled and unregistered.
 
-Ray serves one version of a model per name (one Serve application): a second version of a registered name is
-answered with that, as TorchServe's 409 for a name it already has, and the message says why.
+Several versions of one name are served side by side, as TorchServe serves them: each version is a Serve
+application, the default version's named after the model (``/predictions/NAME``), each other one's
+``NAME@VERSION`` at ``/predictions/NAME/VERSION``; setting another default version swaps which folder each serves.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,13 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import safe_name
 from msnb.engines.ts_properties import TsConfig
 from msnb.errors import MsnbError, ServerError
+from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
+from msnb.templates.msnb_ray_http import version_app
 
 # The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
 REGISTER_PARAMS = {"initial_workers": "minWorkers", "batch_size": "batchSize", "max_batch_delay": "maxBatchDelay",
                    "response_timeout": "responseTimeout"}  # fmt: skip
 PER_MODEL_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
-ONE_VERSION = "msnb's Ray engine serves one version per model name: unregister the served one first"
 
 
 class RegistryError(ServerError):
@@ -40,13 +42,15 @@ class RegistryError(ServerError):
 
 @dataclass
 class Entry:
-    """A registered model: its served folder, the archive's name in the store (``modelUrl``), how it was loaded."""
+    """A registered version of a model: its served folder, the archive's name in the store (``modelUrl``), how it
+    was loaded, and the Serve application that serves it."""
 
     name: str
     version: str
     url: str
     folder: Path
     at_startup: bool
+    app: str = ""
 
 
 class Registry:
@@ -55,22 +59,39 @@ class Registry:
     def __init__(self, engine: Any, config: TsConfig, opener: Callable):
         """``opener(path, folder)``: an archive unpacked and checked into ``folder`` (``ModelFolder.open``)."""
         self.engine, self.config, self.opener = engine, config, opener
-        self.entries: dict[str, Entry] = {}
+        self.served: dict[str, dict[str, Entry]] = {}  # name -> version -> entry, in registration order
+        self.defaults: dict[str, str] = {}  # name -> its default version (the first registered, or set-default's)
         self.lock = threading.RLock()
 
     # ------------------------------------------------------------------ reading
+    @property
+    def entries(self) -> dict[str, Entry]:
+        """Each registered name's default version."""
+        return {name: versions[self.defaults[name]] for name, versions in list(self.served.items())}
+
     def names(self) -> list[str]:
-        return sorted(self.entries)
+        return sorted(self.served)
 
     def entry(self, name: str, version: str | None = None) -> Entry:
-        """The registered ``name`` (at ``version``, when given: TorchServe's 404 otherwise)."""
-        found = self.entries.get(name)
+        """The registered ``name`` at ``version`` (None: its default version; TorchServe's 404 otherwise)."""
+        return self.versions(name, version)[0]
+
+    def versions(self, name: str, version: str | None = None) -> list[Entry]:
+        """``name``'s entry at ``version`` (None: the default), or every version's for ``all`` in TorchServe's order."""
+        found = self.served.get(name)
         if found is None:
             raise RegistryError(404, "ModelNotFoundException", f"Model not found: {name}")
-        if version not in (None, "", "all") and version != found.version:
+        if version == "all":
+            return [found[v] for v in java_order(list(found))]
+        version = version or self.defaults[name]
+        if version not in found:
             raise RegistryError(404, "ModelVersionNotFoundException",
                                 f"Model version: {version} does not exist for model: {name}")  # fmt: skip
-        return found
+        return [found[version]]
+
+    def apps(self) -> dict[str, tuple[str, str]]:
+        """Each serving application: (model name, version)."""
+        return {e.app: (e.name, e.version) for versions in list(self.served.values()) for e in versions.values()}
 
     # ------------------------------------------------------------------ register
     def archive(self, url: str, anywhere: bool = False) -> Path:
@@ -89,21 +110,26 @@ class Registry:
 
     def register(self, url: str, name: str | None = None, settings: dict | None = None, at_startup: bool = False):
         """Open ``url`` from the store, write its settings, deploy it; the ModelStatus once it serves."""
+        if name and not valid_segment(name):  # it names URLs and Serve applications (version_app)
+            raise RegistryError(400, "BadRequestException", f"Model name {name!r} is not valid.",
+                                f"give model_name {SEGMENT_RULE}.")  # fmt: skip
         with self.lock:
             folder, version, requirements = self._opened(self.archive(url, at_startup), name)
             name = name or read_name(folder)
+            app = version_app(name, version) if name in self.served else name
             try:
                 write_settings(folder, name, self._settings(folder, name, version, settings or {}))
-                for served, outcome in self.engine.deploy_many([(folder, {"requirements": requirements})]):
+                for _, outcome in self.engine.deploy_many([(folder, {"requirements": requirements, "app": app})]):
                     if isinstance(outcome, MsnbError):
                         raise RegistryError(500, "InternalServerException", f"Failed to start workers for model "
-                                            f"{served} version: {version} ({outcome.message})",
+                                            f"{name} version: {version} ({outcome.message})",
                                             outcome.hint or "") from outcome  # fmt: skip
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
-            self.entries[name] = Entry(name, version, url, folder, at_startup)
-            return outcome
+            self.served.setdefault(name, {})[version] = Entry(name, version, url, folder, at_startup, app)
+            self.defaults.setdefault(name, version)
+            return replace(outcome, name=name, is_default=app == name)
 
     def _opened(self, path: Path, name: str | None) -> tuple[Path, str, list[str]]:
         """The archive unpacked and checked beside the store, then moved to its folder unless its name is taken."""
@@ -116,11 +142,9 @@ class Registry:
                 raise RegistryError(400, "InvalidModelException", f"Failed to open model archive {path.name}: "
                                     f"{err.message}", err.hint or "") from None  # fmt: skip
             name = name or item.name
-            if name in self.entries:
-                served = self.entries[name].version
+            if item.version in self.served.get(name, {}):
                 raise RegistryError(409, "ConflictStatusException",
-                                    f"Model version {served} is already registered for model {name}"
-                                    + (f" ({ONE_VERSION})" if served != item.version else ""))  # fmt: skip
+                                    f"Model version {item.version} is already registered for model {name}")  # fmt: skip
             folder = self.engine.store.root / safe_name(name, item.version)
             os.replace(item.path, folder)
             install = self.config.flag("install_py_dep_per_model")  # else TorchServe installs nothing either
@@ -154,14 +178,49 @@ class Registry:
             low = low if low is not None else read_settings(entry.folder).get("minWorkers", 1)
             high = max(high if high is not None else low, low)
             write_settings(entry.folder, name, {"minWorkers": low, "maxWorkers": high})
-            return self.engine.redeploy(entry.folder)
+            return self.engine.redeploy(entry.folder, app=entry.app)
+
+    def set_default(self, name: str, version: str) -> Entry:
+        """``version`` becomes what ``/predictions/NAME`` reaches: the application named after the model takes its
+        folder and the old default moves to an application of its own (each started before the other stops: every
+        version answers throughout)."""
+        with self.lock:
+            new, old = self.entry(name, version), self.entry(name)
+            if new is old:
+                return new
+            self.engine.redeploy(old.folder, app=version_app(name, old.version))
+            old.app = version_app(name, old.version)
+            self.engine.redeploy(new.folder, app=name)
+            self.engine.unregister(version_app(name, new.version))
+            new.app, self.defaults[name] = name, new.version
+            return new
 
     def unregister(self, name: str, version: str | None = None) -> Entry:
+        """One version (None: the default one); the default version while others are served is TorchServe's 403."""
         with self.lock:
             entry = self.entry(name, version)
-            self.engine.unregister(name)
-            del self.entries[name]
+            versions = self.served[name]
+            if entry.version == self.defaults[name] and len(versions) > 1:
+                raise RegistryError(403, "InvalidModelVersionException",
+                                    f"Cannot remove default version for model {name}")  # fmt: skip
+            self.engine.unregister(entry.app)
+            del versions[entry.version]
+            if not versions:
+                del self.served[name], self.defaults[name]
             return entry
+
+
+def java_order(versions: list[str]) -> list[str]:
+    """``versions`` in the order TorchServe lists a model's versions (``GET /models/NAME/all``): a Java
+    ``ConcurrentHashMap``'s of 16 buckets (``String.hashCode``, spread), registration order within a bucket."""
+
+    def bucket(text: str) -> int:
+        code = 0
+        for char in text:
+            code = (31 * code + ord(char)) & 0xFFFFFFFF
+        return (code ^ (code >> 16)) & 15
+
+    return sorted(versions, key=bucket)  # stable: registration order within a bucket
 
 
 def read_name(folder: Path) -> str:

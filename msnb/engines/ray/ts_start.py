@@ -11,7 +11,7 @@ from typing import Any
 from msnb.engines.ray import metrics
 from msnb.engines.ray.management import Management, serve
 from msnb.engines.ray.model_registry import Registry
-from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_loopback
+from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_addresses, client_host
 from msnb.errors import MsnbError, ServerError
 
 ADDRESSES = ("inference_address", "management_address", "metrics_address")
@@ -19,15 +19,16 @@ ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz", ".zip")
 
 
 def engine_for(config: TsConfig) -> Any:
-    """A LocalRay on config.properties' inference port, with its request size limit and token setting."""
+    """A LocalRay on config.properties' inference address, with its request size limit and token setting."""
     from msnb.engines.ray.engine import LocalRay
 
-    check_loopback(config, ADDRESSES)
+    check_addresses(config, ADDRESSES)
     if config.number("max_response_size") != int(DEFAULTS["max_response_size"]):
         raise ServerError(f"{config.source}: max_response_size cannot be honoured on Ray (its answers have no limit).",
                           "remove the line (the key: max_response_size).")  # fmt: skip
     prometheus(config)
-    engine = LocalRay(config.address("inference_address")[1], max_request_size=config.number("max_request_size"))
+    host, port = config.address("inference_address")
+    engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host)
     engine.auth = config.auth
     return engine
 
@@ -42,20 +43,16 @@ class TorchServeApi:
         api = Management(self.registry, config.flag("enable_model_api"), key)
         self.server = serve(api, *config.address("management_address"))
         try:
-            self.metrics = metrics.serve(engine.metrics_port, self.versions, prometheus(config),
+            self.metrics = metrics.serve(engine.metrics_port, self.registry.apps, prometheus(config),
                                          *config.address("metrics_address"))  # fmt: skip
         except BaseException:
             self.server.shutdown()
             self.server.server_close()
             raise
 
-    def versions(self) -> dict[str, str]:
-        return {name: entry.version for name, entry in list(self.registry.entries.items())}
-
     @property
     def management_url(self) -> str:
-        host, port = self.config.address("management_address")
-        return f"http://{host}:{port}"
+        return _url(self.config, "management_address")
 
     def load_models(self, report: Callable[[str, MsnbError], None]) -> list[str]:
         """Register every model ``load_models`` names, as TorchServe does at start (each failure ``report``ed)."""
@@ -69,8 +66,7 @@ class TorchServeApi:
 
     @property
     def metrics_url(self) -> str:
-        host, port = self.config.address("metrics_address")
-        return f"http://{host}:{port}"
+        return _url(self.config, "metrics_address")
 
     def stop(self) -> None:
         for server in (self.server, self.metrics):
@@ -106,6 +102,12 @@ def startup_models(config: TsConfig) -> Iterator[tuple[str | None, str]]:
 
 def _archive(path: Path) -> bool:
     return path.name.endswith(ARCHIVE_SUFFIXES) or (path / "MAR-INF").is_dir()
+
+
+def _url(config: TsConfig, key: str) -> str:
+    """Where a client on this machine reaches address ``key`` (bound where the file says)."""
+    host, port = config.address(key)
+    return f"http://{client_host(host)}:{port}"
 
 
 def _management_key(key_file: Path) -> str:

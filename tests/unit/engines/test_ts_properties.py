@@ -10,7 +10,7 @@ from helpers import run
 
 from msnb.engines.ray import ts_start
 from msnb.engines.ray.management import Management
-from msnb.engines.ts_properties import DEFAULTS, check_loopback, parse, read
+from msnb.engines.ts_properties import DEFAULTS, check_addresses, parse, read
 from msnb.errors import ServerError
 
 USERS_FILE = r"""# a team's file, as TorchServe's docs write them
@@ -46,7 +46,7 @@ def test_a_teams_config_file_is_read_as_torchserve_reads_it(tmp_path, monkeypatc
     assert config.per_model() == {"klass": {"1.0": {"marName": "klass.mar", "minWorkers": 3, "batchSize": 4}}}
     assert config.flag("enable_model_api") and config.auth  # token authorisation stays on unless the file says so
     assert config.number("max_request_size") == int(DEFAULTS["max_request_size"]) == 6553500  # TorchServe's default
-    check_loopback(config, ts_start.ADDRESSES)
+    check_addresses(config, ts_start.ADDRESSES)
 
 
 def test_the_command_line_wins_over_the_file_as_on_torchserve(tmp_path):
@@ -83,7 +83,16 @@ def test_a_key_msnb_cannot_honour_is_refused_at_start_with_a_hint_naming_it(tmp_
 @pytest.mark.parametrize(
     ("line", "said", "key"),
     [
-        ("inference_address=http://0.0.0.0:8080", "binds 0.0.0.0: msnb serves on 127.0.0.1 only", "inference_address"),
+        (
+            "inference_address=http://0.0.0.0:8080\ndisable_token_authorization=true",
+            "inference_address binds 0.0.0.0 while token authorisation is off",
+            "inference_address",
+        ),  # fmt: skip
+        (
+            "management_address=http://10.1.2.3:8081\ndisable_token_authorization=true",
+            "management_address binds 10.1.2.3 while token authorisation is off",
+            "management_address",
+        ),  # fmt: skip
         ("management_address=https://127.0.0.1:8443", "is not an http://HOST:PORT address", "management_address"),
         ("max_response_size=100", "max_response_size cannot be honoured on Ray", "max_response_size"),
         ("default_workers_per_model=two", "default_workers_per_model=two is not a whole number", ""),
@@ -97,6 +106,20 @@ def test_a_value_msnb_cannot_honour_is_refused_before_ray_starts(tmp_path, line,
         config.number("default_workers_per_model")
         config.per_model()
     assert said in str(err.value) and "Hint:" in str(err.value) and key in str(err.value)
+
+
+def test_addresses_off_loopback_are_honoured_while_the_key_is_on(tmp_path):
+    lines = "inference_address=http://0.0.0.0:8085\nmanagement_address=http://0.0.0.0:8086\n"
+    engine = ts_start.engine_for(read(written(tmp_path, lines)))  # not started: where it will listen
+    assert (engine.host, engine.http_port) == ("0.0.0.0", 8085)
+    assert engine.inference_url == "http://127.0.0.1:8085"  # a client here reaches every interface on loopback
+
+
+def test_serve_refuses_an_address_off_loopback_without_the_key_naming_the_key(tmp_path, capsys):
+    config = written(tmp_path, "inference_address=http://0.0.0.0:8085\n")
+    code, out, err = run(capsys, "serve", "--engine", "ray", "--ts-config", config, "--disable-token-auth")
+    assert code == 1 and "inference_address binds 0.0.0.0 while token authorisation is off" in err, (out, err)
+    assert "Hint: turn the key back on (drop --disable-token-auth" in err and "(the key: inference_address)" in err
 
 
 def test_torchserves_start_options_are_refused_on_the_torchserve_engine(tmp_path, capsys):
@@ -141,7 +164,7 @@ def test_ray_s_request_metrics_read_under_torchserve_s_prometheus_names():
 
     samples = {
         s.name: (s.labels, s.value)
-        for family in text_string_to_metric_families(translate(RAY_TEXT, {"named": "1.0"}, "host"))
+        for family in text_string_to_metric_families(translate(RAY_TEXT, {"named": ("named", "1.0")}, "host"))
         for s in family.samples
     }
     labels = {"model_name": "named", "model_version": "1.0", "hostname": "host"}
