@@ -20,7 +20,7 @@ from typing import Any
 from ray import serve
 from starlette.responses import Response, StreamingResponse
 
-if __package__:
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from . import msnb_api_embeddings as embeddings
     from . import msnb_api_mcp as mcp
     from . import msnb_ray_guard as guard
@@ -38,7 +38,7 @@ if __package__:
     from .msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from .msnb_names import API_CARD
     from .msnb_ray_stream import CUT, WHOLE, streams
-else:
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     import msnb_api_embeddings as embeddings
     import msnb_api_mcp as mcp
     import msnb_ray_guard as guard

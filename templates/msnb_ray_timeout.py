@@ -16,9 +16,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-if __package__:  # msnb.templates.msnb_ray_timeout (the notebook's engine)
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
-else:  # beside its model folders (an exported application)
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
 
 # What TorchServe 0.12's frontend answers every request of a batch its worker did not answer in time (measured).
