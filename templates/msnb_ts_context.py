@@ -102,6 +102,7 @@ except ImportError:
             self.request_processor[idx].add_response_property(key, value)
 
 
+# The server_version a handler reads in its context (Ray Serve was the first engine to build this Context).
 SERVER_VERSION = "ray-serve"
 
 
