@@ -2,8 +2,8 @@
 the folder as cwd and on ``sys.path``), answering one request per line of its stdin with one line on its stdout.
 
 Run as ``python worker.py FOLDER NAME``; its log lines (the handler's) go to stderr, which the engine keeps as the
-model's log. Depends on TorchServe's ``ts`` and msnb's shipped runtime only (TorchServe's loader, Context and wire format:
-``msnb_ts_*``).
+model's log. Depends on TorchServe's ``ts`` and msnb's shipped runtime only: TorchServe's loader, Context and wire
+format (``msnb_ts_*``), as every engine other than TorchServe uses them.
 """
 
 from __future__ import annotations
