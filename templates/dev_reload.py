@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-try:
-    from msnb_names import HANDLER_MODULE as ENTRY_MODULE
-except ImportError:  # imported as msnb.templates.dev_reload instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_names import HANDLER_MODULE as ENTRY_MODULE
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_names import HANDLER_MODULE as ENTRY_MODULE
 
 RELOAD_HEADER = "x-msnb-reload"
 SECRET_FILE = ".msnb-reload-secret"

@@ -27,9 +27,9 @@ from ts.service import Service
 from ts.torch_handler.request_envelope.kserve import KServeEnvelope
 from ts.torch_handler.request_envelope.kservev2 import KServev2Envelope
 
-if __package__:  # msnb.templates.kserve_predictor
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_names import MANIFEST
-else:  # beside its model folders (the exported folder)
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_names import MANIFEST
 
 

@@ -11,10 +11,10 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from msnb_api_openai import ApiError, model_of
-except ImportError:  # imported as msnb.templates.msnb_api_embeddings
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_api_openai import ApiError, model_of
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_api_openai import ApiError, model_of
 
 ROUTE = "/v1/embeddings"
 ENCODINGS = ("float", "base64")

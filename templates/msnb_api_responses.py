@@ -16,8 +16,8 @@ import time
 import uuid
 from typing import Any
 
-try:
-    from msnb_api_openai import (
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
+    from .msnb_api_openai import (
         REFUSED,
         RESPONSES,
         ApiError,
@@ -28,8 +28,8 @@ try:
         refuse_unsupported,
         stream_of,
     )
-except ImportError:  # imported as msnb.templates.msnb_api_responses
-    from .msnb_api_openai import (
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_api_openai import (
         REFUSED,
         RESPONSES,
         ApiError,

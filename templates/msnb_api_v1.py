@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
-try:
-    import msnb_api_mcp as mcp
-    from msnb_api_openai import RESPONSES, ApiError, Request
-    from msnb_api_openai import parse as parse_completion
-    from msnb_api_responses import ResponseAnswer
-    from msnb_api_responses import parse as parse_response
-    from msnb_api_wire import Answer
-except ImportError:  # imported as msnb.templates.msnb_api_v1
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from . import msnb_api_mcp as mcp
     from .msnb_api_openai import RESPONSES, ApiError, Request
     from .msnb_api_openai import parse as parse_completion
     from .msnb_api_responses import ResponseAnswer
     from .msnb_api_responses import parse as parse_response
     from .msnb_api_wire import Answer
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    import msnb_api_mcp as mcp
+    from msnb_api_openai import RESPONSES, ApiError, Request
+    from msnb_api_openai import parse as parse_completion
+    from msnb_api_responses import ResponseAnswer
+    from msnb_api_responses import parse as parse_response
+    from msnb_api_wire import Answer
 
 
 def parse(kind: str, body: Any) -> Request:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-try:
-    from msnb_api_openai import CHAT, ApiError, Completion, Request
-except ImportError:  # imported as msnb.templates.msnb_api_wire
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_api_openai import CHAT, ApiError, Completion, Request
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_api_openai import CHAT, ApiError, Completion, Request
 
 SSE_TYPE = "text/event-stream"
 JSON_TYPE = "application/json"

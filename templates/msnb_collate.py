@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
-try:
-    from msnb_content_type import JSON_TYPE
-except ImportError:  # imported as msnb.templates.msnb_collate instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_content_type import JSON_TYPE
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_content_type import JSON_TYPE
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 

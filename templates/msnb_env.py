@@ -14,10 +14,10 @@ import json
 import os
 from pathlib import Path
 
-try:
-    from msnb_names import MANIFEST
-except ImportError:  # imported as msnb.templates.msnb_env instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_names import MANIFEST
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_names import MANIFEST
 
 ENV_DIR_VAR = "MSNB_ENV_DIR"  # set by msnb's local TorchServe for its workers
 _LEVELS = 3  # a dev reload's generation folder sits below the model folder that holds the manifest

@@ -19,10 +19,10 @@ import os
 import time
 from collections.abc import Callable
 
-try:
-    from msnb_explain import ExplainError
-except ImportError:  # imported as msnb.templates.msnb_explain_budget instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_explain import ExplainError
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_explain import ExplainError
 
 # The most of a worker's time explanations may take; the server's environment may set another share
 # (1 turns pacing off: a server that answers only explanations, or a benchmark of their latency alone).

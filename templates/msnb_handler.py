@@ -21,36 +21,7 @@ from typing import Any
 
 import torch
 
-try:
-    from msnb_collate import (
-        CollateError,
-        collate,
-        json_safe,
-        not_json,
-        request_body,
-        split,
-        takes_keywords,
-        to_device,
-    )
-    from msnb_content_type import content_type
-    from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
-    from msnb_explain import Explainer, ExplainError, wants_explanation
-    from msnb_explain_budget import ExplainBudget
-    from msnb_fallback import FallbackRecorder
-    from msnb_faults import NO_CUDA_HINT, input_fault, no_cuda, non_finite, request_non_finite
-    from msnb_load import (
-        DeviceFacts,
-        HandlerLoadError,
-        LoadSettings,
-        check_server_torch,
-        choose_device,
-        gpu_memory_fraction,
-        load_checkpoint,
-        unpack_extra_files,
-    )
-    from msnb_metrics import MetricsWindow
-    from msnb_stream import Failure, is_streaming, stream_batch
-except ImportError:  # imported as msnb.templates.msnb_handler instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_collate import (
         CollateError,
         collate,
@@ -79,6 +50,35 @@ except ImportError:  # imported as msnb.templates.msnb_handler instead of from a
     )
     from .msnb_metrics import MetricsWindow
     from .msnb_stream import Failure, is_streaming, stream_batch
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_collate import (
+        CollateError,
+        collate,
+        json_safe,
+        not_json,
+        request_body,
+        split,
+        takes_keywords,
+        to_device,
+    )
+    from msnb_content_type import content_type
+    from msnb_envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
+    from msnb_explain import Explainer, ExplainError, wants_explanation
+    from msnb_explain_budget import ExplainBudget
+    from msnb_fallback import FallbackRecorder
+    from msnb_faults import NO_CUDA_HINT, input_fault, no_cuda, non_finite, request_non_finite
+    from msnb_load import (
+        DeviceFacts,
+        HandlerLoadError,
+        LoadSettings,
+        check_server_torch,
+        choose_device,
+        gpu_memory_fraction,
+        load_checkpoint,
+        unpack_extra_files,
+    )
+    from msnb_metrics import MetricsWindow
+    from msnb_stream import Failure, is_streaming, stream_batch
 
 logger = logging.getLogger(__name__)
 HINTS = {

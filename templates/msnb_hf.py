@@ -14,10 +14,10 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-try:
-    from msnb_names import HF_DIR
-except ImportError:  # imported as msnb.templates.msnb_hf instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_names import HF_DIR
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_names import HF_DIR
 
 
 ADAPTER_DIR, BASE_DIR = "adapter", "base"  # a PEFT model's two folders under hf_objects/NAME/ (msnb.capture.hf_peft)

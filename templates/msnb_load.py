@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-try:
-    from msnb_unpack import UnsafeArchiveError, unpack_archive
-except ImportError:  # imported as msnb.templates.msnb_load instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_unpack import UnsafeArchiveError, unpack_archive
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_unpack import UnsafeArchiveError, unpack_archive
 
 try:
     import fcntl

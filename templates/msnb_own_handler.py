@@ -16,12 +16,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-try:
-    from msnb_content_type import label
-    from msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
-except ImportError:  # imported as msnb.templates.msnb_own_handler instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_content_type import label
     from .msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_content_type import label
+    from msnb_load import HandlerLoadError, LoadSettings, check_server_torch, unpack_extra_files
 
 TORCHSCRIPT_HINT = (
     "pass a TorchScript --checkpoint (torch.jit.save(torch.jit.script(model), 'model.pt'), or the "

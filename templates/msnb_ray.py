@@ -25,38 +25,46 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 # By package, never by trying: the notebook's engine imports msnb.templates.msnb_ray, whose classes Ray pickles by
-# module name, so a top-level msnb_ray_context that happens to be importable in the kernel (an exported folder on
-# sys.path) must not be picked, or every replica fails with "No module named 'msnb_ray_context'".
-if __package__:  # msnb.templates.msnb_ray (the notebook's engine)
+# module name, so a top-level msnb_ts_context that happens to be importable in the kernel (an exported folder on
+# sys.path) must not be picked, or every replica fails with "No module named 'msnb_ts_context'".
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from . import msnb_ray_guard as guard
     from . import msnb_ray_http as http
     from . import msnb_ray_manage as manage
     from . import msnb_ray_needs as needs
+    from . import msnb_ts_wire as wire
     from .msnb_names import HANDLER_MODULE
     from .msnb_ray_api import ApiRoutes, OwnApp, model_card
-    from .msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from .msnb_ray_http import JSON_TYPE, error_reply, reply
-    from .msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
+    from .msnb_ray_http import reply
     from .msnb_ray_manage import metadata
+    from .msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from .msnb_ray_sequence import SequenceRouter
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
     from .msnb_serving import ServingConfig
-else:  # msnb_ray, beside its model folders (an exported application)
+    from .msnb_ts_checks import refused
+    from .msnb_ts_context import ChunkSocket, set_requests
+    from .msnb_ts_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
+    from .msnb_ts_wire import JSON_TYPE, error_reply
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     import msnb_ray_guard as guard
     import msnb_ray_http as http
     import msnb_ray_manage as manage
     import msnb_ray_needs as needs
+    import msnb_ts_wire as wire
     from msnb_names import HANDLER_MODULE
     from msnb_ray_api import ApiRoutes, OwnApp, model_card
-    from msnb_ray_context import ChunkSocket, RayMetrics, replica_gpu_id, set_requests
-    from msnb_ray_http import JSON_TYPE, error_reply, reply
-    from msnb_ray_load import enter, load_handler, read_folder, requirements_of, sends_intermediate, worker_logs
+    from msnb_ray_http import reply
     from msnb_ray_manage import metadata
+    from msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from msnb_ray_sequence import SequenceRouter
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
     from msnb_serving import ServingConfig
+    from msnb_ts_checks import refused
+    from msnb_ts_context import ChunkSocket, set_requests
+    from msnb_ts_load import enter, load_handler, read_folder, requirements_of, sends_intermediate
+    from msnb_ts_wire import JSON_TYPE, error_reply
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
@@ -138,20 +146,20 @@ class LoadedModel:
         """One ``handle`` call for the batch; each request gets its own status, headers and body."""
         headers = [{**h, **({"explain": "True"} if explain else {})} for explain, _, h in requests]
         data = [
-            {"body": http.decode_body(body, h.get("content-type", ""))} for (_, body, _), h in zip(requests, headers)
+            {"body": wire.decode_body(body, h.get("content-type", ""))} for (_, body, _), h in zip(requests, headers)
         ]
         set_requests(self.context, headers)
         try:
             answers = self.entry(data, self.context)
         except Exception as err:
-            return [http.prediction_error(err) or http.failed("Prediction", err)] * len(requests)
+            return [wire.prediction_error(err) or http.failed("Prediction", err)] * len(requests)
         if not isinstance(answers, list) or len(answers) != len(requests):
             got = len(answers) if isinstance(answers, list) else type(answers).__name__
             message = f"number of batch response mismatched: {len(requests)} requests, handle returned {got}"
             return [error_reply(503, "InternalServerException", message)] * len(requests)
         procs = self.context.request_processor
         return [
-            http.encode_answer(a, p.get_response_status_code(), p.get_response_headers())
+            wire.encode_answer(a, p.get_response_status_code(), p.get_response_headers())
             for a, p in zip(answers, procs)
         ]
 
@@ -166,7 +174,7 @@ class LoadedModel:
             try:
                 answers = self.entry([{}], self.context)
             except Exception as err:
-                return http.prediction_error(err) or http.failed("Describe", err)
+                return wire.prediction_error(err) or http.failed("Describe", err)
             entry["customizedMetadata"] = metadata(answers[0] if isinstance(answers, list) and answers else None)
         return 200, {"content-type": JSON_TYPE}, json.dumps([entry]).encode()
 
@@ -208,7 +216,7 @@ class MsnbModel:
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
             return http.not_found(request.url.path)
-        refusal = guard.refused(headers, self.door.key) or self.other_version(parts[2:])
+        refusal = refused(headers, self.door.key) or self.other_version(parts[2:])
         if refusal:
             return reply(*error_reply(*refusal))
         name = self.model.name
@@ -288,7 +296,7 @@ class MsnbRouter:
         headers = http.lower(request.headers)
         if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (msnb_ray_api), their own 401
             return await self.api.answer(request, "/" + "/".join(parts), headers)
-        refusal = guard.refused(headers, self.door.key)
+        refusal = refused(headers, self.door.key)
         if refusal:
             return reply(*error_reply(*refusal))
         if parts == ["ping"]:

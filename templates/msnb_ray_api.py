@@ -20,10 +20,9 @@ from typing import Any
 from ray import serve
 from starlette.responses import Response, StreamingResponse
 
-if __package__:
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from . import msnb_api_embeddings as embeddings
     from . import msnb_api_mcp as mcp
-    from . import msnb_ray_guard as guard
     from .msnb_api_openai import (
         CHALLENGE,
         ROUTES,
@@ -38,10 +37,10 @@ if __package__:
     from .msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from .msnb_names import API_CARD
     from .msnb_ray_stream import CUT, WHOLE, streams
-else:
+    from .msnb_ts_checks import refused
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     import msnb_api_embeddings as embeddings
     import msnb_api_mcp as mcp
-    import msnb_ray_guard as guard
     from msnb_api_openai import (
         CHALLENGE,
         ROUTES,
@@ -56,6 +55,7 @@ else:
     from msnb_api_wire import JSON_TYPE, SSE_TYPE, models
     from msnb_names import API_CARD
     from msnb_ray_stream import CUT, WHOLE, streams
+    from msnb_ts_checks import refused
 
 CARD_TTL_S = 10.0  # a card older than this is read again (in the background: a replica call costs ms)
 ERROR_KEYS = {"error", "hint", "stage", "type"}  # the shared handler's error line ending a stream
@@ -98,9 +98,9 @@ class ApiRoutes:
             return Response(b"", status_code=405, headers={"allow": "POST"})
         if path not in ("/v1/models", "/mcp", embeddings.ROUTE) and path not in ROUTES:
             return error_reply(ApiError(404, f"Unknown path {path}.", code="not_found"))
-        if guard.refused(headers, self.router.key) and path == "/mcp":
+        if refused(headers, self.router.key) and path == "/mcp":
             return reply(mcp.unauthorised(unauthorised().message, CHALLENGE))
-        if guard.refused(headers, self.router.key):
+        if refused(headers, self.router.key):
             return error_reply(unauthorised())
         try:
             if path == "/v1/models":

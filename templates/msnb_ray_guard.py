@@ -1,23 +1,23 @@
-"""The doors of a Ray Serve application kept as TorchServe keeps its own: the inference key, the body size limit,
-and Serve's inter-deployment gRPC server on loopback.
+"""What only a Ray Serve application adds to TorchServe's checks (msnb_ts_checks): where the router's inference key
+comes from (a variable, a mounted file, an argument), and Serve's inter-deployment gRPC server on loopback.
 
 Depends on the standard library (and ``ray`` once a replica binds its gRPC server), never on msnb.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
+    from .msnb_ts_checks import read_key
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_ts_checks import read_key
+
 # The notebook's Ray sets it to 127.0.0.1 on every node: Serve's replicas then bind their gRPC server there.
 GRPC_HOST_VAR = "MSNB_RAY_GRPC_HOST"
 KEY_VAR, KEY_FILE_VAR = "MSNB_INFERENCE_KEY", "MSNB_INFERENCE_KEY_FILE"
-# TorchServe's answer to a missing or wrong key (its frontend's InvalidKeyException), word for word.
-INVALID_KEY = (400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not "
-               "provided correctly")  # fmt: skip
 KEY_HINT = (
     f"give the router an inference key: the environment variable {KEY_VAR}, a file named by {KEY_FILE_VAR} or "
     "the router's key_file argument (a mounted secret); or turn the check off explicitly with auth: false"
@@ -60,29 +60,3 @@ def inference_key(args: dict) -> str | None:
     if not key:
         raise KeyMissingError(f"The msnb router has no inference key. Hint: {KEY_HINT}.")
     return key
-
-
-def read_key(path: Path) -> str:
-    """The key in ``path``: TorchServe's key_file.json (its inference key) or a file that holds only the key."""
-    text = path.read_text().strip()
-    if text.startswith("{"):
-        return json.loads(text)["inference"]["key"]
-    return text
-
-
-def refused(headers: dict, key: str | None) -> tuple[int, str, str] | None:
-    """TorchServe's 400 InvalidKeyException when ``key`` is set and the request does not carry it; else None."""
-    if key is None:
-        return None
-    sent = headers.get("authorization", "")
-    scheme, _, token = sent.partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
-        return None
-    return INVALID_KEY
-
-
-def too_large(size: int, limit: int | None) -> tuple[int, str, str] | None:
-    """413 for a body over ``limit`` bytes (TorchServe's max_request_size); None when it fits or no limit."""
-    if limit is None or size <= limit:
-        return None
-    return 413, "RequestEntityTooLarge", f"The request body ({size} bytes) is over max_request_size ({limit} bytes)"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-if __package__:  # msnb.templates.msnb_ray_manage (the notebook's engine)
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S
-else:  # beside its model folders (an exported application)
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S
 
 PAGE_LIMIT = 100  # TorchServe's default (and largest) page of GET /models

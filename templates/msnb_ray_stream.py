@@ -24,9 +24,9 @@ from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
-if __package__:  # msnb.templates.msnb_ray_stream (the notebook's engine)
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_serving import FIRST_PIECE_HEAD_START_S
-else:  # beside its model folders (an exported application)
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_serving import FIRST_PIECE_HEAD_START_S
 
 STREAM_HEADER = "x-msnb-stream"  # on a whole answer whose handler streams: the router streams the next ones

@@ -6,20 +6,21 @@ TorchServe 0.12 counts the time from when the batch reaches its worker (a reques
 timed out by it), then kills the worker: every request of the batch gets the frontend's 500 ``Worker died.`` A Python
 thread cannot be killed, so the replica answers the batch, lets the slow call run on, and fails its health check
 (``check_health``): Serve stops it and starts a new one, which loads the model anew.
-Depends on the standard library and msnb_serving (copied beside the adapter), never on msnb.
+Depends on the standard library, msnb_serving and msnb_ts_wire (copied beside the adapter), never on msnb.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
-if __package__:  # msnb.templates.msnb_ray_timeout (the notebook's engine)
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
-else:  # beside its model folders (an exported application)
+    from .msnb_ts_wire import error_reply
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
+    from msnb_ts_wire import error_reply
 
 # What TorchServe 0.12's frontend answers every request of a batch its worker did not answer in time (measured).
 TIMED_OUT_STATUS, TIMED_OUT_MESSAGE = 500, "Worker died."
@@ -36,8 +37,7 @@ def response_timeout(config: dict) -> float:
 
 def timed_out(size: int) -> list[tuple[int, dict, bytes]]:
     """TorchServe's answer to each of the ``size`` requests of a batch that ran past responseTimeout."""
-    body = {"code": TIMED_OUT_STATUS, "type": "InternalServerException", "message": TIMED_OUT_MESSAGE}
-    return [(TIMED_OUT_STATUS, {"content-type": "application/json"}, json.dumps(body).encode())] * size
+    return [error_reply(TIMED_OUT_STATUS, "InternalServerException", TIMED_OUT_MESSAGE)] * size
 
 
 async def bounded(run: Callable[[Callable[[], None]], Any], seconds: float) -> Any:

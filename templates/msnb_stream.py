@@ -27,16 +27,16 @@ from typing import Any
 
 import torch
 
-try:
-    from msnb_cancel import Cancels
-    from msnb_collate import CollateError, collate, json_safe, split, to_device
-    from msnb_content_type import JSONL_TYPE, TEXT_TYPE
-    from msnb_serving import FIRST_PIECE_HEAD_START_S
-except ImportError:  # imported as msnb.templates.msnb_stream instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_cancel import Cancels
     from .msnb_collate import CollateError, collate, json_safe, split, to_device
     from .msnb_content_type import JSONL_TYPE, TEXT_TYPE
     from .msnb_serving import FIRST_PIECE_HEAD_START_S
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_cancel import Cancels
+    from msnb_collate import CollateError, collate, json_safe, split, to_device
+    from msnb_content_type import JSONL_TYPE, TEXT_TYPE
+    from msnb_serving import FIRST_PIECE_HEAD_START_S
 
 logger = logging.getLogger(__name__)
 CPU = torch.device("cpu")

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-try:
-    from msnb_names import VALUES_FILE
-except ImportError:  # imported as msnb.templates.msnb_values instead of from a model dir
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_names import VALUES_FILE
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_names import VALUES_FILE
 
 
 class ValuesLoadError(RuntimeError):

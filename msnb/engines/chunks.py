@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from msnb.templates.msnb_content_type import JSONL_TYPE
-from msnb.templates.msnb_ray_context import predict_responses  # TorchServe's predict response, parsed once
+from msnb.templates.msnb_ts_wire import predict_responses  # TorchServe's predict response, parsed once
 
 ERROR_KEYS = frozenset({"error", "hint", "stage", "type"})  # the shared handler's error answer (msnb_handler)
 

@@ -32,8 +32,8 @@ KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
 def adapter_files() -> list[Path]:
-    """The adapter modules (templates/msnb_ray*.py, msnb_api*.py, and the shared msnb_names and msnb_serving they
-    import) that sit beside the exported model folders."""
+    """The adapter modules (templates/msnb_ray*.py, the TorchServe interfaces they keep, msnb_ts_*.py, the protocols,
+    msnb_api*.py, and the shared msnb_names and msnb_serving they import) that sit beside the exported model folders."""
     root = resources.files("msnb.templates")
     adapter = [p for p in root.iterdir() if p.name.startswith(ENGINE_ADAPTER_PREFIX) and p.name.endswith(".py")]
     shared = [root / f"{module.__name__.rsplit('.', 1)[1]}.py" for module in (msnb_names, msnb_serving)]

@@ -79,7 +79,7 @@ def needs(outdir: Path, config: dict) -> list[tuple[str, int, dict[str, float]]]
     computed as its builder computes them (msnb_ray.deployment_options with model-config.yaml's deviceType and
     workers, then the application's args)."""
     from msnb.templates import msnb_ray, msnb_ray_needs
-    from msnb.templates.msnb_ray_load import read_folder
+    from msnb.templates.msnb_ts_load import read_folder
 
     rows = []
     for app in config["applications"]:

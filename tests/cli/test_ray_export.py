@@ -32,16 +32,19 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "msnb_names.py",
         "msnb_ray.py",
         "msnb_ray_api.py",
-        "msnb_ray_context.py",
         "msnb_ray_guard.py",
-        "msnb_ray_http.py",  # a prediction's way through a door, bodies and answers
-        "msnb_ray_load.py",
+        "msnb_ray_http.py",  # a prediction's way through a door
         "msnb_ray_manage.py",  # the management API's read calls (list, describe) on the router
         "msnb_ray_needs.py",  # what the application asks of its cluster, checked when it is built
+        "msnb_ray_replica.py",  # what a replica gives a handler in place of a worker: GPU id, metrics, log lines
         "msnb_ray_sequence.py",
         "msnb_ray_stream.py",
         "msnb_ray_timeout.py",  # responseTimeout
         "msnb_serving.py",  # TorchServe's defaults, as the shared handler reads them
+        "msnb_ts_checks.py",  # TorchServe's frontend checks: the inference key, the body limit
+        "msnb_ts_context.py",  # TorchServe's Context
+        "msnb_ts_load.py",  # a model folder loaded as a TorchServe worker loads it
+        "msnb_ts_wire.py",  # TorchServe's wire format: bodies, answers, errors, predict responses
         "rayservice.yaml",
         "second",
         "serve_config.yaml",

@@ -31,7 +31,8 @@ from msnb.engines.models import PredictionError
 from msnb.engines.ray import ROUTER_APP
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import LocalServer, TorchServeClient
-from msnb.templates.msnb_ray_guard import KEY_VAR, read_key
+from msnb.templates.msnb_ray_guard import KEY_VAR
+from msnb.templates.msnb_ts_checks import read_key
 
 # One cluster per module: keep its tests on one worker. The first test's time holds the cluster's start and the
 # `serve run` of every application (several minutes on a loaded 2-core machine).

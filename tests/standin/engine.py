@@ -22,6 +22,7 @@ from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.store import ModelStore, read_manifest
 from msnb.errors import MsnbError, ServerError
+from msnb.templates.msnb_ts_wire import error_reply
 
 WORKER = Path(__file__).with_name("worker.py")
 _starts = itertools.count(1)
@@ -199,8 +200,9 @@ def _handler_for(engine: StandIn) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # /predictions/NAME[/VERSION]
             _, kind, name, *version = self.path.split("?")[0].split("/")
             worker = engine.worker(name, version[0] if version else None) if kind == "predictions" else None
-            if worker is None:
-                return self._send(404, "application/json", json.dumps({"code": 404, "message": "no model"}).encode())
+            if worker is None:  # TorchServe's answer to an unknown model
+                status, headers, data = error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
+                return self._send(status, headers["content-type"], data)
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
             answer = worker.ask(body, {k.lower(): v for k, v in self.headers.items()})
             self._send(answer["status"], answer["content_type"], base64.b64decode(answer["body"]))

@@ -301,3 +301,87 @@ def test_no_code_outside_the_engines_branches_on_an_engines_name():
     outside = sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] != "engines")
     found = engine_name_branches(outside, registry.kinds())
     assert not found, f"ask the registry (msnb.engines.registry) or hold an Engine instead: {found}"
+
+
+def _neighbours(statements: list[ast.stmt]) -> set[tuple[str, str | None, str | None]]:
+    """(module, name, as) of each import of a template module among ``statements`` (relative or top-level alike)."""
+    found = set()
+    for node in statements:
+        if isinstance(node, ast.Import):
+            found |= {(a.name, None, a.asname) for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found |= {(node.module, a.name, a.asname) if node.module else (a.name, None, a.asname) for a in node.names}
+    return found
+
+
+def _imports_a_neighbour(node: ast.AST, neighbours: set[str]) -> bool:
+    if isinstance(node, ast.Import):
+        return any(a.name in neighbours for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.level) or node.module in neighbours
+    return False
+
+
+def test_every_template_module_imports_its_neighbours_one_way():
+    """``if __package__:`` the relative imports, ``else:`` the same names top-level, nowhere else: never by trying the
+    top-level name first, which picks a stray copy in msnb's own process (msnb.templates' docstring says why)."""
+    neighbours = {p.stem for p in TEMPLATES.glob("*.py")}
+    for path in sorted(TEMPLATES.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        idioms = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "__package__"]
+        allowed = {id(s) for n in idioms for s in [*n.body, *n.orelse]}
+        for node in idioms:
+            assert all(isinstance(s, ast.ImportFrom) and s.level == 1 for s in node.body), path.name
+            assert all(not _imports_a_neighbour(s, set()) and _imports_a_neighbour(s, neighbours) for s in node.orelse)
+            assert _neighbours(node.body) == _neighbours(node.orelse), f"{path.name}: both branches, the same names"
+        stray = [n.lineno for n in ast.walk(tree) if _imports_a_neighbour(n, neighbours) and id(n) not in allowed]
+        assert not stray, (
+            f"{path.name}:{stray} imports a neighbour outside the one idiom (if __package__: ... else: ...)"
+        )
+
+
+def test_what_both_engines_use_is_named_for_its_job_not_for_ray():
+    """The modules every engine shares (msnb/engines/ outside the Ray engine, the stand-in engine of the tests) use
+    TorchServe's interfaces from msnb_ts_*, never a Ray-named template module."""
+    standin = PACKAGE.parent / "tests" / "standin"
+    shared = [p for p in PACKAGE.joinpath("engines").rglob("*.py") if "ray" not in p.relative_to(PACKAGE).parts]
+    for path in [*shared, *standin.glob("*.py")]:
+        ray_named = sorted(m for m in imports_of(path) if m.startswith("msnb.templates.msnb_ray"))
+        assert not ray_named, f"{path.name} imports {ray_named}: what both engines use lives in msnb_ts_* modules"
+
+
+def _defined(statements: list[ast.stmt]) -> set[str]:
+    """The names a module's top level binds (inside its ``if`` / ``try`` blocks too)."""
+    names: set[str] = set()
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            names |= _defined([*node.body, *node.orelse, *getattr(node, "finalbody", [])])
+            names |= _defined([s for h in getattr(node, "handlers", []) for s in h.body])
+    return names
+
+
+def test_every_name_a_template_module_takes_from_a_neighbour_is_defined_there():
+    """``from msnb_x import NAME`` and ``x.NAME`` after ``import msnb_x as x``: NAME is defined in msnb_x (a name moved to
+    another module fails here, not in a replica or an exported folder that no unit test imports)."""
+    defined = {p.stem: _defined(ast.parse(p.read_text()).body) for p in TEMPLATES.glob("*.py")}
+    for path in sorted(TEMPLATES.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        idioms = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "__package__"]
+        aliases, missing = {}, []
+        for module, name, alias in _neighbours([s for n in idioms for s in n.orelse]):
+            if name is None:
+                aliases[alias or module] = module
+            elif name not in defined[module]:
+                missing.append(f"{module}.{name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                if node.attr not in defined[aliases[node.value.id]]:
+                    missing.append(f"{aliases[node.value.id]}.{node.attr}")
+        assert not missing, f"{path.name} takes {sorted(set(missing))}, which its neighbours do not define"

@@ -70,6 +70,8 @@ def test_the_shared_handler_list_is_every_msnb_module_of_the_templates_package()
     on_disk = {p.name for p in TEMPLATES.iterdir() if re.fullmatch(r"msnb_\w+\.py", p.name)}
     adapters = {n for n in on_disk if n.startswith(msnb.templates.ENGINE_ADAPTER_PREFIX)}
     assert adapters, "the Ray adapter lives beside the shared handler"
+    # TorchServe's interfaces where no TorchServe runs (its Context, loader, wire format, checks): no archive needs them
+    assert {n for n in on_disk if n.startswith("msnb_ts_")} <= adapters
     assert SHARED == on_disk - adapters  # an engine adapter serves model folders; no archive carries it
     assert staging.shared_handler_files is msnb.templates.shared_handler_files
 

@@ -10,7 +10,7 @@ from msnb.templates.msnb_ray_manage import describe_entry, worker
 
 def describe(engine: Any, entry: Any, customized: bool) -> dict:
     """The describe entry of a registered model (``entry``: msnb.engines.ray.model_registry.Entry)."""
-    from msnb.templates.msnb_ray_load import read_folder
+    from msnb.templates.msnb_ts_load import read_folder
 
     _, config = read_folder(entry.folder)
     workers = [worker(w.id, w.status) for w in engine.status(entry.app or entry.name).workers]

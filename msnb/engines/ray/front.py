@@ -31,8 +31,9 @@ from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless to
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_ray_guard import read_key
-from msnb.templates.msnb_ray_http import TARGETS_PATH, error_reply, model_route, own_api_path
+from msnb.templates.msnb_ray_http import TARGETS_PATH, model_route, own_api_path
+from msnb.templates.msnb_ts_checks import read_key
+from msnb.templates.msnb_ts_wire import error_reply
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)

@@ -231,14 +231,14 @@ def read_name(folder: Path) -> str:
 
 def _config_path(folder: Path) -> Path:
     from msnb.templates.msnb_names import CONFIG
-    from msnb.templates.msnb_ray_load import read_folder
+    from msnb.templates.msnb_ts_load import read_folder
 
     manifest, _ = read_folder(folder)
     return folder / ((manifest.get("model") or {}).get("configFile") or CONFIG)
 
 
 def read_settings(folder: Path) -> dict:
-    from msnb.templates.msnb_ray_load import read_folder
+    from msnb.templates.msnb_ts_load import read_folder
 
     return read_folder(folder)[1]
 

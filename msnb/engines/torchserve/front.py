@@ -12,7 +12,6 @@ LocalServer: a thread, no process, nothing left after stop.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import threading
 import weakref
@@ -38,6 +37,7 @@ from msnb.templates.msnb_api_openai import (
 from msnb.templates.msnb_api_v1 import parse, refused
 from msnb.templates.msnb_api_wire import JSON_TYPE, models
 from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
+from msnb.templates.msnb_ts_checks import carries_key
 
 try:  # the faster loop where it is installed (not on Windows)
     from uvloop import new_event_loop
@@ -117,8 +117,8 @@ class Front:
 
     def allowed(self, sent: bytes) -> bool:
         """Whether the request's Authorization header carries the inference key (always, when auth is off)."""
-        want = self.key_header().get("Authorization")
-        return want is None or hmac.compare_digest(sent.strip(), want.encode())
+        want = self.key_header().get("Authorization")  # Bearer KEY
+        return want is None or carries_key(sent.decode("latin-1"), want.partition(" ")[2])
 
     # ---------------------------------------------------------------- requests
     async def forward(self, request: splice.Request, client: splice.Client) -> None:

@@ -18,7 +18,7 @@ from msnb.spec import spec_from_source
 
 pytest.importorskip("ray.serve")  # (msnb.engines.ray.require sets Ray's environment first where that matters)
 from msnb.templates import msnb_ray
-from msnb.templates.msnb_ray_context import replica_gpu_id
+from msnb.templates.msnb_ray_replica import replica_gpu_id
 
 TEXT_SOURCE = MLP_SOURCE.split("def postprocess")[0] + textwrap.dedent(
     """
@@ -136,28 +136,29 @@ def test_a_gpu_model_asks_ray_for_a_gpu_and_sees_it_as_cuda_0():
 
 
 def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
-    from msnb.templates import msnb_ray_http as http
+    from msnb.templates import msnb_ts_wire as wire
 
-    assert http.decode_body(b'{"a": 1}', "application/json") == {"a": 1}
-    assert http.decode_body(b"hello", "text/plain; charset=utf-8") == "hello"
-    assert http.decode_body(b"\x89PNG", "image/png") == b"\x89PNG"
-    assert http.decode_body(b"{not json", "application/json") == b"{not json"
-    status, _, body = http.encode_answer({"x": float("nan")}, 200, {})
+    assert wire.decode_body(b'{"a": 1}', "application/json") == {"a": 1}
+    assert wire.decode_body(b"hello", "text/plain; charset=utf-8") == "hello"
+    assert wire.decode_body(b"\x89PNG", "image/png") == b"\x89PNG"
+    assert wire.decode_body(b"{not json", "application/json") == b"{not json"
+    status, _, body = wire.encode_answer({"x": float("nan")}, 200, {})
     assert status == 503 and "strict JSON" in json.loads(body)["message"]
 
 
 def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exported_folder_on_sys_path(tmp_path):
-    # An exported Ray folder holds a top-level msnb_ray_context.py. With it importable in the kernel, the engine's
-    # classes must still refer to msnb.templates.msnb_ray_context: Ray pickles them by module name, and a replica
-    # has no exported folder on its path.
-    (tmp_path / "msnb_ray_context.py").write_text(Path(msnb_ray.__file__).with_name("msnb_ray_context.py").read_text())
+    # An exported Ray folder holds top-level msnb_ts_context.py and msnb_ray_replica.py. With them importable in the
+    # kernel, the engine's classes must still refer to msnb.templates' modules: Ray pickles them by module name, and a
+    # replica has no exported folder on its path.
+    for name in ("msnb_ts_wire.py", "msnb_ts_context.py", "msnb_ray_replica.py"):
+        (tmp_path / name).write_text(Path(msnb_ray.__file__).with_name(name).read_text())
     code = (
-        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_ray_context\n"
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_ts_context, msnb_ray_replica\n"
         "from msnb.templates import msnb_ray\n"
         "print(msnb_ray.ChunkSocket.__module__, msnb_ray.RayMetrics.__module__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["msnb.templates.msnb_ray_context"] * 2
+    assert out == ["msnb.templates.msnb_ts_context", "msnb.templates.msnb_ray_replica"]
 
 
 def test_a_streaming_handler_answered_whole_gathers_its_chunks_and_tells_the_router_to_stream(loaded):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ts.metrics.metric_type_enum import MetricTypes
 
-from msnb.templates.msnb_ray_context import RayMetrics
+from msnb.templates.msnb_ray_replica import RayMetrics
 
 
 class Recorded:

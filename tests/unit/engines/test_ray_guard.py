@@ -1,17 +1,12 @@
-"""The Ray router's doors without a cluster: where its inference key comes from, TorchServe's answer to a missing
-or wrong key, the body size limit, and a body too deep to decode forwarded as TorchServe forwards it."""
+"""The Ray router's doors without a cluster: where its inference key comes from (TorchServe's checks themselves:
+tests/unit/templates/test_ts_checks.py)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from msnb.engines.auth import Keys, write_key_file
 from msnb.templates import msnb_ray_guard as guard
-
-KEY_ERROR = {"code": 400, "type": "InvalidKeyException",
-             "message": "Token Authorization failed. Token either incorrect, expired, or not provided correctly"}  # fmt: skip
 
 
 @pytest.fixture
@@ -40,26 +35,3 @@ def test_no_key_is_an_error_naming_where_to_put_one_unless_auth_is_off_explicitl
     with pytest.raises(guard.KeyMissingError, match=guard.KEY_VAR):
         guard.inference_key({})
     assert guard.inference_key({"auth": False}) is None and guard.inference_key({"auth": "false"}) is None
-
-
-def test_a_missing_or_wrong_key_gets_torchserves_400(tmp_path):
-    from msnb.templates import msnb_ray
-
-    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic secret"}):
-        status, _, body = msnb_ray.error_reply(*guard.refused(headers, "secret"))
-        assert status == 400 and json.loads(body) == KEY_ERROR
-    assert guard.refused({"authorization": "Bearer secret"}, "secret") is None
-    assert guard.refused({}, None) is None  # auth: false
-
-
-def test_a_body_over_the_limit_is_413_naming_the_limit():
-    assert guard.too_large(100, 100) is None and guard.too_large(10**9, None) is None
-    status, kind, message = guard.too_large(101, 100)
-    assert status == 413 and "max_request_size (100 bytes)" in message
-
-
-def test_a_body_too_deeply_nested_to_decode_is_forwarded_as_bytes_like_torchserve():
-    from msnb.templates.msnb_ray_http import decode_body
-
-    deep = b"[" * 100_000 + b"]" * 100_000
-    assert decode_body(deep, "application/json") == deep

@@ -1,14 +1,14 @@
-"""Loading a model folder on a Ray Serve replica as a TorchServe worker loads it: its manifest and model-config, the
-folder as cwd and import path, and the handler resolved and initialized by TorchServe's own loader.
+"""Loading a model folder as a TorchServe worker loads it, where no TorchServe worker runs (a Ray Serve replica, any
+engine that is not TorchServe): its manifest and model-config, the folder as cwd and import path, and the handler
+resolved and initialized by TorchServe's own loader.
 
-Depends on pyyaml and the standard library (and ``ts`` when installed on the node), never on msnb.
+Depends on pyyaml and the standard library (and ``ts`` when installed), never on msnb.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -16,16 +16,14 @@ from typing import Any
 
 import yaml
 
-if __package__:  # msnb.templates.msnb_ray_load (the notebook's engine)
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from .msnb_names import CONFIG, MANIFEST, REQUIREMENTS
-    from .msnb_ray_context import make_context
     from .msnb_serving import ServingConfig
-else:  # beside its model folders (an exported application)
+    from .msnb_ts_context import make_context
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_names import CONFIG, MANIFEST, REQUIREMENTS
-    from msnb_ray_context import make_context
     from msnb_serving import ServingConfig
-
-logger = logging.getLogger("ray.serve")  # Serve's logger: its lines land in the replica's own log file
+    from msnb_ts_context import make_context
 
 
 def read_folder(folder: Path) -> tuple[dict, dict]:
@@ -65,7 +63,7 @@ def load_handler(folder: Path, name: str, handler: str, config: dict, gpu_id: in
                  envelope: str | None = None) -> tuple[Any, Any]:  # fmt: skip
     """(entry point, context), initialized, as a TorchServe worker loads them: with TorchServe's own loader when
     ``ts`` is installed (``module.py[:function]``, the one class with ``handle``, a default handler by name such as
-    ``text_classifier``, an envelope), else a module-level function and the adapter's own Context."""
+    ``text_classifier``, an envelope), else a module-level function and msnb_ts_context's Context."""
     batch_size = ServingConfig.from_model_config(config).batch_size or 1
     try:
         from ts.model_loader import TsModelLoader
@@ -91,33 +89,3 @@ def load_entry(handler: str) -> Any:
     if entry is None:
         raise RuntimeError(f"{handler}: no module-level {function or 'handle'} function to call.")
     return entry
-
-
-class LogLines:
-    """A text stream that also sends each complete line to ``logger``: a replica's prints in its log file."""
-
-    def __init__(self, logger: logging.Logger, original: Any):
-        self.logger, self.original, self.pending = logger, original, ""
-
-    def write(self, text: str) -> int:
-        self.original.write(text)
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            if line.strip():
-                self.logger.info(line)
-        return len(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.original, name)
-
-
-def worker_logs() -> None:
-    """Log as a TorchServe worker does, into the file ``%ms_logs`` reads: TorchServe's worker logs the root logger
-    at INFO and writes its prints to model_log.log; here both go to the replica's log file (the file handlers of
-    Serve's "ray.serve" logger), so the handler's own log lines and prints are there, not only Serve's."""
-    root = logging.getLogger()
-    files = [h for h in logger.handlers if not isinstance(h, logging.StreamHandler)]
-    root.handlers += [h for h in files if h not in root.handlers]
-    root.setLevel(min(root.level or logging.INFO, logging.INFO))
-    if not isinstance(sys.stdout, LogLines):
-        sys.stdout = LogLines(logger, sys.stdout)

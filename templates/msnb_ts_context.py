@@ -1,15 +1,20 @@
-"""TorchServe's handler ``Context`` on a Ray Serve replica: manifest, system properties, request headers,
-per-request status and headers, and custom metrics exported as Ray's Prometheus metrics.
+"""TorchServe's handler ``Context`` where no TorchServe worker builds it (a Ray Serve replica, any engine that is not
+TorchServe): manifest, system properties, request headers, per-request status and headers, and the worker's socket
+that a handler's intermediate responses are written to.
 
-TorchServe's own ``ts.context.Context`` is used when ``ts`` is importable on the node; otherwise a class with
-the same API. Depends on the standard library and (optionally) ``ray.serve.metrics``, never on msnb.
+TorchServe's own ``ts.context.Context`` is used when ``ts`` is importable; otherwise a class with the same API.
+Depends on the standard library, never on msnb.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from typing import Any
+
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
+    from .msnb_ts_wire import predict_responses
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_ts_wire import predict_responses
 
 try:  # TorchServe's own classes, when it is installed on the Ray node
     from ts.context import Context, RequestProcessor
@@ -97,13 +102,8 @@ except ImportError:
             self.request_processor[idx].add_response_property(key, value)
 
 
+# The server_version a handler reads in its context (Ray Serve was the first engine to build this Context).
 SERVER_VERSION = "ray-serve"
-
-
-def replica_gpu_id(assigned_gpus: list) -> int | None:
-    """The context's ``gpu_id`` on a replica: Ray sets CUDA_VISIBLE_DEVICES to the GPUs it assigned, so the
-    first assigned GPU is ``cuda:0`` whatever its physical id; None when the replica has no GPU."""
-    return 0 if assigned_gpus else None
 
 
 def make_context(
@@ -124,7 +124,7 @@ def make_context(
 class ChunkSocket:
     """The worker's socket to the frontend as ``send_intermediate_predict_response`` writes to it: each intermediate
     response (TorchServe's binary predict response, ts/protocol/otf_message_handler.py) goes to the replica's
-    ``context.msnb_send_chunks`` as each request's chunk (msnb_ray_stream), so it streams to its client."""
+    ``context.msnb_send_chunks`` as each request's chunk (on Ray: msnb_ray_stream), so it streams to its client."""
 
     def __init__(self, context: Any):
         self.context = context
@@ -144,93 +144,7 @@ class ChunkSocket:
             send(pieces, types)
 
 
-def predict_responses(message: bytes) -> list[tuple[str, str, bytes]]:
-    """(request id, content type, body) of each request in one TorchServe predict response."""
-    pos, out = 4, []  # after the batch's status code
-
-    def field() -> bytes | None:
-        nonlocal pos
-        (size,) = struct.unpack_from("!i", message, pos)
-        pos += 4
-        value = message[pos : pos + max(size, 0)]
-        pos += max(size, 0)
-        return value if size >= 0 else None
-
-    field()  # the batch's message
-    while (request_id := field()) is not None:
-        ctype = (field() or b"").decode()
-        pos += 4  # the request's HTTP status
-        field()  # its reason phrase
-        (headers,) = struct.unpack_from("!i", message, pos)
-        pos += 4
-        for _ in range(2 * headers):
-            field()
-        out.append((request_id.decode(), ctype, field() or b""))
-    return out
-
-
 def set_requests(context: Any, headers: list[dict]) -> None:
     """Give the context one request processor per request of the batch (fresh statuses and headers)."""
     context.request_ids = {idx: f"{os.getpid()}-{idx}" for idx in range(len(headers))}
     context.request_processor = [RequestProcessor(dict(h)) for h in headers]
-
-
-class RayMetrics:
-    """TorchServe's metrics API (``add_time``, ``add_metric``, ...) over ``ray.serve.metrics`` gauges and counters,
-    which Ray exports in Prometheus format on each node's metrics port (names prefixed ``ray_``, lowercased)."""
-
-    def __init__(self, model_name: str, factory: Any = None):
-        self.model_name, self._factory, self._metrics = model_name, factory, {}
-        self.request_ids: Any = None
-
-    def set_request_ids(self, request_ids: Any) -> None:
-        """TorchServe's loader names the load's request (a metrics cache API); Ray's metrics have no request."""
-        self.request_ids = request_ids
-
-    def _metric(self, name: str, kind: str) -> Any:
-        if (name, kind) not in self._metrics:
-            factory = self._factory
-            if factory is None:
-                from ray.serve import metrics as factory
-            cls = factory.Counter if kind == "counter" else factory.Gauge
-            self._metrics[name, kind] = cls(name, description=f"msnb handler metric {name}", tag_keys=("model_name",))
-        return self._metrics[name, kind]
-
-    def add_time(self, name: str, value: float, idx: Any = None, unit: str = "ms", dimensions: Any = None, *_, **__):
-        self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
-
-    def add_metric(
-        self, name: str, value: float, unit: str = "count", idx: Any = None, dimensions: Any = None, *_, **__
-    ):
-        self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
-
-    def add_counter(self, name: str, value: float = 1, idx: Any = None, dimensions: Any = None, *_: Any, **__: Any):
-        self._metric(name, "counter").inc(float(value), tags={"model_name": self.model_name})
-
-    add_size = add_percent = add_metric
-
-    def add_metric_to_cache(self, metric_name: str, unit: str = "count", dimension_names: Any = None,
-                            metric_type: Any = "counter") -> "CachedMetric":  # fmt: skip
-        """TorchServe's metrics cache API (``metric_type`` a ``ts.metrics.metric_type_enum.MetricTypes`` or its
-        name): the metric, whose ``add_or_update`` / ``update`` set a gauge or increase a counter."""
-        return self.get_metric(metric_name, metric_type)
-
-    def get_metric(self, metric_name: str, metric_type: Any = "counter") -> "CachedMetric":
-        kind = "counter" if str(getattr(metric_type, "value", metric_type)).lower().endswith("counter") else "gauge"
-        return CachedMetric(self._metric(metric_name, kind), kind, self.model_name)
-
-
-class CachedMetric:
-    """One metric of TorchServe's metrics cache API over a Ray gauge or counter."""
-
-    def __init__(self, metric: Any, kind: str, model_name: str):
-        self.metric, self.kind, self.tags = metric, kind, {"model_name": model_name}
-
-    def add_or_update(self, value: float, dimension_values: Any = None, request_id: str = "") -> None:
-        if self.kind == "counter":
-            self.metric.inc(float(value), tags=self.tags)
-        else:
-            self.metric.set(float(value), tags=self.tags)
-
-    def update(self, value: float, request_id: str = "", dimensions: Any = None) -> None:
-        self.add_or_update(value)
