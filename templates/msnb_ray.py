@@ -216,25 +216,13 @@ class MsnbModel:
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
             return http.not_found(request.url.path)
-        refusal = refused(headers, self.door.key) or self.other_version(parts[2:])
+        refusal = refused(headers, self.door.key) or http.other_version(self.model.name, self.model.manifest, parts[2:])
         if refusal:
             return reply(*error_reply(*refusal))
         name = self.model.name
         return await http.prediction(request, headers, self.door.limit,
                                 lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
                                 lambda body: self._whole(body, headers))  # fmt: skip
-
-    def other_version(self, asked: list[str]) -> tuple[int, str, str] | None:
-        """TorchServe's 404 for a version this replica does not serve (the front sends ``/predictions/NAME/VERSION``
-        here when no application of that version has the longer route)."""
-        version = str((self.model.manifest.get("model") or {}).get("modelVersion") or "")
-        if not asked or asked[0] == version:
-            return None
-        return (
-            404,
-            "ModelVersionNotFoundException",
-            f"Model version: {asked[0]} does not exist for model: {self.model.name}",
-        )
 
     async def _streams(self) -> bool:
         return streams(self.model)

@@ -42,6 +42,15 @@ def is_version_app(app: str) -> bool:
     return "@" in app
 
 
+def other_version(name: str, manifest: dict, asked: list[str]) -> tuple[int, str, str] | None:
+    """TorchServe's 404 for a version ``asked`` (``/predictions/NAME/VERSION``) that the replica of ``name`` with
+    ``manifest`` does not serve (the front sends it there when no application of that version has the longer route)."""
+    version = str((manifest.get("model") or {}).get("modelVersion") or "")
+    if not asked or asked[0] == version:
+        return None
+    return 404, "ModelVersionNotFoundException", f"Model version: {asked[0]} does not exist for model: {name}"
+
+
 def own_api_path(name: str, path: str) -> str:
     """Where the front sends ``path`` (``/v1/chat/completions``...) of a request for model ``name``."""
     return f"{model_route(name)}/{OWN_API}{path}"
