@@ -271,10 +271,25 @@ def left_running(bound_s: float = 60) -> list[str]:
         time.sleep(1)
 
 
+def not_rays_own(root: Path) -> list[str]:
+    """What lies under Ray's temp root that Ray's own run did not put there: anything beside its ``ray`` folder, and
+    an environment a requirement would have made there (Ray's ``runtime_env`` pip, uv, conda or virtualenv)."""
+    found = [str(p) for p in root.iterdir() if p.name != "ray"]
+    for kind in ("pip", "uv", "conda", "virtualenv"):
+        found += [str(p) for p in root.glob(f"ray/session_*/runtime_resources/{kind}/*")]
+    return found
+
+
+def _after(page: Path) -> list[str]:
+    """The page ran to its end, its last block stopping what it started: no process of it runs, and Ray's temp root
+    holds Ray's own files only."""
+    left, foreign = left_running(), not_rays_own(Path(os.environ["RAY_TMPDIR"]))
+    problems = [f"{page.name} ran, and left {len(left)} process(es) running:\n" + "\n".join(left)] if left else []
+    return problems + ([f"{page.name} left under Ray's temp root:\n" + "\n".join(foreign)] if foreign else [])
+
+
 if __name__ == "__main__":  # inside the namespaces of ``_isolated``: their loopback up, then the page's blocks
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     _page, _workdir, _timeout = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     _problems = _run_blocks(_page, _workdir, _timeout, keep_running=True)
-    _left = [] if _problems else left_running()  # the page ran to its end: its last block stopped what it started
-    _problems += [f"{_page.name} ran, and left {len(_left)} process(es) running:\n" + "\n".join(_left)] if _left else []
-    print(json.dumps(_problems))
+    print(json.dumps(_problems or _after(_page)))
