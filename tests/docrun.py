@@ -207,17 +207,21 @@ def _isolated(page: Path, workdir: Path, block_timeout: int) -> list[str]:
     process the page started ends with it (the namespace's first process is this module, run as a script)."""
     command = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "--mount-proc", "--kill-child",
                sys.executable, __file__, str(page), str(workdir), str(block_timeout)]  # fmt: skip
-    ray_root = tempfile.mkdtemp(prefix="msnbdocray-", dir="/tmp")  # short: Ray's socket paths hold 107 bytes
+    scratch = Path(tempfile.mkdtemp(prefix="msnbdocns-", dir="/tmp"))  # short: Ray's socket paths hold 107 bytes
+    for folder in ("r", "t"):
+        (scratch / folder).mkdir()
     # A reader's terminal: none of the Ray settings this test process holds (msnb sets its own when it imports Ray);
-    # Ray's temp root the run's own (a reader's Ray uses /tmp/ray, which the host's other Rays may use).
-    env = {k: v for k, v in scratch_env(workdir).items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": ray_root}
+    # Ray's temp root (a reader's Ray uses /tmp/ray, which the host's other Rays may use) and TMPDIR the run's own,
+    # removed with it even when the run is killed.
+    env = {k: v for k, v in scratch_env(workdir).items() if not k.startswith("RAY_")}
+    env |= {"RAY_TMPDIR": str(scratch / "r"), "TMPDIR": str(scratch / "t")}
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         out, err = run.communicate()
     finally:  # SIGKILL to unshare: its child, the namespace's first process, gets SIGKILL too, and every process in it
         run.kill()
         run.wait()
-        shutil.rmtree(ray_root, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     if run.returncode:
         return [f"{page.name}: the isolated run failed (exit {run.returncode}):\n{err[-3000:]}"]
     return json.loads(out.splitlines()[-1])
