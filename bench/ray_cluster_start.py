@@ -200,7 +200,8 @@ def plot(result: dict, path: Path = PLOT) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    counts = sorted({int(k.split(", ")[1].split()[0]) for k in result["rows"]})
+    first = "every first answer, "  # (the requirement's rows beside them are not bars)
+    counts = sorted({int(k.split(", ")[1].split()[0]) for k in result["rows"] if k.startswith(first)})
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for offset, kind in ((-0.2, "torchserve"), (0.2, "ray")):
         medians = [result["rows"][f"every first answer, {n} archive(s): {kind} s"]["median"] for n in counts]

@@ -68,6 +68,8 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
 
 guard.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
+# TorchServe answers an inference call sent with PUT as with POST (its READMEs' `curl URL -T FILE` sends a PUT).
+INFERENCE_METHODS = ("POST", "PUT")
 REPLICA_TRIES = 3  # a call whose replica was lost (its node gone) is sent again, to another replica
 # What a call gets when its replica's process or node went: the actor dead or unreachable, the worker or node
 # gone, its answer lost with it. Never the model's own errors: those come back as answers (``LoadedModel.answer``).
@@ -214,7 +216,7 @@ class MsnbModel:
         parts, headers = [p for p in request.url.path.split("/") if p], http.lower(request.headers)
         if self.door is not None and parts[2:3] == [http.OWN_API]:  # OpenAI's API for this model (msnb_ray_api)
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
-        if self.door is None or len(parts) not in (2, 3) or request.method != "POST":
+        if self.door is None or len(parts) not in (2, 3) or request.method not in INFERENCE_METHODS:
             return http.not_found(request.url.path)
         refusal = refused(headers, self.door.key) or http.other_version(self.model.name, self.model.manifest, parts[2:])
         if refusal:
@@ -293,7 +295,8 @@ class MsnbRouter:
             return reply(200, {"content-type": JSON_TYPE}, json.dumps(await self.targets()).encode())
         if parts[:1] == ["models"] and len(parts) <= 4:  # TorchServe's management API: reads answered here
             return reply(*await self.manage(request.method, parts, dict(request.query_params), headers))
-        if len(parts) not in (2, 3) or parts[0] not in ("predictions", "explanations") or request.method != "POST":
+        predicts = len(parts) in (2, 3) and parts[0] in ("predictions", "explanations")
+        if not predicts or request.method not in INFERENCE_METHODS:
             return http.not_found(request.url.path)
         name, explain = self.versioned(parts[1:]), parts[0] == "explanations"
         return await http.prediction(request, headers, self.door.limit,

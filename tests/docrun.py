@@ -8,7 +8,11 @@ The page is the source of truth; nothing here adds setup. How a page marks its b
 - a ```` ```text title="Output" ```` block right after a cell (or a shell block) is what that cell prints: the run
   must print it (doctest's rules: ``...`` stands for any text, runs of spaces and newlines compare equal);
   ```` ```text title="Error" ```` says the cell fails, and with that text;
-- on a shell page, each ```` ```bash ```` block runs in ``bash -euo pipefail`` in the same folder, in order;
+- on a shell page, each ```` ```bash ```` block runs in ``bash -euo pipefail`` in the same folder, in order, as in
+  one terminal: what a block exports is in the next block's environment (a file block is written there too);
+- a page that starts a cluster (``ray start``, ``ray stop``: machine-wide commands) runs in a machine of its own
+  (``run_shell_page(..., isolated=True)``): Linux namespaces with their own processes and loopback, so its commands
+  run exactly as written and end with the run;
 - blocks inside a folded admonition (``??? example "Setup"``, indented) count like any other;
 - any other block (``text``, ``yaml``, a python block titled ``excerpt: ...``) is shown, not run.
 """
@@ -16,12 +20,15 @@ The page is the source of truth; nothing here adds setup. How a page marks its b
 from __future__ import annotations
 
 import doctest
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,31 +146,94 @@ def scratch_env(workdir: Path) -> dict[str, str]:
     return dict(os.environ, HOME=str(scratch), IPYTHONDIR=str(scratch / ".ipython"), PATH=path)
 
 
-def run_shell_page(page: Path, workdir: Path) -> list[str]:
+def run_shell_page(page: Path, workdir: Path, isolated: bool = False, block_timeout: int = CELL_TIMEOUT_S * 2):
     """Run ``page``'s bash blocks in order in ``workdir``, each in ``bash -euo pipefail``, with this Python's bin first.
 
     Each block runs in a session of its own with a TMPDIR of its own (TorchServe keeps one pid file per TMPDIR);
     whatever a block left running (a server it started in the background) is ended with it, as a closed terminal
-    would end it."""
+    would end it. ``isolated``: the page runs in namespaces of its own (``_isolated``)."""
+    if isolated:
+        return _isolated(page, workdir, block_timeout)
+    return _run_blocks(page, workdir, block_timeout, keep_running=False)
+
+
+def _run_blocks(page: Path, workdir: Path, block_timeout: int, keep_running: bool) -> list[str]:
+    """The blocks of ``page`` in order; ``keep_running``: what a block started (``ray start``'s nodes) outlives it."""
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="msnbdoc-") as tmp:
         env = dict(scratch_env(workdir), TMPDIR=tmp)
         for block in blocks(page):
+            if block.kind == "file":
+                (workdir / block.title).parent.mkdir(parents=True, exist_ok=True)
+                (workdir / block.title).write_text(block.text)
             if block.kind != "shell":
                 continue
-            done = subprocess.Popen(
-                ["bash", "-euo", "pipefail", "-c", block.text], cwd=workdir, env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, start_new_session=True,
-            )  # fmt: skip
-            try:
-                out = done.communicate(timeout=CELL_TIMEOUT_S * 2)[0]
-            finally:
-                _end_session(done)
-            failed = f"exit {done.returncode}\n{out[-3000:]}" if done.returncode else None
+            out, failed, env = _run_block(block, workdir, env, block_timeout, keep_running)
             problems += _judge(page, block, out, failed)
             if failed and not (block.expect and block.expect.kind == "error"):
                 break
     return problems
+
+
+def _run_block(block: Block, workdir: Path, env: dict, timeout: int, keep_running: bool):
+    """Run one block; returns its output, the failure (None: it ran) and the environment it leaves for the next.
+    Its output goes to a file, not a pipe: a daemon it started (``ray start``'s) may hold the pipe open for ever."""
+    carried, output = Path(env["TMPDIR"]) / "environment", Path(env["TMPDIR"]) / "output"
+    script = f"trap 'env -0 > {carried}' EXIT\n{block.text}"
+    with open(output, "w") as sink:
+        done = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script], cwd=workdir, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        done.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _end_session(done)
+        return output.read_text(), f"still running after {timeout} s\n{output.read_text()[-3000:]}", env
+    finally:
+        if not keep_running:
+            _end_session(done)
+    out = output.read_text()
+    failed = f"exit {done.returncode}\n{out[-3000:]}" if done.returncode else None
+    if carried.exists():
+        pairs = [item.split("=", 1) for item in carried.read_text().split("\0") if "=" in item]
+        env = {**dict(pairs), "TMPDIR": env["TMPDIR"]}
+    return out, failed, env
+
+
+def _isolated(page: Path, workdir: Path, block_timeout: int) -> list[str]:
+    """Run the page in Linux namespaces of its own (``unshare``: processes, network, mounts, as an unprivileged user's
+    root): ``ray stop`` sees only the page's processes, ports 6379/8000/8265 are the page's own loopback's, and every
+    process the page started ends with it (the namespace's first process is this module, run as a script)."""
+    command = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "--mount-proc", "--kill-child",
+               sys.executable, __file__, str(page), str(workdir), str(block_timeout)]  # fmt: skip
+    scratch = Path(tempfile.mkdtemp(prefix="msnbdocns-", dir="/tmp"))  # short: Ray's socket paths hold 107 bytes
+    for folder in ("r", "t"):
+        (scratch / folder).mkdir()
+    # A reader's terminal: none of the Ray settings this test process holds (msnb sets its own when it imports Ray);
+    # Ray's temp root (a reader's Ray uses /tmp/ray, which the host's other Rays may use) and TMPDIR the run's own,
+    # removed with it even when the run is killed.
+    env = {k: v for k, v in scratch_env(workdir).items() if not k.startswith("RAY_")}
+    env |= {"RAY_TMPDIR": str(scratch / "r"), "TMPDIR": str(scratch / "t")}
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = run.communicate()
+    finally:  # SIGKILL to unshare: its child, the namespace's first process, gets SIGKILL too, and every process in it
+        run.kill()
+        run.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+    if run.returncode:
+        return [f"{page.name}: the isolated run failed (exit {run.returncode}):\n{err[-3000:]}"]
+    return json.loads(out.splitlines()[-1])
+
+
+def can_isolate() -> bool:
+    """Whether this machine lets an unprivileged run make its own namespaces (``_isolated``)."""
+    probe = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "--mount-proc", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def _end_session(process: subprocess.Popen) -> None:
@@ -184,3 +254,46 @@ def _judge(page: Path, block: Block, got: str, failed: str | None) -> list[str]:
     if expect and not matches(expect.text, got):
         return [f"{where} printed something else than the page shows:\n--- page\n{expect.text}--- run\n{got}"]
     return []
+
+
+def left_running(bound_s: float = 60) -> list[str]:
+    """The processes of this PID namespace still running besides this one (zombies aside), once those ending have
+    ended or ``bound_s`` has passed: what a page that ends with ``ray stop`` left behind."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        left = []
+        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) != os.getpid()):
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            except (OSError, IndexError):  # gone meanwhile
+                continue
+            if state != "Z":
+                left.append(f"{pid} {command}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
+def not_rays_own(root: Path) -> list[str]:
+    """What lies under Ray's temp root that Ray's own run did not put there: anything beside its ``ray`` folder, and
+    an environment a requirement would have made there (Ray's ``runtime_env`` pip, uv, conda or virtualenv)."""
+    found = [str(p) for p in root.iterdir() if p.name != "ray"]
+    for kind in ("pip", "uv", "conda", "virtualenv"):
+        found += [str(p) for p in root.glob(f"ray/session_*/runtime_resources/{kind}/*")]
+    return found
+
+
+def _after(page: Path) -> list[str]:
+    """The page ran to its end, its last block stopping what it started: no process of it runs, and Ray's temp root
+    holds Ray's own files only."""
+    left, foreign = left_running(), not_rays_own(Path(os.environ["RAY_TMPDIR"]))
+    problems = [f"{page.name} ran, and left {len(left)} process(es) running:\n" + "\n".join(left)] if left else []
+    return problems + ([f"{page.name} left under Ray's temp root:\n" + "\n".join(foreign)] if foreign else [])
+
+
+if __name__ == "__main__":  # inside the namespaces of ``_isolated``: their loopback up, then the page's blocks
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    _page, _workdir, _timeout = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    _problems = _run_blocks(_page, _workdir, _timeout, keep_running=True)
+    print(json.dumps(_problems or _after(_page)))

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import yaml
 
-from msnb.engines.ray import ROUTER_APP, require
+from msnb.engines.ray import RAY_VERSION, ROUTER_APP, require
 from msnb.errors import BuildError
 from msnb.files import written_into
 from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
+from msnb.package.ray_image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
 from msnb.package.ray_sizing import Sizing, needs, needs_text
 from msnb.spec import HandlerSpec
 from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names, msnb_serving
@@ -26,7 +27,6 @@ from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = "msnb_ray"
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
-RAY_IMAGE = "rayproject/ray:2.60.0-py311-cpu"
 # The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (msnb_ray_guard).
 KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
@@ -83,16 +83,16 @@ def rayservice(config: dict, name: str = "msnb") -> dict:
     # authOptions (KubeRay >= 1.5.1): the operator makes a token Secret and sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on
     # every Ray container, so Ray's gRPC, dashboard and agents refuse callers without it.
     spec = {"serveConfigV2": yaml.safe_dump(v2, sort_keys=False), "rayClusterConfig": {
-        "rayVersion": "2.60.0", "authOptions": {"mode": "token"}, "headGroupSpec": head,
+        "rayVersion": RAY_VERSION, "authOptions": {"mode": "token"}, "headGroupSpec": head,
         "workerGroupSpecs": workers}}  # fmt: skip
     return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name}, "spec": spec}
 
 
 def _container() -> dict:
-    # The exported folder is the image's working directory (see docs/ray.md: an image, or a zip URI).
+    # The exported folder is the image's working directory (its Dockerfile, ray_image; docs/ray.md: or a zip URI).
     key = {"name": KEY_VAR, "valueFrom": {"secretKeyRef": KEY_SECRET}}  # the router's inference key
-    return {"name": "ray", "image": "REGISTRY/msnb-models:TAG  # FROM " + RAY_IMAGE + ", COPY OUTDIR /serve",
-            "workingDir": "/serve", "env": [key], "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
+    return {"name": "ray", "image": IMAGE, "workingDir": WORKDIR, "env": [key],
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
 
 
 def write_ray(
@@ -145,6 +145,7 @@ def _write(outdir: Path, stage, where: tuple) -> Path:
         (staging / RAYSERVICE).write_text(
             _header("kubectl apply -f " + RAYSERVICE) + yaml.safe_dump(rayservice(config), sort_keys=False)
         )
+        (staging / DOCKERFILE).write_text(dockerfile(staging))
     return outdir
 
 
@@ -168,7 +169,7 @@ def summary(outdir: Path) -> str:
     http = config["http_options"]
     return RUN_STEPS.format(
         needs=needs_text(needs(outdir, config)), out=outdir, var=KEY_VAR, host=http["host"], port=http["port"],
-        secret=KEY_SECRET["name"], secret_key=KEY_SECRET["key"], config=SERVE_CONFIG, rayservice=RAYSERVICE,
+        image=IMAGE, secret=KEY_SECRET["name"], secret_key=KEY_SECRET["key"], config=SERVE_CONFIG, rayservice=RAYSERVICE,
         name=next(app["name"] for app in config["applications"]),
     )  # fmt: skip
 
@@ -182,7 +183,8 @@ Run it (the router asks every request for the inference key in ${var}, read wher
   serve run {config}
 On a running cluster, start its nodes with {var} in their environment (`{var}=... ray start ...`), then:
   RAY_ADDRESS=HEAD:6379 serve run {config}
-On Kubernetes (KubeRay), the key from a Secret (rayservice.yaml gives it to every Ray container):
+On Kubernetes (KubeRay), an image of this folder (its Dockerfile) and the key from a Secret (rayservice.yaml gives it to every Ray container):
+  docker build -t {image} . && docker push {image}
   kubectl create secret generic {secret} --from-literal={secret_key}="${var}"
   kubectl apply -f {rayservice}
 Ask it:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 
 import pytest
 import yaml
@@ -22,6 +23,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "ray").iterdir())
     assert names == [
+        "Dockerfile",  # the image rayservice.yaml runs
         "first",
         "msnb_api_embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
         "msnb_api_mcp.py",
@@ -218,3 +220,44 @@ def test_model_config_workers_and_device_type_size_the_exported_replicas(tmp_pat
     code, out, err = run(capsys, "export", gpu, "--ray", tmp_path / "default")
     assert code == 0, err
     assert "(gpu 3 x 0.1 CPU, 1 GPU; the router 0 CPU)" in out  # deviceType: gpu asks each replica for one GPU
+
+
+def test_export_ray_writes_the_image_rayservice_runs_and_the_key_from_the_printed_secret(tmp_path, capsys):
+    # What a RayService is checked for without Kubernetes (docs/ray.md, KubeRay): the manifest's parts that this
+    # machine can hold against their sources; KubeRay itself and an image build need a cluster and a registry.
+    pytest.importorskip("ray.serve")
+    import ray
+    from helpers import ECHO, build_mar
+
+    needs = build_mar(tmp_path / "needs", "needs", ECHO, requirements=["lru-dict"])
+    plain = build_mar(tmp_path / "plain", "plain", ECHO)
+    code, out, err = run(capsys, "export", needs, plain, "--ray", tmp_path / "ray")
+    assert code == 0, err
+    service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
+    config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
+    assert yaml.safe_load(service["spec"]["serveConfigV2"])["applications"] == config["applications"]
+    assert service["spec"]["rayClusterConfig"]["rayVersion"] == ray.__version__
+    cluster = service["spec"]["rayClusterConfig"]
+    containers = [
+        g["template"]["spec"]["containers"][0] for g in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    ]
+    image, workdir = containers[0]["image"], containers[0]["workingDir"]
+    assert all((c["image"], c["workingDir"]) == (image, workdir) for c in containers)
+    lines = (tmp_path / "ray" / "Dockerfile").read_text().splitlines()
+    steps = [line for line in lines if line and not line.startswith("#")]
+    assert steps[0] == f"FROM rayproject/ray:{ray.__version__}-py311-cpu"
+    torch, torchserve = (f"{n}=={metadata.version(n).split('+')[0]}" for n in ("torch", "torchserve"))
+    assert f"pip install --no-cache-dir {torch} --index-url https://download.pytorch.org/whl/cpu" in steps[1]
+    assert f"pip install --no-cache-dir {torchserve}" in steps[1]
+    assert f"WORKDIR {workdir}" in steps and f"COPY --chown=ray:users . {workdir}" in steps
+    installs = [step.split(" -r ")[1] for step in steps if " -r " in step]
+    assert installs == [f"{workdir}/needs/needs_requirements.txt"]  # plain has none
+    assert (tmp_path / "ray" / "needs" / "needs_requirements.txt").read_text() == "lru-dict\n"
+    # the printed steps build the image the manifest names, and make the Secret its containers read the key from
+    assert f"docker build -t {image} . && docker push {image}" in lines[0] and f"\n  docker build -t {image} ." in out
+    for container in containers:
+        ref = next(e for e in container["env"] if e["name"] == "MSNB_INFERENCE_KEY")["valueFrom"]["secretKeyRef"]
+        assert (
+            f'\n  kubectl create secret generic {ref["name"]} --from-literal={ref["key"]}="$MSNB_INFERENCE_KEY"\n'
+            in out
+        )
