@@ -190,6 +190,29 @@ def cell() -> dict[str, float]:
     return times
 
 
+def replica_imports() -> dict[str, float]:
+    """What a replica's process imports before its model's ``initialize``, step by step, in a fresh process (as a new
+    Ray worker: Python started, then Ray, then the actor's code)."""
+    steps = Steps()
+    import ray  # noqa: F401 - timed
+
+    steps.mark("import ray (every Ray worker)")
+    from ray import serve  # noqa: F401 - timed
+
+    steps.mark("ray.serve (a replica)")
+    import msnb.templates.msnb_ray  # noqa: F401 - timed
+
+    steps.mark("msnb's replica code (msnb_ray)")
+    import torch  # noqa: F401 - timed
+
+    steps.mark("torch")
+    import ts.model_loader
+    import ts.service  # noqa: F401 - timed
+
+    steps.mark("TorchServe's worker code (ts.model_loader, ts.service)")
+    return steps.total()
+
+
 CELL = """
 import torch
 
@@ -228,11 +251,13 @@ def one(kind: str, n: int, work: Path, source: Path | None = None, extra: dict |
 def _child(kind: str, n: int, work: str) -> dict[str, float]:
     archives = [Path(work) / f"tiny{i}" / f"tiny{i}.mar" for i in range(n)]
     kinds = {"floor": lambda: floor(n), "msnb": lambda: msnb(archives), "shared": lambda: on_shared(archives),
-             "torchserve": lambda: torchserve(archives), "cell": cell, "cell-shared": cell}  # fmt: skip
+             "torchserve": lambda: torchserve(archives), "cell": cell, "cell-shared": cell,
+             "replica-imports": replica_imports}  # fmt: skip
     return kinds[kind]()
 
 
-KINDS = ("floor", "torchserve", "msnb", "shared", "cell", "cell-shared")  # cell-shared: the cell on `msnb ray up`'s Ray
+# cell-shared: the cell on `msnb ray up`'s Ray; replica-imports: what a replica's process imports, timed alone
+KINDS = ("floor", "torchserve", "msnb", "shared", "cell", "cell-shared", "replica-imports")
 
 
 def run(counts: list[int], rounds: int, before: Path | None, kinds: list[str]) -> tuple[dict, str]:
