@@ -352,6 +352,30 @@ def append(results: dict, at_rest: str, load: list[float], note: str) -> str:
     return text
 
 
+PLOT = Path(__file__).parent / "ray_start.png"
+
+
+def plot(results: dict, path: Path = PLOT) -> None:
+    """Bars: each variant's median seconds to its first answers (its runs as dots), one run's variants side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(results)))
+    for i, runs in enumerate(results.values()):
+        totals = [r["TOTAL"] for r in runs]
+        ax.barh(i, statistics.median(totals), color="#9bb7d4")
+        ax.plot(totals, [i] * len(totals), "k.", markersize=5)
+    ax.set_yticks(range(len(results)), list(results))
+    ax.invert_yaxis()
+    ax.set_xlabel("s, from a fresh process to every first answer (bar: median; dots: runs)")
+    ax.set_title(f"Ray's start, interleaved rounds, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ray_start_steps", description=__doc__)
     parser.add_argument("--archives", type=int, nargs="+", default=[1, 8])
@@ -361,7 +385,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--note", default="", help="a line written under the run's tables")
     args = parser.parse_args(argv)
     load = list(os.getloadavg())
-    print(append(*run(args.archives, args.rounds, args.before, args.kinds), load, args.note))
+    results, at_rest = run(args.archives, args.rounds, args.before, args.kinds)
+    print(append(results, at_rest, load, args.note))
+    plot(results)
 
 
 if __name__ == "__main__":
