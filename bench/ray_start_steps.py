@@ -190,6 +190,29 @@ def cell() -> dict[str, float]:
     return times
 
 
+def replica_imports() -> dict[str, float]:
+    """What a replica's process imports before its model's ``initialize``, step by step, in a fresh process (as a new
+    Ray worker: Python started, then Ray, then the actor's code)."""
+    steps = Steps()
+    import ray  # noqa: F401 - timed
+
+    steps.mark("import ray (every Ray worker)")
+    from ray import serve  # noqa: F401 - timed
+
+    steps.mark("ray.serve (a replica)")
+    import msnb.templates.msnb_ray  # noqa: F401 - timed
+
+    steps.mark("msnb's replica code (msnb_ray)")
+    import torch  # noqa: F401 - timed
+
+    steps.mark("torch")
+    import ts.model_loader
+    import ts.service  # noqa: F401 - timed
+
+    steps.mark("TorchServe's worker code (ts.model_loader, ts.service)")
+    return steps.total()
+
+
 CELL = """
 import torch
 
@@ -228,11 +251,13 @@ def one(kind: str, n: int, work: Path, source: Path | None = None, extra: dict |
 def _child(kind: str, n: int, work: str) -> dict[str, float]:
     archives = [Path(work) / f"tiny{i}" / f"tiny{i}.mar" for i in range(n)]
     kinds = {"floor": lambda: floor(n), "msnb": lambda: msnb(archives), "shared": lambda: on_shared(archives),
-             "torchserve": lambda: torchserve(archives), "cell": cell, "cell-shared": cell}  # fmt: skip
+             "torchserve": lambda: torchserve(archives), "cell": cell, "cell-shared": cell,
+             "replica-imports": replica_imports}  # fmt: skip
     return kinds[kind]()
 
 
-KINDS = ("floor", "torchserve", "msnb", "shared", "cell", "cell-shared")  # cell-shared: the cell on `msnb ray up`'s Ray
+# cell-shared: the cell on `msnb ray up`'s Ray; replica-imports: what a replica's process imports, timed alone
+KINDS = ("floor", "torchserve", "msnb", "shared", "cell", "cell-shared", "replica-imports")
 
 
 def run(counts: list[int], rounds: int, before: Path | None, kinds: list[str]) -> tuple[dict, str]:
@@ -327,6 +352,30 @@ def append(results: dict, at_rest: str, load: list[float], note: str) -> str:
     return text
 
 
+PLOT = Path(__file__).parent / "ray_start.png"
+
+
+def plot(results: dict, path: Path = PLOT) -> None:
+    """Bars: each variant's median seconds to its first answers (its runs as dots), one run's variants side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(results)))
+    for i, runs in enumerate(results.values()):
+        totals = [r["TOTAL"] for r in runs]
+        ax.barh(i, statistics.median(totals), color="#9bb7d4")
+        ax.plot(totals, [i] * len(totals), "k.", markersize=5)
+    ax.set_yticks(range(len(results)), list(results))
+    ax.invert_yaxis()
+    ax.set_xlabel("s, from a fresh process to every first answer (bar: median; dots: runs)")
+    ax.set_title(f"Ray's start, interleaved rounds, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ray_start_steps", description=__doc__)
     parser.add_argument("--archives", type=int, nargs="+", default=[1, 8])
@@ -336,7 +385,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--note", default="", help="a line written under the run's tables")
     args = parser.parse_args(argv)
     load = list(os.getloadavg())
-    print(append(*run(args.archives, args.rounds, args.before, args.kinds), load, args.note))
+    results, at_rest = run(args.archives, args.rounds, args.before, args.kinds)
+    print(append(results, at_rest, load, args.note))
+    plot(results)
 
 
 if __name__ == "__main__":

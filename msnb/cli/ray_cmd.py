@@ -24,16 +24,7 @@ def add(sub, add_command) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from msnb.engines.ray import require, shared
+    from msnb.engines.ray import shared
 
-    if args.action == "status":
-        print(shared.status())
-    elif args.action == "down":
-        print(shared.down())
-    else:
-        require()  # Ray missing: said here, before a process is started
-        print("starting the shared Ray (loopback, Ray token auth on) ...", flush=True)
-        state, started = shared.up(args.port)
-        print(f"shared Ray {'up' if started else 'already up'}: {state.inference_url} (owner pid {state.owner})")
-        print("`%ms_serve NAME --engine ray` and `msnb serve --engine ray` now serve on it; `msnb ray down` stops it.")
+    shared.command(args.action, getattr(args, "port", None), lambda line: print(line, flush=True))
     return 0

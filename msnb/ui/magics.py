@@ -1,5 +1,5 @@
-"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/compare/stop/status/logs/widget): thin over
-session."""
+"""The IPython magics (%%ms_handler, %ms_test/build/serve/predict/explain/compare/stop/status/logs/ray/widget): thin
+over session (and the shared Ray's commands)."""
 
 from __future__ import annotations
 
@@ -274,6 +274,21 @@ class MsnbMagics(Magics):
         """%ms_logs NAME [-n LINES]: the newest lines NAME's TorchServe workers wrote (model_log.log)."""
         args = parse_argstring(self.ms_logs, line)
         return views.LogView(args.name, current().logs(args.name, args.lines))
+
+    @line_magic
+    @_usage_errors
+    @magic_arguments()
+    @argument("action", choices=("up", "down", "status"), help="up: start the shared Ray (or find it up); down: stop "
+              "it; status: what it serves, for whom, and its processes and memory")  # fmt: skip
+    @argument("--port", type=int, help="up: its inference port on 127.0.0.1 (default: a free one)")
+    def ms_ray(self, line: str) -> None:
+        """%ms_ray up|down|status [--port P]: the shared local Ray of `msnb ray`, from the notebook. After `%ms_ray
+        up`, `%ms_serve NAME --engine ray` serves on it (starting it again if it went down), never on a Ray of the
+        kernel's own."""
+        args = parse_argstring(self.ms_ray, line)
+        from msnb.engines.ray.shared import command  # (the ray extra: imported when asked for)
+
+        command(args.action, args.port)
 
     @line_magic
     @_usage_errors

@@ -4,6 +4,7 @@ stays; `msnb ray down` leaves nothing; an owner killed, a stale state file and a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 import torch
@@ -71,15 +73,47 @@ def ray_up(env: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    """`msnb ray up` in a scratch state folder; `msnb ray down` after the module (if a test has not)."""
+    """Two `msnb ray up` at once in a scratch state folder (what each said kept for the test that reads it); `msnb
+    ray down` after the module (if a test has not)."""
     folder = tmp_path_factory.mktemp("shared")
     env = {**os.environ, "MSNB_STATE_DIR": str(folder / "state")}
-    state = ray_up(env)
+    ups = [subprocess.Popen([MSNB, "ray", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for _ in range(2)]  # fmt: skip
+    said = [proc.communicate(timeout=700)[0] for proc in ups]
+    (folder / "ups.json").write_text(json.dumps([[proc.returncode, text] for proc, text in zip(ups, said)]))
+    assert (folder / "state" / "ray-shared.json").exists(), said
+    state = json.loads((folder / "state" / "ray-shared.json").read_text())
+    owners = owner_processes(folder / "state")
     try:
         yield env, state, folder
     finally:
         msnb(env, "ray", "down", timeout=200)
         poll(lambda: not processes_naming(Path(state["root"])), 120, "every process of the shared Ray to end", 1)
+        for owner in owners:  # (a second owner, were there one: the test below says so)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                owner.kill()
+
+
+def owner_processes(state_dir: Path) -> list[psutil.Process]:
+    """The owner processes (`python -m msnb.engines.ray.shared --state ...`) of this state folder."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or ())
+        if "msnb.engines.ray.shared" in line and str(state_dir / "ray-shared.json") in line:
+            found.append(proc)
+    return found
+
+
+def test_two_ray_up_at_once_start_one_ray_and_the_second_reports_the_firsts(shared):
+    env, state, folder = shared
+    (first_rc, first), (second_rc, second) = json.loads((folder / "ups.json").read_text())
+    assert first_rc == second_rc == 0, first + second
+    started, waited = sorted([first, second], key=lambda text: "already up" in text)
+    owner = f"{state['inference_url']} (owner pid {state['owner']})"
+    assert f"shared Ray up: {owner}" in started, started
+    assert "another `msnb ray up` is starting it: waiting for that one" in waited, waited
+    assert f"shared Ray already up: {owner}" in waited, waited
+    assert [p.pid for p in owner_processes(Path(env["MSNB_STATE_DIR"]))] == [state["owner"]]
 
 
 def session(env: dict, name: str, folder: Path) -> tuple[subprocess.Popen, dict]:
@@ -142,6 +176,31 @@ def cli_serve_uses_it(env: dict, folder: Path) -> None:
     poll(lambda: "echo" not in msnb(env, "ray", "status").stdout, 60, "echo taken off at Ctrl-C")
 
 
+@pytest.mark.timeout(600)
+def test_a_notebook_serves_on_the_shared_ray_after_ms_ray_up(shared, tmp_path, monkeypatch):
+    """`%ms_ray up` in a real Jupyter kernel: the shared Ray is found up; `%ms_serve --engine ray` serves there with
+    the kernel's own key, `%ms_ray status` lists the kernel's model, and the kernel's end takes it off."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "kernel"))  # the kernel tier's notebook runner
+    import nbformat
+    from nbrun import execute_notebook, stream_texts
+
+    env, state, _ = shared
+    monkeypatch.setenv("MSNB_STATE_DIR", env["MSNB_STATE_DIR"])  # the kernel inherits it
+    sources = ("%load_ext msnb\nimport json, os\nprint('kernel pid:', os.getpid())", "%ms_ray up",
+               f"%%ms_handler kalpha\n{HANDLER}", "%ms_serve kalpha --engine ray",
+               f"answer = %ms_predict kalpha --data '{json.dumps({'x': X})}'\nprint('answer:', json.dumps(answer))",
+               "%ms_ray status")  # fmt: skip
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+    (tmp_path / "shared.ipynb").write_text(nbformat.writes(nb))
+    printed = "".join(stream_texts(execute_notebook(tmp_path / "shared.ipynb", tmp_path / "run", timeout=300)))
+    pid = int(printed.split("kernel pid:")[1].split()[0])
+    assert f"shared Ray already up: {state['inference_url']} (owner pid {state['owner']})" in printed, printed
+    answer = json.loads(printed.split("answer:")[1].splitlines()[0])
+    assert answer == pytest.approx(expected(), abs=1e-5), printed
+    assert f"pid {pid}: kalpha" in printed, printed
+    poll(lambda: f"pid {pid}" not in msnb(env, "ray", "status").stdout, 120, "the ended kernel's model taken off")
+
+
 @pytest.mark.timeout(300)
 def test_ray_down_leaves_nothing(shared):
     env, state, _ = shared
@@ -201,3 +260,29 @@ def test_a_session_whose_shared_ray_went_down_is_told_to_start_it(tmp_path, monk
         engine.start()
     assert "The shared Ray is not up: no shared Ray is up." in str(told.value)
     assert "start it with `msnb ray up`" in told.value.hint
+
+
+def test_an_up_that_finds_another_starting_waits_and_reports_that_ray_without_starting_one(tmp_path):
+    """The lock alone, no Ray: an `up` under way holds it (here, this test); a second `msnb ray up` says it waits,
+    then reports the Ray the first one wrote and starts nothing."""
+    import fcntl
+
+    env, out = {**os.environ, "MSNB_STATE_DIR": str(tmp_path)}, tmp_path / "up.out"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "msnb.engines.ray.shared"], stdin=subprocess.PIPE
+    )  # fmt: skip  (an owner, as the state file's check sees one)
+    try:
+        with (tmp_path / "ray-shared.lock").open("a") as lock, out.open("w") as log:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            second = subprocess.Popen([MSNB, "ray", "up"], env=env, stdout=log, stderr=subprocess.STDOUT)
+            poll(lambda: "waiting for that one" in out.read_text() or second.poll() is not None, 120, "it to wait")
+            state = {"owner": owner.pid, "root": str(tmp_path / "r"), "address": "127.0.0.1:1",
+                     "inference_url": "http://127.0.0.1:1", "http_port": 1}  # fmt: skip
+            (tmp_path / "ray-shared.json").write_text(json.dumps(state))
+        assert second.wait(120) == 0, out.read_text()
+        told = out.read_text()
+        assert f"shared Ray already up: http://127.0.0.1:1 (owner pid {owner.pid})" in told, told
+        assert not (tmp_path / "ray-shared.log").exists()  # no owner was started: it would write there
+    finally:
+        owner.stdin.close()
+        owner.wait(30)

@@ -452,6 +452,11 @@ def default_ray(port: int | None = None, shared: Callable[[], LocalRay | None] |
     return _default
 
 
+def default_made() -> LocalRay | None:
+    """The process-wide local Ray if one was made (running or not), without making one."""
+    return _default
+
+
 def default_running() -> bool:
     """Whether the process-wide local Ray runs now (without making one)."""
     return _default is not None and _default.running
@@ -466,4 +471,4 @@ def _stop_all() -> None:
             pass
 
 
-__all__ = ["LocalRay", "default_ray", "default_running", "load_error", "quiet_serve_log"]
+__all__ = ["LocalRay", "default_made", "default_ray", "default_running", "load_error", "quiet_serve_log"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -26,13 +28,14 @@ from typing import Any
 
 import psutil
 
-from msnb.engines.ray import ENGINE
-from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, quiet_serve_log
+from msnb.engines.ray import ENGINE, require
+from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, default_made, quiet_serve_log
 from msnb.errors import ServerError
 from msnb.files import state_dir, write_atomic
 
 STATE_NAME = "ray-shared.json"
 LOG_NAME = "ray-shared.log"  # what the owner says (its start, its errors)
+LOCK_NAME = "ray-shared.lock"  # held while one `up` starts the owner: a second one waits, then finds its Ray
 USERS = (
     "users"  # <root>/users/<pid>.json: the applications each attached process serves; <root>/users/<pid>/: its files
 )
@@ -40,7 +43,7 @@ UP_WAIT_S = 600.0  # Ray's start on a loaded two-core machine: minutes
 DOWN_WAIT_S = 120.0
 REAP_S = 1.0  # how often the owner looks for users that are gone
 OWNER_MODULE = "msnb.engines.ray.shared"
-UP_HINT = "start it with `msnb ray up` (it stays up until `msnb ray down`)."
+UP_HINT = "start it with `msnb ray up` (in a notebook: `%ms_ray up`; it stays up until `msnb ray down`)."
 
 
 @dataclass(frozen=True)
@@ -82,15 +85,52 @@ def _is_owner(pid: int) -> bool:
         return False
 
 
-def up(port: int | None = None, timeout_s: float = UP_WAIT_S) -> tuple[SharedState, bool]:
-    """The shared Ray, started unless it is up; ``(state, started_now)``. A port taken is refused before Ray starts."""
+def up(port: int | None = None, timeout_s: float = UP_WAIT_S, waiting=lambda: None) -> tuple[SharedState, bool]:
+    """The shared Ray, started unless it is up; ``(state, started_now)``. One start at a time: an ``up`` that finds
+    another one starting it calls ``waiting()``, waits for it and returns its Ray. A port taken is refused before Ray
+    starts."""
     state, _ = read_state()
     if state is not None:
         return state, False
+    with _one_at_a_time(timeout_s, waiting):
+        state, _ = read_state()  # started by the `up` this one waited for
+        if state is not None:
+            return state, False
+        return _start(port, timeout_s), True
+
+
+@contextlib.contextmanager
+def _one_at_a_time(timeout_s: float, waiting=lambda: None):
+    """Hold the lock beside the state file (an flock: a process that dies lets it go) while a start is under way."""
+    path = state_file().with_name(LOCK_NAME)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        _take(lock, path, timeout_s, waiting)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _take(lock, path: Path, timeout_s: float, waiting) -> None:
+    deadline = time.monotonic() + timeout_s
+    for attempt in itertools.count():
+        try:
+            return fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise ServerError(f"Another `msnb ray up` held {path} for {timeout_s:.0f} s.",
+                                  "end that `msnb ray up` (or `msnb ray down`), then try again.") from None  # fmt: skip
+            if attempt == 0:
+                waiting()
+            time.sleep(0.2)
+
+
+def _start(port: int | None, timeout_s: float) -> SharedState:
+    """Start the owner and wait for its state file (the lock held)."""
     if port is not None:
         _refuse_taken(port, "`msnb ray up --port P`")
     path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     flags = ["--state", str(path), *(["--port", str(port)] if port else [])]
     with open(path.with_name(LOG_NAME), "ab") as log:
         owner = subprocess.Popen([sys.executable, "-m", OWNER_MODULE, *flags], stdin=subprocess.DEVNULL,
@@ -99,7 +139,7 @@ def up(port: int | None = None, timeout_s: float = UP_WAIT_S) -> tuple[SharedSta
     while owner.poll() is None and time.monotonic() < deadline:
         state, _ = read_state()
         if state is not None and state.owner == owner.pid:
-            return state, True
+            return state
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         owner.terminate()
@@ -108,7 +148,8 @@ def up(port: int | None = None, timeout_s: float = UP_WAIT_S) -> tuple[SharedSta
 
 def down(timeout_s: float = DOWN_WAIT_S) -> str:
     """Stop the shared Ray (its owner stops Serve, Ray, the front and deletes its files); what happened, in words."""
-    state, why = read_state()
+    with _one_at_a_time(UP_WAIT_S):  # a start under way ends first: it is then stopped, not left behind
+        state, why = read_state()
     if state is None:
         return why
     owner = psutil.Process(state.owner)
@@ -150,10 +191,43 @@ def users(root: Path) -> dict[int, list[str]]:
     return found
 
 
+# Set by `up` in this process (`%ms_ray up` in a kernel): from then on its Ray engine is the shared Ray, started
+# again when it went down, never one of its own. Cleared by `down`.
+_CHOSEN = threading.Event()
+
+
 def attached(max_request_size: int | None = None) -> SharedRay | None:
-    """A SharedRay on the shared Ray when it is up (not connected yet: ``start`` attaches), else None."""
-    state, _ = read_state()
+    """A SharedRay on the shared Ray when it is up (not connected yet: ``start`` attaches), else None; started first
+    when this process chose it (``up``) and it went down since."""
+    state = _chosen_state()
     return SharedRay(state, max_request_size) if state is not None else None
+
+
+def _chosen_state() -> SharedState | None:
+    state, _ = read_state()
+    return up()[0] if state is None and _CHOSEN.is_set() else state
+
+
+def command(action: str, port: int | None = None, say=print) -> None:
+    """`msnb ray ACTION` and `%ms_ray ACTION` (up, down, status): do it and ``say`` what happened, line by line."""
+    if action == "status":
+        return say(status())
+    if action == "down":
+        _CHOSEN.clear()
+        if isinstance(own := default_made(), SharedRay):
+            own.stop()  # this process's models off and disconnected first (a notebook's `%ms_ray down`)
+        return say(down())
+    require()  # Ray missing: said here, before a process is started
+    say("starting the shared Ray (loopback, Ray token auth on) ...")
+    waiting = lambda: say("another `msnb ray up` is starting it: waiting for that one")  # noqa: E731
+    state, started = up(port, waiting=waiting)
+    _CHOSEN.set()
+    say(f"shared Ray {'up' if started else 'already up'}: {state.inference_url} (owner pid {state.owner})")
+    say("`%ms_serve NAME --engine ray` and `msnb serve --engine ray` now serve on it; `msnb ray down` stops it.")
+    own = default_made()
+    if own is not None and not isinstance(own, SharedRay):
+        say("This process made a Ray engine of its own before: its `%ms_serve --engine ray` keeps serving there; "
+            "restart the kernel to serve on the shared Ray.")  # fmt: skip
 
 
 class SharedRay(LocalRay):
@@ -168,17 +242,20 @@ class SharedRay(LocalRay):
     def start(self) -> SharedRay:
         from msnb.engines.auth import Keys, write_key_file
         from msnb.engines.inference_api import InferenceClient
-        from msnb.engines.ray import require
         from msnb.engines.ray.nodes import use_token
         from msnb.engines.store import STORE_DIR, ModelStore
 
         with self._lock:
-            if self._attached:
+            if self.running:
                 return self
+            if self._attached:
+                self.stop()  # attached to a shared Ray that went down since: let go of it first
             state, why = read_state()  # read again: it may have gone down, or been started anew, meanwhile
+            if state is None and _CHOSEN.is_set():
+                state, _ = up()  # this process chose the shared Ray (`%ms_ray up`): started again
             if state is None:
                 raise ServerError(f"The shared Ray is not up: {why}.", UP_HINT)
-            self.shared = state
+            self.shared, self.http_port = state, state.http_port
             require()  # msnb's Ray environment set before Ray is imported
             import ray
 
@@ -205,8 +282,8 @@ class SharedRay(LocalRay):
             _LIVE.discard(self)
             if not self._attached:
                 return
-            for name in list(self._folders):
-                with contextlib.suppress(Exception):  # the shared Ray may be down meanwhile
+            for name in list(self._folders) if _is_owner(self.shared.owner) else ():
+                with contextlib.suppress(Exception):  # the shared Ray may go down meanwhile
                     serve.delete(name)
             ray.shutdown()
             use_token(None)
