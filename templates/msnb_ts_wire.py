@@ -37,7 +37,8 @@ def decode_body(body: bytes, content_type: str) -> Any:
 
 
 def encode_answer(answer: Any, status: int, headers: dict) -> Reply:
-    """One answer with the status and headers its request processor holds; JSON unless str/bytes."""
+    """One answer with the status and headers its request processor holds; JSON unless str/bytes, in the bytes
+    TorchServe's worker writes (``json.dumps(answer, indent=2)``, ts/protocol/otf_message_handler.py), strict."""
     headers = {k.lower(): str(v) for k, v in headers.items()}
     if isinstance(answer, (bytes, bytearray)):
         headers.setdefault("content-type", "application/octet-stream")
@@ -46,7 +47,7 @@ def encode_answer(answer: Any, status: int, headers: dict) -> Reply:
         headers.setdefault("content-type", "text/plain; charset=utf-8")
         return status, headers, answer.encode()
     try:
-        body = json.dumps(answer, allow_nan=False).encode()
+        body = json.dumps(answer, indent=2, allow_nan=False).encode()
     except (TypeError, ValueError) as err:
         return error_reply(503, "InternalServerException", f"the answer is not strict JSON: {err}")
     headers.setdefault("content-type", JSON_TYPE)

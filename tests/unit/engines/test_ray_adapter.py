@@ -146,6 +146,18 @@ def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
     assert status == 503 and "strict JSON" in json.loads(body)["message"]
 
 
+@pytest.mark.parametrize(
+    "answer", [{"y": [3, 6], "batch_size": 4}, [[0.25, -1e-07]], {"label": "caf\u00e9", "n": None}, 7]
+)
+def test_a_json_answer_is_the_bytes_torchserves_worker_writes(answer):
+    from ts.protocol.otf_message_handler import create_predict_response
+
+    from msnb.templates import msnb_ts_wire as wire
+
+    torchserve = wire.predict_responses(create_predict_response([answer], {0: "r"}, "OK", 200))[0][2]
+    assert wire.encode_answer(answer, 200, {})[2] == torchserve
+
+
 def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exported_folder_on_sys_path(tmp_path):
     # An exported Ray folder holds top-level msnb_ts_context.py and msnb_ray_replica.py. With them importable in the
     # kernel, the engine's classes must still refer to msnb.templates' modules: Ray pickles them by module name, and a
