@@ -28,6 +28,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
         refuse_unsupported,
         stream_of,
     )
+    from .msnb_api_wire import Pieces
 else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     from msnb_api_openai import (
         REFUSED,
@@ -40,6 +41,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
         refuse_unsupported,
         stream_of,
     )
+    from msnb_api_wire import Pieces
 
 STATELESS = ("msnb keeps no responses (each request is answered as with `store: false`). Hint: leave `{}` out and "
              "send the earlier turns in `input`, as a list of messages.")  # fmt: skip
@@ -108,22 +110,14 @@ def event(kind: str, payload: dict) -> bytes:
     return f"event: {kind}\ndata: {data}\n\n".encode()
 
 
-class ResponseAnswer:
+class ResponseAnswer(Pieces):
     """One Responses request's answer as its pieces arrive, with wire.Answer's interface: ``feed`` each piece (the
     events to send now when streaming), ``close`` at the end, ``fail`` on a failure; ``body`` the whole answer."""
 
     def __init__(self, request: Request):
-        self.completion, self.started, self.sequence = Completion(request), False, 0
-        self.id, self.item = f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
+        super().__init__(request)
+        self.sequence, self.id, self.item = 0, f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
         self.created = int(time.time())
-
-    @property
-    def stream(self) -> bool:
-        return self.completion.request.stream
-
-    @property
-    def done(self) -> bool:
-        return self.completion.done
 
     def feed(self, piece: str) -> bytes:
         text = self.completion.feed(piece)

@@ -80,10 +80,10 @@ def models(cards: dict[str, dict], created: int = 0) -> dict:
                                        for n, card in cards.items() if listed(card)]}  # fmt: skip
 
 
-class Answer:
-    """One request's answer as its pieces arrive: ``feed`` each piece (the events to send now when streaming),
-    ``close`` when the source ends or ``done``, ``fail`` when it fails; ``body`` is the whole answer when not
-    streaming. ``done``: the source may be closed (max_tokens reached or a stop string seen)."""
+class Pieces:
+    """What every protocol's answer to a request holds as the pieces arrive: its Completion, whether it streams,
+    whether the source may be closed (``done``: max_tokens reached or a stop string seen), and whether its first
+    event went out (``started``)."""
 
     def __init__(self, request: Request):
         self.completion, self.started = Completion(request), False
@@ -95,6 +95,12 @@ class Answer:
     @property
     def done(self) -> bool:
         return self.completion.done
+
+
+class Answer(Pieces):
+    """One chat or text completion's answer as its pieces arrive: ``feed`` each piece (the events to send now when
+    streaming), ``close`` when the source ends or ``done``, ``fail`` when it fails; ``body`` is the whole answer when
+    not streaming."""
 
     def feed(self, piece: str) -> bytes:
         text = self.completion.feed(piece)
