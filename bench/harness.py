@@ -118,6 +118,33 @@ def interleave_servers(starts: dict[str, Callable[[], tuple[Callable[[], Any], C
             stop()
 
 
+class Steps:
+    """Wall time between successive marks, from the object's creation; ``wrap`` marks after each call of a function
+    (its step's name, or a function of the call's arguments that names it)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.times: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.times[name] = self.times.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def wrap(self, owner: object, attr: str, name: str | Callable[..., str]) -> None:
+        original = getattr(owner, attr)
+
+        def timed(*args, **kwargs):
+            result = original(*args, **kwargs)
+            self.mark(name(*args, **kwargs) if callable(name) else name)
+            return result
+
+        setattr(owner, attr, timed)
+
+    def total(self) -> dict[str, float]:
+        return {**self.times, "TOTAL": time.perf_counter() - self.start}
+
+
 def load_average() -> str:
     """The machine's load average now (1, 5 and 15 minutes), as a note writes it beside the figures."""
     return "load average {:.1f} / {:.1f} / {:.1f} (1 / 5 / 15 min)".format(*os.getloadavg())

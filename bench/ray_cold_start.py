@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.harness import Steps
+
 RESULTS = Path(__file__).parent / "RAY_COLD_START.md"
 HANDLER = """
 import torch
@@ -35,30 +37,8 @@ def preprocess(sample):
 """
 
 
-class Phases:
-    """Wall time between successive marks (the first from the object's creation)."""
-
-    def __init__(self) -> None:
-        self.last, self.times = time.perf_counter(), {}
-
-    def mark(self, name: str) -> None:
-        now = time.perf_counter()
-        self.times[name] = self.times.get(name, 0.0) + now - self.last
-        self.last = now
-
-    def wrap(self, owner: object, attr: str, name: str) -> None:
-        original = getattr(owner, attr)
-
-        def timed(*args, **kwargs):
-            result = original(*args, **kwargs)
-            self.mark(name(*args, **kwargs) if callable(name) else name)
-            return result
-
-        setattr(owner, attr, timed)
-
-
 def measure() -> dict[str, float]:
-    phases = Phases()
+    phases = Steps()
     from msnb.engines.ray import require
 
     require()

@@ -29,34 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.harness import Steps
+
 RESULTS = Path(__file__).parent / "RAY_START.md"
 SAMPLE = {"x": [0.5, -1.0, 2.0, 0.25]}
-
-
-class Steps:
-    """Wall time between successive marks, from the object's creation."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.perf_counter()
-        self.times: dict[str, float] = {}
-
-    def mark(self, name: str) -> None:
-        now = time.perf_counter()
-        self.times[name] = self.times.get(name, 0.0) + now - self.last
-        self.last = now
-
-    def wrap(self, owner: object, attr: str, name: str) -> None:
-        original = getattr(owner, attr)
-
-        def timed(*args, **kwargs):
-            result = original(*args, **kwargs)
-            self.mark(name)
-            return result
-
-        setattr(owner, attr, timed)
-
-    def total(self) -> dict[str, float]:
-        return {**self.times, "TOTAL": time.perf_counter() - self.start}
 
 
 def floor(n: int) -> dict[str, float]:
