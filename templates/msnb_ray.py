@@ -214,6 +214,8 @@ class MsnbModel:
         """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.front):
         the router's door and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], http.lower(request.headers)
+        if self.door is not None and parts[2:] == [http.OWN_API, http.EXPLAIN[1:]]:  # its /explanations/NAME
+            return await http.explanation(request, headers, self.door, lambda body: self.infer(True, body, headers))
         if self.door is not None and parts[2:3] == [http.OWN_API]:  # OpenAI's API for this model (msnb_ray_api)
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method not in INFERENCE_METHODS:

@@ -15,15 +15,16 @@ from starlette.responses import Response
 
 if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
     from . import msnb_ray_guard as guard
-    from .msnb_ts_checks import too_large
+    from .msnb_ts_checks import refused, too_large
     from .msnb_ts_wire import Reply, error_reply
 else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
     import msnb_ray_guard as guard
-    from msnb_ts_checks import too_large
+    from msnb_ts_checks import refused, too_large
     from msnb_ts_wire import Reply, error_reply
 
 TARGETS_PATH = "/-/msnb-targets"  # the router's answer to the local front: which replica ports serve which route
 OWN_API = "-"  # /predictions/NAME/-/v1/...: model NAME's own replica answers OpenAI's API for it (the front's way)
+EXPLAIN = "/explanations"  # /predictions/NAME/-/explanations: model NAME's own replica explains (the front's way)
 
 
 def model_route(name: str) -> str:
@@ -49,6 +50,13 @@ def other_version(name: str, manifest: dict, asked: list[str]) -> tuple[int, str
     if not asked or asked[0] == version:
         return None
     return 404, "ModelVersionNotFoundException", f"Model version: {asked[0]} does not exist for model: {name}"
+
+
+def own_explain_path(path: str) -> str | None:
+    """Where the front sends ``/explanations/NAME`` (the model's own replica explains, behind its own door), or
+    None for any other path."""
+    parts = path.split("/")
+    return own_api_path(parts[2], EXPLAIN) if len(parts) == 3 and parts[1] == "explanations" and parts[2] else None
 
 
 def own_api_path(name: str, path: str) -> str:
@@ -105,6 +113,19 @@ async def prediction(
     if streamed is not None:
         return streamed
     return reply(*await whole(body))
+
+
+async def explanation(
+    request: Request, headers: dict, door: Door, infer: Callable[[bytes], Awaitable[Reply]]
+) -> Response:
+    """``/explanations/NAME`` at a replica of NAME (``own_explain_path``): its door's key and body limit, then
+    ``infer(body)``'s whole answer (an explanation is never streamed)."""
+    refusal = refused(headers, door.key)
+    return reply(*error_reply(*refusal)) if refusal else await prediction(request, headers, door.limit, _whole, infer)
+
+
+async def _whole(body: bytes) -> None:
+    return None
 
 
 def lower(headers: Any) -> dict:

@@ -131,6 +131,22 @@ def post(url: str, name: str, key: str) -> requests.Response:
                          timeout=60)  # fmt: skip
 
 
+def explain(url: str, name: str, key: str) -> requests.Response:
+    return requests.post(f"{url}/explanations/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"},
+                         timeout=120)  # fmt: skip
+
+
+def completeness() -> float:
+    """Integrated Gradients' completeness on the notebook's own module: the target's output less the baseline's."""
+    scope: dict = {}
+    exec(HANDLER, scope)
+    model = scope["init_function"]()
+    with torch.no_grad():
+        out, base = model(torch.tensor([X]))[0], model(torch.zeros(1, 4))[0]
+    target = int(out.argmax())
+    return float(out[target] - base[target])
+
+
 @pytest.mark.timeout(900)
 def test_two_sessions_and_a_cli_serve_share_it_keys_apart_and_a_killed_session_is_taken_off(shared):
     env, state, folder = shared
@@ -144,6 +160,9 @@ def test_two_sessions_and_a_cli_serve_share_it_keys_apart_and_a_killed_session_i
         # each session's key opens its own models only
         assert post(a["url"], "beta", a["key"]).status_code in (400, 401)
         assert post(b["url"], "alpha", b["key"]).status_code in (400, 401)
+        why = explain(a["url"], "alpha", a["key"])  # an explanation too asks for the session's own key, not the owner's
+        assert why.status_code == 200 and sum(why.json()["attributions"]) == pytest.approx(completeness(), abs=1e-2)
+        assert explain(b["url"], "alpha", b["key"]).status_code in (400, 401)
         listed = msnb(env, "ray", "status").stdout
         assert f"pid {first.pid}: alpha" in listed and f"pid {second.pid}: beta" in listed, listed
         first.kill()  # a kernel that dies: its model is taken off, the Ray and the other session's model stay

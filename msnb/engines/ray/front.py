@@ -31,7 +31,7 @@ from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless to
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_ray_http import TARGETS_PATH, model_route, own_api_path
+from msnb.templates.msnb_ray_http import TARGETS_PATH, model_route, own_api_path, own_explain_path
 from msnb.templates.msnb_ts_checks import read_key
 from msnb.templates.msnb_ts_wire import error_reply
 
@@ -113,10 +113,12 @@ class Front:
         client.transport.write(splice.answer(*error_reply(503, "ServiceUnavailableException", message)))
 
     def own_api(self, path: str, body: bytes) -> str | None:
-        """A completion's path at a replica of the model it names (which answers OpenAI's API for it), or None: the
-        router answers (a model without replicas of its own, a body that names none)."""
+        """A completion's path at a replica of the model it names (which answers OpenAI's API for it), an
+        explanation's at its model's replica, or None: the router answers (a model without replicas of its own, a body
+        that names none)."""
         if path not in API_ROUTES:
-            return None
+            explain = own_explain_path(path)  # an explanation: at its model's replica too, when it has its own
+            return explain if explain and self.routes.serves(model_route(path.split("/")[2])) else None
         try:
             name = json.loads(body).get("model")
         except (ValueError, AttributeError):

@@ -152,3 +152,18 @@ def test_a_completion_goes_to_a_replica_of_the_model_it_names(served, body, reac
     Replica.seen.clear()
     answer = requests.post(f"{url}/v1/chat/completions", data=body, timeout=30)
     assert answer.json()["path"] == reached and [path for path, _, _ in Replica.seen][-1] == reached
+
+
+@pytest.mark.parametrize(
+    ("path", "reached"),
+    [
+        ("/explanations/m", "/predictions/m/-/explanations"),  # its own replica explains, behind its own key
+        ("/explanations/other", "/explanations/other"),  # no replica of its own: the router
+        ("/explanations/m/2.0", "/explanations/m/2.0"),  # another version: the router finds its application
+    ],
+)
+def test_an_explanation_goes_to_a_replica_of_its_model_with_the_callers_key(served, path, reached):
+    url, _ = served
+    Replica.seen.clear()
+    answer = requests.post(f"{url}{path}", json={"x": [1]}, headers={"Authorization": "Bearer kernel-key"}, timeout=30)
+    assert answer.json()["path"] == reached and Replica.seen[-1][:2] == (reached, "Bearer kernel-key")
