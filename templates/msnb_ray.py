@@ -136,7 +136,7 @@ class LoadedModel:
                  envelope: str | None = None):  # fmt: skip
         self.manifest, self.config = read_folder(folder)
         model = self.manifest.get("model") or {}
-        self.name = name or model.get("modelName") or folder.name
+        self.name, self.version = name or model.get("modelName") or folder.name, str(model.get("modelVersion") or "")
         handler = model.get("handler") or f"{HANDLER_MODULE}.py"
         metrics = metrics if metrics is not None else RayMetrics(self.name)
         self.entry, self.context = load_handler(folder, self.name, handler, self.config, gpu_id, metrics, envelope)
@@ -169,8 +169,7 @@ class LoadedModel:
         """TorchServe's ``GET /models/NAME[?customized=true]``: the model's entry; customized, with
         ``customizedMetadata`` from one ``handle([{}], context)`` call whose request header is ``describe: True``
         (BaseHandler answers it with ``describe_handle()``), JSON text or an object as TorchServe takes it."""
-        version = str((self.manifest.get("model") or {}).get("modelVersion") or "")
-        entry = manage.describe_entry(self.name, version, manage.archive_url(self.name), self.config, [], True)
+        entry = manage.describe_entry(self.name, self.version, manage.archive_url(self.name), self.config, [], True)
         if customized:
             set_requests(self.context, [{**headers, "describe": "True"}])
             try:
@@ -220,7 +219,7 @@ class MsnbModel:
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         if self.door is None or len(parts) not in (2, 3) or request.method not in INFERENCE_METHODS:
             return http.not_found(request.url.path)
-        refusal = refused(headers, self.door.key) or http.other_version(self.model.name, self.model.manifest, parts[2:])
+        refusal = refused(headers, self.door.key) or http.other_version(self.model.name, self.model.version, parts[2:])
         if refusal:
             return reply(*error_reply(*refusal))
         name = self.model.name

@@ -43,20 +43,19 @@ def is_version_app(app: str) -> bool:
     return "@" in app
 
 
-def other_version(name: str, manifest: dict, asked: list[str]) -> tuple[int, str, str] | None:
-    """TorchServe's 404 for a version ``asked`` (``/predictions/NAME/VERSION``) that the replica of ``name`` with
-    ``manifest`` does not serve (the front sends it there when no application of that version has the longer route)."""
-    version = str((manifest.get("model") or {}).get("modelVersion") or "")
+def other_version(name: str, version: str, asked: list[str]) -> tuple[int, str, str] | None:
+    """TorchServe's 404 for a version ``asked`` (``/predictions/NAME/VERSION``) other than the ``version`` of ``name``
+    the replica serves (the front sends it there when no application of that version has the longer route)."""
     if not asked or asked[0] == version:
         return None
     return 404, "ModelVersionNotFoundException", f"Model version: {asked[0]} does not exist for model: {name}"
 
 
-def own_explain_path(path: str) -> str | None:
-    """Where the front sends ``/explanations/NAME`` (the model's own replica explains, behind its own door), or
-    None for any other path."""
+def explained(path: str) -> str | None:
+    """The model NAME of ``/explanations/NAME``, else None: the front sends it to NAME's own replica, at
+    ``own_api_path(NAME, EXPLAIN)``, which explains behind its own door."""
     parts = path.split("/")
-    return own_api_path(parts[2], EXPLAIN) if len(parts) == 3 and parts[1] == "explanations" and parts[2] else None
+    return parts[2] or None if len(parts) == 3 and parts[1] == "explanations" else None
 
 
 def own_api_path(name: str, path: str) -> str:
@@ -118,7 +117,7 @@ async def prediction(
 async def explanation(
     request: Request, headers: dict, door: Door, infer: Callable[[bytes], Awaitable[Reply]]
 ) -> Response:
-    """``/explanations/NAME`` at a replica of NAME (``own_explain_path``): its door's key and body limit, then
+    """``/explanations/NAME`` at a replica of NAME (``explained``): its door's key and body limit, then
     ``infer(body)``'s whole answer (an explanation is never streamed)."""
     refusal = refused(headers, door.key)
     return reply(*error_reply(*refusal)) if refusal else await prediction(request, headers, door.limit, _whole, infer)

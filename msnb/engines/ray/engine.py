@@ -182,9 +182,9 @@ class LocalRay:
 
     # ------------------------------------------------------------------ models
     def redeploy(self, path: str | Path, app: str | None = None, **params: Any) -> ModelStatus:
-        """Serve the model folder ``path`` as its application (``app``: the model's name, or another
-        version's application: msnb_ray_http.version_app): the first time a deploy, later a rolling update (Serve starts the new replicas before
-        it drains the old ones: no request is lost)."""
+        """Serve the model folder ``path`` as its application (``app``: the model's name, or another version's
+        application: msnb_ray_http.version_app): the first time a deploy, later a rolling update (Serve starts the new
+        replicas before it drains the old ones: no request is lost)."""
         from ray import serve
 
         from msnb.templates import msnb_ray
@@ -221,8 +221,9 @@ class LocalRay:
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
-        ``requirements``, ``envelope``, ``app``: see ``redeploy``), in one Serve call so that their replicas start at once; yields
-        ``(name, ModelStatus)`` as each runs, ``(name, ServerError)`` as each fails (deleted: the rest serve on)."""
+        ``requirements``, ``envelope``, ``app``: see ``redeploy``), in one Serve call so that their replicas start at
+        once; yields ``(name, ModelStatus)`` as each runs, ``(name, ServerError)`` as each fails (deleted: the rest
+        serve on)."""
         import ray
         from ray import serve
 
@@ -380,7 +381,8 @@ _LIVE: set[LocalRay] = set()
 
 def _route(folder: Path, app: str) -> str | None:
     """The route at which the model's own replicas answer its predictions (the front sends them there): the model's
-    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application (msnb_ray_http.version_app)."""
+    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application
+    (msnb_ray_http.version_app)."""
     from msnb.templates.msnb_ray import direct_route, read_folder
 
     name, version = read_manifest(folder)

@@ -31,7 +31,7 @@ from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless to
 from msnb.errors import ServerError
 from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_ray_http import TARGETS_PATH, model_route, own_api_path, own_explain_path
+from msnb.templates.msnb_ray_http import EXPLAIN, TARGETS_PATH, explained, model_route, own_api_path
 from msnb.templates.msnb_ts_checks import read_key
 from msnb.templates.msnb_ts_wire import error_reply
 
@@ -116,14 +116,16 @@ class Front:
         """A completion's path at a replica of the model it names (which answers OpenAI's API for it), an
         explanation's at its model's replica, or None: the router answers (a model without replicas of its own, a body
         that names none)."""
-        if path not in API_ROUTES:
-            explain = own_explain_path(path)  # an explanation: at its model's replica too, when it has its own
-            return explain if explain and self.routes.serves(model_route(path.split("/")[2])) else None
-        try:
-            name = json.loads(body).get("model")
-        except (ValueError, AttributeError):
-            return None
+        name, path = (body_model(body), path) if path in API_ROUTES else (explained(path), EXPLAIN)
         return own_api_path(name, path) if isinstance(name, str) and self.routes.serves(model_route(name)) else None
+
+
+def body_model(body: bytes) -> object:
+    """The ``model`` a completion's body names (None when it is not a JSON object)."""
+    try:
+        return json.loads(body).get("model")
+    except (ValueError, AttributeError):
+        return None
 
 
 def refusal(status: int, kind: str, message: str, path: str) -> bytes:
