@@ -17,7 +17,22 @@ TIERS = ("kernel", "server", "browser", "install", "ray", "gpu", "docs")
 MARKER_FREE = ("unit", "spine")
 
 
+# The long xdist groups, in the order the two workers take them (`--dist loadgroup --no-loadscope-reorder`: a worker
+# is handed one group, or one ungrouped test, at a time, in the order of their first tests): the tests with a Ray or
+# a cluster of their own start on one worker, the shared Ray's on the other, and the benchmark smoke run (its own
+# Ray and cluster) follows the shared Ray on whichever worker is free first, so that no two Rays of these groups
+# start at once; the singles (most of them short) fill both workers after them, the unit tests last.
+GROUP_ORDER = ("ray-own", "ray-shared", "bench-smoke", "clean-python")
+
+
+def _group_rank(item: pytest.Item) -> int:
+    groups = [mark.args[0] for mark in item.iter_markers("xdist_group") if mark.args]
+    return min((GROUP_ORDER.index(g) for g in groups if g in GROUP_ORDER), default=len(GROUP_ORDER))
+
+
+@pytest.hookimpl(trylast=True)  # after tests/ray/conftest.py gave its tests their groups (and its own order)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_group_rank)  # stable: each group, and the singles, keep their order
     root = Path(__file__).parent
     for item in items:
         folder = Path(item.fspath).relative_to(root).parts[0]
@@ -42,19 +57,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 _TIER_SECONDS: dict[str, float] = defaultdict(float)
+_WORKER_SECONDS: dict[str, float] = defaultdict(float)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Each test's setup, call and teardown time, added to its tier (its folder under tests/)."""
+    """Each test's setup, call and teardown time, added to its tier (its folder under tests/) and to the xdist worker
+    that ran it."""
     _TIER_SECONDS[report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"] += report.duration
+    _WORKER_SECONDS[getattr(report, "worker_id", None) or "main"] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """The time each tier took, summed over its tests (with -n 2, two run at once: the wall clock is about half)."""
+    """The time each tier took, summed over its tests (with -n 2, two run at once: the wall clock is about half), and
+    each worker's sum (how evenly the groups were spread)."""
     if _TIER_SECONDS:
         terminalreporter.section("time per tier (summed test time)")
         for tier, seconds in sorted(_TIER_SECONDS.items(), key=lambda item: -item[1]):
             terminalreporter.write_line(f"{tier:>8}: {seconds:7.0f} s")
+        for worker, seconds in sorted(_WORKER_SECONDS.items()):
+            terminalreporter.write_line(f"{worker:>8}: {seconds:7.0f} s (summed on that worker)")
 
 
 @pytest.fixture
