@@ -4,6 +4,7 @@ tests/unit and tests/spine may carry none of them (they start no kernel, server 
 
 from __future__ import annotations
 
+import signal
 from collections import defaultdict
 from pathlib import Path
 
@@ -12,6 +13,13 @@ from helpers import MLP_SOURCE
 
 import msnb.session.core
 from msnb.spec import spec_from_source
+
+# A run started in the background by a shell without job control (`bash scripts/dev.sh test &`, nohup) begins with
+# SIGINT ignored, and every process a test starts would inherit that: a `serve run`, `msnb serve` or kernel handed
+# the Ctrl-C a test sends it would never see it. The run puts Python's own handler back (a handler, unlike an
+# ignored signal, is reset to the default in a started process).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TIERS = ("kernel", "server", "browser", "install", "ray", "gpu", "docs")
 MARKER_FREE = ("unit", "spine")
