@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from helpers import MLP_SOURCE
+from helpers import CLEAN_PYTHON_GROUP, MLP_SOURCE, RAY_GROUP
 
 import msnb.session.core
 from msnb.spec import spec_from_source
@@ -25,12 +25,11 @@ TIERS = ("kernel", "server", "browser", "install", "ray", "gpu", "docs")
 MARKER_FREE = ("unit", "spine")
 
 
-# The long xdist groups, in the order the two workers take them (`--dist loadgroup --no-loadscope-reorder`: a worker
-# is handed one group, or one ungrouped test, at a time, in the order of their first tests): the tests with a Ray or
-# a cluster of their own start on one worker, the shared Ray's on the other, and the benchmark smoke run (its own
-# Ray and cluster) follows the shared Ray on whichever worker is free first, so that no two Rays of these groups
-# start at once; the singles (most of them short) fill both workers after them, the unit tests last.
-GROUP_ORDER = ("ray-own", "ray-shared", "bench-smoke", "clean-python")
+# The long xdist groups first (`--dist loadgroup --no-loadscope-reorder`: a worker is handed one group, or one ungrouped
+# test, at a time, in the order of their first tests): every test that starts a Ray, the benchmark smoke run's too,
+# on one worker, one after another (helpers.RAY_GROUP); the kernel tier's clean venv on the other, then the single
+# tests fill both workers, the unit tests last.
+GROUP_ORDER = (RAY_GROUP, CLEAN_PYTHON_GROUP)
 
 
 def _group_rank(item: pytest.Item) -> int:

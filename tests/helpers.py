@@ -189,6 +189,12 @@ def notebook_answer(
 
 
 ARCHIVER = Path(sys.executable).parent / "torch-model-archiver"
+# The xdist group of every test that starts a Ray (the Ray tier and the benchmark smoke run): one worker runs them one
+# after another, so that no two Rays start at once (two Ray-heavy tests side by side on two cores each ran 3-4 times
+# slower, and Serve's replicas timed out); the other worker runs the rest (tests/conftest.py GROUP_ORDER).
+RAY_GROUP = "ray"
+# The tests that use the clean_python fixture (tests/kernel/conftest.py) share one worker: the venv is built once.
+CLEAN_PYTHON_GROUP = "clean-python"
 
 ECHO = textwrap.dedent(
     """

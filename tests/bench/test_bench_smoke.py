@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import RAY_GROUP
 
 from bench.__main__ import BENCHMARKS as ALL_BENCHMARKS
 
@@ -15,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = set(ALL_BENCHMARKS)  # every benchmark `python -m bench` runs must write its result
 
 # One run of all of them, as `python -m bench` runs them (one process, one after the other); each test reads its part.
-pytestmark = [pytest.mark.server, pytest.mark.xdist_group("bench-smoke")]
+# It starts a Ray and a two-node cluster: it runs in the Ray tier's group, never beside another Ray.
+pytestmark = [pytest.mark.server, pytest.mark.xdist_group(RAY_GROUP)]
 
 
 @pytest.fixture(scope="module")

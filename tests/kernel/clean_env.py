@@ -8,8 +8,6 @@ from pathlib import Path
 
 # What the serving image has: torch (the CPU wheel on these machines), TorchServe and what it needs to run.
 CLEAN_PACKAGES = ["torch==2.13.0", "torchserve==0.12.0", "pyyaml", "numpy", "psutil", "requests"]
-# The tests that use the clean_python fixture (tests/kernel/conftest.py) share one worker: the venv is built once.
-CLEAN_PYTHON_GROUP = "clean-python"
 
 
 def make_clean_python(root: Path) -> Path:

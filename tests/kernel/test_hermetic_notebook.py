@@ -10,8 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from clean_env import CLEAN_PYTHON_GROUP
-from helpers import OWN_CAPTUM_REPORT, torch_packages
+from helpers import CLEAN_PYTHON_GROUP, OWN_CAPTUM_REPORT, torch_packages
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbrun import _scratch_env, execute_notebook, printed_prediction

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from clean_env import CLEAN_PYTHON_GROUP
+from helpers import CLEAN_PYTHON_GROUP
 from make_notebooks import NOTEBOOKS
 from test_hermetic_notebook import MSNB
 

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import poll, processes_naming
+from helpers import RAY_GROUP, poll, processes_naming
 
 import msnb.engines.ray.engine
 import msnb.engines.ray.shared  # (first: its SharedRay subclasses LocalRay, which some tests stand in for)
@@ -97,10 +97,9 @@ def _shares(item) -> bool:
     return SHARED_FIXTURE in getattr(item, "fixturenames", ())
 
 
-# Two xdist groups, so that the two workers each run one of them: the tests that share the kernel's Ray (one process
-# must hold them all: it starts that Ray once) and the tests that start and end a Ray or a cluster of their own (one
-# of theirs at a time: a third Ray beside two others timed out on this 2-core machine).
-SHARED_GROUP, OWN_GROUP = "ray-shared", "ray-own"
+# One xdist group for the whole tier (helpers.RAY_GROUP, with the benchmark smoke run's own Ray): the tests that share
+# the kernel's Ray must run in one process (it starts that Ray once), and the tests that start and end a Ray or a
+# cluster of their own must not run beside another Ray (two Ray-heavy tests side by side each ran 3-4 times slower).
 HERE = Path(__file__).parent
 
 
@@ -108,7 +107,7 @@ HERE = Path(__file__).parent
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.parent == HERE and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(SHARED_GROUP if _shares(item) else OWN_GROUP))
+            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
     # stable: the others keep their order; a test that stops the shared Ray runs after those that use it
     items.sort(key=lambda item: (_shares(item), STOPPING_FIXTURE in getattr(item, "fixturenames", ())))
 

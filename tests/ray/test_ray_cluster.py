@@ -36,7 +36,7 @@ from msnb.templates.msnb_ts_checks import read_key
 
 # One cluster per module: keep its tests on one worker. The first test's time holds the cluster's start and the
 # `serve run` of every application (several minutes on a loaded 2-core machine).
-pytestmark = pytest.mark.timeout(900)  # its group (ray-own, one module on one worker) comes from conftest
+pytestmark = pytest.mark.timeout(900)  # its group (the Ray tier's, one worker) comes from conftest
 MLP_OPTIONS = "--workers 2 --batch-size 8 --max-batch-delay 50"
 TEXT_BODY = BODY.split("def postprocess")[0] + 'def postprocess(output):\n    return f"label {int(output.argmax())}"\n'
 V2_BODY = BODY.replace('"label": int(output.argmax()),', '"label": int(output.argmax()), "v": 2,')
