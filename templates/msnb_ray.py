@@ -136,7 +136,8 @@ class LoadedModel:
                  envelope: str | None = None):  # fmt: skip
         self.manifest, self.config = read_folder(folder)
         model = self.manifest.get("model") or {}
-        self.name, self.version = name or model.get("modelName") or folder.name, str(model.get("modelVersion") or "")
+        self.name = name or model.get("modelName") or folder.name
+        self.version = str(model.get("modelVersion") or "")
         handler = model.get("handler") or f"{HANDLER_MODULE}.py"
         metrics = metrics if metrics is not None else RayMetrics(self.name)
         self.entry, self.context = load_handler(folder, self.name, handler, self.config, gpu_id, metrics, envelope)

@@ -55,7 +55,9 @@ def explained(path: str) -> str | None:
     """The model NAME of ``/explanations/NAME``, else None: the front sends it to NAME's own replica, at
     ``own_api_path(NAME, EXPLAIN)``, which explains behind its own door."""
     parts = path.split("/")
-    return parts[2] or None if len(parts) == 3 and parts[1] == "explanations" else None
+    if len(parts) == 3 and parts[1] == "explanations" and parts[2]:
+        return parts[2]
+    return None
 
 
 def own_api_path(name: str, path: str) -> str:
