@@ -25,12 +25,47 @@ setup_venv() {  # setup_venv VENV PYTHON EXTRAS
     if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then return; fi
     echo "== setting up $venv"
     [[ -x $venv/bin/python ]] || "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    if [[ -n ${TORCH_INDEX_URL:-} ]]; then
-        "$venv/bin/python" -m pip install -q -c constraints.txt --index-url "$TORCH_INDEX_URL" torch
+    # uv installs what pip would, from pip's own settings, in a fraction of pip's time (it unpacks wheels in parallel
+    # and links them from its cache); where uv cannot run or resolve, pip does it.
+    if ! uv_install "$venv" "$extras"; then
+        echo "== uv did not set up $venv: pip does"
+        "$venv/bin/python" -m pip install -q --upgrade pip
+        if [[ -n ${TORCH_INDEX_URL:-} ]]; then
+            "$venv/bin/python" -m pip install -q -c constraints.txt --index-url "$TORCH_INDEX_URL" torch
+        fi
+        "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
     fi
-    "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[$extras]"
     echo "$want" > "$stamp"
+}
+
+uv_install() {  # uv_install VENV EXTRAS: pip's install of setup_venv, done by uv (constraints.txt pins uv too)
+    local venv=$1 extras=$2
+    "$venv/bin/python" -m pip install -q -c constraints.txt uv || return 1
+    (
+        pip_settings_for_uv "$venv/bin/python"
+        # As pip does: the best match across every index, and byte-compiled modules (no process compiles them again).
+        export UV_PYTHON=$venv/bin/python UV_INDEX_STRATEGY=unsafe-best-match UV_COMPILE_BYTECODE=1
+        export UV_CONSTRAINT="$ROOT/constraints.txt${UV_CONSTRAINT:+ $UV_CONSTRAINT}"
+        if [[ -n ${TORCH_INDEX_URL:-} ]]; then
+            "$venv/bin/uv" pip install -q --index-url "$TORCH_INDEX_URL" torch || exit 1
+        fi
+        "$venv/bin/uv" pip install -q --upgrade-package pip pip -e ".[$extras]"
+    )
+}
+
+pip_settings_for_uv() {  # pip_settings_for_uv PYTHON: export, for uv, the indexes, links, constraints and CA pip uses
+    local line key value  # `pip config list`: each file's settings, then PIP_* variables (the later wins, as in pip)
+    while IFS= read -r line; do
+        key=${line%%=*} value=${line#*=}
+        key=${key#*.} value=${value#\'} value=${value%\'}
+        case $key in
+            index-url) export UV_DEFAULT_INDEX=$value ;;
+            extra-index-url) export UV_EXTRA_INDEX_URL=$value ;;
+            find-links) export UV_FIND_LINKS=${value// /,} ;;
+            constraint) export UV_CONSTRAINT=$value ;;
+            cert) export SSL_CERT_FILE=$value ;;
+        esac
+    done < <("$1" -m pip config list 2>/dev/null)
 }
 
 find_python() {  # find_python 3.13: python3.13 on PATH, else pyenv's copy; nothing when neither runs
