@@ -98,7 +98,7 @@ run_pytest() {  # run_pytest VENV [pytest args]: Jupyter and TorchServe write to
     shift
     scratch=$(mktemp -d "${TMPDIR:-/tmp}/msnb-test.XXXXXX")
     mkdir -p "$scratch/home" "$scratch/tmp" artifacts
-    # pip keeps its usual cache: the install tier's fresh venv reuses the wheels setup_venv downloaded.
+    # pip keeps its usual cache: the install tier's fresh venvs (pip, as a user installs) reuse what runs before downloaded.
     HOME=$scratch/home TMPDIR=$scratch/tmp MSNB_ARTIFACTS=$ROOT/artifacts PIP_CACHE_DIR=$pip_cache \
         "$venv/bin/python" -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=50 "$@" || rc=$?
     rm -rf "$scratch"
