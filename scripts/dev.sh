@@ -42,15 +42,19 @@ uv_install() {  # uv_install VENV EXTRAS: pip's install of setup_venv, done by u
     local venv=$1 extras=$2
     "$venv/bin/python" -m pip install -q -c constraints.txt uv || return 1
     (
-        pip_settings_for_uv "$venv/bin/python"
-        # As pip does: the best match across every index, and byte-compiled modules (no process compiles them again).
-        export UV_PYTHON=$venv/bin/python UV_INDEX_STRATEGY=unsafe-best-match UV_COMPILE_BYTECODE=1
-        export UV_CONSTRAINT="$ROOT/constraints.txt${UV_CONSTRAINT:+ $UV_CONSTRAINT}"
+        uv_settings "$venv/bin/python"
+        export UV_PYTHON=$venv/bin/python UV_CONSTRAINT="$ROOT/constraints.txt${UV_CONSTRAINT:+ $UV_CONSTRAINT}"
         if [[ -n ${TORCH_INDEX_URL:-} ]]; then
             "$venv/bin/uv" pip install -q --index-url "$TORCH_INDEX_URL" torch || exit 1
         fi
         "$venv/bin/uv" pip install -q --upgrade-package pip pip -e ".[$extras]"
     )
+}
+
+uv_settings() {  # uv_settings PYTHON: export what makes uv install as pip would (pip's settings, its index strategy)
+    pip_settings_for_uv "$1"
+    # As pip does: the best match across every index, and byte-compiled modules (no process compiles them again).
+    export UV_INDEX_STRATEGY=unsafe-best-match UV_COMPILE_BYTECODE=1
 }
 
 pip_settings_for_uv() {  # pip_settings_for_uv PYTHON: export, for uv, the indexes, links, constraints and CA pip uses
@@ -94,13 +98,19 @@ setup_browser() {
 }
 
 run_pytest() {  # run_pytest VENV [pytest args]: Jupyter and TorchServe write to $HOME and $TMPDIR, kept in a scratch dir
-    local venv=$1 scratch rc=0 pip_cache=${PIP_CACHE_DIR:-$HOME/.cache/pip}
+    local venv=$1 scratch rc=0 pip_cache=${PIP_CACHE_DIR:-$HOME/.cache/pip} uv_cache=${UV_CACHE_DIR:-$HOME/.cache/uv}
     shift
     scratch=$(mktemp -d "${TMPDIR:-/tmp}/msnb-test.XXXXXX")
     mkdir -p "$scratch/home" "$scratch/tmp" artifacts
-    # pip keeps its usual cache: the install tier's fresh venvs (pip, as a user installs) reuse what runs before downloaded.
-    HOME=$scratch/home TMPDIR=$scratch/tmp MSNB_ARTIFACTS=$ROOT/artifacts PIP_CACHE_DIR=$pip_cache \
-        "$venv/bin/python" -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=50 "$@" || rc=$?
+    # pip and uv keep their usual caches: the install tier's fresh venvs (pip, as a user installs) reuse what runs
+    # before downloaded, and the environments a test prepares (tests/venvs.py: uv, with pip's settings) link from it.
+    (
+        uv_settings "$venv/bin/python"
+        HOME=$scratch/home TMPDIR=$scratch/tmp MSNB_ARTIFACTS=$ROOT/artifacts PIP_CACHE_DIR=$pip_cache \
+            UV_CACHE_DIR=$uv_cache MSNB_TEST_UV=$venv/bin/uv \
+            "$venv/bin/python" -m pytest -n 2 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider \
+            --durations=50 "$@"
+    ) || rc=$?
     rm -rf "$scratch"
     return $rc
 }

@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from helpers import CLEAN_PYTHON_GROUP, MLP_SOURCE, RAY_GROUP
+from helpers import BENCH_GROUP, CLEAN_PYTHON_GROUP, MLP_SOURCE, RAY_GROUP
 
 import msnb.session.core
 from msnb.spec import spec_from_source
@@ -26,10 +26,11 @@ MARKER_FREE = ("unit", "spine")
 
 
 # The long xdist groups first (`--dist loadgroup --no-loadscope-reorder`: a worker is handed one group, or one ungrouped
-# test, at a time, in the order of their first tests): every test that starts a Ray, the benchmark smoke run's too,
-# on one worker, one after another (helpers.RAY_GROUP); the kernel tier's clean venv on the other, then the single
-# tests fill both workers, the unit tests last.
-GROUP_ORDER = (RAY_GROUP, CLEAN_PYTHON_GROUP)
+# test, at a time, in the order of their first tests): every test that starts a Ray, the benchmark smoke run of the
+# benchmarks with a Ray too, on one worker, one after another (helpers.RAY_GROUP); the kernel tier's clean venv and
+# the smoke run of the benchmarks without a Ray on the other, then the single tests fill both workers, the unit
+# tests last.
+GROUP_ORDER = (RAY_GROUP, CLEAN_PYTHON_GROUP, BENCH_GROUP)
 
 
 def _group_rank(item: pytest.Item) -> int:

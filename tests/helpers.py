@@ -193,6 +193,8 @@ ARCHIVER = Path(sys.executable).parent / "torch-model-archiver"
 # after another, so that no two Rays start at once (two Ray-heavy tests side by side on two cores each ran 3-4 times
 # slower, and Serve's replicas timed out); the other worker runs the rest (tests/conftest.py GROUP_ORDER).
 RAY_GROUP = "ray"
+# The benchmark smoke run of the benchmarks that start no Ray (tests/bench): one worker runs it, once.
+BENCH_GROUP = "bench-smoke"
 # The tests that use the clean_python fixture (tests/kernel/conftest.py) share one worker: the venv is built once.
 CLEAN_PYTHON_GROUP = "clean-python"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from helpers import build_wheel
+from venvs import install
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 1500  # torch and JupyterLab unpacked into a fresh venv; on Python 3.13 torch is PyPI's CUDA build
@@ -54,11 +55,12 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def jupyter_env(tmp_path_factory, wheel) -> Path:
-    """A fresh venv of this test's Python with JupyterLab, then `pip install msnb.whl`; returns its python."""
+    """A fresh venv of this test's Python with JupyterLab (prepared as the test run prepares environments:
+    ``venvs.install``), then `pip install msnb.whl` as a user runs it; returns its python."""
     venv = tmp_path_factory.mktemp("clean") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    pip(python, "jupyterlab")
+    install(python, "-c", str(ROOT / "constraints.txt"), "jupyterlab", timeout=INSTALL_TIMEOUT_S)
     pip(python, str(wheel))
     return python
 
