@@ -161,12 +161,25 @@ def mark_ready() -> None:
     leftovers = os.environ.pop(LEFTOVERS_ENV, None)
     if leftovers:
         atexit.register(_remove_if_orphaned, **json.loads(leftovers))
+        sys.excepthook = quiet_when_orphaned(sys.excepthook)  # inherited by every process it forks
     marker = os.environ.pop(READY_ENV, None)
     if marker:
         try:
             Path(marker).touch()
         except FileNotFoundError:  # the owner exited while we imported and removed its folder: nobody waits
             pass
+
+
+def quiet_when_orphaned(previous: Any) -> Any:
+    """The fork server's excepthook, which a forked process calls on an error before its work starts: an EOF there
+    (its owner, a kernel, was killed between the fork and sending what to run) ends it without a traceback on the
+    kernel's stderr; any other error prints as before."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not issubclass(kind, EOFError):
+            previous(kind, value, tb)
+
+    return hook
 
 
 def _remove_if_orphaned(owner: int, paths: list[str]) -> None:

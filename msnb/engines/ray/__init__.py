@@ -42,6 +42,11 @@ ENV = {
     # default, 30 s, is for a cloud load balancer's health checks; every stop and redeploy would wait it out).
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+    # No task events: each Ray process would send its tasks' state changes to the GCS every second, for the
+    # dashboard's state API (`ray list tasks`), which a local Ray without a dashboard never shows. The kernel's
+    # `ray.shutdown()` (`%ms_stop`) then waits for no last send: twice in CI runs it hung there, in
+    # `TaskEventBufferImpl::Stop`, until the cell's 400 s ran out.
+    "RAY_task_events_report_interval_ms": "0",
 }
 ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."

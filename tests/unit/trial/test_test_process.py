@@ -19,7 +19,7 @@ import msnb
 from msnb.errors import HandlerRunError
 from msnb.session.core import Session
 from msnb.spec import spec_from_source
-from msnb.trial import processes
+from msnb.trial import fork_server, processes
 from msnb.trial.batches import BatchFallbackWarning
 
 X = [0.5, -1.0, 2.0, 0.1]
@@ -154,6 +154,38 @@ def test_the_test_processes_end_with_their_kernel_quietly_and_leave_no_folder(sh
     poll(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 10, "none left")
     assert not [p.name for p in short_tmp.iterdir() if p.name.startswith(LEFTOVER_PREFIXES)]
     assert "Traceback" not in (err or "") and "KeyboardInterrupt" not in (err or "")
+
+
+# A kernel killed between the fork server's fork and its sending what to run: the new process reads EOF at start.
+ORPHANED_FORK = """
+import os
+import multiprocessing.forkserver
+from multiprocessing.forkserver import read_signed
+from msnb.trial import fork_server
+fork_server.warm_up()
+status, start_data = multiprocessing.forkserver._forkserver.connect_to_new_process([])
+pid = read_signed(status)  # forked
+os.close(start_data)  # as the killed kernel: nothing is sent
+print(pid, read_signed(status), flush=True)  # its exit code, once it has ended
+"""
+
+
+def test_a_process_forked_for_a_kernel_killed_before_it_sent_the_work_ends_without_a_traceback(short_tmp):
+    done = subprocess.run(
+        [sys.executable, "-c", ORPHANED_FORK], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TMPDIR": str(short_tmp)},
+    )  # fmt: skip
+    assert done.returncode == 0 and len(done.stdout.split()) == 2, done.stdout + done.stderr
+    assert done.stdout.split()[1] != "0"  # it did end on the EOF
+    assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr
+
+
+def test_the_fork_servers_hook_still_prints_every_other_error():
+    seen = []
+    hook = fork_server.quiet_when_orphaned(lambda kind, value, tb: seen.append(kind))
+    hook(EOFError, EOFError("Ran out of input"), None)
+    hook(ValueError, ValueError("a real error"), None)
+    assert seen == [ValueError]
 
 
 INTERRUPTED_WARM_UP = """
