@@ -28,6 +28,11 @@ def install(python: Path, *args: str, timeout: float) -> None:
         if done.returncode == 0:
             return
         print(f"uv did not install {' '.join(args)} (pip does):\n{done.stderr[-2000:]}")
+    pip_install(python, *args, timeout=timeout)
+
+
+def pip_install(python: Path, *args: str, timeout: float) -> None:
+    """``pip install -q ARGS`` into the environment of ``python``, by pip itself (as a user installs)."""
     done = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", *args], capture_output=True, text=True, timeout=timeout
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from helpers import build_wheel
-from venvs import install
+from venvs import install, pip_install
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_S = 1500  # torch and JupyterLab unpacked into a fresh venv; on Python 3.13 torch is PyPI's CUDA build
@@ -38,16 +38,6 @@ def quickstart_cells(markdown: str) -> list[str]:
     return [block.strip() for block in re.findall(r"```python\n(.*?)```", section.group(1), re.S)]
 
 
-def pip(python: Path, *args: str) -> None:
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"), *args],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     return build_wheel(tmp_path_factory.mktemp("wheel"))
@@ -61,7 +51,7 @@ def jupyter_env(tmp_path_factory, wheel) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     install(python, "-c", str(ROOT / "constraints.txt"), "jupyterlab", timeout=INSTALL_TIMEOUT_S)
-    pip(python, str(wheel))
+    pip_install(python, "-c", str(ROOT / "constraints.txt"), str(wheel), timeout=INSTALL_TIMEOUT_S)
     return python
 
 
