@@ -226,6 +226,10 @@ ECHO = textwrap.dedent(
     """
 )
 
+# A handler whose answer is the server's own request id: TorchServe's frontend makes UUIDs, a Ray replica its own
+# (two servers never answer it alike).
+REQUEST_IDS = "def handle(data, context):\n    return None if data is None else [context.get_request_id(0)]\n"
+
 BROKEN_INIT = textwrap.dedent(
     """
     def load_weights():

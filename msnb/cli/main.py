@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from msnb.cli import ray_cmd, serve_state
+from msnb.cli import ray_cmd, serve_state, shadow
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.cli.export_options import add_layout_options, sizing_of
 from msnb.cli.serve_ray import torchserve_arguments
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_predict(sub)
     _add_compare(sub)
     ray_cmd.add(sub, _add_command)
+    shadow.add(sub, _add_command)
     return parser
 
 

@@ -39,10 +39,11 @@ def default_file(pid: int | None = None) -> Path:
     return state_dir() / SERVERS / f"{pid or os.getpid()}.json"
 
 
-def write(record: ServerRecord, path: Path | None = None) -> Path:
-    """Write ``record``; a file that names another live server is never overwritten."""
+def write(record, path: Path | None = None) -> Path:
+    """Write ``record`` (a ServerRecord, or another command's record of the same kind); a file that names another
+    live process is never overwritten."""
     path = Path(path or default_file(record.pid))
-    other = read(path)
+    other = read(path, type(record))
     if other is not None and other.pid != record.pid:
         raise OptionError(
             f"{path} belongs to another running server: {other.describe()}.",
@@ -52,10 +53,10 @@ def write(record: ServerRecord, path: Path | None = None) -> Path:
     return path
 
 
-def read(path: Path) -> ServerRecord | None:
-    """The record in ``path`` when its server still runs (a stale file is removed), else None."""
+def read(path: Path, kind: type = ServerRecord):
+    """The record (a ``kind``) in ``path`` when its process still runs (a stale file is removed), else None."""
     try:
-        record = ServerRecord(**json.loads(Path(path).read_text()))
+        record = kind(**json.loads(Path(path).read_text()))
     except (OSError, ValueError, TypeError):
         return None
     if not _alive(record.pid):
@@ -64,10 +65,11 @@ def read(path: Path) -> ServerRecord | None:
     return record
 
 
-def running() -> list[ServerRecord]:
-    """Every live `msnb serve` that recorded itself in the state folder, oldest pid first."""
-    folder = state_dir() / SERVERS
-    found = [read(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+def running(kind: type = ServerRecord, folder_name: str = SERVERS) -> list:
+    """Every live `msnb serve` (or process of another ``kind``) that recorded itself in the state folder (its
+    ``folder_name``), oldest pid first."""
+    folder = state_dir() / folder_name
+    found = [read(p, kind) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
     return sorted((r for r in found if r is not None), key=lambda r: r.pid)
 
 

@@ -18,6 +18,8 @@ from msnb.engines.protocol import Engine
 from msnb.errors import OptionError
 
 PATHS = ("predictions", "explanations", "describe")
+Tolerance = tuple[float, float]  # (rtol, atol) for JSON numbers
+EXACT: Tolerance = (0.0, 0.0)
 DESCRIBED = ("modelName", "modelVersion", "customizedMetadata")  # what both engines' describe answers know
 REQUESTS_HINT = (
     'one JSON object a line, e.g. {"model": "news", "text": "a good movie"} or {"path": "describe"}; keys: model, '
@@ -93,14 +95,14 @@ def ask(server: Engine, request: Request) -> Answer:
     return Answer(resp.status_code, b"".join(pieces), len(pieces))
 
 
-def difference(request: Request, torchserve: Answer, ray: Answer) -> str | None:
-    """None when the two answers agree; else what differs first."""
+def difference(request: Request, torchserve: Answer, ray: Answer, tolerance: Tolerance = EXACT) -> str | None:
+    """None when the two answers agree (JSON numbers within ``tolerance``); else what differs first."""
     if torchserve.status != ray.status:
         return f"status {torchserve.status} != {ray.status}"
     left, right = _parsed(torchserve.body), _parsed(ray.body)
     if request.path == "describe" and isinstance(left, list) and isinstance(right, list) and left and right:
         left, right = ({k: v.get(k) for k in DESCRIBED} for v in (left[0], right[0]))
-    return first_difference(left, right)
+    return first_difference(left, right, tolerance=tolerance)
 
 
 def _parsed(body: bytes) -> Any:
@@ -110,20 +112,33 @@ def _parsed(body: bytes) -> Any:
         return body
 
 
-def first_difference(left: Any, right: Any, where: str = "$") -> str | None:
-    """Where two JSON values (or byte strings) first differ, e.g. ``$.y[1]: 3 != 4``; None when equal."""
+def first_difference(left: Any, right: Any, where: str = "$", tolerance: Tolerance = EXACT) -> str | None:
+    """Where two JSON values (or byte strings) first differ, e.g. ``$.y[1]: 3 != 4``; None when equal (two numbers
+    within ``tolerance``: ``|a - b| <= atol + rtol * |b|``, numpy's ``isclose``)."""
     if isinstance(left, dict) and isinstance(right, dict):
         for key in sorted(set(left) | set(right)):
-            found = first_difference(left.get(key, "<missing>"), right.get(key, "<missing>"), f"{where}.{key}")
+            at = f"{where}.{key}"
+            found = first_difference(left.get(key, "<missing>"), right.get(key, "<missing>"), at, tolerance)
             if found:
                 return found
         return None
     if isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
-        return next(filter(None, (first_difference(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(left, right)))), None)  # fmt: skip
+        for i, (a, b) in enumerate(zip(left, right)):
+            found = first_difference(a, b, f"{where}[{i}]", tolerance)
+            if found:
+                return found
+        return None
     if isinstance(left, bytes) and isinstance(right, bytes) and left != right:
         at = next((i for i, (a, b) in enumerate(zip(left, right)) if a != b), min(len(left), len(right)))
         return f"byte {at}: {left[at : at + 20]!r} != {right[at : at + 20]!r}"
+    if tolerance != EXACT and _number(left) and _number(right):
+        rtol, atol = tolerance
+        return None if abs(left - right) <= atol + rtol * abs(right) else f"{where}: {left!r} != {right!r}"
     return None if left == right and type(left) is type(right) else f"{where}: {_short(left)} != {_short(right)}"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _short(value: Any) -> str:

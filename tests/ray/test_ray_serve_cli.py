@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ECHO, build_mar, poll, processes_naming, run
+from helpers import ECHO, REQUEST_IDS, build_mar, poll, processes_naming, run
 
 import msnb.engines.ray.engine
 
@@ -56,8 +56,6 @@ def test_serve_engine_ray_answers_msnb_predict_then_ctrl_c_leaves_nothing(tmp_pa
     poll(lambda: not processes_naming(root), 30, "every Ray process of the server to end")
 
 
-# A handler whose answer is the server's own request id: TorchServe's frontend makes UUIDs, a Ray replica its own.
-REQUEST_IDS = "def handle(data, context):\n    return None if data is None else [context.get_request_id(0)]\n"
 COMPARED = [
     {"model": "echo", "body": {"a": 1}},
     {"model": "echo", "body_file": "blob.bin"},
