@@ -121,6 +121,7 @@ def test_the_front_answers_as_the_primary_byte_for_byte_and_logs_only_the_archiv
         metrics = ask(front.metrics_url, "/metrics", method="GET").body.decode()
         assert 'msnb_shadow_different_total{model="ids"} 4' in metrics
         assert 'msnb_shadow_equal_total{model="echo"} 13' in metrics
+        assert json.loads(front.command("status", "--json").stdout)["models"]["ids"]["different"] == 4
         table = front.command("status")
         assert re.search(r"^ids\s+4\s+0\s+4\s+0\s+0\s+4/0\s", table.stdout, re.M), table.stdout
     finally:
