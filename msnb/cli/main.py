@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_predict(sub)
     _add_compare(sub)
     ray_cmd.add(sub, _add_command)
-    shadow.add(sub, _add_command)
+    shadow.add(sub, _add_command, lambda paths: find_archives(paths))
     return parser
 
 

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from msnb.cli import serve_state
+from msnb.cli import shadow_state
 from msnb.engines import registry
-from msnb.engines.shadow.difflog import BODY_LIMIT
 from msnb.engines.shadow.mirror import QUEUE
+from msnb.engines.shadow.pairs import BODY_LIMIT
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY
 from msnb.engines.shadow.traffic import percent
-from msnb.errors import MsnbError, OptionError
+from msnb.errors import OptionError
 
 ACTIONS = ("status", "split", "cutover")
-SHADOWS = "shadows"  # STATE_DIR/shadows/<pid>.json, one per running `msnb shadow`
 LOG = "shadow-differences.jsonl"
 SHADOW_HELP = """Migrate with live traffic. A front on its own loopback address answers every request from the
 PRIMARY (your TorchServe: status, headers and bytes as it gave them, streamed answers streamed) and sends a copy to
@@ -38,26 +36,9 @@ asks for none. /predictions, /explanations, KServe's v1/v2 paths, /v1 and /mcp a
 management) goes to the primary only. The front's metrics address serves Prometheus' counters on /metrics."""
 
 
-@dataclass(frozen=True)
-class ShadowRecord:
-    """One running `msnb shadow`: its process and folder, its addresses, its key file (the control key), the sides
-    and the differences file."""
-
-    pid: int
-    project: str
-    url: str
-    metrics_url: str
-    key_file: str
-    primary: str
-    candidate: str
-    log: str
-
-    def describe(self) -> str:
-        return f"`msnb shadow` pid {self.pid} in {self.project} ({self.url}: {self.primary} -> {self.candidate})"
-
-
-def add(sub, add_command) -> None:
-    """The `shadow` command (``add_command``: main's way to add a documented command)."""
+def add(sub, add_command, find_archives) -> None:
+    """The `shadow` command (``add_command``: main's way to add a documented command; ``find_archives``: how
+    `msnb serve` finds the archives of its PATHs)."""
     cmd = add_command(
         sub, "shadow", "answer from your TorchServe, mirror to a candidate, compare, cut over", SHADOW_HELP
     )
@@ -86,15 +67,15 @@ def add(sub, add_command) -> None:
     cmd.add_argument("--max-request-size", type=int, metavar="BYTES", help="largest request body (TorchServe's 6.5 MB)")
     cmd.add_argument("--mirror-queue", type=int, default=QUEUE, metavar="N", help="copies waiting at most")
     cmd.add_argument("--json", action="store_true", help="status: print the counts as JSON")
-    cmd.set_defaults(run=run)
+    cmd.set_defaults(run=lambda args: run(args, find_archives))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, find_archives) -> int:
     if args.paths and args.paths[0] in ACTIONS:
         return action(args.paths[0], args.paths[1:], args)
     from msnb.cli.shadow_start import start
 
-    return start(args, SHADOWS)
+    return start(args, find_archives)
 
 
 def action(name: str, rest: list[str], args: argparse.Namespace) -> int:
@@ -103,7 +84,7 @@ def action(name: str, rest: list[str], args: argparse.Namespace) -> int:
     from msnb.engines.shadow import control
 
     args.usage_errors = True
-    record = find(args.state)
+    record = shadow_state.find(args.state)
     key = read_keys(Path(record.key_file).read_text())["management"]["key"]
     if name == "status":
         shown = control.call(record.metrics_url, key, "GET", control.STATUS)
@@ -127,20 +108,3 @@ def split_share(rest: list[str]) -> float:
             "give the percentage of requests the candidate answers: msnb shadow split 10.",
         ) from None
     return percent(share)
-
-
-def find(state: Path | None) -> ShadowRecord:
-    """The running front: the one ``state`` names, else the only one recorded."""
-    hint = "start one with msnb shadow STORE --primary URL, or give the --state file it was started with."
-    if state is not None:
-        record = serve_state.read(state, ShadowRecord)
-        if record is None:
-            raise MsnbError(f"No `msnb shadow` is running (no live front in {state}).", hint)
-        return record
-    found = serve_state.running(ShadowRecord, SHADOWS)
-    if not found:
-        raise MsnbError("No `msnb shadow` is running.", hint)
-    if len(found) > 1:
-        listing = "; ".join(r.describe() for r in found)
-        raise OptionError(f"{len(found)} `msnb shadow` are running: {listing}.", "pick one with --state FILE.")
-    return found[0]

@@ -13,8 +13,8 @@ import signal
 import tempfile
 from pathlib import Path
 
-from msnb.cli import serve, serve_state
-from msnb.cli.shadow import ShadowRecord
+from msnb.cli import serve, shadow_state
+from msnb.cli.shadow_state import ShadowRecord
 from msnb.engines import registry
 from msnb.engines.auth import read_keys, write_key_file
 from msnb.engines.protocol import ServeOptions
@@ -23,7 +23,6 @@ from msnb.engines.shadow.ingress import Settings, Shadow
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY, KeyFile, Side
 from msnb.engines.shadow.traffic import percent
 from msnb.errors import OptionError
-from msnb.files import state_dir
 from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
 
 try:  # the faster loop where it is installed (not on Windows)
@@ -34,7 +33,7 @@ except ImportError:  # pragma: no cover
 USAGE = "msnb shadow STORE --primary URL, or msnb shadow --primary URL --candidate URL (see msnb shadow --help)."
 
 
-def start(args: argparse.Namespace, folder_name: str) -> int:
+def start(args: argparse.Namespace, find_archives) -> int:
     """Run the front until Ctrl-C or SIGTERM; 0 when it stopped so."""
     settings = check(args)
     primary = sides.side(PRIMARY, args.primary, args.primary_token_file, args.primary_api)
@@ -42,11 +41,11 @@ def start(args: argparse.Namespace, folder_name: str) -> int:
     sides.probe(primary)  # before anything starts: a primary that is down is the first thing said
     workdir, engine, written = Path(tempfile.mkdtemp(prefix="msnb-shadow-")), None, []
     try:
-        candidate, engine = candidate_side(args)
+        candidate, engine = candidate_side(args, find_archives)
         sides.distinct(primary, candidate)
         own = write_key_file(workdir / "key_file.json")  # the control key; the inference key when the primary has none
         shadow = front(primary, candidate, settings, own)
-        run_loop(serve_until_stopped(shadow, lambda: written.append(ready(shadow, args, own, folder_name, engine))))
+        run_loop(serve_until_stopped(shadow, lambda: written.append(ready(shadow, args, own, engine))))
     finally:
         for path in written:
             path.unlink(missing_ok=True)
@@ -105,14 +104,12 @@ def check(args: argparse.Namespace) -> Settings:
     )
 
 
-def candidate_side(args: argparse.Namespace) -> tuple[Side, object | None]:
+def candidate_side(args: argparse.Namespace, find_archives) -> tuple[Side, object | None]:
     """The candidate: the server at --candidate (asked with its key), or STORE served on --engine, started here."""
     if args.candidate:
         found = sides.side(CANDIDATE, args.candidate, args.candidate_token_file, args.candidate_api)
         sides.probe(found)
         return found, None
-    from msnb.cli.main import find_archives
-
     archives = find_archives(args.paths)
     kind = registry.get(args.engine)
     kind.require()
@@ -152,7 +149,7 @@ async def serve_until_stopped(shadow: Shadow, ready) -> None:
         say("msnb shadow stopped")
 
 
-def ready(shadow: Shadow, args: argparse.Namespace, own: Path, folder_name: str, engine) -> Path:
+def ready(shadow: Shadow, args: argparse.Namespace, own: Path, engine) -> Path:
     """The state file written, and where everything is said."""
     primary, candidate = shadow.sides[PRIMARY], shadow.sides[CANDIDATE]
     record = ShadowRecord(
@@ -165,7 +162,7 @@ def ready(shadow: Shadow, args: argparse.Namespace, own: Path, folder_name: str,
         candidate.url,
         str(shadow.log.path),
     )
-    written = serve_state.write(record, args.state or state_dir() / folder_name / f"{os.getpid()}.json")
+    written = shadow_state.write(record, args.state)
     key = f"the primary's inference key (in {primary.key.path})" if primary.key else f"the inference key in {own}"
     on = f" ({engine.label}, started for it)" if engine is not None else ""
     say(

@@ -209,7 +209,9 @@ def test_import_msnb_loads_neither_torch_nor_ipython():
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["export", "--help"], ["serve", "--help"], ["predict", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["export", "--help"], ["serve", "--help"], ["predict", "--help"], ["shadow", "--help"]]
+)
 def test_the_commands_help_imports_neither_ipython_nor_torch_nor_a_step(argv):
     """`msnb --help` parses and prints only: IPython, torch and the capture / package-building / trial / session
     steps load after parsing, for the command that needs them."""

@@ -12,10 +12,9 @@ from pathlib import Path
 
 from msnb.engines import compare, splice
 from msnb.engines.shadow import control
-from msnb.engines.shadow.difflog import BODY_LIMIT, DiffLog
 from msnb.engines.shadow.exchange import Cut, Recorded, Reply, send
 from msnb.engines.shadow.mirror import ANSWER_S, QUEUE, Copy, Mirror
-from msnb.engines.shadow.pairs import Judge, other
+from msnb.engines.shadow.pairs import BODY_LIMIT, DiffLog, Judge, other
 from msnb.engines.shadow.routes import Route, route
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY, KeyFile, Side
 from msnb.engines.shadow.tally import Tally
