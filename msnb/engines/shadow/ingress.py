@@ -7,6 +7,7 @@ own key, msnb.engines.shadow.control). Runs on an event loop (uvloop), its conne
 from __future__ import annotations
 
 import asyncio
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -60,14 +61,15 @@ class Shadow:
         self.pool = splice.Pool(Recorded)
         self.mirror = Mirror(self.send_copy, self.judge, self.drop, settings.queue)
         self.servers: list[asyncio.AbstractServer] = []
+        self.clients: weakref.WeakSet[splice.Client] = weakref.WeakSet()  # the open connections, closed at stop
         self.told = False  # whether the front said that other calls go to the primary only
         self.url = self.metrics_url = ""
 
     async def start(self) -> Shadow:
         loop, limit, host = asyncio.get_running_loop(), self.settings.max_request_size, self.settings.host
-        front = await loop.create_server(lambda: splice.Client(self.forward, limit, refusal), host, self.settings.port)
+        front = await loop.create_server(lambda: self.connection(self.forward, limit), host, self.settings.port)
         metrics = await loop.create_server(
-            lambda: splice.Client(self.control, control.LIMIT, refusal), host, self.settings.metrics_port
+            lambda: self.connection(self.control, control.LIMIT), host, self.settings.metrics_port
         )
         self.servers = [front, metrics]
         shown = f"[{host}]" if ":" in host else host
@@ -76,11 +78,21 @@ class Shadow:
         return self
 
     async def stop(self) -> None:
+        """Stop listening, close every connection, end the copies in flight, close the differences file."""
         for server in self.servers:
             server.close()
+        for client in list(self.clients):
+            if client.transport is not None:
+                client.transport.close()
         self.mirror.stop()
         self.pool.close()
+        await asyncio.sleep(0)  # the transports' closes run
         self.log.close()
+
+    def connection(self, forward, limit: int) -> splice.Client:
+        client = splice.Client(forward, limit, refusal)
+        self.clients.add(client)
+        return client
 
     # ---------------------------------------------------------------- requests
     async def forward(self, request: splice.Request, client: splice.Client) -> None:

@@ -33,7 +33,8 @@ class KeyFile:
     def key(self) -> str:
         """The inference key; an OptionError when the file holds none."""
         try:
-            stamp = os.stat(self.path).st_mtime_ns
+            found = os.stat(self.path)
+            stamp = (found.st_mtime_ns, found.st_size)
             if stamp != self._stamp:
                 self._key, self._stamp = read_keys(self.path.read_text())["inference"]["key"], stamp
         except (OSError, ValueError, KeyError):

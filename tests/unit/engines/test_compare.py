@@ -16,6 +16,17 @@ def test_the_first_difference_names_its_place_in_the_json_or_its_byte():
     assert first_difference(1, 1.0) == "$: 1 != 1.0"  # JSON 1 and 1.0 are told apart, as a client may
 
 
+def test_numbers_agree_within_rtol_and_atol_and_anything_else_still_differs():
+    close = (1e-3, 1e-6)  # (rtol, atol): |a - b| <= atol + rtol * |b|
+    assert first_difference({"p": [0.5000004, 2.0]}, {"p": [0.5, 2.001]}, tolerance=close) is None
+    assert first_difference({"p": [0.5, 2.0]}, {"p": [0.5, 2.01]}, tolerance=close) == "$.p[1]: 2.0 != 2.01"
+    assert first_difference(1, 1.0, tolerance=close) is None  # numbers, compared as numbers
+    assert first_difference({"label": "cat"}, {"label": "dog"}, tolerance=close) == '$.label: "cat" != "dog"'
+    assert first_difference(True, 1, tolerance=close) == "$: true != 1"  # a boolean is no number
+    assert difference(Request("m"), Answer(200, b"[0.1]"), Answer(200, b"[0.10001]"), (1e-3, 0)) is None
+    assert difference(Request("m"), Answer(200, b"[0.1]"), Answer(200, b"[0.10001]")) == "$[0]: 0.1 != 0.10001"
+
+
 def test_a_status_differing_comes_first_and_describe_compares_what_both_engines_know():
     request = Request("m")
     assert difference(request, Answer(200, b"{}"), Answer(503, b"{}")) == "status 200 != 503"
