@@ -41,6 +41,7 @@ BENCHMARKS = (
     "responses_speed",
     "light_processes",
     "secret_scan",
+    "shadow",
     "ray_cluster_start",  # last: a two-node cluster of its own, and this process's Ray token restored after it
 )
 # The benchmarks that start a Ray where the extra is installed (the smoke test runs them in the Ray tier's group, one

@@ -44,6 +44,8 @@ PANELS = [
     ("openai_speed", "first token ms", "OpenAI API streamed: first token", "ms"),
     ("openai_speed", "tokens per s", "OpenAI API streamed: tokens/s", "tokens/s"),
     ("responses_speed", "first event ms", "Responses API vs chat: first event", "ms"),
+    ("shadow", "rps", "msnb shadow: through the front vs straight, 16 clients", "req/s"),
+    ("shadow", "p99_ms", "msnb shadow: p99 through the front vs straight", "ms"),
 ]
 # Labels of the anchors (blue); everything else is msnb (orange).
 ANCHORS = ("manual", "default .mar", "hand-written", "raw model", r"batch 1$", r"\(anchor\)")

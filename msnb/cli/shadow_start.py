@@ -114,9 +114,10 @@ def candidate_side(args: argparse.Namespace, find_archives) -> tuple[Side, objec
     kind = registry.get(args.engine)
     kind.require()
     engine = serve.command(kind, ServeOptions(args.max_request_size, None, args.envelope))
-    say(f"starting {engine.label} for the candidate (workdir {engine.workdir}) ...")
+    say(f"starting {engine.label} for the candidate ...")
     try:
         engine.start()
+        say(f"candidate: {engine.label} at {engine.inference_url} (workdir {engine.workdir})")
         serve.served_models(kind, engine, None, archives, {}, args.envelope)
     except BaseException:
         engine.stop()

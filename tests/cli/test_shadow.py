@@ -189,7 +189,7 @@ def test_a_candidate_killed_under_load_loses_no_client_request(primary, store, t
         primary.key_file,
         timeout=400,
     )
-    workdir = re.search(r"starting TorchServe for the candidate \(workdir (\S+)\)", front.output()).group(1)
+    workdir = re.search(r"candidate: TorchServe at \S+ \(workdir (\S+)\)", front.output()).group(1)
     key, answers, lock = {**JSON, **primary.headers()}, [], threading.Lock()
 
     def client(n: int) -> None:

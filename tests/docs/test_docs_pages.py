@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from docrun import DOCS, blocks, run_python_page, run_shell_page
+from docrun import DOCS, blocks, can_isolate, run_python_page, run_shell_page
+from helpers import RAY_GROUP
 
 PYTHON_PAGES = [
     "quickstart.md",
@@ -23,6 +24,7 @@ PYTHON_PAGES = [
 ]
 SHELL_PAGES = ["export.md", "kserve.md"]
 RAY_PAGES = ["ray.md"]  # one more local Ray: run in the Ray tier, one after another with its other Rays
+ISOLATED_PAGES = ["shadow.md"]  # servers on their default ports, kept from block to block: in a machine of its own
 
 
 @pytest.mark.parametrize("page", PYTHON_PAGES)
@@ -43,3 +45,15 @@ def test_every_page_with_an_example_is_run_by_this_tier():
     assert with_examples <= run, f"pages whose examples no test runs: {sorted(with_examples - run)}"
     assert not [p for p in run if not any(b.kind == "cell" for b in blocks(DOCS / p))], "a page here has no example"
     assert all(any(b.kind == "shell" for b in blocks(DOCS / p)) for p in SHELL_PAGES)
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.xdist_group(RAY_GROUP)  # its candidate is a local Ray: one Ray at a time
+@pytest.mark.parametrize("page", ISOLATED_PAGES)
+def test_a_migration_pages_commands_run_as_written_in_a_machine_of_their_own(page, tmp_path):
+    # A plain TorchServe on 8080-8082 and `msnb shadow` in the background, used by the blocks after the one that
+    # started them: the page runs in Linux namespaces of its own (its processes, its loopback).
+    if not can_isolate():
+        pytest.skip("this machine lets no unprivileged process make Linux namespaces (unshare --user --pid --net)")
+    problems = run_shell_page(DOCS / page, tmp_path, isolated=True, block_timeout=600)
+    assert not problems, "\n\n".join(problems)

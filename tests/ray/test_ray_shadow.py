@@ -35,7 +35,7 @@ def test_a_plain_torchserve_answers_through_the_front_while_ray_serve_gets_the_c
             primary.key_file,
             timeout=600,
         )
-        workdir = re.search(r"starting Ray Serve for the candidate \(workdir (\S+)\)", front.output()).group(1)
+        workdir = re.search(r"candidate: Ray Serve at \S+ \(workdir (\S+)\)", front.output()).group(1)
         key = {**JSON, **primary.headers()}
         for i in range(6):
             body = json.dumps({"i": i}).encode()

@@ -20,6 +20,9 @@ from msnb.engines.shadow.tally import Tally
 from msnb.engines.shadow.traffic import Traffic
 
 BODY_LIMIT = 4096  # bytes of each body a line keeps (--log-body-limit)
+# The fields each server gives an answer of its own (OpenAI's ids and times, a v2 answer's generated id), left out of
+# the comparison of the routes whose answers carry them.
+VOLATILE = frozenset({"id", "created", "created_at", "system_fingerprint"})
 
 
 def body_field(body: bytes, limit: int) -> dict:
@@ -105,5 +108,27 @@ class Judge:
 
     def difference(self, copy: Copy, primary: Reply, candidate: Reply) -> str | None:
         request = compare.Request(copy.route.model, copy.route.path)
-        left, right = compare.Answer(primary.status, primary.body), compare.Answer(candidate.status, candidate.body)
+        bodies = [steady(r.body) if copy.route.volatile else r.body for r in (primary, candidate)]
+        left, right = compare.Answer(primary.status, bodies[0]), compare.Answer(candidate.status, bodies[1])
         return compare.difference(request, left, right, self.tolerance)
+
+
+def steady(body: bytes) -> bytes:
+    """An answer of OpenAI's API, MCP or KServe v2 without the fields each server makes its own (``VOLATILE``: a
+    completion's id and time, a v2 answer's generated id); a stream of server-sent events as the list of its
+    events' JSON. A body that is neither is compared as it is."""
+    text = body.decode("utf-8", "replace")
+    events = [line[len("data: ") :] for line in text.splitlines() if line.startswith("data: ")]
+    try:
+        value = [json.loads(e) for e in events if e.strip() != "[DONE]"] if events else json.loads(text)
+    except ValueError:
+        return body
+    return json.dumps(_without_volatile(value)).encode()
+
+
+def _without_volatile(value):
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_without_volatile(v) for v in value]
+    return value

@@ -28,6 +28,7 @@ class Route:
     version: str | None = None
     path: str = "predictions"
     api: bool = False
+    volatile: bool = False  # its answers carry fields each server makes its own (pairs.VOLATILE)
 
 
 def route(method: str, path: str, body: bytes) -> Route | None:
@@ -36,12 +37,12 @@ def route(method: str, path: str, body: bytes) -> Route | None:
         found = pattern.match(path)
         if found:
             kind = "explanations" if found["path"] in ("explanations", "explain") else "predictions"
-            return Route(found["model"], found.groupdict().get("version"), kind)
+            return Route(found["model"], found.groupdict().get("version"), kind, volatile=pattern is KSERVE_V2)
     if path not in API_PATHS or (path == "/v1/models") != (method == "GET"):
         return None
     if path == "/v1/models":
-        return Route(MODELS_LIST, api=True)
-    return Route(named_model(path, body), api=True)
+        return Route(MODELS_LIST, api=True, volatile=True)
+    return Route(named_model(path, body), api=True, volatile=True)
 
 
 def named_model(path: str, body: bytes) -> str:

@@ -64,7 +64,7 @@ def side(role: str, url: str, key_file: Path | None, api: str | None = None, fla
     """A side from the command line's address (``flag`` names it in an error), API address and key file."""
     if key_file is not None and not Path(key_file).is_file():
         raise OptionError(f"--{role}-token-file {key_file}: no such file.", KEY_FILE_HINT)
-    keys = KeyFile(key_file) if key_file is not None else None
+    keys = KeyFile(Path(key_file).resolve()) if key_file is not None else None
     if keys is not None:
         keys.key()
     base = address(url, flag or f"--{role}")

@@ -11,12 +11,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msnb.engines.shadow.exchange import Reply
 from msnb.engines.shadow.mirror import Copy
-from msnb.engines.shadow.pairs import DiffLog, Judge
+from msnb.engines.shadow.pairs import DiffLog, Judge, steady
 from msnb.engines.shadow.routes import MODELS_LIST, Route, route
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY, KeyFile, address
 from msnb.engines.shadow.tally import Tally
 from msnb.engines.shadow.traffic import EVERY_MODEL, Traffic
 from msnb.errors import OptionError
+
+API = {"api": True, "volatile": True}  # a route of OpenAI's API or MCP
 
 
 def test_predictions_explanations_kserve_openai_and_mcp_are_mirrored_for_their_model_and_nothing_else():
@@ -25,13 +27,13 @@ def test_predictions_explanations_kserve_openai_and_mcp_are_mirrored_for_their_m
     assert route("POST", "/explanations/m", b"") == Route("m", path="explanations")
     assert route("POST", "/v1/models/m:predict", b"") == Route("m")
     assert route("POST", "/v1/models/m:explain", b"") == Route("m", path="explanations")
-    assert route("POST", "/v2/models/m/versions/3/infer", b"") == Route("m", "3")
-    assert route("POST", "/v1/chat/completions", b'{"model": "lm", "messages": []}') == Route("lm", api=True)
-    assert route("POST", "/v1/embeddings", b'{"model": "e", "input": "x"}') == Route("e", api=True)
+    assert route("POST", "/v2/models/m/versions/3/infer", b"") == Route("m", "3", volatile=True)
+    assert route("POST", "/v1/chat/completions", b'{"model": "lm", "messages": []}') == Route("lm", **API)
+    assert route("POST", "/v1/embeddings", b'{"model": "e", "input": "x"}') == Route("e", **API)
     call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "m", "arguments": {}}})
-    assert route("POST", "/mcp", call.encode()) == Route("m", api=True)
-    assert route("POST", "/mcp", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}') == Route("mcp", api=True)
-    assert route("GET", "/v1/models", b"") == Route(MODELS_LIST, api=True)
+    assert route("POST", "/mcp", call.encode()) == Route("m", **API)
+    assert route("POST", "/mcp", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}') == Route("mcp", **API)
+    assert route("GET", "/v1/models", b"") == Route(MODELS_LIST, **API)
     for method, path in (
         ("GET", "/ping"),
         ("GET", "/models"),
@@ -110,6 +112,21 @@ def judged(tmp_path, body: bytes, primary: Reply, candidate: Reply | None, toler
     log.close()
     lines = (tmp_path / "d.jsonl").read_text().splitlines()
     return tally.of("m"), [json.loads(line) for line in lines]
+
+
+def test_openai_and_mcp_answers_are_compared_without_the_ids_and_times_each_server_makes(tmp_path):
+    def chat(ident: str, created: int, text: str) -> bytes:
+        event = {"id": ident, "created": created, "choices": [{"delta": {"content": text}}]}
+        return f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n".encode()
+
+    assert steady(chat("chatcmpl-a", 1, "hi")) == steady(chat("chatcmpl-b", 2, "hi"))
+    assert steady(chat("chatcmpl-a", 1, "hi")) != steady(chat("chatcmpl-a", 1, "ho"))
+    assert steady(b"not json") == b"not json"
+    loop = asyncio.new_event_loop()
+    copy = Copy(Route("lm", **API), "POST", "/v1/chat/completions", b"{}", CANDIDATE, b"", loop.create_future())
+    judge = Judge(Tally(), Traffic(Tally()), DiffLog(tmp_path / "d.jsonl"))
+    assert judge.difference(copy, Reply(200, chat("x", 1, "hi"), 0.1), Reply(200, chat("y", 2, "hi"), 0.1)) is None
+    loop.close()
 
 
 def test_an_equal_pair_is_counted_and_a_different_one_is_one_line_with_both_answers_cut_to_the_limit(tmp_path):
