@@ -39,7 +39,7 @@ def run(settings: Settings) -> dict:
             proc.nice(19)
         front = Front(work, primary, candidate)
         runs = _measure(settings, primary, front)
-        pairs = front.counts()
+        pairs = front.settled()
     finally:
         if front is not None:
             front.stop()
@@ -122,6 +122,17 @@ class Front:
             f"{self.record['metrics_url']}/shadow/status", headers={"Authorization": f"Bearer {key}"}, timeout=30
         )
         return answer.json()["models"].get("mlp", {})
+
+    def settled(self, bound_s: float = 60) -> dict:
+        """The counts once every copy is judged, dropped or failed (a slow candidate answers the last ones late), or
+        as they are after ``bound_s``."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            found = self.counts()
+            done = sum(found.get(k, 0) for k in ("equal", "different", "candidate_errors", "dropped"))
+            if done >= found.get("requests", 0) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.5)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -4,6 +4,7 @@ changes, as TorchServe rewrites key_file.json when a key is renewed), checked at
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,6 +16,7 @@ from msnb.errors import OptionError, ServerError
 
 PRIMARY, CANDIDATE = "primary", "candidate"
 PROBE_TIMEOUT_S = 10.0
+LOOK_S = 1.0  # how often a key file is looked at again (a renewed key is used within that)
 START_HINTS = {
     PRIMARY: "start your TorchServe first (torchserve --start ...), and give its inference address, e.g. "
     "--primary http://127.0.0.1:8080",
@@ -28,10 +30,14 @@ class KeyFile:
     the file changes."""
 
     def __init__(self, path: Path):
-        self.path, self._stamp, self._key = Path(path), None, ""
+        self.path, self._stamp, self._key, self._looked = Path(path), None, "", 0.0
 
     def key(self) -> str:
-        """The inference key; an OptionError when the file holds none."""
+        """The inference key (the file looked at again at most every ``LOOK_S``); an OptionError when it holds none."""
+        now = time.monotonic()
+        if self._key and now - self._looked < LOOK_S:
+            return self._key
+        self._looked = now
         try:
             found = os.stat(self.path)
             stamp = (found.st_mtime_ns, found.st_size)

@@ -162,4 +162,5 @@ def test_an_address_is_http_host_port_and_a_key_file_is_read_again_when_it_chang
     held = KeyFile(keys)
     assert held.header() == b"Bearer one"
     keys.write_text("two\n")  # renewed (a plain key file this time)
+    held._looked = 0.0  # (as LOOK_S later)
     assert held.key() == "two"
