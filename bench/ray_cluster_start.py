@@ -29,7 +29,7 @@ class Cluster:
         from ray.cluster_utils import Cluster as RayCluster
 
         from msnb.engines.ray.nodes import AUTH_VARS, node_args, started
-        from msnb.templates.msnb_ray_guard import KEY_VAR
+        from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
         self.root, self.key = root, secrets.token_urlsafe(16)
         # this process's Ray token as it was: a smoke run's other benchmarks keep using the process-wide Ray after
@@ -121,20 +121,20 @@ def on_torchserve(work: Path, archives: list[Path]) -> float:
 
 def requirement_cost(work: Path, requirement: str = "termcolor") -> dict[str, float]:
     """What one small pure-Python requirement the node lacks costs an exported application: seconds and bytes of its
-    install beside the model folders (``msnb_ray_needs.install_once``, as the first replica of a node runs it), and
+    install beside the model folders (``runtime_env.install_once``, as the first replica of a node runs it), and
     the seconds a second replica takes to find it installed."""
-    from msnb.templates import msnb_ray_needs
+    from msnb.templates.msnb_runtime.ray import runtime_env
 
     folder = work / "requirement" / "model"
     folder.mkdir(parents=True, exist_ok=True)
     path = list(sys.path)
     try:
         start = time.perf_counter()
-        target = msnb_ray_needs.install_once(folder, [requirement])
+        target = runtime_env.install_once(folder, [requirement])
         first = time.perf_counter() - start
         sys.path[:] = path
         start = time.perf_counter()
-        msnb_ray_needs.install_once(folder, [requirement])
+        runtime_env.install_once(folder, [requirement])
         again = time.perf_counter() - start
     finally:
         sys.path[:] = path

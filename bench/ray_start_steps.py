@@ -176,9 +176,9 @@ def replica_imports() -> dict[str, float]:
     from ray import serve  # noqa: F401 - timed
 
     steps.mark("ray.serve (a replica)")
-    import msnb.templates.msnb_ray  # noqa: F401 - timed
+    import msnb.templates.msnb_runtime.ray.app  # noqa: F401 - timed
 
-    steps.mark("msnb's replica code (msnb_ray)")
+    steps.mark("msnb's replica code (msnb_runtime.ray.app)")
     import torch  # noqa: F401 - timed
 
     steps.mark("torch")

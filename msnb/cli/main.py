@@ -18,7 +18,7 @@ from msnb.engines.torchserve.config import KSERVE_STORE_DIR
 from msnb.errors import MsnbError, OptionError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has

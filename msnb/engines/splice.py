@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import httptools
 
-from msnb.templates.msnb_ts_checks import too_large  # TorchServe's body limit, as every engine's front keeps it
+from msnb.templates.msnb_runtime.ts.checks import too_large  # TorchServe's body limit, as every engine's front keeps it
 
 Refusal = tuple[int, str, str]  # status, error type, message
 

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 WILDCARD_HOSTS = ("0.0.0.0", "::")  # every interface of the machine

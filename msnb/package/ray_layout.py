@@ -7,7 +7,6 @@ From the folder, ``serve run serve_config.yaml`` serves every handler on a local
 from __future__ import annotations
 
 import shutil
-from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -20,24 +19,21 @@ from msnb.package.model_folder import ModelFolder
 from msnb.package.ray_image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
 from msnb.package.ray_sizing import Sizing, needs, needs_text
 from msnb.spec import HandlerSpec
-from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names, msnb_serving
-from msnb.templates.msnb_ray_guard import KEY_VAR
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates import RAY_ROOMS, RUNTIME, copy_runtime, runtime_files
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
-ADAPTER = "msnb_ray"
+ADAPTER = f"{RUNTIME}.ray.app"  # the applications' module in the export (its builders: model, router)
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
-# The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (msnb_ray_guard).
+# The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (runtime ray.token_interceptor).
 KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
-def adapter_files() -> list[Path]:
-    """The adapter modules (templates/msnb_ray*.py, the TorchServe interfaces they keep, msnb_ts_*.py, the protocols,
-    msnb_api*.py, and the shared msnb_names and msnb_serving they import) that sit beside the exported model folders."""
-    root = resources.files("msnb.templates")
-    adapter = [p for p in root.iterdir() if p.name.startswith(ENGINE_ADAPTER_PREFIX) and p.name.endswith(".py")]
-    shared = [root / f"{module.__name__.rsplit('.', 1)[1]}.py" for module in (msnb_names, msnb_serving)]
-    return sorted(Path(str(p)) for p in [*adapter, *shared])
+def adapter_files() -> tuple[tuple[Path, str], ...]:
+    """(source, path in the export) of the runtime package's rooms that sit beside the exported model folders: the
+    Ray applications, TorchServe's interfaces they keep, the protocols and the shared handler (``RAY_ROOMS``)."""
+    return runtime_files(RAY_ROOMS)
 
 
 def serve_config(
@@ -137,8 +133,7 @@ def _write(outdir: Path, stage, where: tuple) -> Path:
     with written_into(outdir, ".msnb-ray-") as staging:
         config = serve_config(stage(staging), *where)
         validate(config)
-        for src in adapter_files():
-            shutil.copy2(src, staging / src.name)
+        copy_runtime(staging, RAY_ROOMS)
         (staging / SERVE_CONFIG).write_text(
             _header("serve run " + SERVE_CONFIG) + yaml.safe_dump(config, sort_keys=False)
         )

@@ -76,10 +76,11 @@ def _memory(text: str) -> float:
 
 def needs(outdir: Path, config: dict) -> list[tuple[str, int, dict[str, float]]]:
     """(application, replicas, one replica's ask) for each model application of ``config`` (serve_config.yaml),
-    computed as its builder computes them (msnb_ray.deployment_options with model-config.yaml's deviceType and
+    computed as its builder computes them (ray_app.deployment_options with model-config.yaml's deviceType and
     workers, then the application's args)."""
-    from msnb.templates import msnb_ray, msnb_ray_needs
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.ray import app as ray_app
+    from msnb.templates.msnb_runtime.ray import runtime_env
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     rows = []
     for app in config["applications"]:
@@ -87,15 +88,15 @@ def needs(outdir: Path, config: dict) -> list[tuple[str, int, dict[str, float]]]
         if "model_dir" not in args:  # the router: no CPU of its own
             continue
         _, model_config = read_folder(outdir / args["model_dir"])
-        options = msnb_ray.deployment_options(model_config, [], float(args.get("num_cpus", 1.0)))
-        actor = msnb_ray_needs.sized(options["ray_actor_options"], args)
-        rows.append((app["name"], msnb_ray_needs.replicas(options), msnb_ray_needs.asked(actor)))
+        options = ray_app.deployment_options(model_config, [], float(args.get("num_cpus", 1.0)))
+        actor = runtime_env.sized(options["ray_actor_options"], args)
+        rows.append((app["name"], runtime_env.replicas(options), runtime_env.asked(actor)))
     return rows
 
 
 def needs_text(rows: list[tuple[str, int, dict[str, float]]]) -> str:
     """What the whole application needs, and each model's part ("mlp 2 x 0.1 CPU")."""
-    from msnb.templates.msnb_ray_needs import shown
+    from msnb.templates.msnb_runtime.ray.runtime_env import shown
 
     total: dict[str, float] = {}
     for _, count, ask in rows:

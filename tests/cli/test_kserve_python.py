@@ -134,7 +134,12 @@ def test_an_archive_exported_for_kserves_python_server_answers_v1_and_v2_as_torc
     code, said, err = run(capsys, "export", mar, "--kserve-python", out)
     assert code == 0, err
     assert "python kserve_predictor.py" in said
-    assert {p.name for p in out.iterdir()} == {"linear", "kserve_predictor.py", "msnb_names.py", "requirements.txt"}
+    assert {p.name for p in out.iterdir()} == {
+        "linear",
+        "kserve_predictor.py",
+        "msnb_runtime/handler/names.py",
+        "requirements.txt",
+    }
     requirements = (out / "requirements.txt").read_text().splitlines()
     assert {"kserve==0.21.0", "torch==2.13.0", "torchserve==0.12.0"} <= set(requirements)
     python = kserve_python(out / "requirements.txt")
@@ -184,5 +189,9 @@ def test_the_predictor_imports_only_what_its_requirements_name():
     tree = ast.parse(resources.files("msnb.templates").joinpath("kserve_predictor.py").read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-    tops = {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"__future__", "msnb_names"}
+    tops = (
+        {name.split(".")[0] for name in names}
+        - set(sys.stdlib_module_names)
+        - {"__future__", "msnb_runtime.handler.names"}
+    )
     assert tops == {"kserve", "ts"}

@@ -31,8 +31,8 @@ from msnb.engines.models import PredictionError
 from msnb.engines.ray import ROUTER_APP
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import LocalServer, TorchServeClient
-from msnb.templates.msnb_ray_guard import KEY_VAR
-from msnb.templates.msnb_ts_checks import read_key
+from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
+from msnb.templates.msnb_runtime.ts.checks import read_key
 
 # One cluster per module: keep its tests on one worker. The first test's time holds the cluster's start and the
 # `serve run` of every application (several minutes on a loaded 2-core machine).
@@ -493,7 +493,7 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
 
 
 def test_removing_a_node_fails_no_request_and_none_waits_10_s(served):
-    # A replica lost with its node: the router sends its call again to the live replica (templates/msnb_ray.py,
+    # A replica lost with its node: the router sends its call again to the live replica (templates/msnb_runtime/ray/app.py,
     # forward). A request that waits 10 s counts as failed (the clients' timeout).
     both_replicas_running(served)  # one on each node (after the redeploy test, its rollout may still run)
     stop = threading.Event()

@@ -22,7 +22,7 @@ from test_ray_notebook import HANDLER, NET_CELL, cell, truth
 
 import msnb.session.core
 from msnb.engines.models import PredictionError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 LINE = """rdoor --batch-size 8 --max-batch-delay 500 --example '{"x": [1, 2, 3, 4]}'"""
 FOREIGN = textwrap.dedent(

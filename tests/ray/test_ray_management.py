@@ -319,7 +319,7 @@ def deploy_export(outdir: Path, router_name: str):
 
     sys.path.insert(0, str(outdir))
     try:  # the export's own modules, not msnb.templates': the replicas import them from the folder
-        exported = importlib.import_module("msnb_ray")
+        exported = importlib.import_module("msnb_runtime.ray.app")
         here = {"runtime_env": {"env_vars": {"PYTHONPATH": str(outdir)}}}  # a local working_dir: Serve refuses it
         targets = []
         for name in EXPORTED:

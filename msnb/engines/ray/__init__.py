@@ -28,7 +28,7 @@ ENV = {
     "RAY_prestart_worker_first_driver": "0",  # no idle workers started for a driver (Serve starts its own)
     # A request's way through Serve: each replica runs its deployment's code on its own event loop (no hand-over
     # to a second loop's thread and back), a handle routes on the caller's loop, and calls between deployments
-    # (the router's to a model's replica) go over Serve's gRPC (token-checked, see msnb_ray_guard) instead of
+    # (the router's to a model's replica) go over Serve's gRPC (token-checked, see msnb_runtime.ray.token_interceptor) instead of
     # Ray actor calls. Measured by time stamps along the way: a stream's first chunk 36 -> 16 ms (load 15-25).
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
@@ -48,7 +48,7 @@ ENV = {
     # `TaskEventBufferImpl::Stop`, until the cell's 400 s ran out.
     "RAY_task_events_report_interval_ms": "0",
 }
-ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router), locally and exported
+ROUTER_APP = "msnb-router"  # the router application (templates/msnb_runtime/ray/app.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from msnb.templates.msnb_ray_manage import describe_entry, worker
+from msnb.templates.msnb_runtime.ray.management import describe_entry, worker
 
 
 def describe(engine: Any, entry: Any, customized: bool) -> dict:
     """The describe entry of a registered model (``entry``: msnb.engines.ray.model_registry.Entry)."""
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     _, config = read_folder(entry.folder)
     workers = [worker(w.id, w.status) for w in engine.status(entry.app or entry.name).workers]

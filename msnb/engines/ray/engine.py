@@ -33,8 +33,8 @@ from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.engines.ts_properties import client_host
 from msnb.errors import ServerError
-from msnb.templates.msnb_ray_manage import TS_STATE
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, ServingConfig
+from msnb.templates.msnb_runtime.ray.management import TS_STATE
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
@@ -87,7 +87,7 @@ class LocalRay:
         from ray.cluster_utils import Cluster
 
         from msnb.engines.ray import front  # uvloop and httptools come with Ray Serve: imported once used, like ray
-        from msnb.templates import msnb_ray
+        from msnb.templates.msnb_runtime.ray import app as ray_app
 
         quiet_serve_log()
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
@@ -100,9 +100,9 @@ class LocalRay:
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
-        serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=msnb_ray.QUIET)
+        serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=ray_app.QUIET)
         # Not waited for here: its replica starts while the first model's does (see _router_running).
-        serve.run_many([serve.RunTarget(msnb_ray.router(self._door()), name=ROUTER_APP, route_prefix="/")],
+        serve.run_many([serve.RunTarget(ray_app.router(self._door()), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
         front.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
@@ -168,7 +168,7 @@ class LocalRay:
 
     @property
     def openai_base_url(self) -> str:
-        """OpenAI's API over the streaming and embedding models, answered by the router (templates/msnb_ray_api.py)."""
+        """OpenAI's API over the streaming and embedding models, answered by the router (templates/msnb_runtime/ray/api.py)."""
         return f"{self.inference_url}/v1"
 
     @property
@@ -183,18 +183,18 @@ class LocalRay:
     # ------------------------------------------------------------------ models
     def redeploy(self, path: str | Path, app: str | None = None, **params: Any) -> ModelStatus:
         """Serve the model folder ``path`` as its application (``app``: the model's name, or another version's
-        application: msnb_ray_http.version_app): the first time a deploy, later a rolling update (Serve starts the new
+        application: msnb_runtime.ray.ingress.version_app): the first time a deploy, later a rolling update (Serve starts the new
         replicas before it drains the old ones: no request is lost)."""
         from ray import serve
 
-        from msnb.templates import msnb_ray
+        from msnb.templates.msnb_runtime.ray import app as ray_app
 
         folder = Path(path)
         name = read_manifest(folder)[0]
         app = app or name
         self._refuse_unschedulable(app, folder)
         try:
-            serve.run(msnb_ray.model(self._model_args(folder, name)), name=app, route_prefix=_route(folder, app))
+            serve.run(ray_app.model(self._model_args(folder, name)), name=app, route_prefix=_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()
@@ -209,7 +209,7 @@ class LocalRay:
             shutil.rmtree(folder, ignore_errors=True)
 
     def _model_args(self, folder: Path, name: str) -> dict[str, Any]:
-        # env_vars: the replicas' constructor sets them (msnb_ray.model), no file holds them
+        # env_vars: the replicas' constructor sets them (ray_app.model), no file holds them
         return {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
                 "max_surge_percent": 100,  # one replica: its replacement starts before it stops
                 "env_vars": self._env.get(name, {}), "door": self._door()}  # fmt: skip
@@ -227,7 +227,7 @@ class LocalRay:
         import ray
         from ray import serve
 
-        from msnb.templates import msnb_ray
+        from msnb.templates.msnb_runtime.ray import app as ray_app
 
         targets, pending, free = [], {}, ray.available_resources().get("CPU", 0.0)
         for folder, extra in models:
@@ -239,7 +239,7 @@ class LocalRay:
                 yield app, err
                 continue
             args = {**self._model_args(folder, name), **{k: v for k, v in extra.items() if k != "app"}}
-            targets.append(serve.RunTarget(msnb_ray.model(args), name=app, route_prefix=_route(folder, app)))
+            targets.append(serve.RunTarget(ray_app.model(args), name=app, route_prefix=_route(folder, app)))
             pending[app] = folder
         if targets:
             serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
@@ -290,7 +290,7 @@ class LocalRay:
         old ones stop, so they need room too)."""
         import ray
 
-        from msnb.templates.msnb_ray import read_folder, workers
+        from msnb.templates.msnb_runtime.ray.app import read_folder, workers
 
         replicas = workers(ServingConfig.from_model_config(read_folder(folder)[1]))[0]
         need = replicas * self.replica_cpus
@@ -382,8 +382,8 @@ _LIVE: set[LocalRay] = set()
 def _route(folder: Path, app: str) -> str | None:
     """The route at which the model's own replicas answer its predictions (the front sends them there): the model's
     ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application
-    (msnb_ray_http.version_app)."""
-    from msnb.templates.msnb_ray import direct_route, read_folder
+    (msnb_runtime.ray.ingress.version_app)."""
+    from msnb.templates.msnb_runtime.ray.app import direct_route, read_folder
 
     name, version = read_manifest(folder)
     route = direct_route(name, read_folder(folder)[1])

@@ -7,7 +7,7 @@ loopback port of its own, and Serve's controller knows which ports serve which r
 Ray's own HAProxy mode routes by; the router hands them out at ``TARGETS_PATH``). This front is that load balancer:
 a process of its own (``python -m msnb.engines.ray.front`` on uvloop, its connections in msnb.engines.splice;
 no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to
-NAME's replicas (``msnb_ray.direct_route``) and every other path to the router's, longest route prefix first, and
+NAME's replicas (``msnb_runtime.ray.app.direct_route``) and every other path to the router's, longest route prefix first, and
 to Serve's proxy while a route has no running replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
 """
 
@@ -29,11 +29,11 @@ import uvloop
 from msnb.engines import splice
 from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless told otherwise
 from msnb.errors import ServerError
-from msnb.templates.msnb_api_openai import ROUTES as API_ROUTES
-from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_ray_http import EXPLAIN, TARGETS_PATH, explained, model_route, own_api_path
-from msnb.templates.msnb_ts_checks import read_key
-from msnb.templates.msnb_ts_wire import error_reply
+from msnb.templates.msnb_runtime.api.openai import ROUTES as API_ROUTES
+from msnb.templates.msnb_runtime.api.v1 import refused
+from msnb.templates.msnb_runtime.ray.ingress import EXPLAIN, TARGETS_PATH, explained, model_route, own_api_path
+from msnb.templates.msnb_runtime.ts.checks import read_key
+from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)

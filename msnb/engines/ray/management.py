@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
 from msnb.errors import MsnbError
-from msnb.templates.msnb_ray_manage import NOT_ALLOWED, page
-from msnb.templates.msnb_ray_manage import number as _number
+from msnb.templates.msnb_runtime.ray.management import NOT_ALLOWED, page
+from msnb.templates.msnb_runtime.ray.management import number as _number
 
 NOT_FOUND = "Requested resource is not found, please refer to API document."
 AUTH_FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"

@@ -23,8 +23,8 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import safe_name
 from msnb.engines.ts_properties import TsConfig
 from msnb.errors import MsnbError, ServerError
-from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
-from msnb.templates.msnb_ray_http import version_app
+from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
+from msnb.templates.msnb_runtime.ray.ingress import version_app
 
 # The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
 REGISTER_PARAMS = {"initial_workers": "minWorkers", "batch_size": "batchSize", "max_batch_delay": "maxBatchDelay",
@@ -230,15 +230,15 @@ def read_name(folder: Path) -> str:
 
 
 def _config_path(folder: Path) -> Path:
-    from msnb.templates.msnb_names import CONFIG
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.handler.names import CONFIG
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     manifest, _ = read_folder(folder)
     return folder / ((manifest.get("model") or {}).get("configFile") or CONFIG)
 
 
 def read_settings(folder: Path) -> dict:
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     return read_folder(folder)[1]
 
@@ -248,7 +248,7 @@ def write_settings(folder: Path, name: str, settings: dict[str, int]) -> None:
     its manifest (a register call's ``model_name``): the folder is the engine's own copy of the archive."""
     import json
 
-    from msnb.templates.msnb_names import MANIFEST
+    from msnb.templates.msnb_runtime.handler.names import MANIFEST
 
     manifest = json.loads((folder / MANIFEST).read_text())
     if manifest["model"].get("modelName") != name:

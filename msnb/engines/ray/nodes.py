@@ -38,7 +38,7 @@ def environment(temp_root: Path) -> dict[str, str]:
     """The variables every Ray process of ours gets: ``RAY_TMPDIR`` keeps Ray's files under ``temp_root``;
     ``RAY_AUTH_MODE=token`` makes every Ray gRPC server (GCS, raylet, core workers, Serve's inter-deployment
     server) and the agents' HTTP servers refuse a caller without the token in ``temp_root``."""
-    from msnb.templates.msnb_ray_guard import GRPC_HOST_VAR
+    from msnb.templates.msnb_runtime.ray.token_interceptor import GRPC_HOST_VAR
 
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(temp_root / TOKEN_FILE)}
     return {**ENV, "RAY_TMPDIR": str(temp_root), **token, GRPC_HOST_VAR: LOOPBACK}

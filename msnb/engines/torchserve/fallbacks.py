@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from msnb.engines.protocol import Engine
-from msnb.templates.msnb_fallback import FALLBACK_METRIC
+from msnb.templates.msnb_runtime.handler.fallback import FALLBACK_METRIC
 
 
 def batch_fallbacks(server: Engine) -> dict[str, int]:

@@ -22,9 +22,8 @@ from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.relay import Relay, Unanswered
 from msnb.engines.torchserve.upstream import Exchange, post
 from msnb.errors import ServerError
-from msnb.templates import msnb_api_embeddings as embeddings
-from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import (
+from msnb.templates.msnb_runtime.api import embeddings, mcp
+from msnb.templates.msnb_runtime.api.openai import (
     CHALLENGE,
     ROUTES,
     ApiError,
@@ -34,10 +33,10 @@ from msnb.templates.msnb_api_openai import (
     not_streaming,
     unauthorised,
 )
-from msnb.templates.msnb_api_v1 import parse, refused
-from msnb.templates.msnb_api_wire import JSON_TYPE, models
-from msnb.templates.msnb_cancel import CANCEL_HEADER, mark, new_id
-from msnb.templates.msnb_ts_checks import carries_key
+from msnb.templates.msnb_runtime.api.v1 import parse, refused
+from msnb.templates.msnb_runtime.api.wire import JSON_TYPE, models
+from msnb.templates.msnb_runtime.handler.cancel import CANCEL_HEADER, mark, new_id
+from msnb.templates.msnb_runtime.ts.checks import carries_key
 
 try:  # the faster loop where it is installed (not on Windows)
     from uvloop import new_event_loop

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import sysconfig
 from collections import deque
@@ -10,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from msnb.engines.torchserve.config import FRONTEND_LOG, MODEL_LOG
-from msnb.templates import DEV_ENTRY, shared_handler_files
+from msnb.templates import DEV_ENTRY, RUNTIME
 
 # "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
@@ -103,14 +102,9 @@ def is_library_frame(path: str) -> bool:
         "site-packages" in path
         or "dist-packages" in path
         or path.startswith((stdlib, "<frozen"))
-        or Path(path).name in library_files()
+        or RUNTIME in Path(path).parts
+        or Path(path).name == DEV_ENTRY
     )
-
-
-@functools.cache
-def library_files() -> frozenset[str]:
-    """The file names of the shared handler modules every archive carries (the templates' one list)."""
-    return frozenset({*(p.name for p in shared_handler_files()), DEV_ENTRY})
 
 
 def user_frames(lines: list[str]) -> list[str]:

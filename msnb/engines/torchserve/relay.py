@@ -13,9 +13,9 @@ from msnb.engines import splice
 from msnb.engines.chunks import ChunkReader
 from msnb.engines.torchserve.upstream import Exchange
 from msnb.errors import ServerError
-from msnb.templates.msnb_api_openai import ApiError, Request, upstream_error
-from msnb.templates.msnb_api_v1 import answer
-from msnb.templates.msnb_api_wire import JSON_TYPE, SSE_TYPE
+from msnb.templates.msnb_runtime.api.openai import ApiError, Request, upstream_error
+from msnb.templates.msnb_runtime.api.v1 import answer
+from msnb.templates.msnb_runtime.api.wire import JSON_TYPE, SSE_TYPE
 
 HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
         % SSE_TYPE.encode())  # fmt: skip

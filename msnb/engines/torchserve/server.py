@@ -33,8 +33,8 @@ from msnb.engines.torchserve.front import Front
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import MsnbError, ServerError
-from msnb.templates.msnb_cancel import CANCEL_DIR_VAR
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.cancel import CANCEL_DIR_VAR
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
@@ -364,7 +364,7 @@ class LocalServer:
         inherited = env_vars.without_credentials(os.environ)
         env = {k: v for k, v in inherited.items() if not k.startswith("TS_")} | self.env
         env[env_vars.ENV_DIR_VAR] = str(lay.env_dir)
-        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the front ended early (msnb_cancel)
+        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the front ended early (msnb_runtime.handler.cancel)
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
         env.update(

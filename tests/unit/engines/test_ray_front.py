@@ -15,7 +15,7 @@ import requests
 from msnb.engines.ray import front
 from msnb.engines.ray.front import Routes
 from msnb.errors import ServerError
-from msnb.templates.msnb_ray_http import TARGETS_PATH
+from msnb.templates.msnb_runtime.ray.ingress import TARGETS_PATH
 
 KEY = "front-test-key"
 LIMIT = 1000

@@ -18,7 +18,7 @@ from api_clients import openai_client, streamed_text
 from helpers import poll
 
 from msnb.engines.torchserve.front import Front
-from msnb.templates.msnb_cancel import CANCEL_HEADER
+from msnb.templates.msnb_runtime.handler.cancel import CANCEL_HEADER
 
 KEY = "front-test-key"
 PIECES = ["the", " cat", " sat", " on", " the", " mat"]
@@ -138,7 +138,9 @@ def test_pieces_stream_as_torchserve_chunked_them_and_the_whole_answer_joins_the
 def test_max_tokens_counts_pieces_not_reads_and_tells_the_worker_its_stream_ended(front):
     pieces, finish = streamed_text(client(front), "lm", "hi", max_tokens=2)
     assert pieces == PIECES[:2] and finish == "length"  # the second piece came in two reads
-    stream_id = TorchServe.seen[-1][2]  # msnb_cancel: the worker's generator stops at its next piece; the front
+    stream_id = TorchServe.seen[-1][
+        2
+    ]  # msnb_runtime.handler.cancel: the worker's generator stops at its next piece; the front
     poll(lambda: (front[1] / stream_id).exists(), 10, "the stream's end marked")  # marks it after the client's [DONE]
 
 

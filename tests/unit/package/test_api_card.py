@@ -14,7 +14,7 @@ from msnb.options import handler_config, parse_handler_line
 from msnb.package.api_card import card
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_names import API_CARD
+from msnb.templates.msnb_runtime.handler.names import API_CARD
 
 DOC = '"""Continues a lowercase text, one character per step."""\n'
 

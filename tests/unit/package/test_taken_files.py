@@ -11,7 +11,7 @@ from msnb.files import clone_file, clone_tree
 from msnb.package import taken
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_names import CHECKPOINT
+from msnb.templates.msnb_runtime.handler.names import CHECKPOINT
 from msnb.ui.display import Status
 
 

@@ -15,7 +15,7 @@ from helpers import MLP_SOURCE, file_digests, mlp_model, notebook_answer
 from msnb.package import archive, formats, model_folder
 from msnb.session.deployment import lay_out
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_names import API_CARD, CHECKPOINT, CONFIG, MANIFEST, REQUIREMENTS
+from msnb.templates.msnb_runtime.handler.names import API_CARD, CHECKPOINT, CONFIG, MANIFEST, REQUIREMENTS
 from msnb.trial import runner
 
 INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
@@ -53,7 +53,7 @@ def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version
     laid = file_digests(served)
     same = {n for n in tested if n not in RELABELLED}
     assert same and {n: laid[n] for n in same} == {n: tested[n] for n in same} == {n: packed[n] for n in same}
-    assert {CHECKPOINT, "notes.txt", "msnb_handler.py"} <= {Path(n).name for n in same}
+    assert {CHECKPOINT, "notes.txt", "handler.py"} <= {Path(n).name for n in same}
     assert REQUIREMENTS not in laid and "useVenv" not in (served / CONFIG).read_text(), "the server lacks none"
     assert "useVenv: true" in (folder.path / CONFIG).read_text(), "the staged folder keeps every pin"
     handler, staged_handler = (p / "handler_model.py" for p in (served, folder.path))

@@ -9,8 +9,8 @@ import base64
 import numpy as np
 import pytest
 
-from msnb.templates import msnb_api_embeddings as embeddings
-from msnb.templates.msnb_api_openai import ApiError
+from msnb.templates.msnb_runtime.api import embeddings
+from msnb.templates.msnb_runtime.api.openai import ApiError
 
 
 def test_a_string_or_a_list_is_one_prediction_per_input_in_order():

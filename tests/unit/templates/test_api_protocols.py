@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
-from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_api_wire import DONE, Answer, models
+from msnb.templates.msnb_runtime.api import mcp
+from msnb.templates.msnb_runtime.api.openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
+from msnb.templates.msnb_runtime.api.v1 import refused
+from msnb.templates.msnb_runtime.api.wire import DONE, Answer, models
 
 CHAT_BODY = {"model": "gen", "messages": [{"role": "user", "content": "the cat"}]}
 

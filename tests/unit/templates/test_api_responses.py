@@ -10,8 +10,8 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from msnb.templates.msnb_api_openai import RESPONSES, ApiError
-from msnb.templates.msnb_api_v1 import answer, parse
+from msnb.templates.msnb_runtime.api.openai import RESPONSES, ApiError
+from msnb.templates.msnb_runtime.api.v1 import answer, parse
 
 BODY = {"model": "gen", "input": "the cat"}
 EVENTS = TypeAdapter(ResponseStreamEvent)

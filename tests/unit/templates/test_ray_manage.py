@@ -1,4 +1,4 @@
-"""The Ray router's answers to TorchServe's management calls (templates/msnb_ray_manage.py): the list paged as
+"""The Ray router's answers to TorchServe's management calls (templates/msnb_runtime/ray/management.py): the list paged as
 TorchServe pages it, the describe entry in TorchServe's fields with the application's replicas as its workers, a
 version or model that does not exist, and every write call refused with TorchServe's 405 and a Hint. (The same
 calls compared with a plain TorchServe: tests/ray/test_ray_management.py.)"""
@@ -10,22 +10,23 @@ import json
 
 import pytest
 
-from msnb.templates import msnb_ray, msnb_ray_manage
+from msnb.templates.msnb_runtime.ray import app as ray_app
+from msnb.templates.msnb_runtime.ray import management
 
 MODELS = [("klass", "klass.mar"), ("desc", "desc.mar"), ("named", "named.mar")]
 
 
 def test_the_list_is_sorted_and_paged_as_torchserve_pages_it():
-    assert msnb_ray_manage.page(MODELS, {}) == (200, {"models": [
+    assert management.page(MODELS, {}) == (200, {"models": [
         {"modelName": "desc", "modelUrl": "desc.mar"}, {"modelName": "klass", "modelUrl": "klass.mar"},
         {"modelName": "named", "modelUrl": "named.mar"}]})  # fmt: skip
-    status, first = msnb_ray_manage.page(MODELS, {"limit": "2"})
+    status, first = management.page(MODELS, {"limit": "2"})
     assert first["nextPageToken"] == "2" and [m["modelName"] for m in first["models"]] == ["desc", "klass"]
-    _, last = msnb_ray_manage.page(MODELS, {"limit": "2", "next_page_token": first["nextPageToken"]})
+    _, last = management.page(MODELS, {"limit": "2", "next_page_token": first["nextPageToken"]})
     assert last == {"models": [{"modelName": "named", "modelUrl": "named.mar"}]}  # no token past the last model
-    assert msnb_ray_manage.page(MODELS, {"limit": "1", "next_page_token": "2"})[1]["nextPageToken"] == "3"
+    assert management.page(MODELS, {"limit": "1", "next_page_token": "2"})[1]["nextPageToken"] == "3"
     with pytest.raises(ValueError, match="Invalid limit value: x"):
-        msnb_ray_manage.page(MODELS, {"limit": "x"})
+        management.page(MODELS, {"limit": "x"})
 
 
 class Replica:
@@ -44,11 +45,11 @@ class Replica:
 def router(monkeypatch):
     """The router's class as an exported application runs it, its Serve calls answered here: application klass
     with two replicas running and one starting, desc with one running."""
-    monkeypatch.setattr(msnb_ray, "replica_states", lambda: {"klass": {"RUNNING": 2, "STARTING": 1},
+    monkeypatch.setattr(ray_app, "replica_states", lambda: {"klass": {"RUNNING": 2, "STARTING": 1},
                                                              "desc": {"RUNNING": 1}})  # fmt: skip
     config = {"minWorkers": 2, "maxWorkers": 3, "batchSize": 4, "maxBatchDelay": 50}
-    entry = msnb_ray_manage.describe_entry("klass", "1.0", "klass.mar", config, [], True)
-    cls = msnb_ray.MsnbRouter.func_or_class
+    entry = management.describe_entry("klass", "1.0", "klass.mar", config, [], True)
+    cls = ray_app.MsnbRouter.func_or_class
     router = cls.__new__(cls)
     router.handles = {"klass": Replica(entry), "desc": Replica({**entry, "modelName": "desc"})}
     return router
@@ -92,14 +93,14 @@ def test_a_model_or_version_that_does_not_exist_gets_torchserves_404(router):
 def test_every_write_call_is_refused_with_torchserves_405_and_a_hint_naming_the_rayservice(router, method, path):
     status, body = ask(router, method, path, {"min_worker": "3"})
     assert status == 405 and body["code"] == 405 and body["type"] == "MethodNotAllowedException"
-    assert body["message"].startswith(msnb_ray_manage.NOT_ALLOWED) and f"{method} {path}" in body["message"]
+    assert body["message"].startswith(management.NOT_ALLOWED) and f"{method} {path}" in body["message"]
     assert "\nHint: " in body["message"] and "serve_config.yaml" in body["message"]
 
 
 def test_the_management_reads_ask_for_the_routers_inference_key(router, tmp_path):
     from starlette.requests import Request
 
-    from msnb.templates.msnb_ray_http import Door
+    from msnb.templates.msnb_runtime.ray.ingress import Door
 
     (tmp_path / "key").write_text("s3cret")
     router.door = Door({"key_file": str(tmp_path / "key")})
