@@ -95,13 +95,13 @@ def msnb(archives: list[Path]) -> dict[str, float]:
 
     from msnb.cli.serve_ray import deploy_archives
     from msnb.engines.ray import engine as ray_engine
-    from msnb.engines.ray import front
+    from msnb.engines.ray import ingress
 
     steps.mark("import msnb and ray.serve")
     steps.wrap(Cluster, "__init__", "head node (GCS, raylet, agents)")
     steps.wrap(ray, "init", "driver connected (ray.init)")
     steps.wrap(serve, "start", "serve.start (controller, proxy)")
-    steps.wrap(front, "ready" if hasattr(front, "ready") else "spawn", "msnb's front ready")
+    steps.wrap(ingress, "ready" if hasattr(ingress, "ready") else "spawn", "msnb's ingress ready")
     steps.wrap(ray_engine.LocalRay, "_router_running", "replicas deployed, router running")
     engine = ray_engine.LocalRay()
     engine.start()

@@ -43,6 +43,6 @@ def add_layout_options(exp: argparse.ArgumentParser) -> None:
 
 def sizing_of(args: argparse.Namespace):
     """The replicas' sizes the command line asked for (``--num-cpus``, ``--num-gpus``, ``--memory``)."""
-    from msnb.package.ray_sizing import Sizing
+    from msnb.engines.ray.sizing import Sizing
 
     return Sizing.parse(args.num_cpus, args.num_gpus, args.memory)

@@ -299,7 +299,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from msnb.engines.torchserve.raw_request import request_options
+    from msnb.engines.raw_request import request_options
     from msnb.options import parse_data
 
     args.usage_errors = False

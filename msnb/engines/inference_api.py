@@ -48,7 +48,7 @@ STREAM_HEADER = "ts_stream_next"  # set by TorchServe on an answer made of inter
 
 def _request(data: Any) -> tuple[bytes, dict[str, str]]:
     """The body and headers of an inference request: a RawRequest as a client sends it
-    (msnb.engines.torchserve.raw_request), anything else encoded (JSON, or bytes as octet-stream)."""
+    (msnb.engines.raw_request), anything else encoded (JSON, or bytes as octet-stream)."""
     if isinstance(data, RawRequest):
         return data.body, data.http_headers()
     body, ctype = encode(data)

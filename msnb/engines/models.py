@@ -108,7 +108,7 @@ SEQUENCE_HEADER = "ts_request_sequence_id"  # TorchServe's sequence batching: th
 @dataclass(frozen=True)
 class RawRequest:
     """A request as TorchServe's clients send it: the body as it is, its Content-Type and extra headers
-    (``ts_request_sequence_id``); see msnb.engines.torchserve.raw_request for building one from a magic's options."""
+    (``ts_request_sequence_id``); see msnb.engines.raw_request for building one from a magic's options."""
 
     body: bytes
     content_type: str = RAW_TYPE

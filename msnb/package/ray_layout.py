@@ -12,12 +12,12 @@ from pathlib import Path
 import yaml
 
 from msnb.engines.ray import RAY_VERSION, ROUTER_APP, require
+from msnb.engines.ray.image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
+from msnb.engines.ray.sizing import Sizing, needs, needs_text
 from msnb.errors import BuildError
 from msnb.files import written_into
 from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
-from msnb.package.ray_image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
-from msnb.package.ray_sizing import Sizing, needs, needs_text
 from msnb.spec import HandlerSpec
 from msnb.templates import RAY_ROOMS, RUNTIME, copy_runtime, runtime_files
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES

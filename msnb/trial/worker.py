@@ -22,7 +22,7 @@ from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
 from msnb.engines.models import RawRequest, encode
-from msnb.engines.torchserve.logs import user_frames
+from msnb.engines.tracebacks import user_frames
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.model_folder import checkpoint_name

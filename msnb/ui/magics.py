@@ -20,7 +20,7 @@ from msnb.engines import registry
 from msnb.engines.chunks import print_chunks
 from msnb.engines.compare import table
 from msnb.engines.env_vars import ENV_HELP
-from msnb.engines.torchserve.raw_request import request_options
+from msnb.engines.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
 from msnb.options import REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS

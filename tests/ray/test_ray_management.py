@@ -370,7 +370,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
     interface and answer a client on loopback with the key, and refuse it without, as TorchServe does."""
     import psutil
 
-    from msnb.engines.ray import front
+    from msnb.engines.ray import ingress
     from msnb.package.model_folder import ModelFolder
 
     inference, management = free_port(), free_port()
@@ -378,7 +378,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
                               management_address=f"http://0.0.0.0:{management}"))  # fmt: skip
     ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
     # a front of the engine's kind on 0.0.0.0, whose way to the router is the engine's own front
-    door = front.spawn(inference, ray_engine.http_port, ray_engine.max_request_size, ray_engine.key_file,
+    door = ingress.spawn(inference, ray_engine.http_port, ray_engine.max_request_size, ray_engine.key_file,
                        tmp_path / "front.log", 60, "0.0.0.0")  # fmt: skip
     api = TorchServeApi(ray_engine, config, opener(config))
     try:
@@ -396,7 +396,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
         assert call(api.management_url, "wrong-key", "GET", "/models", {})[1]["type"] == "InvalidKeyException"
     finally:
         api.stop()
-        front.stop(door)
+        ingress.stop(door)
 
 
 def _predicted(url: str, key: str) -> object:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msnb
 import msnb.templates
-from msnb.engines.torchserve.logs import is_library_frame
+from msnb.engines.tracebacks import is_library_frame
 from msnb.options import OPTIONS, handler_magic
 
 PACKAGE = Path(msnb.__file__).parent

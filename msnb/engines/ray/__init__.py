@@ -37,7 +37,7 @@ ENV = {
     # second is enough for a Prometheus scrape and leaves the two cores to the requests.
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
     # Each application's ingress replica answers HTTP on a loopback port of its own, which the local front
-    # (msnb.engines.ray.front) sends predictions to: no proxy and no router on their way. A stopping replica keeps
+    # (msnb.engines.ray.ingress) sends predictions to: no proxy and no router on their way. A stopping replica keeps
     # answering for the draining period while the front, which reads the routes every 0.2 s, leaves it (Serve's
     # default, 30 s, is for a cloud load balancer's health checks; every stop and redeploy would wait it out).
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",

@@ -4,7 +4,7 @@ It offers what the session asks of an engine, as ``LocalServer`` does for TorchS
 ``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (an InferenceClient: Ray's router
 answers TorchServe's inference URLs), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
 ``model_log``. Ray runs on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token
-authentication on; msnb's front (msnb.engines.ray.front) holds the one port and sends each prediction straight to a
+authentication on; msnb's front (msnb.engines.ray.ingress) holds the one port and sends each prediction straight to a
 replica of its model, and the router and every replica's own door ask each request for the session's inference key
 (``key_file``, TorchServe's format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog
 (and the front itself, when its owner's pipe closes) leave no process and no file behind.
@@ -38,7 +38,7 @@ from msnb.templates.msnb_runtime.ray.management import TS_STATE
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
-FRONT_LOG = "front.log"  # what the front (msnb.engines.ray.front) says when it cannot start
+FRONT_LOG = "front.log"  # what the front (msnb.engines.ray.ingress) says when it cannot start
 KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 # Ray's CPUs are logical: they decide where a replica may start, not how much it may run. The kernel's Ray has 2;
 # at 0.1 each it starts 20 replicas, and a deploy beyond that is refused at once (``_refuse_unschedulable``):
@@ -86,14 +86,14 @@ class LocalRay:
         from ray import serve
         from ray.cluster_utils import Cluster
 
-        from msnb.engines.ray import front  # uvloop and httptools come with Ray Serve: imported once used, like ray
+        from msnb.engines.ray import ingress  # uvloop and httptools come with Ray Serve: imported once used, like ray
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
         quiet_serve_log()
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG,
+        self._front = ingress.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG,
                                    self.host)  # fmt: skip
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
@@ -105,7 +105,7 @@ class LocalRay:
         serve.run_many([serve.RunTarget(ray_app.router(self._door()), name=ROUTER_APP, route_prefix="/")],
                        wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
         self._router_up = False
-        front.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
+        ingress.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -115,9 +115,9 @@ class LocalRay:
         with self._lock:
             _LIVE.discard(self)
             if self._front is not None:
-                from msnb.engines.ray import front
+                from msnb.engines.ray import ingress
 
-                front.stop(self._front)
+                ingress.stop(self._front)
             if self._cluster is not None:
                 _shutdown(self._cluster)
                 use_token(None)  # this process's Ray environment as it was before start()

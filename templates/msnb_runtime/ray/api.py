@@ -1,5 +1,5 @@
 """OpenAI's /v1 and MCP's /mcp in the Ray router, over the model applications' replicas (the protocols of
-msnb_api_*); and /v1 for one model in a replica of its own (``OwnApp``: where the local front sends a completion).
+msnb_api_*); and /v1 for one model in a replica of its own (``PerModelRoute``: where the local front sends a completion).
 
 A completion streams the pieces a replica's handler sends (ray.streaming's items: each piece as the handler sent it),
 closed early once max_tokens or a stop string ends it (the replica then closes the generator no request reads). A
@@ -239,7 +239,7 @@ async def _texts(first: list[bytes], replies: Any) -> AsyncIterator[str]:
         replies.cancel()
 
 
-class OwnApp:
+class PerModelRoute:
     """A model replica as ApiRoutes' ``router``: OpenAI's API for its own model, through the calls ApiRoutes makes on
     a Serve handle (the local front sends a model's completions to one of its replicas: no router hop)."""
 

@@ -36,7 +36,7 @@ from ..ts.wire import JSON_TYPE, error_reply
 # pickles by module name, so a top-level msnb_runtime that happens to be importable in the kernel (an exported folder
 # on sys.path) must not be picked, or every replica fails with "No module named 'msnb_runtime'": relative imports only.
 from . import ingress, management, runtime_env, token_interceptor
-from .api import ApiRoutes, OwnApp, model_card
+from .api import ApiRoutes, PerModelRoute, model_card
 from .ingress import reply
 from .management import metadata
 from .replica import RayMetrics, replica_gpu_id, worker_logs
@@ -187,11 +187,11 @@ class MsnbModel:
             batched.set_batch_wait_timeout_s(wait_s)
         self.timeout_s, self.stuck = response_timeout(self.model.config), ""  # ray.timeout
         # its own door when the local front sends its predictions straight here (``direct_route``), else none
-        self.door, self.routes = (ingress.Door(door) if door is not None else None), StreamRoutes()
-        self.api = ApiRoutes(OwnApp(self))  # OpenAI's API for this model alone, sent here by the front
+        self.door, self.routes = (ingress.IngressConfig(door) if door is not None else None), StreamRoutes()
+        self.api = ApiRoutes(PerModelRoute(self))  # OpenAI's API for this model alone, sent here by the front
 
     async def __call__(self, request: Request) -> Response:
-        """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.front):
+        """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.ingress):
         the router's door and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], ingress.lower(request.headers)
         if self.door is not None and parts[2:] == [ingress.OWN_API, ingress.EXPLAIN[1:]]:  # its /explanations/NAME
@@ -290,7 +290,7 @@ class MsnbRouter:
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
         self.controller = None  # Serve's controller, once ``targets`` asks it
-        self.door = ingress.Door(args or {})
+        self.door = ingress.IngressConfig(args or {})
         self.key = self.door.key  # /v1 and /mcp ask for it too (ray.api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (ray.streaming)
         self.api = ApiRoutes(self)  # /v1 and /mcp

@@ -1,4 +1,4 @@
-"""The HTTP side of the adapter's doors, the router's and each model replica's own (msnb.engines.ray.front sends a
+"""The HTTP side of the adapter's doors, the router's and each model replica's own (msnb.engines.ray.ingress sends a
 prediction straight to a replica of its model): one prediction's way through either door on Starlette, with
 TorchServe's checks (msnb_runtime.ts.checks) and its wire format (msnb_runtime.ts.wire).
 
@@ -60,7 +60,7 @@ def own_api_path(name: str, path: str) -> str:
     return f"{model_route(name)}/{OWN_API}{path}"
 
 
-class Door:
+class IngressConfig:
     """What a door asks of every request: the inference key (None: no check) and the body size limit (None: no
     limit), from a builder's args (``key_file`` / ``auth`` / ``max_request_size``: see ray.app.router)."""
 
@@ -112,7 +112,7 @@ async def prediction(
 
 
 async def explanation(
-    request: Request, headers: dict, door: Door, infer: Callable[[bytes], Awaitable[Reply]]
+    request: Request, headers: dict, door: IngressConfig, infer: Callable[[bytes], Awaitable[Reply]]
 ) -> Response:
     """``/explanations/NAME`` at a replica of NAME (``explained``): its door's key and body limit, then
     ``infer(body)``'s whole answer (an explanation is never streamed)."""

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from helpers import CPU_ONLY, FakeSession
 
-from msnb.engines.torchserve.logs import model_lines, user_frames
+from msnb.engines.torchserve.logs import model_lines
+from msnb.engines.tracebacks import user_frames
 from msnb.roles import ROLES
 from msnb.session.progress import Phase
 from msnb.ui import help as magic_help

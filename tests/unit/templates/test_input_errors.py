@@ -9,7 +9,7 @@ from test_shared_handler import loaded, predict, to_x
 from torch import nn
 from ts.context import RequestProcessor
 
-from msnb.engines.torchserve.logs import is_library_frame
+from msnb.engines.tracebacks import is_library_frame
 from msnb.templates import ARCHIVE_ROOMS, DEV_ENTRY, DEV_ROOMS, runtime_files
 
 
@@ -88,7 +88,7 @@ def test_traceback_folding_knows_every_shared_module():
 
 
 def test_a_raw_bytes_request_from_a_file_that_does_not_exist_is_refused_before_sending_naming_it(tmp_path):
-    from msnb.engines.torchserve.raw_request import from_options
+    from msnb.engines.raw_request import from_options
     from msnb.errors import OptionError
 
     with pytest.raises(OptionError) as err:

@@ -100,10 +100,10 @@ def test_every_write_call_is_refused_with_torchserves_405_and_a_hint_naming_the_
 def test_the_management_reads_ask_for_the_routers_inference_key(router, tmp_path):
     from starlette.requests import Request
 
-    from msnb.templates.msnb_runtime.ray.ingress import Door
+    from msnb.templates.msnb_runtime.ray.ingress import IngressConfig
 
     (tmp_path / "key").write_text("s3cret")
-    router.door = Door({"key_file": str(tmp_path / "key")})
+    router.door = IngressConfig({"key_file": str(tmp_path / "key")})
 
     def get(path: str, key: str) -> tuple[int, dict]:
         headers = [(b"authorization", f"Bearer {key}".encode())]

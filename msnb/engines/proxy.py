@@ -1,5 +1,5 @@
-"""HTTP/1.1 with the least work per request: the connections of both engines' fronts (msnb.engines.ray.front,
-msnb.engines.torchserve.front).
+"""HTTP/1.1 with the least work per request: the connections of both engines' fronts (msnb.engines.ray.ingress,
+msnb.engines.torchserve.ingress).
 
 A client's request is parsed (httptools, the C parser uvicorn uses) and handed whole to the front, in order per
 connection. The Ray front writes it again to a kept-alive connection of the replica it goes to and passes the answer

@@ -1,4 +1,4 @@
-"""msnb's /v1 front beside TorchServe (msnb.engines.torchserve.front), the real front before a stand-in for
+"""msnb's /v1 front beside TorchServe (msnb.engines.torchserve.ingress), the real front before a stand-in for
 TorchServe's inference API: an HTTP server that streams a model's pieces as TorchServe does (one HTTP chunk each),
 cuts an answer midway, answers an error, or streams JSON lines. The front before a real TorchServe, with the official
 clients, is tested in tests/server/test_openai_mcp_server.py."""
@@ -17,7 +17,7 @@ import pytest
 from api_clients import openai_client, streamed_text
 from helpers import poll
 
-from msnb.engines.torchserve.front import Front
+from msnb.engines.torchserve.ingress import Ingress
 from msnb.templates.msnb_runtime.handler.cancel import CANCEL_HEADER
 
 KEY = "front-test-key"
@@ -106,7 +106,7 @@ def front(tmp_path_factory):
     server = ThreadingHTTPServer(("127.0.0.1", 0), TorchServe)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     cancels = tmp_path_factory.mktemp("cancels")
-    api = Front(Models(f"http://127.0.0.1:{server.server_port}", cancels), lambda: Keys().header("inference")).start()
+    api = Ingress(Models(f"http://127.0.0.1:{server.server_port}", cancels), lambda: Keys().header("inference")).start()
     yield api, cancels
     url = api.url
     api.stop()
@@ -178,7 +178,7 @@ def test_a_torchserve_that_is_not_there_is_a_503_naming_how_to_start_it(tmp_path
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         gone = sock.getsockname()[1]  # closed again: nothing listens there
-    api = Front(Models(f"http://127.0.0.1:{gone}", tmp_path), lambda: Keys().header("inference")).start()
+    api = Ingress(Models(f"http://127.0.0.1:{gone}", tmp_path), lambda: Keys().header("inference")).start()
     try:
         with pytest.raises(openai.APIStatusError, match="(?s)TorchServe did not answer.*server.start()") as err:
             openai_client(f"{api.url}/v1", KEY).completions.create(model="lm", prompt="hi")

@@ -16,7 +16,7 @@ from msnb.files import fingerprint
 
 
 @dataclass(frozen=True)
-class Taken:
+class BuildInputs:
     """One file as a build took it: where it was read from, its size, mtime and content hash."""
 
     path: str
@@ -29,14 +29,14 @@ class Taken:
         return Path(self.path).name
 
 
-def take(path: str | Path) -> Taken:
+def take(path: str | Path) -> BuildInputs:
     """The record of one file as it is now."""
     path = Path(path).expanduser().resolve()
     st = path.stat()
-    return Taken(str(path), st.st_size, st.st_mtime_ns, fingerprint(path))
+    return BuildInputs(str(path), st.st_size, st.st_mtime_ns, fingerprint(path))
 
 
-def taken_by(spec: Any) -> tuple[Taken, ...]:
+def taken_by(spec: Any) -> tuple[BuildInputs, ...]:
     """Every file a build of ``spec`` copies from the user's folder (the files that exist now)."""
     paths: list[Path] = []
     if spec.checkpoint_path is not None:
@@ -48,12 +48,12 @@ def taken_by(spec: Any) -> tuple[Taken, ...]:
     return tuple(take(p) for p in paths if p.is_file())
 
 
-def changed(files: tuple[Taken, ...]) -> list[Taken]:
+def changed(files: tuple[BuildInputs, ...]) -> list[BuildInputs]:
     """The files whose content is not what was taken (deleted ones too); same stat means unchanged."""
     return [f for f in files if not _same(f)]
 
 
-def _same(taken: Taken) -> bool:
+def _same(taken: BuildInputs) -> bool:
     try:
         st = os.stat(taken.path)
     except OSError:
@@ -63,7 +63,7 @@ def _same(taken: Taken) -> bool:
     return st.st_size == taken.size and fingerprint(taken.path) == taken.digest
 
 
-def describe(files: list[Taken]) -> str:
+def describe(files: list[BuildInputs]) -> str:
     """'model.pth' or 'model.pth and vocab.json' (the files' names, for a message)."""
     names = [f"{f.name!r}" for f in files]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"

@@ -5,7 +5,7 @@ the proxy): 86-90 req/s on two cores, below TorchServe. With Serve's direct ingr
 (``RAY_SERVE_ENABLE_DIRECT_INGRESS``, msnb.engines.ray.ENV) each application's ingress replica answers HTTP on a
 loopback port of its own, and Serve's controller knows which ports serve which route prefix (its target groups, what
 Ray's own HAProxy mode routes by; the router hands them out at ``TARGETS_PATH``). This front is that load balancer:
-a process of its own (``python -m msnb.engines.ray.front`` on uvloop, its connections in msnb.engines.splice;
+a process of its own (``python -m msnb.engines.ray.ingress`` on uvloop, its connections in msnb.engines.proxy;
 no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to
 NAME's replicas (``msnb_runtime.ray.app.direct_route``) and every other path to the router's, longest route prefix first, and
 to Serve's proxy while a route has no running replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import uvloop
 
-from msnb.engines import splice
+from msnb.engines import proxy
 from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless told otherwise
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.api.openai import ROUTES as API_ROUTES
@@ -63,16 +63,16 @@ class Routes:
         return self.fallback
 
 
-class Front:
+class Ingress:
     """``start`` listens on ``host:port`` and keeps the routes fresh; ``forward`` passes each request on."""
 
     def __init__(self, proxy_url: str, max_request_size: int, key: str):
-        self.routes, self.limit, self.key, self.pool = Routes(proxy_url), max_request_size, key, splice.Pool()
+        self.routes, self.limit, self.key, self.pool = Routes(proxy_url), max_request_size, key, proxy.Pool()
 
     async def start(self, port: int, host: str = LOOPBACK) -> None:
         await self.refresh()
         self.server = await asyncio.get_running_loop().create_server(
-            lambda: splice.Client(self.forward, self.limit, refusal), host, port, reuse_address=True
+            lambda: proxy.Client(self.forward, self.limit, refusal), host, port, reuse_address=True
         )
         self.poller = asyncio.ensure_future(self.poll())
 
@@ -89,7 +89,7 @@ class Front:
             await asyncio.sleep(REFRESH_S)
             await self.refresh()
 
-    async def forward(self, request: splice.Request, client: splice.Client) -> None:
+    async def forward(self, request: proxy.Request, client: proxy.Client) -> None:
         """``request`` to a replica of its route and its answer to ``client``; a connection refused or ended before
         any of the answer (a replica gone) is tried again on fresh routes; an answer cut midway is cut for the
         client too."""
@@ -110,7 +110,7 @@ class Front:
                 return client.transport.close()
             await self.refresh()
         message = f"no replica answered {path} after {TRIES} tries"
-        client.transport.write(splice.answer(*error_reply(503, "ServiceUnavailableException", message)))
+        client.transport.write(proxy.answer(*error_reply(503, "ServiceUnavailableException", message)))
 
     def own_api(self, path: str, body: bytes) -> str | None:
         """A completion's path at a replica of the model it names (which answers OpenAI's API for it), an
@@ -131,7 +131,7 @@ def body_model(body: bytes) -> object:
 def refusal(status: int, kind: str, message: str, path: str) -> bytes:
     """A request a connection refuses (malformed, too large), in the shape of the protocol its path asks (/v1:
     OpenAI's, /mcp: JSON-RPC's, as TorchServe's front answers them), else TorchServe's; the connection closes."""
-    return splice.answer(*(refused(path, status, message) or error_reply(status, kind, message)), close=True)
+    return proxy.answer(*(refused(path, status, message) or error_reply(status, kind, message)), close=True)
 
 
 def fetch(url: str, key: str) -> dict:
@@ -142,7 +142,7 @@ def fetch(url: str, key: str) -> dict:
 
 async def serve(args: argparse.Namespace) -> None:
     """Listen until the owner's pipe (stdin) closes: the owner stopped, or died."""
-    front = Front(f"http://{LOOPBACK}:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)))
+    front = Ingress(f"http://{LOOPBACK}:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)))
     await front.start(args.port, args.host)
     print(READY, flush=True)
     loop, reader = asyncio.get_running_loop(), asyncio.StreamReader()
@@ -164,7 +164,7 @@ def launch(port: int, proxy_port: int, max_request_size: int, key_file: Path, lo
     flags = ["--port", port, "--proxy-port", proxy_port, "--max-request-size", max_request_size, "--key-file", key_file,
              "--host", host]  # fmt: skip
     with open(log, "ab") as errors:  # what it says when it fails (a port taken, a traceback)
-        return subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.front", *map(str, flags)],
+        return subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.ingress", *map(str, flags)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
                                 start_new_session=True)  # fmt: skip  # Ctrl-C reaches the owner, which stops it
 
@@ -193,7 +193,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m msnb.engines.ray.front")
+    parser = argparse.ArgumentParser(prog="python -m msnb.engines.ray.ingress")
     for name in ("port", "proxy_port", "max_request_size"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, required=True)
     parser.add_argument("--key-file", required=True)

@@ -1,4 +1,4 @@
-"""One completion's answer as TorchServe's chunks arrive (msnb.engines.torchserve.front): each chunk's text pieces fed
+"""One completion's answer as TorchServe's chunks arrive (msnb.engines.torchserve.ingress): each chunk's text pieces fed
 to OpenAI's ``Answer``, a stream's events written to the client the moment they exist (its head with the first, in
 one write), a whole answer written at the end. Once TorchServe said 200 a stream's head may be out, so what fails
 after that reaches a streaming client as OpenAI's error event; before it, and for a whole answer, as an HTTP error.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from msnb.engines import splice
+from msnb.engines import proxy
 from msnb.engines.chunks import ChunkReader
-from msnb.engines.torchserve.upstream import Exchange
+from msnb.engines.torchserve.upstream import UpstreamConnection
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.api.openai import ApiError, Request, upstream_error
 from msnb.templates.msnb_runtime.api.v1 import answer
@@ -33,11 +33,11 @@ def frame(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
 
 
-class Relay:
+class SseStream:
     """TorchServe's answer on ``conn`` to the client's ``write``: ``chunk`` is the connection's chunk callback,
     ``run`` waits for the end. ``finished``: TorchServe's answer was read to its end (the connection may be kept)."""
 
-    def __init__(self, request: Request, conn: Exchange, write: Callable[[bytes], None]):
+    def __init__(self, request: Request, conn: UpstreamConnection, write: Callable[[bytes], None]):
         self.answer, self.conn, self.write = answer(request), conn, write
         self.reader: ChunkReader | None = None
         self.started = self.finished = False  # the stream's head went out; TorchServe's answer read whole
@@ -92,7 +92,7 @@ class Relay:
         if self.answer.stream:
             return self.write(self.head() + frame(self.answer.close()) + END)
         self.answer.close()
-        self.write(splice.answer(200, {"content-type": JSON_TYPE}, self.answer.body()))
+        self.write(proxy.answer(200, {"content-type": JSON_TYPE}, self.answer.body()))
 
     async def body(self, timeout: float) -> None:
         """Until TorchServe's answer ends (or is no longer needed); its last pieces fed, its error line raised."""

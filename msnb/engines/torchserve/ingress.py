@@ -3,7 +3,7 @@
 TorchServe's Java frontend knows no /v1 or /mcp (its 0.12 OpenAI route is vLLM's engine, not a handler's generator),
 so a small server answers them and forwards each completion to TorchServe's inference API, its events sent as each
 of TorchServe's chunks arrives (docs/openai-mcp.md). It runs on an event loop (uvloop where installed) in a thread
-of the owner's process, its connections parsed by httptools (msnb.engines.splice, msnb.engines.torchserve.upstream):
+of the owner's process, its connections parsed by httptools (msnb.engines.proxy, msnb.engines.torchserve.upstream):
 a completion costs it about 0.3 ms of CPU. What calls TorchServe's management API or waits on a whole prediction
 (the models list, MCP) runs on a worker thread, so a stream never waits behind it. Started and stopped with
 LocalServer: a thread, no process, nothing left after stop.
@@ -17,10 +17,10 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from msnb.engines import splice
+from msnb.engines import proxy
 from msnb.engines.torchserve.api_models import TorchServeModels
-from msnb.engines.torchserve.relay import Relay, Unanswered
-from msnb.engines.torchserve.upstream import Exchange, post
+from msnb.engines.torchserve.sse_stream import SseStream, Unanswered
+from msnb.engines.torchserve.upstream import UpstreamConnection, post
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.api import embeddings, mcp
 from msnb.templates.msnb_runtime.api.openai import (
@@ -48,19 +48,19 @@ MAX_BODY = 64 << 20  # a request body over this is refused here (LocalServer giv
 STOP_TIMEOUT_S = 10.0
 
 
-class Front:
+class Ingress:
     """The /v1 and /mcp server of one TorchServe: ``start`` binds a free loopback port, ``stop`` ends it."""
 
     def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]], limit: int = MAX_BODY):
         self.models, self.key_header, self.limit = models, key_header, limit  # limit: TorchServe's max_request_size
-        self.pool = splice.Pool(Exchange)
+        self.pool = proxy.Pool(UpstreamConnection)
         self.timeouts: dict[str, float] = {}  # per model: how long TorchServe may take to answer (its responseTimeout)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Future | None = None
 
-    def start(self) -> Front:
+    def start(self) -> Ingress:
         ready, failed = threading.Event(), []
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._run, args=(ready, failed), name="msnb-api-front", daemon=True)
@@ -86,8 +86,8 @@ class Front:
         loop, clients = asyncio.get_running_loop(), weakref.WeakSet()  # the open connections, closed at stop
         self._stopping = loop.create_future()
 
-        def connection() -> splice.Client:
-            client = splice.Client(self.forward, self.limit, refusal)
+        def connection() -> proxy.Client:
+            client = proxy.Client(self.forward, self.limit, refusal)
             clients.add(client)
             return client
 
@@ -120,7 +120,7 @@ class Front:
         return want is None or carries_key(sent.decode("latin-1"), want.partition(" ")[2])
 
     # ---------------------------------------------------------------- requests
-    async def forward(self, request: splice.Request, client: splice.Client) -> None:
+    async def forward(self, request: proxy.Request, client: proxy.Client) -> None:
         """One request's answer to ``client``: OpenAI's error shape for whatever fails."""
         try:
             await self.answer(request, client)
@@ -133,27 +133,27 @@ class Front:
                                                   "please report it with the server's logs.", "server_error")))  # fmt: skip
             client.transport.close()
 
-    async def answer(self, request: splice.Request, client: splice.Client) -> None:
+    async def answer(self, request: proxy.Request, client: proxy.Client) -> None:
         path, method = request.path, request.method
         if path == "/mcp" and method != "POST":
-            return client.transport.write(splice.answer(*mcp.NOT_ALLOWED))
+            return client.transport.write(proxy.answer(*mcp.NOT_ALLOWED))
         if (method, path) not in SERVED:
             raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)}, {embeddings.ROUTE} "
                            "and /mcp are served here.", code="not_found")  # fmt: skip
         if not self.allowed(request.header(b"authorization")) and path == "/mcp":
-            return client.transport.write(splice.answer(*mcp.unauthorised(unauthorised().message, CHALLENGE)))
+            return client.transport.write(proxy.answer(*mcp.unauthorised(unauthorised().message, CHALLENGE)))
         if not self.allowed(request.header(b"authorization")):
             raise unauthorised()
         if path in ROUTES:
             return await self.complete(ROUTES[path], bytes(request.body), client)
         if path == embeddings.ROUTE:
-            return client.transport.write(splice.answer(*await self.embed(bytes(request.body))))
+            return client.transport.write(proxy.answer(*await self.embed(bytes(request.body))))
         if path == "/v1/models":
-            return client.transport.write(splice.answer(*await asyncio.to_thread(self.model_list)))
+            return client.transport.write(proxy.answer(*await asyncio.to_thread(self.model_list)))
         headers = {name: request.header(name.encode()).decode("latin-1") or None for name in mcp.HEADERS}
-        client.transport.write(splice.answer(*await asyncio.to_thread(self.mcp, bytes(request.body), headers)))
+        client.transport.write(proxy.answer(*await asyncio.to_thread(self.mcp, bytes(request.body), headers)))
 
-    async def complete(self, kind: str, raw: bytes, client: splice.Client) -> None:
+    async def complete(self, kind: str, raw: bytes, client: proxy.Client) -> None:
         """A completion: TorchServe's answer to the request body, relayed as OpenAI's events or one whole answer."""
         request = parse(kind, body_of(raw))
         card = self.models.cached(request.model) or await asyncio.to_thread(self.models.card, request.model)
@@ -182,13 +182,13 @@ class Front:
         body = embeddings.reply(request, await asyncio.gather(*calls))
         return 200, {"content-type": JSON_TYPE}, json.dumps(body).encode()
 
-    async def relayed(self, request: Request, wire: bytes, client: splice.Client, to: tuple[str, str, float]) -> None:
+    async def relayed(self, request: Request, wire: bytes, client: proxy.Client, to: tuple[str, str, float]) -> None:
         """``wire`` to TorchServe (``to``: its URL, the stream's id, the timeout) and its answer to ``client``; once
         more on a fresh connection when a kept-alive one was closed before answering."""
         base, stream_id, timeout = to
         for attempt in (1, 2):
             conn = await self.connect(base)
-            relay, client.upstream, again = Relay(request, conn, client.transport.write), conn, False
+            relay, client.upstream, again = SseStream(request, conn, client.transport.write), conn, False
             try:
                 conn.send(wire, relay.chunk)
                 await relay.run(timeout)
@@ -207,7 +207,7 @@ class Front:
             if not again:
                 return
 
-    async def connect(self, base: str) -> Exchange:
+    async def connect(self, base: str) -> UpstreamConnection:
         try:
             return await self.pool.take(base)
         except OSError as err:
@@ -241,11 +241,11 @@ class Front:
 
 
 def error(err: ApiError) -> bytes:
-    return splice.answer(err.status, err.headers(), err.encoded())
+    return proxy.answer(err.status, err.headers(), err.encoded())
 
 
 def refusal(status: int, kind: str, message: str, path: str) -> bytes:
     """A request the connection refuses (malformed, too large) in the shape of the protocol its path asks (OpenAI's
     where the path is none of the front's: ``kind``, TorchServe's name for it, is OpenAI's invalid request); the
     connection closes."""
-    return splice.answer(*(refused(path, status, message) or refused("/v1/", status, message)), close=True)
+    return proxy.answer(*(refused(path, status, message) or refused("/v1/", status, message)), close=True)

@@ -8,7 +8,7 @@ import torch
 from helpers import MLP_SOURCE, mlp_model
 
 from msnb.files import clone_file, clone_tree
-from msnb.package import taken
+from msnb.package import build_inputs
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
 from msnb.templates.msnb_runtime.handler.names import CHECKPOINT
@@ -51,15 +51,15 @@ def test_what_a_build_took_is_changed_only_when_its_content_changed(tmp_path):
     checkpoint.write_bytes(b"weights")
     labels.write_text("[]")
     spec = spec_from_source("t", MLP_SOURCE, checkpoint=str(checkpoint), extra_files=[str(labels)])
-    files = taken.taken_by(spec)
-    assert [f.name for f in files] == ["model.pth", "labels.json"] and taken.changed(files) == []
+    files = build_inputs.taken_by(spec)
+    assert [f.name for f in files] == ["model.pth", "labels.json"] and build_inputs.changed(files) == []
     st = checkpoint.stat()
     os.utime(checkpoint, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    assert taken.changed(files) == []  # saved again with the same bytes
+    assert build_inputs.changed(files) == []  # saved again with the same bytes
     checkpoint.write_bytes(b"weightz")  # same size, other bytes
     labels.unlink()
-    assert [f.name for f in taken.changed(files)] == ["model.pth", "labels.json"]
-    assert taken.describe(taken.changed(files)) == "'model.pth' and 'labels.json'"
+    assert [f.name for f in build_inputs.changed(files)] == ["model.pth", "labels.json"]
+    assert build_inputs.describe(build_inputs.changed(files)) == "'model.pth' and 'labels.json'"
 
 
 def test_the_digest_follows_the_checkpoints_content_not_its_mtime(tmp_path):

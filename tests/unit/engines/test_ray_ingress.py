@@ -1,4 +1,4 @@
-"""The Ray engine's front (msnb.engines.ray.front), the real process, before a stand-in for Serve's replicas: an HTTP
+"""The Ray engine's front (msnb.engines.ray.ingress), the real process, before a stand-in for Serve's replicas: an HTTP
 server that answers the router's target list and predictions as the replicas do (whole, or chunk by chunk). The
 front on a real local Ray is tested in tests/ray (every prediction there goes through it)."""
 
@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from msnb.engines.ray import front
-from msnb.engines.ray.front import Routes
+from msnb.engines.ray import ingress
+from msnb.engines.ray.ingress import Routes
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.ray.ingress import TARGETS_PATH
 
@@ -74,9 +74,9 @@ def served(tmp_path_factory):
     work = tmp_path_factory.mktemp("front")
     (work / "key").write_text(KEY)
     port = free_port()
-    proc = front.spawn(port, server.server_port, LIMIT, work / "key", work / "front.log", 60)
+    proc = ingress.spawn(port, server.server_port, LIMIT, work / "key", work / "front.log", 60)
     yield f"http://127.0.0.1:{port}", proc
-    front.stop(proc)
+    ingress.stop(proc)
     server.shutdown()
 
 
@@ -123,7 +123,7 @@ def test_the_port_taken_is_an_error_with_a_hint(served, tmp_path):
     (tmp_path / "key").write_text(KEY)
     taken = int(url.rsplit(":", 1)[1])
     with pytest.raises(ServerError) as err:
-        front.spawn(taken, taken, LIMIT, tmp_path / "key", tmp_path / "front.log", 60)
+        ingress.spawn(taken, taken, LIMIT, tmp_path / "key", tmp_path / "front.log", 60)
     assert "did not start on 127.0.0.1" in str(err.value) and "Hint:" in str(err.value)
     assert "address already in use" in str(err.value).lower()
 
@@ -132,7 +132,7 @@ def test_a_front_whose_owners_pipe_closes_exits_and_frees_its_port(served, tmp_p
     _, proxy = served[0].rsplit(":", 1)
     (tmp_path / "key").write_text(KEY)
     port = free_port()
-    proc = front.spawn(port, int(proxy), LIMIT, tmp_path / "key", tmp_path / "front.log", 60)
+    proc = ingress.spawn(port, int(proxy), LIMIT, tmp_path / "key", tmp_path / "front.log", 60)
     proc.stdin.close()  # what the owner's exit, or its death, does
     assert proc.wait(30) == 0
     with socket.socket() as sock:
