@@ -77,8 +77,9 @@ def on_ray(cluster: Cluster, folder: Path, names: list[str], port: int) -> float
     client = TorchServeClient.connect(f"http://127.0.0.1:{port}", folder.parent / "key")
     serve = str(Path(sys.executable).with_name("serve"))
     start = time.perf_counter()
-    process = subprocess.Popen([serve, "run", "serve_config.yaml"], cwd=folder, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        [serve, "run", "serve_config.yaml"], cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         first_answers(client, names, 600)
         return time.perf_counter() - start
@@ -220,8 +221,11 @@ def append(result: dict) -> None:
     from bench.report import machine
 
     text = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
-    lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
-             "| measurement | median |", "|---|---|"]  # fmt: skip
+    lines = [
+        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+        "| measurement | median |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
     lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
     RESULTS.write_text(text + "\n".join(lines) + f"\n\n{result['notes']}\n\n![the last run]({PLOT.name})\n")

@@ -304,8 +304,15 @@ class HandlerSpec:
     @property
     def serving(self) -> ServingConfig:
         """The serving settings (the user's --config-file as its extra keys)."""
-        return ServingConfig(self.workers, self.batch_size, self.max_batch_delay, self.response_timeout, self.device,
-                             self.max_gpu_memory, self.model_yaml)  # fmt: skip
+        return ServingConfig(
+            self.workers,
+            self.batch_size,
+            self.max_batch_delay,
+            self.response_timeout,
+            self.device,
+            self.max_gpu_memory,
+            self.model_yaml,
+        )
 
     def model_config(self) -> dict[str, Any]:
         """The values written to the archive's model-config.yaml: the serving settings, the archives to unpack

@@ -22,8 +22,17 @@ from msnb.templates.msnb_runtime.ts.checks import too_large  # TorchServe's body
 Refusal = tuple[int, str, str]  # status, error type, message
 
 # Per connection, never passed on (RFC 9110 7.6.1); content-length is written again for the body as read.
-HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
-       b"content-length", b"expect"}  # fmt: skip
+HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"content-length",
+    b"expect",
+}
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -71,8 +80,12 @@ class Client(asyncio.Protocol):
     or one over ``limit`` bytes (413, which the servers behind check too), gets ``refuse``'s answer (given the status,
     the error type, the message and the request's path) and the connection is closed."""
 
-    def __init__(self, forward: Callable[[Request, Client], Awaitable[None]], limit: int,
-                 refuse: Callable[[int, str, str, str], bytes]):  # fmt: skip
+    def __init__(
+        self,
+        forward: Callable[[Request, Client], Awaitable[None]],
+        limit: int,
+        refuse: Callable[[int, str, str, str], bytes],
+    ):
         self.forward, self.limit, self.refuse = forward, limit, refuse
         self.parser, self.request, self.queue = httptools.HttpRequestParser(self), Request(), asyncio.Queue()
         self.transport, self.upstream, self.refused = None, None, False

@@ -27,8 +27,13 @@ def card(spec: HandlerSpec) -> dict:
     wrapped = schema.get("type") != "object"
     if wrapped:
         schema = {"type": "object", "properties": {WRAP_KEY: schema}, "required": [WRAP_KEY]}
-    return {"description": description(spec), "input_schema": schema, "wrapped": wrapped,
-            "streams": bool(spec.streaming), "embeds": spec.embeddings}  # fmt: skip
+    return {
+        "description": description(spec),
+        "input_schema": schema,
+        "wrapped": wrapped,
+        "streams": bool(spec.streaming),
+        "embeds": spec.embeddings,
+    }
 
 
 def write(spec: HandlerSpec, model_dir: Path) -> None:

@@ -50,10 +50,14 @@ def serve_config(
     sizing = sizing or Sizing()
     sizing.check_names(list(models))
     apps = [
-        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model",
-         "args": {"model_dir": n, "version": v, **sizing.args_for(n)}}
+        {
+            "name": n,
+            "route_prefix": None,
+            "import_path": f"{ADAPTER}:model",
+            "args": {"model_dir": n, "version": v, **sizing.args_for(n)},
+        }
         for n, v in models.items()
-    ]  # fmt: skip
+    ]
     router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}  # watch: a replica that cannot be placed is said
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
@@ -74,27 +78,49 @@ def rayservice(config: dict, name: str = "msnb") -> dict:
     """An example KubeRay RayService running ``config`` (serveConfigV2) from an image holding the folder."""
     v2 = {k: v for k, v in config.items() if k != "http_options"}
     head = {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": {"spec": {"containers": [_container()]}}}
-    workers = [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 4, "rayStartParams": {},
-                "template": {"spec": {"containers": [_container()]}}}]  # fmt: skip
+    workers = [
+        {
+            "groupName": "workers",
+            "replicas": 1,
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "rayStartParams": {},
+            "template": {"spec": {"containers": [_container()]}},
+        }
+    ]
     # authOptions (KubeRay >= 1.5.1): the operator makes a token Secret and sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on
     # every Ray container, so Ray's gRPC, dashboard and agents refuse callers without it.
-    spec = {"serveConfigV2": yaml.safe_dump(v2, sort_keys=False), "rayClusterConfig": {
-        "rayVersion": RAY_VERSION, "authOptions": {"mode": "token"}, "headGroupSpec": head,
-        "workerGroupSpecs": workers}}  # fmt: skip
+    spec = {
+        "serveConfigV2": yaml.safe_dump(v2, sort_keys=False),
+        "rayClusterConfig": {
+            "rayVersion": RAY_VERSION,
+            "authOptions": {"mode": "token"},
+            "headGroupSpec": head,
+            "workerGroupSpecs": workers,
+        },
+    }
     return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name}, "spec": spec}
 
 
 def _container() -> dict:
     # The exported folder is the image's working directory (its Dockerfile, ray_image; docs/ray.md: or a zip URI).
     key = {"name": KEY_VAR, "valueFrom": {"secretKeyRef": KEY_SECRET}}  # the router's inference key
-    return {"name": "ray", "image": IMAGE, "workingDir": WORKDIR, "env": [key],
-            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
+    return {
+        "name": "ray",
+        "image": IMAGE,
+        "workingDir": WORKDIR,
+        "env": [key],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
 
 
 def write_ray(
-    folders: list[ModelFolder | HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    folders: list[ModelFolder | HandlerSpec],
+    outdir: Path,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
     sizing: Sizing | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write OUTDIR/<name>/ (the model folders laid out; a spec's staged to be), the adapter, serve_config.yaml and
     rayservice.yaml.
 
@@ -163,10 +189,18 @@ def summary(outdir: Path) -> str:
     config = yaml.safe_load((outdir / SERVE_CONFIG).read_text())
     http = config["http_options"]
     return RUN_STEPS.format(
-        needs=needs_text(needs(outdir, config)), out=outdir, var=KEY_VAR, host=http["host"], port=http["port"],
-        image=IMAGE, secret=KEY_SECRET["name"], secret_key=KEY_SECRET["key"], config=SERVE_CONFIG, rayservice=RAYSERVICE,
+        needs=needs_text(needs(outdir, config)),
+        out=outdir,
+        var=KEY_VAR,
+        host=http["host"],
+        port=http["port"],
+        image=IMAGE,
+        secret=KEY_SECRET["name"],
+        secret_key=KEY_SECRET["key"],
+        config=SERVE_CONFIG,
+        rayservice=RAYSERVICE,
         name=next(app["name"] for app in config["applications"]),
-    )  # fmt: skip
+    )
 
 
 # The router reads its key where it runs: a Ray that `serve run` starts inherits the shell's variable; a running

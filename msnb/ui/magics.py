@@ -278,8 +278,12 @@ class MsnbMagics(Magics):
     @line_magic
     @_usage_errors
     @magic_arguments()
-    @argument("action", choices=("up", "down", "status"), help="up: start the shared Ray (or find it up); down: stop "
-              "it; status: what it serves, for whom, and its processes and memory")  # fmt: skip
+    @argument(
+        "action",
+        choices=("up", "down", "status"),
+        help="up: start the shared Ray (or find it up); down: stop "
+        "it; status: what it serves, for whom, and its processes and memory",
+    )
     @argument("--port", type=int, help="up: its inference port on 127.0.0.1 (default: a free one)")
     def ms_ray(self, line: str) -> None:
         """%ms_ray up|down|status [--port P]: the shared local Ray of `msnb ray`, from the notebook. After `%ms_ray

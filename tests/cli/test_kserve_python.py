@@ -88,8 +88,13 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     handler = root / "linear" / "linear_handler.py"
     handler.parent.mkdir()
     handler.write_text(LINEAR)
-    subprocess.run(ts_archives.archiver(root / "linear", "linear", str(handler)), check=True, capture_output=True,
-                   timeout=180, env=ts_archives._env(root / "linear"))  # fmt: skip
+    subprocess.run(
+        ts_archives.archiver(root / "linear", "linear", str(handler)),
+        check=True,
+        capture_output=True,
+        timeout=180,
+        env=ts_archives._env(root / "linear"),
+    )
     return root / "linear" / "linear.mar", root / "out"
 
 
@@ -112,8 +117,9 @@ def kserve_python(requirements: Path) -> Path:
         venv.EnvBuilder(with_pip=True).create(root)
         own = next(root.glob("lib/python*/site-packages"))
         (own / "msnb-test-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-        done = subprocess.run([python, "-m", "pip", "install", "-q", "-r", requirements], capture_output=True,
-                              text=True, timeout=1500)  # fmt: skip
+        done = subprocess.run(
+            [python, "-m", "pip", "install", "-q", "-r", requirements], capture_output=True, text=True, timeout=1500
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         stamp.write_text(text)
     return python
@@ -147,8 +153,12 @@ def test_an_archive_exported_for_kserves_python_server_answers_v1_and_v2_as_torc
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     asked = json.dumps([[path, body] for _, path, body in REQUESTS])
-    done = subprocess.run([shutil.which("unshare"), "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
-                           python, driver, out, asked], capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [shutil.which("unshare"), "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', python, driver, out, asked],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     on_kserve = without_nulls(json.loads(done.stdout.strip().splitlines()[-1]))
 

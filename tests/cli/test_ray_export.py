@@ -88,8 +88,10 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert cluster["authOptions"] == {"mode": "token"}  # Ray's own token authentication, by the operator
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         env = group["template"]["spec"]["containers"][0]["env"]
-        assert {"name": "MSNB_INFERENCE_KEY", "valueFrom": {"secretKeyRef": {"name": "msnb-inference-key",
-                                                                             "key": "key"}}} in env  # fmt: skip
+        assert {
+            "name": "MSNB_INFERENCE_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "msnb-inference-key", "key": "key"}},
+        } in env
     assert yaml.safe_load(service["spec"]["serveConfigV2"])["applications"] == config["applications"]
 
 
@@ -143,11 +145,28 @@ def test_export_ray_from_archives_torch_model_archiver_made(tmp_path, capsys):
 def test_export_ray_sizes_each_model_and_prints_what_the_application_needs_and_the_steps_with_the_key(tmp_path, capsys):
     pytest.importorskip("ray.serve")
     nb = standard(tmp_path / "nb", handler("first", "--workers 2"), handler("second"), handler("third"))
-    code, out, err = run(capsys, "export", nb, "--ray", tmp_path / "ray", "--ray-port", "8123", "--num-cpus", "0.25",
-                         "--num-cpus", "second=1", "--num-gpus", "third=0.5", "--memory", "first=512Mi")  # fmt: skip
+    code, out, err = run(
+        capsys,
+        "export",
+        nb,
+        "--ray",
+        tmp_path / "ray",
+        "--ray-port",
+        "8123",
+        "--num-cpus",
+        "0.25",
+        "--num-cpus",
+        "second=1",
+        "--num-gpus",
+        "third=0.5",
+        "--memory",
+        "first=512Mi",
+    )
     assert code == 0, err
-    apps = {a["name"]: a["args"] for a in yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())[
-        "applications"]}  # fmt: skip
+    apps = {
+        a["name"]: a["args"]
+        for a in yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())["applications"]
+    }
     assert apps["first"] == {"model_dir": "first", "version": "1.0", "num_cpus": 0.25, "memory": 512 * 1024**2}
     assert apps["second"] == {"model_dir": "second", "version": "1.0", "num_cpus": 1.0}
     assert apps["third"] == {"model_dir": "third", "version": "1.0", "num_cpus": 0.25, "num_gpus": 0.5}

@@ -35,8 +35,11 @@ class Worker:
         self.folder, self.log = folder, log
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER), str(folder), name],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("ab"), text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log.open("ab"),
+            text=True,
+        )
         self.lock = threading.Lock()
         if not self.process.stdout.readline():
             self.process.wait()

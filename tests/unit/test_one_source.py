@@ -30,8 +30,17 @@ FACTS = {
 # The model folder's file names, shared across the boundary: spelled only in templates/msnb_runtime/handler/names.py, by msnb/ and by
 # the runtime shipped in every archive alike.
 NAMES = "msnb.templates.msnb_runtime.handler.names"
-FOLDER_NAMES = ("handler_model", "handler_model.py", "model-config.yaml", "requirements.txt", "model.pt", "values.pt",
-                "hf_objects", "model_file.py", "MAR-INF/MANIFEST.json")  # fmt: skip
+FOLDER_NAMES = (
+    "handler_model",
+    "handler_model.py",
+    "model-config.yaml",
+    "requirements.txt",
+    "model.pt",
+    "values.pt",
+    "hf_objects",
+    "model_file.py",
+    "MAR-INF/MANIFEST.json",
+)
 
 
 def module_name(path: Path) -> str:

@@ -99,6 +99,15 @@ def _start_options(engine: Engine, config: object, opener: object) -> object:
 
 
 ENGINE = EngineKind(
-    "ray", "Ray Serve", "starting Ray Serve", _default, _running, require, "msnb.engines.ray.engine.LocalRay", "ray",
-    command=_command, opens_archives=True, start_options=_start_options,
-)  # fmt: skip
+    "ray",
+    "Ray Serve",
+    "starting Ray Serve",
+    _default,
+    _running,
+    require,
+    "msnb.engines.ray.engine.LocalRay",
+    "ray",
+    command=_command,
+    opens_archives=True,
+    start_options=_start_options,
+)

@@ -28,8 +28,9 @@ def _customized(engine: Any, name: str) -> Any:
         from msnb.engines.ray.model_registry import RegistryError
 
         body = _json(resp)
-        raise RegistryError(resp.status_code, body.get("type", "InternalServerException"),
-                            body.get("message", "Prediction failed"))  # fmt: skip
+        raise RegistryError(
+            resp.status_code, body.get("type", "InternalServerException"), body.get("message", "Prediction failed")
+        )
     answer = resp.json()
     return answer[0].get("customizedMetadata", {}) if isinstance(answer, list) and answer else {}
 

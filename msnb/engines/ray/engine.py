@@ -51,8 +51,14 @@ class LocalRay:
     """A one-node Ray with Serve behind msnb's front on ``host:http_port`` (a free port when None; ``host``: loopback
     unless config.properties' inference_address names another, with the key on: ts_properties.check_addresses)."""
 
-    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
-                 max_request_size: int | None = None, host: str = LOOPBACK):  # fmt: skip
+    def __init__(
+        self,
+        http_port: int | None = None,
+        num_cpus: float = 2,
+        replica_cpus: float = REPLICA_CPUS,
+        max_request_size: int | None = None,
+        host: str = LOOPBACK,
+    ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
@@ -93,8 +99,9 @@ class LocalRay:
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._front = ingress.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG,
-                                   self.host)  # fmt: skip
+        self._front = ingress.launch(
+            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host
+        )
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
@@ -102,8 +109,11 @@ class LocalRay:
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
         serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=ray_app.QUIET)
         # Not waited for here: its replica starts while the first model's does (see _router_running).
-        serve.run_many([serve.RunTarget(ray_app.router(self._door()), name=ROUTER_APP, route_prefix="/")],
-                       wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
+        serve.run_many(
+            [serve.RunTarget(ray_app.router(self._door()), name=ROUTER_APP, route_prefix="/")],
+            wait_for_ingress_deployment_creation=False,
+            wait_for_applications_running=False,
+        )
         self._router_up = False
         ingress.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
@@ -210,9 +220,15 @@ class LocalRay:
 
     def _model_args(self, folder: Path, name: str) -> dict[str, Any]:
         # env_vars: the replicas' constructor sets them (ray_app.model), no file holds them
-        return {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
-                "max_surge_percent": 100,  # one replica: its replacement starts before it stops
-                "env_vars": self._env.get(name, {}), "door": self._door()}  # fmt: skip
+        return {
+            "model_dir": str(folder),
+            "name": name,
+            "install_requirements": False,
+            "num_cpus": self.replica_cpus,
+            "max_surge_percent": 100,  # one replica: its replacement starts before it stops
+            "env_vars": self._env.get(name, {}),
+            "door": self._door(),
+        }
 
     def _door(self) -> dict[str, Any]:
         """What the router and the replicas that answer predictions themselves ask of each request."""
@@ -290,7 +306,8 @@ class LocalRay:
         old ones stop, so they need room too)."""
         import ray
 
-        from msnb.templates.msnb_runtime.ray.app import read_folder, workers
+        from msnb.templates.msnb_runtime.ray.app import read_folder
+        from msnb.templates.msnb_runtime.ray.deployment import workers
 
         replicas = workers(ServingConfig.from_model_config(read_folder(folder)[1]))[0]
         need = replicas * self.replica_cpus
@@ -315,8 +332,10 @@ class LocalRay:
             app = serve.status().applications.get(ROUTER_APP)
             self._router_up = app is not None and app.status == "RUNNING"
             if not self._router_up and (time.monotonic() > deadline or (app and app.status == "DEPLOY_FAILED")):
-                raise ServerError(f"Ray Serve's router did not start: {app and app.message}",
-                                  "stop and serve again (%ms_stop); the Ray logs are in server.log_dir.")  # fmt: skip
+                raise ServerError(
+                    f"Ray Serve's router did not start: {app and app.message}",
+                    "stop and serve again (%ms_stop); the Ray logs are in server.log_dir.",
+                )
             time.sleep(0 if self._router_up else 0.1)
 
     def free_version(self, name: str, version: str) -> str:
@@ -337,8 +356,9 @@ class LocalRay:
 
         app = serve.status().applications.get(name)
         states = app.deployments["MsnbModel"].replica_states if app else {}
-        workers = tuple(WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items()
-                        for i in range(n))  # fmt: skip
+        workers = tuple(
+            WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items() for i in range(n)
+        )
         folder = self._folders.get(name)
         return ModelStatus(name, read_manifest(folder)[1] if folder else "", True, workers, self.inference_url)
 

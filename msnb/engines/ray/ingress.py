@@ -151,22 +151,38 @@ async def serve(args: argparse.Namespace) -> None:
     front.server.close()
 
 
-def spawn(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float,
-          host: str = LOOPBACK) -> subprocess.Popen:  # fmt: skip
+def spawn(
+    port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float, host: str = LOOPBACK
+) -> subprocess.Popen:
     """The front, listening on ``host:port`` when this returns; closing its stdin (``stop``) ends it."""
     return ready(launch(port, proxy_port, max_request_size, key_file, log, host), port, log, timeout_s, host)
 
 
-def launch(port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path,
-           host: str = LOOPBACK) -> subprocess.Popen:  # fmt: skip
+def launch(
+    port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, host: str = LOOPBACK
+) -> subprocess.Popen:
     """The front's process, started and not waited for (``ready`` waits): it starts while Ray's nodes do. ``host``:
     loopback unless config.properties' inference_address says otherwise (with the key on: the replicas ask it)."""
-    flags = ["--port", port, "--proxy-port", proxy_port, "--max-request-size", max_request_size, "--key-file", key_file,
-             "--host", host]  # fmt: skip
+    flags = [
+        "--port",
+        port,
+        "--proxy-port",
+        proxy_port,
+        "--max-request-size",
+        max_request_size,
+        "--key-file",
+        key_file,
+        "--host",
+        host,
+    ]
     with open(log, "ab") as errors:  # what it says when it fails (a port taken, a traceback)
-        return subprocess.Popen([sys.executable, "-m", "msnb.engines.ray.ingress", *map(str, flags)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
-                                start_new_session=True)  # fmt: skip  # Ctrl-C reaches the owner, which stops it
+        return subprocess.Popen(
+            [sys.executable, "-m", "msnb.engines.ray.ingress", *map(str, flags)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            start_new_session=True,
+        )  # Ctrl-C reaches the owner, which stops it
 
 
 def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float, host: str = LOOPBACK) -> subprocess.Popen:
@@ -178,8 +194,10 @@ def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float, host: 
     proc.stdout.close()
     if line.decode().strip() != READY:
         stop(proc)
-        raise ServerError(f"The Ray engine's front did not start on {host}:{port}: {log.read_text()[-500:]}",
-                          f"choose another port, or read {log}.")  # fmt: skip
+        raise ServerError(
+            f"The Ray engine's front did not start on {host}:{port}: {log.read_text()[-500:]}",
+            f"choose another port, or read {log}.",
+        )
     return proc
 
 

@@ -68,8 +68,10 @@ class Ingress:
         ready.wait(STOP_TIMEOUT_S)
         if failed or not self.port:
             self.stop()
-            raise ServerError(f"msnb's /v1 and /mcp front did not start: {failed[0] if failed else 'no port'}.",
-                              "read the traceback above; a free loopback port is all it needs.")  # fmt: skip
+            raise ServerError(
+                f"msnb's /v1 and /mcp front did not start: {failed[0] if failed else 'no port'}.",
+                "read the traceback above; a free loopback port is all it needs.",
+            )
         return self
 
     def _run(self, ready: threading.Event, failed: list) -> None:
@@ -129,8 +131,16 @@ class Ingress:
         except ServerError as err:  # its cause and hint; the worker's log lines stay in the server's logs
             client.transport.write(error(ApiError(503, err.render(details=False), "server_error")))
         except Exception as err:  # a fault of the front's own: the connection closes, the front runs on
-            client.transport.write(error(ApiError(500, f"msnb's front failed: {type(err).__name__}: {err}. Hint: "
-                                                  "please report it with the server's logs.", "server_error")))  # fmt: skip
+            client.transport.write(
+                error(
+                    ApiError(
+                        500,
+                        f"msnb's front failed: {type(err).__name__}: {err}. Hint: "
+                        "please report it with the server's logs.",
+                        "server_error",
+                    )
+                )
+            )
             client.transport.close()
 
     async def answer(self, request: proxy.Request, client: proxy.Client) -> None:
@@ -138,8 +148,12 @@ class Ingress:
         if path == "/mcp" and method != "POST":
             return client.transport.write(proxy.answer(*mcp.NOT_ALLOWED))
         if (method, path) not in SERVED:
-            raise ApiError(404, f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)}, {embeddings.ROUTE} "
-                           "and /mcp are served here.", code="not_found")  # fmt: skip
+            raise ApiError(
+                404,
+                f"Unknown path {method} {path}: /v1/models, {', '.join(ROUTES)}, {embeddings.ROUTE} "
+                "and /mcp are served here.",
+                code="not_found",
+            )
         if not self.allowed(request.header(b"authorization")) and path == "/mcp":
             return client.transport.write(proxy.answer(*mcp.unauthorised(unauthorised().message, CHALLENGE)))
         if not self.allowed(request.header(b"authorization")):
@@ -211,8 +225,10 @@ class Ingress:
         try:
             return await self.pool.take(base)
         except OSError as err:
-            raise ServerError(f"TorchServe did not answer at {base}: {err}.",
-                              "is the server running? server.start() (or %ms_serve) starts it.") from None  # fmt: skip
+            raise ServerError(
+                f"TorchServe did not answer at {base}: {err}.",
+                "is the server running? server.start() (or %ms_serve) starts it.",
+            ) from None
 
     # ---------------------------------------------------------------- on a worker thread
     def model_list(self) -> tuple[int, dict, bytes]:

@@ -17,11 +17,17 @@ from msnb.templates.msnb_runtime.api.openai import ApiError, Request, upstream_e
 from msnb.templates.msnb_runtime.api.v1 import answer
 from msnb.templates.msnb_runtime.api.wire import JSON_TYPE, SSE_TYPE
 
-HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
-        % SSE_TYPE.encode())  # fmt: skip
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+    % SSE_TYPE.encode()
+)
 END = b"0\r\n\r\n"
-JSON_LINES = ApiError(400, "The model streams JSON values, not text: /v1 needs a generator that yields str pieces. "
-                      "Hint: make postprocess return a str per step.", param="model")  # fmt: skip
+JSON_LINES = ApiError(
+    400,
+    "The model streams JSON values, not text: /v1 needs a generator that yields str pieces. "
+    "Hint: make postprocess return a str per step.",
+    param="model",
+)
 
 
 class Unanswered(ServerError):
@@ -78,8 +84,10 @@ class SseStream:
         """Wait for TorchServe's answer and write the client's; an error before a stream's first event, or in a
         whole answer, raises ApiError."""
         if not await asyncio.wait_for(self.conn.head, timeout):
-            raise Unanswered("TorchServe closed the connection before answering.",
-                             "read the server's logs (server.logs()): its worker may have died.")  # fmt: skip
+            raise Unanswered(
+                "TorchServe closed the connection before answering.",
+                "read the server's logs (server.logs()): its worker may have died.",
+            )
         if self.conn.status != 200:
             self.finished = await asyncio.wait_for(self.conn.ended, timeout)
             raise upstream_error(self.conn.status, self.conn.decoded())
@@ -106,8 +114,9 @@ class SseStream:
         if self.enough:
             return
         if not self.conn.ended.result():
-            raise ApiError(502, "TorchServe ended the answer midway. Hint: read the server's logs (server.logs()).",
-                           "server_error")  # fmt: skip
+            raise ApiError(
+                502, "TorchServe ended the answer midway. Hint: read the server's logs (server.logs()).", "server_error"
+            )
         self.finished = True
         self.reader = self.reader or ChunkReader(self.conn.header("content-type"))
         self.feed(self.reader.close())

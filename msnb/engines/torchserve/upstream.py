@@ -22,8 +22,12 @@ Chunks = Callable[[bytes], None]
 
 def post(path: str, body: bytes, headers: dict[str, str]) -> bytes:
     """A POST as it goes on the wire (HTTP/1.1, kept alive)."""
-    head = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items()),
-            f"content-length: {len(body)}"]  # fmt: skip
+    head = [
+        f"POST {path} HTTP/1.1",
+        "host: 127.0.0.1",
+        *(f"{k}: {v}" for k, v in headers.items()),
+        f"content-length: {len(body)}",
+    ]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 

@@ -33,25 +33,39 @@ def parse(body: Any) -> Embedding:
     given = body.get("input")
     inputs = [given] if isinstance(given, str) else given
     if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) and i for i in inputs):
-        raise ApiError(400, "`input` must be a non-empty string or a list of them. Hint: token arrays are not taken: "
-                       "the handler's preprocess reads the text.", param="input")  # fmt: skip
+        raise ApiError(
+            400,
+            "`input` must be a non-empty string or a list of them. Hint: token arrays are not taken: "
+            "the handler's preprocess reads the text.",
+            param="input",
+        )
     if len(inputs) > MAX_INPUTS:
-        raise ApiError(400, f"`input` holds {len(inputs)} items, over {MAX_INPUTS}. Hint: send them in several "
-                       "requests.", param="input")  # fmt: skip
+        raise ApiError(
+            400,
+            f"`input` holds {len(inputs)} items, over {MAX_INPUTS}. Hint: send them in several requests.",
+            param="input",
+        )
     encoding = body.get("encoding_format") or "float"
     if encoding not in ENCODINGS:
         raise ApiError(400, f"`encoding_format` must be one of {', '.join(ENCODINGS)}.", param="encoding_format")
     if body.get("dimensions") is not None:
-        raise ApiError(400, "`dimensions` is not supported here: the embedding is what the model answers. Hint: "
-                       "leave `dimensions` out.", param="dimensions")  # fmt: skip
+        raise ApiError(
+            400,
+            "`dimensions` is not supported here: the embedding is what the model answers. Hint: "
+            "leave `dimensions` out.",
+            param="dimensions",
+        )
     return Embedding(model, tuple(inputs), encoding)
 
 
 def not_embedding(model: str) -> ApiError:
     """A model that does not declare embeddings, asked for them."""
-    return ApiError(400, f"The model `{model}` does not serve embeddings. Hint: add --embeddings to its %%ms_handler "
-                    "line (its answer to one input is then a list of numbers), build and serve it again.",
-                    param="model")  # fmt: skip
+    return ApiError(
+        400,
+        f"The model `{model}` does not serve embeddings. Hint: add --embeddings to its %%ms_handler "
+        "line (its answer to one input is then a list of numbers), build and serve it again.",
+        param="model",
+    )
 
 
 def vector(answer: Any) -> list[float]:
@@ -63,15 +77,21 @@ def vector(answer: Any) -> list[float]:
     ):
         return [float(x) for x in answer]
     shown = repr(answer)[:80]
-    raise ApiError(500, f"The model's answer is not an embedding (a list of numbers): {shown}. Hint: make postprocess "
-                   "return one list of floats per input, e.g. `return output.tolist()`.", "server_error")  # fmt: skip
+    raise ApiError(
+        500,
+        f"The model's answer is not an embedding (a list of numbers): {shown}. Hint: make postprocess "
+        "return one list of floats per input, e.g. `return output.tolist()`.",
+        "server_error",
+    )
 
 
 def reply(request: Embedding, answers: list[Any]) -> dict:
     """The embeddings list: one per input, in order, encoded as asked; usage counts no tokens (the tokenizer is the
     handler's)."""
-    data = [{"object": "embedding", "index": i, "embedding": _encoded(vector(a), request.encoding)}
-            for i, a in enumerate(answers)]  # fmt: skip
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encoded(vector(a), request.encoding)}
+        for i, a in enumerate(answers)
+    ]
     return {"object": "list", "data": data, "model": request.model, "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 

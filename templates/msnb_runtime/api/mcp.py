@@ -24,23 +24,43 @@ SERVER = {"name": "msnb", "version": "1"}
 INSTRUCTIONS = "Each tool is a model served by msnb; a call runs one prediction."
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
-STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400, UNSUPPORTED_VERSION: 400,
-          METHOD_NOT_FOUND: 404}  # fmt: skip  # a 2026-07-28 error's HTTP status (the handshake era answers 200)
+STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}  # a 2026-07-28 error's HTTP status (the handshake era answers 200)
 META = "io.modelcontextprotocol/"  # the prefix of the per-request keys in ``params._meta`` (2026-07-28)
 VERSION_HEADER, METHOD_HEADER, NAME_HEADER = "mcp-protocol-version", "mcp-method", "mcp-name"
 HEADERS = (VERSION_HEADER, METHOD_HEADER, NAME_HEADER)  # what an engine passes to ``step``
 WRAP_KEY = "input"  # a tool whose sample is not a JSON object takes it as this one argument
 ANY_OBJECT = {"type": "object"}
-STREAM_OUTPUT = {"type": "object", "properties": {"result": {"description": "the joined text pieces (a JSON-lines "
-                 "stream: the list of its values)"}}, "required": ["result"]}  # fmt: skip
-JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "object": (dict,),
-              "array": (list,), "null": (type(None),)}  # fmt: skip
+STREAM_OUTPUT = {
+    "type": "object",
+    "properties": {"result": {"description": "the joined text pieces (a JSON-lines stream: the list of its values)"}},
+    "required": ["result"],
+}
+JSON_TYPES = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+    "null": (type(None),),
+}
 
 
 def default_card(name: str) -> dict:
     """The card of a model folder that has none (an archive torch-model-archiver made): any object is its input."""
-    return {"description": f"The model {name} (a TorchServe handler).", "input_schema": ANY_OBJECT, "wrapped": False,
-            "streams": False}  # fmt: skip
+    return {
+        "description": f"The model {name} (a TorchServe handler).",
+        "input_schema": ANY_OBJECT,
+        "wrapped": False,
+        "streams": False,
+    }
 
 
 def read_card(text: str | bytes | None, name: str) -> dict:
@@ -54,8 +74,11 @@ def read_card(text: str | bytes | None, name: str) -> dict:
 def tool(name: str, card: dict) -> dict:
     """MCP's Tool for a model: its name, its description, the input schema of its arguments, and the schema of its
     structured answer where the card knows it (a streaming model answers ``{"result": ...}``)."""
-    found = {"name": name, "description": card.get("description") or default_card(name)["description"],
-             "inputSchema": card.get("input_schema") or ANY_OBJECT}  # fmt: skip
+    found = {
+        "name": name,
+        "description": card.get("description") or default_card(name)["description"],
+        "inputSchema": card.get("input_schema") or ANY_OBJECT,
+    }
     output = card.get("output_schema") or (STREAM_OUTPUT if card.get("streams") else None)
     return {**found, "outputSchema": output} if output else found
 
@@ -119,8 +142,15 @@ def step(raw: bytes, headers: dict[str, str] | None = None) -> Step:
     except ValueError as err:
         return Step("reply", status=400, body=error(None, PARSE_ERROR, f"Parse error: {err}"))
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return Step("reply", status=400, body=error(None, INVALID_REQUEST, "Invalid Request: one JSON-RPC 2.0 "
-                                                    "message per POST (batches are not part of MCP since 2025-06-18)"))  # fmt: skip
+        return Step(
+            "reply",
+            status=400,
+            body=error(
+                None,
+                INVALID_REQUEST,
+                "Invalid Request: one JSON-RPC 2.0 message per POST (batches are not part of MCP since 2025-06-18)",
+            ),
+        )
     method, id = message.get("method"), message.get("id")
     if method is None or id is None:  # a response or a notification (notifications/initialized): nothing to say
         return Step("reply", status=202)
@@ -162,27 +192,42 @@ def _modern_problem(method: str, params: dict, meta: dict, headers: dict) -> tup
     if not isinstance(version, str) or not isinstance(meta.get(META + "clientCapabilities"), dict):
         return (INVALID_PARAMS, f"params._meta must carry {META}protocolVersion and {META}clientCapabilities")
     if headers.get(VERSION_HEADER) != version or headers.get(METHOD_HEADER) != method:
-        return (HEADER_MISMATCH, f"The {VERSION_HEADER} and {METHOD_HEADER} headers must equal the request's protocol "
-                "version and method")  # fmt: skip
+        return (
+            HEADER_MISMATCH,
+            f"The {VERSION_HEADER} and {METHOD_HEADER} headers must equal the request's protocol version and method",
+        )
     if method == "tools/call" and headers.get(NAME_HEADER) not in (None, params.get("name")):
         return (HEADER_MISMATCH, f"The {NAME_HEADER} header must equal the tool's name")
     if version not in MODERN:
-        return (UNSUPPORTED_VERSION, f"Unsupported protocol version {version} (msnb speaks {', '.join(MODERN)}, and "
-                f"{', '.join(VERSIONS)} after initialize)", {"supported": list(MODERN), "requested": version})  # fmt: skip
+        return (
+            UNSUPPORTED_VERSION,
+            f"Unsupported protocol version {version} (msnb speaks {', '.join(MODERN)}, and "
+            f"{', '.join(VERSIONS)} after initialize)",
+            {"supported": list(MODERN), "requested": version},
+        )
     return None
 
 
 def initialized(asked: Any) -> dict:
     """The initialize result: the client's protocol version when it is one of VERSIONS, else the newest."""
     version = asked if asked in VERSIONS else VERSIONS[-1]
-    return {"protocolVersion": version, "capabilities": {"tools": {"listChanged": False}}, "serverInfo": SERVER,
-            "instructions": INSTRUCTIONS}  # fmt: skip
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": SERVER,
+        "instructions": INSTRUCTIONS,
+    }
 
 
 def discovered() -> dict:
     """The server/discover result (2026-07-28): the stateless revisions msnb speaks, its capabilities."""
-    return {"supportedVersions": list(MODERN), "capabilities": {"tools": {"listChanged": False}},
-            "instructions": INSTRUCTIONS, "cacheScope": "private", "ttlMs": 0}  # fmt: skip
+    return {
+        "supportedVersions": list(MODERN),
+        "capabilities": {"tools": {"listChanged": False}},
+        "instructions": INSTRUCTIONS,
+        "cacheScope": "private",
+        "ttlMs": 0,
+    }
 
 
 def tools_reply(step: Step, cards: dict[str, dict]) -> dict:

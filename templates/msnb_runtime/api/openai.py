@@ -51,8 +51,14 @@ TOOLS_WHY = "msnb models answer with text, not tool calls (a served model is its
 class ApiError(Exception):
     """An answer in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}`` with its status."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
 
@@ -69,15 +75,25 @@ class ApiError(Exception):
 
 def unauthorised() -> ApiError:
     """A missing or wrong key: 401, as OpenAI answers one."""
-    return ApiError(401, "Incorrect API key provided. Hint: the API key is the server's inference key "
-                    "(msnb: server.key_file, its \"inference\" key; Ray: the router's key).",
-                    "invalid_request_error", None, "invalid_api_key")  # fmt: skip
+    return ApiError(
+        401,
+        "Incorrect API key provided. Hint: the API key is the server's inference key "
+        '(msnb: server.key_file, its "inference" key; Ray: the router\'s key).',
+        "invalid_request_error",
+        None,
+        "invalid_api_key",
+    )
 
 
 def not_found(model: str, served: list[str], what: str = "streaming models") -> ApiError:
     names = ", ".join(served) or "none"
-    return ApiError(404, f"The model `{model}` does not exist. Hint: the {what} served here: {names}.",
-                    "invalid_request_error", "model", "model_not_found")  # fmt: skip
+    return ApiError(
+        404,
+        f"The model `{model}` does not exist. Hint: the {what} served here: {names}.",
+        "invalid_request_error",
+        "model",
+        "model_not_found",
+    )
 
 
 def body_of(raw: bytes) -> Any:
@@ -90,9 +106,13 @@ def body_of(raw: bytes) -> Any:
 
 def not_streaming(model: str) -> ApiError:
     """A model whose answers do not stream, asked through /v1."""
-    return ApiError(400, f"The model `{model}` does not stream: /v1 serves models whose inference or postprocess is a "
-                    "generator yielding str pieces. Hint: make inference a generator (docs/streaming.md), or ask it "
-                    f"at /predictions/{model} (or as the MCP tool `{model}`).", param="model")  # fmt: skip
+    return ApiError(
+        400,
+        f"The model `{model}` does not stream: /v1 serves models whose inference or postprocess is a "
+        "generator yielding str pieces. Hint: make inference a generator (docs/streaming.md), or ask it "
+        f"at /predictions/{model} (or as the MCP tool `{model}`).",
+        param="model",
+    )
 
 
 def upstream_error(status: int, answer: Any) -> ApiError:
@@ -150,8 +170,9 @@ def parse(kind: str, body: Any) -> Request:
     options = body.get("stream_options") or {}
     if not isinstance(options, dict) or set(options) - {"include_usage"}:
         raise ApiError(400, "`stream_options` may hold only `include_usage`.", param="stream_options")
-    return Request(kind, model, body, stream, max_tokens(body), _stops(body.get("stop")),
-                   bool(options.get("include_usage")))  # fmt: skip
+    return Request(
+        kind, model, body, stream, max_tokens(body), _stops(body.get("stop")), bool(options.get("include_usage"))
+    )
 
 
 def _check_input(kind: str, body: dict) -> None:
@@ -164,8 +185,11 @@ def _check_input(kind: str, body: dict) -> None:
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     if not isinstance(prompt, str):
-        raise ApiError(400, "`prompt` must be one string (msnb streams one completion per request: send one request "
-                       "per prompt).", param="prompt")  # fmt: skip
+        raise ApiError(
+            400,
+            "`prompt` must be one string (msnb streams one completion per request: send one request per prompt).",
+            param="prompt",
+        )
 
 
 def refuse_unsupported(body: dict, refused: dict[str, tuple[Any, ...]] = REFUSED) -> None:
@@ -193,8 +217,9 @@ def _stops(stop: Any) -> tuple[str, ...]:
     if stops is None:
         return ()
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
-        raise ApiError(400, f"`stop` must be a non-empty string or a list of at most {MAX_STOPS} of them.",
-                       param="stop")  # fmt: skip
+        raise ApiError(
+            400, f"`stop` must be a non-empty string or a list of at most {MAX_STOPS} of them.", param="stop"
+        )
     return tuple(stops)
 
 
@@ -239,8 +264,10 @@ class Completion:
         if found:
             self.finish_reason, self.held = "stop", ""
             return text[: min(found)[0]]
-        keep = max((n for s in self.request.stop for n in range(min(len(s) - 1, len(text)), 0, -1)
-                    if text.endswith(s[:n])), default=0)  # fmt: skip
+        keep = max(
+            (n for s in self.request.stop for n in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:n])),
+            default=0,
+        )
         self.held = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]
 

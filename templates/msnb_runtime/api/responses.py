@@ -29,8 +29,10 @@ from .openai import (
 )
 from .wire import Pieces
 
-STATELESS = ("msnb keeps no responses (each request is answered as with `store: false`). Hint: leave `{}` out and "
-             "send the earlier turns in `input`, as a list of messages.")  # fmt: skip
+STATELESS = (
+    "msnb keeps no responses (each request is answered as with `store: false`). Hint: leave `{}` out and "
+    "send the earlier turns in `input`, as a list of messages."
+)
 # Fields of the Responses API whose answer msnb cannot shape, beside chat's (REFUSED): the values it allows.
 REFUSED_HERE: dict[str, tuple[Any, ...]] = {
     **REFUSED,
@@ -72,22 +74,35 @@ def messages(given: Any) -> list[dict]:
 def _message(item: Any) -> dict:
     if not isinstance(item, dict) or item.get("type", "message") != "message" or not isinstance(item.get("role"), str):
         kind = item.get("type") if isinstance(item, dict) else type(item).__name__
-        raise ApiError(400, f"`input` holds a {kind!r} item: msnb answers messages with text only. Hint: send "
-                       "messages ({\"role\": ..., \"content\": ...}).", param="input")  # fmt: skip
+        raise ApiError(
+            400,
+            f"`input` holds a {kind!r} item: msnb answers messages with text only. Hint: send "
+            'messages ({"role": ..., "content": ...}).',
+            param="input",
+        )
     content = item.get("content")
     if isinstance(content, str):
         return {"role": item["role"], "content": content}
     parts = content if isinstance(content, list) else [None]
     if not all(isinstance(p, dict) and p.get("type") in TEXT_PARTS and isinstance(p.get("text"), str) for p in parts):
-        raise ApiError(400, "A message's `content` must be a string or a list of text parts (input_text): msnb's "
-                       "models answer text. Hint: send the text alone.", param="input")  # fmt: skip
+        raise ApiError(
+            400,
+            "A message's `content` must be a string or a list of text parts (input_text): msnb's "
+            "models answer text. Hint: send the text alone.",
+            param="input",
+        )
     return {"role": item["role"], "content": "".join(p["text"] for p in parts)}
 
 
 def usage(completion: Completion) -> dict:
     """Output tokens: the pieces read. Input tokens: 0, the handler's tokenizer is not msnb's to see."""
-    return {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens": completion.pieces,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": completion.pieces}  # fmt: skip
+    return {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": completion.pieces,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": completion.pieces,
+    }
 
 
 def event(kind: str, payload: dict) -> bytes:
@@ -128,8 +143,9 @@ class ResponseAnswer(Pieces):
 
     def fail(self, error: ApiError) -> bytes:
         """A failure after the first event: the ``error`` event, then ``response.failed`` with the error."""
-        out = self._open() + self._send("error", {"code": error.code or error.kind, "message": error.message,
-                                                  "param": error.param})  # fmt: skip
+        out = self._open() + self._send(
+            "error", {"code": error.code or error.kind, "message": error.message, "param": error.param}
+        )
         failed = {**self.response(), "status": "failed", "error": {"code": "server_error", "message": error.message}}
         return out + self._send("response.failed", {"response": failed})
 
@@ -147,14 +163,29 @@ class ResponseAnswer(Pieces):
         sample, finish = self.completion.request.sample, self.completion.finish_reason
         status = status or ("incomplete" if finish == "length" else "completed")
         output = [] if status == "in_progress" else [self.message()]
-        return {"id": self.id, "object": "response", "created_at": self.created, "status": status, "error": None,
-                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-                "instructions": sample.get("instructions"), "max_output_tokens": sample.get("max_output_tokens"),
-                "model": self.completion.request.model, "output": output, "parallel_tool_calls": False,
-                "previous_response_id": None, "store": False, "temperature": sample.get("temperature"),
-                "top_p": sample.get("top_p"), "text": {"format": {"type": "text"}}, "tool_choice": "none",
-                "tools": [], "truncation": "disabled", "metadata": sample.get("metadata") or {},
-                "usage": usage(self.completion) if output else None}  # fmt: skip
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": sample.get("instructions"),
+            "max_output_tokens": sample.get("max_output_tokens"),
+            "model": self.completion.request.model,
+            "output": output,
+            "parallel_tool_calls": False,
+            "previous_response_id": None,
+            "store": False,
+            "temperature": sample.get("temperature"),
+            "top_p": sample.get("top_p"),
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "none",
+            "tools": [],
+            "truncation": "disabled",
+            "metadata": sample.get("metadata") or {},
+            "usage": usage(self.completion) if output else None,
+        }
 
     def _open(self) -> bytes:
         """The opening events, once: created, in_progress, the message item and its text part added."""
@@ -162,9 +193,12 @@ class ResponseAnswer(Pieces):
             return b""
         self.started, begun = True, {"response": self.response("in_progress")}
         item, part = self.message("in_progress"), {"type": "output_text", "text": "", "annotations": []}
-        return (self._send("response.created", begun) + self._send("response.in_progress", begun)
-                + self._send("response.output_item.added", {"output_index": 0, "item": {**item, "content": []}})
-                + self._send("response.content_part.added", self._at(part=part)))  # fmt: skip
+        return (
+            self._send("response.created", begun)
+            + self._send("response.in_progress", begun)
+            + self._send("response.output_item.added", {"output_index": 0, "item": {**item, "content": []}})
+            + self._send("response.content_part.added", self._at(part=part))
+        )
 
     def _at(self, **fields: Any) -> dict:
         return {"item_id": self.item, "output_index": 0, "content_index": 0, **fields}

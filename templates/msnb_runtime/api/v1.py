@@ -27,8 +27,10 @@ def answer(request: Request) -> Answer | ResponseAnswer:
     return ResponseAnswer(request) if request.kind == RESPONSES else Answer(request)
 
 
-HINTS = {413: "send less per request, or raise the server's max_request_size",
-         400: "send one well-formed HTTP/1.1 request (the official clients do)"}  # fmt: skip
+HINTS = {
+    413: "send less per request, or raise the server's max_request_size",
+    400: "send one well-formed HTTP/1.1 request (the official clients do)",
+}
 
 
 def refused(path: str, status: int, message: str) -> tuple[int, dict, bytes] | None:

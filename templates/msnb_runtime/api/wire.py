@@ -73,8 +73,14 @@ def listed(card: dict) -> bool:
 
 def models(cards: dict[str, dict], created: int = 0) -> dict:
     """GET /v1/models: the served models /v1 serves (``listed``), by name, from their cards."""
-    return {"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": OWNER}
-                                       for n, card in cards.items() if listed(card)]}  # fmt: skip
+    return {
+        "object": "list",
+        "data": [
+            {"id": n, "object": "model", "created": created, "owned_by": OWNER}
+            for n, card in cards.items()
+            if listed(card)
+        ],
+    }
 
 
 class Pieces:

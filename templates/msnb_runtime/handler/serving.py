@@ -72,8 +72,12 @@ class ServingConfig:
     def to_model_config(self, system: Mapping[str, Any] | None = None, **keys: Any) -> dict[str, Any]:
         """The model-config.yaml mapping: the frontend keys, deviceType (cpu / gpu only), the ``system`` section
         (msnb's ``system`` keys, then maxGPUMemory), msnb's other ``keys``, all under ``extra``."""
-        values = {"workers": self.workers, "batch_size": self.batch_size, "max_batch_delay": self.max_batch_delay,
-                  "response_timeout": self.response_timeout}  # fmt: skip
+        values = {
+            "workers": self.workers,
+            "batch_size": self.batch_size,
+            "max_batch_delay": self.max_batch_delay,
+            "response_timeout": self.response_timeout,
+        }
         out: dict[str, Any] = {key: values[name] for key, name in FRONTEND_KEYS.items() if name in values}
         if self.device in DEVICE_TYPES:
             out["deviceType"] = self.device
@@ -88,8 +92,11 @@ class ServingConfig:
 def options_from(config: Mapping[str, Any]) -> dict[str, Any]:
     """The settings (handler options) a model-config mapping says: whole numbers and a cpu / gpu deviceType (a
     user's file wins over the option line)."""
-    out = {name: config[key] for key, name in FRONTEND_KEYS.items() if key != "maxWorkers" and name != "device"
-           and isinstance(config.get(key), int)}  # fmt: skip
+    out = {
+        name: config[key]
+        for key, name in FRONTEND_KEYS.items()
+        if key != "maxWorkers" and name != "device" and isinstance(config.get(key), int)
+    }
     device = str(config.get("deviceType", "")).lower()
     if device in DEVICE_TYPES:
         out["device"] = device

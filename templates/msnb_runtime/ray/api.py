@@ -86,8 +86,14 @@ class ApiRoutes:
             return error_reply(err)
         except Exception as err:  # the model's application went (deleted meanwhile): Serve's error, in OpenAI's shape
             said = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""  # never a remote traceback
-            return error_reply(ApiError(503, f"{type(err).__name__}: {said}. Hint: is the model still served? GET "
-                                        "/v1/models lists the models that stream or embed.", "server_error"))  # fmt: skip
+            return error_reply(
+                ApiError(
+                    503,
+                    f"{type(err).__name__}: {said}. Hint: is the model still served? GET "
+                    "/v1/models lists the models that stream or embed.",
+                    "server_error",
+                )
+            )
 
     async def card(self, name: str) -> dict | None:
         """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call
@@ -157,8 +163,12 @@ class ApiRoutes:
         if kind == WHOLE:
             raise upstream_error(status if status >= 400 else 500, _decoded(first))
         if "jsonl" in head.get("content-type", ""):
-            raise ApiError(400, "The model streams JSON values, not text: /v1 needs a generator that yields str "
-                           "pieces. Hint: make postprocess return a str per step.", param="model")  # fmt: skip
+            raise ApiError(
+                400,
+                "The model streams JSON values, not text: /v1 needs a generator that yields str "
+                "pieces. Hint: make postprocess return a str per step.",
+                param="model",
+            )
         return _texts(first, replies)
 
     async def drain(self, answer: Any, pieces: AsyncIterator[str]) -> None:

@@ -25,7 +25,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..handler.names import HANDLER_MODULE
-from ..handler.serving import ServingConfig
 from ..ts import wire
 from ..ts.checks import refused
 from ..ts.context import ChunkSocket, set_requests
@@ -37,10 +36,10 @@ from ..ts.wire import JSON_TYPE, error_reply
 # on sys.path) must not be picked, or every replica fails with "No module named 'msnb_runtime'": relative imports only.
 from . import ingress, management, runtime_env, token_interceptor
 from .api import ApiRoutes, PerModelRoute, model_card
+from .deployment import batch_settings, deployment_options
 from .ingress import reply
 from .management import metadata
 from .replica import RayMetrics, replica_gpu_id, worker_logs
-from .sequences import SequenceRouter
 from .streaming import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 from .timeout import bounded, response_timeout, timed_out
 
@@ -66,52 +65,18 @@ def resolve(model_dir: str) -> Path:
     return (Path(__file__).resolve().parents[2] / model_dir).resolve()
 
 
-def deployment_options(config: dict, requirements: list[str], num_cpus: float = 1.0, gpu_mb: float | None = None):
-    """TorchServe's model-config as Ray Serve deployment options (the mapping table in docs/ray.md)."""
-    serving = ServingConfig.from_model_config(config)  # handler.serving: the one reading of model-config's keys
-    batch, (low, high) = serving.batch_size or 1, workers(serving)
-    actor: dict[str, Any] = {"num_cpus": num_cpus}
-    if serving.device == "gpu":
-        max_mb = serving.max_gpu_memory
-        actor["num_gpus"] = min(1.0, round(float(max_mb) / gpu_mb, 2)) if max_mb and gpu_mb else 1
-    if requirements:
-        actor["runtime_env"] = {"pip": list(requirements)}
-    options = {
-        "ray_actor_options": actor,
-        # below the batch size a batch never fills (Serve's default is 5)
-        "max_ongoing_requests": max(16, 2 * batch),
-        # a load error is an error in the user's code: retrying it 20 times only hides it
-        "max_constructor_retry_count": 1,
-    }
-    if config.get("sequenceBatching"):  # a stateful model: each sequence's requests to one replica
-        from ray.serve.config import RequestRouterConfig
-
-        options["request_router_config"] = RequestRouterConfig(request_router_class=SequenceRouter)
-    if high > low:
-        options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": batch}
-    else:
-        options["num_replicas"] = low
-    return options
-
-
-def workers(serving: ServingConfig) -> tuple[int, int]:
-    """The replicas' (fewest, most): minWorkers and maxWorkers, at least one."""
-    low = serving.workers or 1
-    return low, serving.max_workers or low
-
-
-def batch_settings(config: dict) -> tuple[int, float]:
-    """``@serve.batch``'s max_batch_size and batch_wait_timeout_s from batchSize and maxBatchDelay (ms)."""
-    serving = ServingConfig.from_model_config(config)
-    return serving.batch_size or 1, serving.max_batch_delay / 1000
-
-
 class LoadedModel:
     """A model folder (the cwd, see ``enter``) loaded as a TorchServe worker loads it; ``answer`` runs ``handle``
     on one batch."""
 
-    def __init__(self, folder: Path, name: str | None = None, gpu_id: int | None = None, metrics: Any = None,
-                 envelope: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        folder: Path,
+        name: str | None = None,
+        gpu_id: int | None = None,
+        metrics: Any = None,
+        envelope: str | None = None,
+    ):
         self.manifest, self.config = read_folder(folder)
         model = self.manifest.get("model") or {}
         self.name = name or model.get("modelName") or folder.name
@@ -172,8 +137,15 @@ MODEL = "MsnbModel"  # every model application's one deployment
 class MsnbModel:
     """A replica of one model folder; ``infer`` is batched like TorchServe's batchSize/maxBatchDelay."""
 
-    def __init__(self, model_dir: str, name: str | None = None, env: dict | None = None, envelope: str | None = None,
-                 door: dict | None = None, install: list | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        name: str | None = None,
+        env: dict | None = None,
+        envelope: str | None = None,
+        door: dict | None = None,
+        install: list | None = None,
+    ):
         import ray
 
         os.environ.update(env or {})  # this model's --env variables, in this replica's process only, before its code
@@ -206,9 +178,13 @@ class MsnbModel:
         if refusal:
             return reply(*error_reply(*refusal))
         name = self.model.name
-        return await ingress.prediction(request, headers, self.door.limit,
-                                lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
-                                lambda body: self._whole(body, headers))  # fmt: skip
+        return await ingress.prediction(
+            request,
+            headers,
+            self.door.limit,
+            lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
+            lambda body: self._whole(body, headers),
+        )
 
     async def _streams(self) -> bool:
         return streams(self.model)
@@ -283,9 +259,13 @@ class MsnbRouter:
         if not predicts or request.method not in INFERENCE_METHODS:
             return ingress.not_found(request.url.path)
         name, explain = self.versioned(parts[1:]), parts[0] == "explanations"
-        return await ingress.prediction(request, headers, self.door.limit,
-                                lambda body: self.stream(name, explain, body, headers),
-                                lambda body: self.forward(name, explain, body, headers))  # fmt: skip
+        return await ingress.prediction(
+            request,
+            headers,
+            self.door.limit,
+            lambda body: self.stream(name, explain, body, headers),
+            lambda body: self.forward(name, explain, body, headers),
+        )
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
@@ -336,8 +316,9 @@ class MsnbRouter:
                 return error_reply(*management.write_refused(method, "/" + "/".join(parts)))
             return error_reply(405, "MethodNotAllowedException", management.NOT_ALLOWED)
         if len(parts) == 4:
-            return error_reply(404, "ResourceNotFoundException", "Requested resource is not found, please refer "
-                               "to API document.")  # fmt: skip
+            return error_reply(
+                404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document."
+            )
         states = await asyncio.to_thread(replica_states)
         if len(parts) == 1:
             try:
@@ -350,8 +331,9 @@ class MsnbRouter:
         customized = query.get("customized", "").lower() == "true"
         return await self.describe(parts[1], parts[2] if len(parts) == 3 else None, customized, headers, states)
 
-    async def describe(self, name: str, version: str | None, customized: bool, headers: dict,
-                       states: dict[str, dict[str, int]]) -> tuple[int, dict, bytes]:  # fmt: skip
+    async def describe(
+        self, name: str, version: str | None, customized: bool, headers: dict, states: dict[str, dict[str, int]]
+    ) -> tuple[int, dict, bytes]:
         """TorchServe's ``GET /models/NAME[/VERSION][?customized=true]``: a replica's entry, with the
         application's replicas as its workers."""
         handle = self.app_handle(name) if name in states else None
@@ -365,8 +347,9 @@ class MsnbRouter:
             return status, head, body
         entries = json.loads(body)
         if version is not None and entries[0]["modelVersion"] != version:
-            return error_reply(404, "ModelVersionNotFoundException",
-                               f"Model version: {version} does not exist for model: {name}")  # fmt: skip
+            return error_reply(
+                404, "ModelVersionNotFoundException", f"Model version: {version} does not exist for model: {name}"
+            )
         entries[0]["workers"] = management.replica_workers(states[name])
         return json_reply(200, entries)
 

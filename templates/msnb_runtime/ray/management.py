@@ -17,8 +17,16 @@ from ..handler.serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S
 PAGE_LIMIT = 100  # TorchServe's default (and largest) page of GET /models
 STARTUP_TIMEOUT_S = DEFAULT_RESPONSE_TIMEOUT_S  # TorchServe's startupTimeout default is its responseTimeout's: 120 s
 # Fields TorchServe writes whose values are its own frontend's (retry, parallelism, sequences): its defaults.
-FIXED = {"maxRetryTimeoutInSec": 300, "clientTimeoutInMills": 0, "parallelType": "", "parallelLevel": 0,
-         "deviceType": "cpu", "continuousBatching": False, "useJobTicket": False, "useVenv": False}  # fmt: skip
+FIXED = {
+    "maxRetryTimeoutInSec": 300,
+    "clientTimeoutInMills": 0,
+    "parallelType": "",
+    "parallelLevel": 0,
+    "deviceType": "cpu",
+    "continuousBatching": False,
+    "useJobTicket": False,
+    "useVenv": False,
+}
 SEQUENCE = {"sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 0, "maxSequenceJobQueueSize": 0}
 # Serve's replica states as TorchServe's worker statuses
 TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
@@ -80,8 +88,15 @@ def describe_entry(name: str, version: str, url: str, config: dict, workers: lis
 
 def worker(worker_id: str, status: str) -> dict:
     """A replica as TorchServe's worker entry (Ray keeps no pid or start time a client may read here)."""
-    return {"id": worker_id, "startTime": "", "status": status, "memoryUsage": 0, "pid": -1, "gpu": False,
-            "gpuUsage": "N/A"}  # fmt: skip
+    return {
+        "id": worker_id,
+        "startTime": "",
+        "status": status,
+        "memoryUsage": 0,
+        "pid": -1,
+        "gpu": False,
+        "gpuUsage": "N/A",
+    }
 
 
 def replica_workers(states: dict[str, int]) -> list[dict]:

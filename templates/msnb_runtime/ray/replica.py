@@ -53,8 +53,9 @@ class RayMetrics:
 
     add_size = add_percent = add_metric
 
-    def add_metric_to_cache(self, metric_name: str, unit: str = "count", dimension_names: Any = None,
-                            metric_type: Any = "counter") -> "CachedMetric":  # fmt: skip
+    def add_metric_to_cache(
+        self, metric_name: str, unit: str = "count", dimension_names: Any = None, metric_type: Any = "counter"
+    ) -> "CachedMetric":
         """TorchServe's metrics cache API (``metric_type`` a ``ts.metrics.metric_type_enum.MetricTypes`` or its
         name): the metric, whose ``add_or_update`` / ``update`` set a gauge or increase a counter."""
         return self.get_metric(metric_name, metric_type)

@@ -147,15 +147,21 @@ def _pip_target(requirements: list[str], target: Path) -> None:
     pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in json.loads(report)["install"]]
     owned = [pin for pin in pins if pin.split("==")[0].lower() in NODE_OWNED]
     if owned:
-        raise RequirementsError(f"{', '.join(requirements)} would install {', '.join(owned)} beside the node's own.\n"
-                                f"Hint: pin the versions the node has, or leave those requirements out.")  # fmt: skip
+        raise RequirementsError(
+            f"{', '.join(requirements)} would install {', '.join(owned)} beside the node's own.\n"
+            f"Hint: pin the versions the node has, or leave those requirements out."
+        )
     _pip(["install", "--no-deps", "--quiet", "--target", str(target), *pins], requirements)
     (target / ".installed").write_text("\n".join(pins) + "\n")
 
 
 def _pip(args: list[str], requirements: list[str]) -> str:
-    done = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RequirementsError(

@@ -86,8 +86,9 @@ def _answer_sending(model: Any, requests: list, send: Callable, began: Callable)
         return model.answer(requests)
 
 
-async def stream_batch(model: Any, requests: list, timeout_s: float | None = None,
-                       stalled: Callable[[], tuple] = lambda: (500, {}, b"")) -> AsyncIterator[list]:  # fmt: skip
+async def stream_batch(
+    model: Any, requests: list, timeout_s: float | None = None, stalled: Callable[[], tuple] = lambda: (500, {}, b"")
+) -> AsyncIterator[list]:
     """The body of a batched generator: ``requests`` are ``(explain, body, headers, gone)``; yields one item per
     request each time the handler sends chunks (None: nothing for that request), then each one's last piece. A
     handler silent for more than ``timeout_s`` once it has the model: ``stalled()`` (the replica's answer to a

@@ -12,8 +12,11 @@ import json
 from pathlib import Path
 
 # TorchServe's answer to a missing or wrong key (its frontend's InvalidKeyException), word for word.
-INVALID_KEY = (400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not "
-               "provided correctly")  # fmt: skip
+INVALID_KEY = (
+    400,
+    "InvalidKeyException",
+    "Token Authorization failed. Token either incorrect, expired, or not provided correctly",
+)
 
 
 def read_key(path: Path) -> str:

@@ -109,8 +109,9 @@ def make_context(
     """A handler context as a TorchServe worker builds it for ``model_dir`` (its manifest, model-config and batch
     size)."""
     try:
-        context = Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics,
-                          model_yaml_config=config)  # fmt: skip
+        context = Context(
+            name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics, model_yaml_config=config
+        )
     except TypeError:  # a TorchServe Context without model_yaml_config (older releases)
         context = Context(name, model_dir, manifest, batch_size, gpu_id, SERVER_VERSION, metrics=metrics)
         context.model_yaml_config = config

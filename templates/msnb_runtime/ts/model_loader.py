@@ -54,8 +54,9 @@ def sends_intermediate(module: str) -> bool:
         return False
 
 
-def load_handler(folder: Path, name: str, handler: str, config: dict, gpu_id: int | None, metrics: Any,
-                 envelope: str | None = None) -> tuple[Any, Any]:  # fmt: skip
+def load_handler(
+    folder: Path, name: str, handler: str, config: dict, gpu_id: int | None, metrics: Any, envelope: str | None = None
+) -> tuple[Any, Any]:
     """(entry point, context), initialized, as a TorchServe worker loads them: with TorchServe's own loader when
     ``ts`` is installed (``module.py[:function]``, the one class with ``handle``, a default handler by name such as
     ``text_classifier``, an envelope), else a module-level function and msnb_runtime.ts.context's Context."""

@@ -95,8 +95,12 @@ def test_a_prediction_reaches_a_live_replica_even_when_its_first_port_refuses(se
     url, _ = served
     Replica.seen.clear()
     for i in range(4):  # in turn: every other pick is the closed port, tried again on the live one
-        answer = requests.post(f"{url}/predictions/m/1.0?x={i}", data=b"[1, 2]", timeout=30,
-                               headers={"Authorization": "Bearer sent-as-is", "Content-Type": "application/json"})  # fmt: skip
+        answer = requests.post(
+            f"{url}/predictions/m/1.0?x={i}",
+            data=b"[1, 2]",
+            timeout=30,
+            headers={"Authorization": "Bearer sent-as-is", "Content-Type": "application/json"},
+        )
         assert answer.status_code == 201 and answer.headers["content-type"] == "application/json"
         assert answer.json() == {"path": f"/predictions/m/1.0?x={i}", "body": "[1, 2]"}
     assert [(a, b) for _, a, b in Replica.seen] == [("Bearer sent-as-is", b"[1, 2]")] * 4

@@ -39,8 +39,11 @@ class TorchServe(BaseHTTPRequestHandler):
         if name == "broken":
             error = json.dumps({"error": "preprocess failed", "hint": "send a prompt"}).encode()
             return self.head(500, "application/json", {"Content-Length": str(len(error))}, error)
-        self.head(200, "application/jsonl" if name == "values" else "text/plain; charset=utf-8",
-                  {"Transfer-Encoding": "chunked"})  # fmt: skip
+        self.head(
+            200,
+            "application/jsonl" if name == "values" else "text/plain; charset=utf-8",
+            {"Transfer-Encoding": "chunked"},
+        )
         pieces = ['{"v": 1}\n'] if name == "values" else PIECES[:2] if name == "cut" else PIECES
         for number, piece in enumerate(pieces):
             data = piece.encode()

@@ -34,9 +34,14 @@ def spec(tmp_path):
     torch.save(mlp_model(8).state_dict(), ckpt)
     notes.write_text("a file the handler may read")
     return spec_from_source(
-        "mlp", MLP_SOURCE, checkpoint=str(ckpt), init_kwargs={"hidden": 8}, example={"x": INPUTS[0]},
-        extra_files=(str(notes),), requirements=("tabulate>=0.8",),
-    )  # fmt: skip
+        "mlp",
+        MLP_SOURCE,
+        checkpoint=str(ckpt),
+        init_kwargs={"hidden": 8},
+        example={"x": INPUTS[0]},
+        extra_files=(str(notes),),
+        requirements=("tabulate>=0.8",),
+    )
 
 
 def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version_and_requirements_rewritten(
@@ -69,8 +74,9 @@ def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version
     assert {n: h for n, h in laid.items() if n not in REBUILT} == {n: h for n, h in old.items() if n not in REBUILT}
     assert undated(served / MANIFEST) == undated(rendered / MANIFEST)
     model = mlp_model(8)
-    answers = runner.predict_in_process(model_folder.ModelFolder(served, "mlp", "1.0-r2", spec=spec), [
-        {"x": x} for x in INPUTS])  # fmt: skip
+    answers = runner.predict_in_process(
+        model_folder.ModelFolder(served, "mlp", "1.0-r2", spec=spec), [{"x": x} for x in INPUTS]
+    )
     assert answers == [notebook_answer(model, x) for x in INPUTS]
 
 

@@ -17,9 +17,16 @@ MODELS = [("klass", "klass.mar"), ("desc", "desc.mar"), ("named", "named.mar")]
 
 
 def test_the_list_is_sorted_and_paged_as_torchserve_pages_it():
-    assert management.page(MODELS, {}) == (200, {"models": [
-        {"modelName": "desc", "modelUrl": "desc.mar"}, {"modelName": "klass", "modelUrl": "klass.mar"},
-        {"modelName": "named", "modelUrl": "named.mar"}]})  # fmt: skip
+    assert management.page(MODELS, {}) == (
+        200,
+        {
+            "models": [
+                {"modelName": "desc", "modelUrl": "desc.mar"},
+                {"modelName": "klass", "modelUrl": "klass.mar"},
+                {"modelName": "named", "modelUrl": "named.mar"},
+            ]
+        },
+    )
     status, first = management.page(MODELS, {"limit": "2"})
     assert first["nextPageToken"] == "2" and [m["modelName"] for m in first["models"]] == ["desc", "klass"]
     _, last = management.page(MODELS, {"limit": "2", "next_page_token": first["nextPageToken"]})
@@ -45,8 +52,9 @@ class Replica:
 def router(monkeypatch):
     """The router's class as an exported application runs it, its Serve calls answered here: application klass
     with two replicas running and one starting, desc with one running."""
-    monkeypatch.setattr(ray_app, "replica_states", lambda: {"klass": {"RUNNING": 2, "STARTING": 1},
-                                                             "desc": {"RUNNING": 1}})  # fmt: skip
+    monkeypatch.setattr(
+        ray_app, "replica_states", lambda: {"klass": {"RUNNING": 2, "STARTING": 1}, "desc": {"RUNNING": 1}}
+    )
     config = {"minWorkers": 2, "maxWorkers": 3, "batchSize": 4, "maxBatchDelay": 50}
     entry = management.describe_entry("klass", "1.0", "klass.mar", config, [], True)
     cls = ray_app.MsnbRouter.func_or_class
@@ -63,17 +71,31 @@ def ask(router, method: str, path: str, query: dict | None = None) -> tuple[int,
 
 
 def test_the_router_lists_its_model_applications_paged(router):
-    assert ask(router, "GET", "/models") == (200, {"models": [{"modelName": "desc", "modelUrl": "desc.mar"},
-                                                              {"modelName": "klass", "modelUrl": "klass.mar"}]})  # fmt: skip
+    assert ask(router, "GET", "/models") == (
+        200,
+        {"models": [{"modelName": "desc", "modelUrl": "desc.mar"}, {"modelName": "klass", "modelUrl": "klass.mar"}]},
+    )
     assert ask(router, "GET", "/models", {"limit": "1"})[1]["nextPageToken"] == "1"
-    assert ask(router, "GET", "/models", {"limit": "x"}) == (400, {"code": 400, "type": "BadRequestException",
-                                                                   "message": "Invalid limit value: x"})  # fmt: skip
+    assert ask(router, "GET", "/models", {"limit": "x"}) == (
+        400,
+        {"code": 400, "type": "BadRequestException", "message": "Invalid limit value: x"},
+    )
 
 
 def test_the_router_describes_a_model_in_torchserves_fields_with_its_replicas_as_workers(router):
     status, (entry,) = ask(router, "GET", "/models/klass")
-    assert status == 200 and list(entry)[:10] == ["modelName", "modelVersion", "modelUrl", "runtime", "minWorkers",
-        "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout", "startupTimeout"]  # fmt: skip
+    assert status == 200 and list(entry)[:10] == [
+        "modelName",
+        "modelVersion",
+        "modelUrl",
+        "runtime",
+        "minWorkers",
+        "maxWorkers",
+        "batchSize",
+        "maxBatchDelay",
+        "responseTimeout",
+        "startupTimeout",
+    ]
     assert [w["status"] for w in entry["workers"]] == ["READY", "READY", "STARTING"]
     assert (entry["minWorkers"], entry["maxWorkers"], entry["batchSize"], entry["maxBatchDelay"]) == (2, 3, 4, 50)
     assert entry["responseTimeout"] == 120 and "customizedMetadata" not in entry  # TorchServe's default
@@ -81,15 +103,31 @@ def test_the_router_describes_a_model_in_torchserves_fields_with_its_replicas_as
 
 
 def test_a_model_or_version_that_does_not_exist_gets_torchserves_404(router):
-    assert ask(router, "GET", "/models/nope") == (404, {"code": 404, "type": "ModelNotFoundException",
-                                                        "message": "Model not found: nope"})  # fmt: skip
-    assert ask(router, "GET", "/models/klass/9.9") == (404, {"code": 404, "type": "ModelVersionNotFoundException",
-        "message": "Model version: 9.9 does not exist for model: klass"})  # fmt: skip
+    assert ask(router, "GET", "/models/nope") == (
+        404,
+        {"code": 404, "type": "ModelNotFoundException", "message": "Model not found: nope"},
+    )
+    assert ask(router, "GET", "/models/klass/9.9") == (
+        404,
+        {
+            "code": 404,
+            "type": "ModelVersionNotFoundException",
+            "message": "Model version: 9.9 does not exist for model: klass",
+        },
+    )
 
 
-@pytest.mark.parametrize("method, path", [("POST", "/models"), ("PUT", "/models/klass"),
-    ("PUT", "/models/klass/1.0"), ("PUT", "/models/klass/1.0/set-default"), ("DELETE", "/models/klass"),
-    ("DELETE", "/models/klass/1.0")])  # fmt: skip
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("POST", "/models"),
+        ("PUT", "/models/klass"),
+        ("PUT", "/models/klass/1.0"),
+        ("PUT", "/models/klass/1.0/set-default"),
+        ("DELETE", "/models/klass"),
+        ("DELETE", "/models/klass/1.0"),
+    ],
+)
 def test_every_write_call_is_refused_with_torchserves_405_and_a_hint_naming_the_rayservice(router, method, path):
     status, body = ask(router, method, path, {"min_worker": "3"})
     assert status == 405 and body["code"] == 405 and body["type"] == "MethodNotAllowedException"

@@ -10,8 +10,11 @@ from msnb.templates.msnb_runtime.ts import checks
 from msnb.templates.msnb_runtime.ts.wire import decode_body, error_reply
 
 # TorchServe 0.12's own answer, word for word.
-KEY_ERROR = {"code": 400, "type": "InvalidKeyException",
-             "message": "Token Authorization failed. Token either incorrect, expired, or not provided correctly"}  # fmt: skip
+KEY_ERROR = {
+    "code": 400,
+    "type": "InvalidKeyException",
+    "message": "Token Authorization failed. Token either incorrect, expired, or not provided correctly",
+}
 
 
 def test_a_missing_or_wrong_key_gets_torchserves_400():
