@@ -46,6 +46,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "__init__.py",
         "api.py",
         "app.py",  # the model and router applications' builders (serve_config's import_path)
+        "deployment.py",  # TorchServe's model-config as Serve deployment options
         "ingress.py",  # a prediction's way through an ingress (the router's, a replica's own)
         "management.py",  # the management API's read calls (list, describe) on the router
         "replica.py",  # what a replica gives a handler in place of a worker: GPU id, metrics, log lines
