@@ -43,9 +43,25 @@ def build(work: Path, name: str, version: str = "1.0") -> Path:
     (folder / "tiny.py").write_text(HANDLER)
     (folder / "model-config.yaml").write_text(f"batchSize: {BATCH}\nmaxBatchDelay: {DELAY_MS}\n")
     archiver = Path(sys.executable).with_name("torch-model-archiver")
-    subprocess.run([str(archiver), "--model-name", name, "--version", version, "--handler", str(folder / "tiny.py"),
-                    "--config-file", str(folder / "model-config.yaml"), "--export-path", str(folder), "-f"],
-                   check=True, capture_output=True, env={**os.environ, "TMPDIR": str(folder)})  # fmt: skip
+    subprocess.run(
+        [
+            str(archiver),
+            "--model-name",
+            name,
+            "--version",
+            version,
+            "--handler",
+            str(folder / "tiny.py"),
+            "--config-file",
+            str(folder / "model-config.yaml"),
+            "--export-path",
+            str(folder),
+            "-f",
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "TMPDIR": str(folder)},
+    )
     return folder / f"{name}.mar"
 
 
@@ -154,8 +170,11 @@ def append(result: dict) -> None:
     """The run's table, appended to bench/RAY_ARCHIVES.md under its date and load average."""
     from bench.report import machine
 
-    lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
-             "| measurement | median |", "|---|---|"]  # fmt: skip
+    lines = [
+        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+        "| measurement | median |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
     lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
     lines += ["", result["notes"]]

@@ -58,8 +58,10 @@ def ts_options(args, kind=None):
         return None
     if (kind or registry.get(args.engine)).start_options is None:
         taking = " or ".join(f"--engine {k}" for k in registry.kinds() if registry.get(k).start_options)
-        raise OptionError(f"TorchServe's start options are for {taking}.",
-                          f"add {taking}, or start TorchServe itself with them (torchserve --start ...).")  # fmt: skip
+        raise OptionError(
+            f"TorchServe's start options are for {taking}.",
+            f"add {taking}, or start TorchServe itself with them (torchserve --start ...).",
+        )
     config = ts_properties.read(given.pop("ts_config"))  # msnb's --max-request-size too, as on TorchServe's engine
     return config.with_overrides(load_models=given.pop("models"), max_request_size=args.max_request_size, **given)
 

@@ -23,7 +23,7 @@ from msnb.engines.shadow.ingress import Settings, Shadow
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY, KeyFile, Side
 from msnb.engines.shadow.traffic import percent
 from msnb.errors import OptionError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 try:  # the faster loop where it is installed (not on Windows)
     from uvloop import run as run_loop

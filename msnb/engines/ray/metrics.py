@@ -89,8 +89,9 @@ class _Server(ThreadingHTTPServer):
     scrape: Callable[[], str]
 
 
-def serve(ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str,
-          port: int) -> _Server:  # fmt: skip
+def serve(
+    ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str, port: int
+) -> _Server:
     """TorchServe's metrics address on ``host:port`` (``.shutdown()`` ends it): each scrape reads Ray's metrics
     port ``ray_port`` and the serving applications' ``apps()`` (model name and version)."""
     server = _Server((host, port), _Handler)

@@ -9,10 +9,10 @@ from typing import Any
 
 import requests
 
-from msnb.engines import splice
+from msnb.engines import proxy
 from msnb.errors import MsnbError, OptionError, ServerError
-from msnb.templates.msnb_ts_checks import INVALID_KEY, carries_key
-from msnb.templates.msnb_ts_wire import error_reply
+from msnb.templates.msnb_runtime.ts.checks import INVALID_KEY, carries_key
+from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 LIMIT = 64 << 10  # a control request's body at most
 JSON = {"content-type": "application/json"}
@@ -21,7 +21,7 @@ STATUS, SPLIT, CUTOVER = "/shadow/status", "/shadow/split", "/shadow/cutover"
 TIMEOUT_S = 30.0
 
 
-def answer(shadow: Any, request: splice.Request) -> tuple[int, dict, bytes]:
+def answer(shadow: Any, request: proxy.Request) -> tuple[int, dict, bytes]:
     """The answer to one call on the metrics address (``shadow``: the running ``ingress.Shadow``)."""
     if (request.method, request.path) == ("GET", "/metrics"):
         return 200, PROMETHEUS, shadow.tally.prometheus(gauges(shadow)).encode()

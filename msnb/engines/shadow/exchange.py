@@ -1,5 +1,5 @@
 """One request to one side and its answer, recorded as it arrives: relayed byte for byte to the client when that side
-answers it (status, headers and each chunk as the server sent them, ``msnb.engines.splice.Upstream``), read whole
+answers it (status, headers and each chunk as the server sent them, ``msnb.engines.proxy.Upstream``), read whole
 when it is the copy; either way its status, its body (a streamed answer's pieces joined) and how long it took."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from msnb.engines import splice
+from msnb.engines import proxy
 
 
 @dataclass(frozen=True)
@@ -21,14 +21,14 @@ class Reply:
     seconds: float
 
 
-class Recorded(splice.Upstream):
+class Recorded(proxy.Upstream):
     """A kept-alive connection to one side that keeps each answer's status and body as they pass."""
 
     def __init__(self) -> None:
         super().__init__()
         self.status, self.body = 0, bytearray()
 
-    async def exchange(self, wire: bytes, client: splice.Client | None, head: bool) -> bool:
+    async def exchange(self, wire: bytes, client: proxy.Client | None, head: bool) -> bool:
         """``wire`` sent and its answer read: relayed to ``client`` as it comes, or to no one (a copy)."""
         self.status, self.body = 0, bytearray()
         if client is not None:
@@ -50,10 +50,10 @@ class Cut(Exception):
 
 
 async def send(
-    pool: splice.Pool,
+    pool: proxy.Pool,
     base: str,
     wire: bytes,
-    client: splice.Client | None = None,
+    client: proxy.Client | None = None,
     head: bool = False,
     timeout: float | None = None,
 ) -> Reply | None:

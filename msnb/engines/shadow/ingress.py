@@ -2,7 +2,7 @@
 headers and bytes as that side sent them, a streamed answer chunk by chunk — while its copy goes to the other side
 through the mirror's queue; and a metrics address (Prometheus' counters; status, split and cutover with the front's
 own key, msnb.engines.shadow.control). Runs on an event loop (uvloop), its connections parsed by httptools
-(msnb.engines.splice)."""
+(msnb.engines.proxy)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from msnb.engines import compare, splice
+from msnb.engines import compare, proxy
 from msnb.engines.shadow import control
 from msnb.engines.shadow.exchange import Cut, Recorded, Reply, send
 from msnb.engines.shadow.mirror import ANSWER_S, QUEUE, Copy, Mirror
@@ -20,10 +20,10 @@ from msnb.engines.shadow.routes import Route, route
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY, KeyFile, Side
 from msnb.engines.shadow.tally import Tally
 from msnb.engines.shadow.traffic import Traffic
-from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
-from msnb.templates.msnb_ts_checks import INVALID_KEY, carries_key
-from msnb.templates.msnb_ts_wire import error_reply
+from msnb.templates.msnb_runtime.api.v1 import refused
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.ts.checks import INVALID_KEY, carries_key
+from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 LOOPBACK = "127.0.0.1"
 PRIMARY_ONLY = (
@@ -58,10 +58,10 @@ class Shadow:
         self.log = DiffLog(settings.log, settings.body_limit)
         self.traffic = Traffic(self.tally, settings.split, settings.cutover_after, self.changed)
         self.judge = Judge(self.tally, self.traffic, self.log, settings.tolerance)
-        self.pool = splice.Pool(Recorded)
+        self.pool = proxy.Pool(Recorded)
         self.mirror = Mirror(self.send_copy, self.judge, self.drop, settings.queue)
         self.servers: list[asyncio.AbstractServer] = []
-        self.clients: weakref.WeakSet[splice.Client] = weakref.WeakSet()  # the open connections, closed at stop
+        self.clients: weakref.WeakSet[proxy.Client] = weakref.WeakSet()  # the open connections, closed at stop
         self.told = False  # whether the front said that other calls go to the primary only
         self.url = self.metrics_url = ""
 
@@ -89,16 +89,16 @@ class Shadow:
         await asyncio.sleep(0)  # the transports' closes run
         self.log.close()
 
-    def connection(self, forward, limit: int) -> splice.Client:
-        client = splice.Client(forward, limit, refusal)
+    def connection(self, forward, limit: int) -> proxy.Client:
+        client = proxy.Client(forward, limit, refusal)
         self.clients.add(client)
         return client
 
     # ---------------------------------------------------------------- requests
-    async def forward(self, request: splice.Request, client: splice.Client) -> None:
+    async def forward(self, request: proxy.Request, client: proxy.Client) -> None:
         if not carries_key(request.header(b"authorization").decode("latin-1"), self.key.key()):
             reply = refused(request.path, 401, "Invalid API key") if request.path[:4] in ("/v1/", "/mcp") else None
-            return client.transport.write(splice.answer(*(reply or error_reply(*INVALID_KEY))))
+            return client.transport.write(proxy.answer(*(reply or error_reply(*INVALID_KEY))))
         found = route(request.method, request.path, bytes(request.body))
         if found is None:
             return await self.primary_only(request, client)
@@ -115,7 +115,7 @@ class Shadow:
         finally:
             answered.set_result(reply)
 
-    async def answer(self, request: splice.Request, client: splice.Client, role: str, found: Route) -> Reply | None:
+    async def answer(self, request: proxy.Request, client: proxy.Client, role: str, found: Route) -> Reply | None:
         """The answer of ``role`` relayed to ``client`` (the primary's when the candidate gives none); None when none
         came whole."""
         counts, head = self.tally.of(found.model), request.method == "HEAD"
@@ -131,10 +131,10 @@ class Shadow:
                 counts.took(asked, reply.seconds)
                 return reply if asked == role else None
             counts.errors[asked] += 1
-        client.transport.write(splice.answer(*self.unanswered(role)))
+        client.transport.write(proxy.answer(*self.unanswered(role)))
         return None
 
-    async def primary_only(self, request: splice.Request, client: splice.Client) -> None:
+    async def primary_only(self, request: proxy.Request, client: proxy.Client) -> None:
         if not self.told:
             self.told = True
             self.say(PRIMARY_ONLY.format(method=request.method, path=request.path))
@@ -145,7 +145,7 @@ class Shadow:
         except Cut:
             return client.transport.close()
         if got is None:
-            client.transport.write(splice.answer(*self.unanswered(PRIMARY)))
+            client.transport.write(proxy.answer(*self.unanswered(PRIMARY)))
 
     async def send_copy(self, copy: Copy) -> Reply | None:
         return await send(self.pool, self.base(copy.to, copy.route), copy.wire, None, copy.method == "HEAD", ANSWER_S)
@@ -154,7 +154,7 @@ class Shadow:
         side = self.sides[role]
         return side.api if found.api else side.url
 
-    def wire(self, request: splice.Request, role: str) -> bytes:
+    def wire(self, request: proxy.Request, role: str) -> bytes:
         """The request as it goes to ``role``: that side's key in place of the client's."""
         side = self.sides[role]
         headers = [(k, v) for k, v in request.headers if k.lower() != b"authorization"]
@@ -178,12 +178,12 @@ class Shadow:
         self.log.event(event)
         self.say(control.describe(event))
 
-    async def control(self, request: splice.Request, client: splice.Client) -> None:
-        client.transport.write(splice.answer(*control.answer(self, request)))
+    async def control(self, request: proxy.Request, client: proxy.Client) -> None:
+        client.transport.write(proxy.answer(*control.answer(self, request)))
 
 
 def refusal(status: int, kind: str, message: str, path: str) -> bytes:
     """A request the front refuses before reading it whole (malformed, too large): in OpenAI's or MCP's shape for
     their paths, else TorchServe's; the connection closes."""
     hint = " Hint: send a smaller body, or start msnb shadow with a larger --max-request-size." if status == 413 else ""
-    return splice.answer(*(refused(path, status, message) or error_reply(status, kind, message + hint)), close=True)
+    return proxy.answer(*(refused(path, status, message) or error_reply(status, kind, message + hint)), close=True)

@@ -8,8 +8,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from msnb.templates.msnb_api_embeddings import ROUTE as EMBEDDINGS
-from msnb.templates.msnb_api_openai import ROUTES as COMPLETIONS
+from msnb.templates.msnb_runtime.api.embeddings import ROUTE as EMBEDDINGS
+from msnb.templates.msnb_runtime.api.openai import ROUTES as COMPLETIONS
 
 TORCHSERVE = re.compile(r"^/(?P<path>predictions|explanations)/(?P<model>[^/]+)(?:/(?P<version>[^/]+))?/?$")
 KSERVE_V1 = re.compile(r"^/v1/models/(?P<model>[^/:]+):(?P<path>predict|explain)$")

@@ -45,8 +45,9 @@ def _command(options: ServeOptions) -> Engine:
     from msnb.engines.torchserve.server import LocalServer
 
     properties = {"service_envelope": options.envelope} if options.envelope else None
-    return LocalServer(max_request_size=options.max_request_size, max_response_size=options.max_response_size,
-                       properties=properties)  # fmt: skip
+    return LocalServer(
+        max_request_size=options.max_request_size, max_response_size=options.max_response_size, properties=properties
+    )
 
 
 ENGINE = EngineKind(
