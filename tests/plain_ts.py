@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -107,3 +109,13 @@ class PlainServer:
     def stop(self) -> None:
         subprocess.run([str(TORCHSERVE), "--stop"], cwd=self.work, env=self.env, capture_output=True, timeout=120)
         poll(lambda: not processes_naming(self.work), 60, "the plain TorchServe's processes to end", interval=0.5)
+
+
+@contextmanager
+def serving(store: Path, work: Path, models: list[str]) -> Iterator[PlainServer]:
+    """A plain TorchServe serving ``store``, ready for ``models``, stopped at the end."""
+    server = PlainServer(store, work)
+    try:
+        yield server.start(models)
+    finally:
+        server.stop()

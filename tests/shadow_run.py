@@ -45,6 +45,11 @@ def ask(url: str, path: str, body: bytes = b"", headers: dict | None = None, met
         conn.close()
 
 
+def side_options(role: str, server) -> list:
+    """``--ROLE URL --ROLE-token-file KEY_FILE`` for a server (a plain TorchServe) as the primary or the candidate."""
+    return [f"--{role}", server.inference_url, f"--{role}-token-file", server.key_file]
+
+
 class Front:
     """``msnb shadow ARGV...`` in ``folder`` (its output in folder/shadow.out), up once its state file is written."""
 

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 from helpers import ECHO, REQUEST_IDS, TS_STREAMING, build_mar, poll, processes_naming, run
-from plain_ts import PlainServer
-from shadow_run import Front, ask
+from plain_ts import PlainServer, serving
+from shadow_run import Front, ask, side_options
 
 from msnb.engines.torchserve.config import free_port
 
@@ -33,33 +33,18 @@ def store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def primary(store, tmp_path_factory):
-    server = PlainServer(store, tmp_path_factory.mktemp("primary"))
-    try:
-        yield server.start(MODELS)
-    finally:
-        server.stop()
+    with serving(store, tmp_path_factory.mktemp("primary"), MODELS) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def candidate(store, tmp_path_factory):
-    server = PlainServer(store, tmp_path_factory.mktemp("candidate"))
-    try:
-        yield server.start(MODELS)
-    finally:
-        server.stop()
+    with serving(store, tmp_path_factory.mktemp("candidate"), MODELS) as server:
+        yield server
 
 
 def sides(primary: PlainServer, candidate: PlainServer) -> list:
-    return [
-        "--primary",
-        primary.inference_url,
-        "--primary-token-file",
-        primary.key_file,
-        "--candidate",
-        candidate.inference_url,
-        "--candidate-token-file",
-        candidate.key_file,
-    ]
+    return side_options("primary", primary) + side_options("candidate", candidate)
 
 
 def same_but_request_id(a, b) -> bool:
@@ -183,10 +168,7 @@ def test_a_candidate_killed_under_load_loses_no_client_request(primary, store, t
         str(store),
         "--engine",
         "torchserve",
-        "--primary",
-        primary.inference_url,
-        "--primary-token-file",
-        primary.key_file,
+        *side_options("primary", primary),
         timeout=400,
     )
     workdir = re.search(r"candidate: TorchServe at \S+ \(workdir (\S+)\)", front.output()).group(1)

@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 from helpers import ECHO, REQUEST_IDS, build_mar, poll, processes_naming
-from plain_ts import PlainServer
-from shadow_run import Front, ask
+from plain_ts import serving
+from shadow_run import Front, ask, side_options
 
 JSON = {"content-type": "application/json"}
 
@@ -23,18 +23,18 @@ def test_a_plain_torchserve_answers_through_the_front_while_ray_serve_gets_the_c
     store.mkdir()
     for name, source in (("echo", ECHO), ("ids", REQUEST_IDS)):
         shutil.copy(build_mar(tmp_path / name, name, source), store / f"{name}.mar")
-    primary = PlainServer(store, tmp_path / "primary").start(["echo", "ids"])
-    front = None
+    with serving(store, tmp_path / "primary", ["echo", "ids"]) as primary:
+        code, out, workdir = _shadowed(tmp_path, store, primary)
+    assert code == 0 and "Ray Serve (the candidate) stopped" in out, out
+    poll(lambda: not processes_naming(workdir), 60, "every Ray process of the candidate to end")
+
+
+def _shadowed(tmp_path, store, primary) -> tuple[int, str, str]:
+    """The front before ``primary``, its candidate STORE on Ray: the requests, the counts, the cutover; then Ctrl-C
+    (its exit code, what it said, the candidate's workdir)."""
+    front = workdir = None
     try:
-        front = Front(
-            tmp_path / "front",
-            store,
-            "--primary",
-            primary.inference_url,
-            "--primary-token-file",
-            primary.key_file,
-            timeout=600,
-        )
+        front = Front(tmp_path / "front", store, *side_options("primary", primary), timeout=600)
         workdir = re.search(r"candidate: Ray Serve at \S+ \(workdir (\S+)\)", front.output()).group(1)
         key = {**JSON, **primary.headers()}
         for i in range(6):
@@ -58,9 +58,7 @@ def test_a_plain_torchserve_answers_through_the_front_while_ray_serve_gets_the_c
         assert poll(lambda: front.model("echo")["equal"] == 7, 60), "the primary shadows Ray: still equal"
     finally:
         code, out = front.stop() if front else (None, "")
-        primary.stop()
-    assert code == 0 and "Ray Serve (the candidate) stopped" in out, out
-    poll(lambda: not processes_naming(workdir), 60, "every Ray process of the candidate to end")
+    return code, out, workdir
 
 
 def _judged(front: Front, each: int) -> dict | None:
