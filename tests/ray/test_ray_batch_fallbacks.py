@@ -4,14 +4,13 @@ the replicas count (the Ray metrics they export) is the notebook's fallback coun
 from __future__ import annotations
 
 import pytest
-from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
+from helpers import BATCH_BUG_INPUTS, BATCH_ONLY_BUG, mlp_model, notebook_answer, poll
 
 from msnb.spec import spec_from_source
 from msnb.trial.batches import BatchFallbackWarning
 from msnb.ui.display import Status
 
-BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
-INPUTS = [{"x": [float(i), 1.0, -2.0, 0.5]} for i in range(4)]
+INPUTS = BATCH_BUG_INPUTS
 
 
 @pytest.mark.timeout(300)
