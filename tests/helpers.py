@@ -105,6 +105,8 @@ MLP_SOURCE = MLP_MODEL + textwrap.dedent(
         return {"label": int(output.argmax()), "scores": [round(float(v), 5) for v in output]}
     """
 )
+BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
+BATCH_BUG_INPUTS = [{"x": [float(i), 1.0, -2.0, 0.5]} for i in range(4)]  # a batch of them: a fallback
 
 
 def file_digests(path: Path) -> dict[str, str]:

@@ -13,12 +13,11 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from msnb.cli import serve_state
 from msnb.cli.serve_ray import deploy_archives, opener, started_models, ts_options
 from msnb.engines import env_vars, registry
-from msnb.engines.protocol import Engine, EngineKind, ServeOptions
+from msnb.engines.protocol import Engine, EngineKind, ServeOptions, StartOptions
 from msnb.errors import MsnbError, OptionError, ServerError
 
 
@@ -64,7 +63,9 @@ def command(kind: EngineKind, options: ServeOptions) -> Engine:
     return kind.command(options)
 
 
-def served_models(kind: EngineKind, engine: Engine, api: Any, archives: list[Path], env: dict, envelope) -> list[str]:
+def served_models(
+    kind: EngineKind, engine: Engine, api: StartOptions | None, archives: list[Path], env: dict, envelope
+) -> list[str]:
     """The archives served, as the engine takes them: registered as TorchServe registers its start models (``api``:
     TorchServe's start options), opened into model folders and deployed side by side, or registered as they are."""
     if api is not None:
@@ -94,19 +95,20 @@ def register_each(engine: Engine, archives: list[Path], env: dict[str, str]) -> 
     return serve_state.served_or_fail(served, len(archives), "", hint)
 
 
-def say_where(engine: Engine, api: Any, state: Path) -> None:
+def say_where(engine: Engine, api: StartOptions | None, state: Path) -> None:
     """The addresses, the key, and how to ask."""
-    management = getattr(api or engine, "management_url", None)  # TorchServe's own, or its start options' on Ray
-    apis = f"management {management}  metrics {(api or engine).metrics_url}" if management else "(no management API)"
-    print(f"inference {engine.inference_url}  {apis}")
+    apis = api or engine  # TorchServe's own management and metrics APIs, or its start options' on Ray
+    management = apis.management_url
+    shown = f"management {management}  metrics {apis.metrics_url}" if management else "(no management API)"
+    print(f"inference {engine.inference_url}  {shown}")
     print(f"openai {engine.openai_base_url}  mcp {engine.mcp_url}  (the same key)")
     print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
     print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops {engine.label}.", flush=True)
 
 
-def record(engine: Engine, names: list[str], api: Any = None) -> serve_state.ServerRecord:
+def record(engine: Engine, names: list[str], api: StartOptions | None = None) -> serve_state.ServerRecord:
     """What `msnb predict` reads of this serve: its process, URLs, key file and models."""
-    management = getattr(api or engine, "management_url", None) or ""
+    management = (api or engine).management_url or ""
     return serve_state.ServerRecord(
         os.getpid(),
         str(Path.cwd().resolve()),

@@ -24,7 +24,7 @@ def started_models(engine, api, archives: list[Path], envelope, env) -> list[str
     names = []
     for path in archives:
         try:
-            names.append(api.registry.register(str(path.resolve()), at_startup=True).name)
+            names.append(api.register(str(path.resolve())).name)
         except MsnbError as err:
             serve_state.report(path, err)
     names += api.load_models(serve_state.report)

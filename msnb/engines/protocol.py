@@ -13,6 +13,8 @@ from msnb.errors import MsnbError
 
 if TYPE_CHECKING:  # an annotation only: `msnb --help` imports the engines' declarations, not their clients
     from msnb.engines.inference_api import InferenceClient
+    from msnb.engines.model_metrics import ModelMetrics
+    from msnb.engines.ts_properties import TsConfig
 
 
 @runtime_checkable
@@ -39,7 +41,17 @@ class Engine(Protocol):
         """The serving process: a new pid is a new server (what it served is gone)."""
 
     @property
-    def inference_url(self) -> str: ...
+    def inference_url(self) -> str:
+        """TorchServe's inference API (``/predictions/NAME``, ``/ping``): ``http://HOST:PORT``."""
+
+    @property
+    def management_url(self) -> str | None:
+        """TorchServe's management API of this engine itself; None: it has none of its own (Ray: the start
+        options' ``StartOptions.management_url``, where taken)."""
+
+    @property
+    def metrics_url(self) -> str | None:
+        """TorchServe's metrics API (``/metrics``) of this engine itself; None: none of its own."""
 
     @property
     def client(self) -> InferenceClient:
@@ -104,8 +116,49 @@ class Engine(Protocol):
 
     def log_tail(self, lines: int = 40) -> str: ...
 
+    def metrics(self) -> dict[str, ModelMetrics]:
+        """Model name -> what its workers (replicas) counted (``msnb.engines.model_metrics``); {} when nothing is
+        counted. Raises the engine's error (or the HTTP client's) when its metrics cannot be read."""
+
     def progress_detail(self, name: str) -> Callable[[], str]:
         """While ``name`` loads: a call that says what its worker does now (for the progress bar)."""
+
+
+@runtime_checkable
+class StartOptions(Protocol):
+    """TorchServe's start options (config.properties) taken by an engine that is not TorchServe: its management and
+    metrics addresses, its ``load_models`` registered, ``stop`` ending both addresses."""
+
+    @property
+    def management_url(self) -> str: ...
+
+    @property
+    def metrics_url(self) -> str: ...
+
+    def register(self, path: str) -> ModelStatus:
+        """Register the archive at ``path`` as TorchServe registers one it starts with."""
+
+    def load_models(self, report: Callable[[str, MsnbError], None]) -> list[str]:
+        """Register every model ``load_models`` names (each failure ``report``ed); the names that serve."""
+
+    def stop(self) -> None: ...
+
+
+def local_url(host: str, port: int | str | None) -> str:
+    """Where a client on this machine reaches an engine's address bound to ``host:port`` (a wildcard: loopback)."""
+    from msnb.engines.ts_properties import client_host
+
+    return f"http://{client_host(host)}:{port}"
+
+
+def openai_url(ingress: str | None) -> str:
+    """OpenAI's API under the ingress at ``ingress`` (``""``: no ingress runs)."""
+    return f"{ingress}/v1" if ingress else ""
+
+
+def mcp_url(ingress: str | None) -> str:
+    """MCP's streamable HTTP endpoint under the ingress at ``ingress`` (``""``: no ingress runs)."""
+    return f"{ingress}/mcp" if ingress else ""
 
 
 @dataclass(frozen=True)
@@ -116,7 +169,7 @@ class ServeOptions:
     max_request_size: int | None = None
     max_response_size: int | None = None
     envelope: str | None = None
-    ts: Any = None
+    ts: TsConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -140,9 +193,9 @@ class EngineKind:
     command: Callable[[ServeOptions], Engine] | None = None
     # whether an archive enters it opened into a model folder first (Ray), or as it is (TorchServe takes a .mar)
     opens_archives: bool = False
-    # TorchServe's start options on this engine: (engine, TsConfig, opener) -> its management and metrics addresses
-    # (with ``management_url``, ``metrics_url``, ``registry``, ``load_models``, ``stop``); None: not taken here
-    start_options: Callable[[Engine, Any, Callable], Any] | None = None
+    # TorchServe's start options on this engine: (engine, TsConfig, opener) -> its management and metrics addresses;
+    # None: not taken here
+    start_options: Callable[[Engine, TsConfig, Callable], StartOptions] | None = None
 
     @property
     def choice(self) -> str:
@@ -160,4 +213,4 @@ class EngineKind:
         return True
 
 
-__all__ = ["Engine", "EngineKind", "ServeOptions"]
+__all__ = ["Engine", "EngineKind", "ServeOptions", "StartOptions", "local_url", "mcp_url", "openai_url"]

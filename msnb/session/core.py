@@ -16,7 +16,7 @@ from typing import Any
 
 from msnb.capture.kernel_values import values_changed
 from msnb.engines import env_vars, registry
-from msnb.engines.fallbacks import batch_fallbacks
+from msnb.engines.model_metrics import batch_fallbacks
 from msnb.engines.protocol import Engine
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.package import archive, build_inputs, formats, model_folder

@@ -207,6 +207,6 @@ def test_kserve_v1_bad_empty_and_malformed_requests_are_200s_and_metrics_reach_p
 
 
 def _msnb_metrics(server: LocalServer, model: str) -> dict | None:
-    metrics = server.metrics()
+    metrics = server.client.metrics()
     found = {n: [v for labels, v in metrics.get(n, []) if labels.get("ModelName") == model] for n in ALL_METRICS}
     return found if all(found.values()) else None

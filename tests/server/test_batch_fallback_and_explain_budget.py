@@ -8,7 +8,7 @@ import threading
 
 import pytest
 import requests
-from helpers import MLP_SOURCE, mlp_model, notebook_answer, poll
+from helpers import BATCH_BUG_INPUTS, BATCH_ONLY_BUG, MLP_SOURCE, mlp_model, notebook_answer, poll
 
 from msnb.engines.torchserve import LocalServer
 from msnb.session.core import Session
@@ -20,8 +20,7 @@ from msnb.ui.display import Status
 
 pytestmark = pytest.mark.server
 
-BATCH_ONLY_BUG = MLP_SOURCE.replace("self.fc1(x)", "self.fc1(x.view(1, -1))")  # fine for one sample only
-INPUTS = [{"x": [float(i), 1.0, -2.0, 0.5]} for i in range(4)]
+INPUTS = BATCH_BUG_INPUTS
 
 
 @pytest.mark.timeout(300)

@@ -165,7 +165,7 @@ def test_redeploy_serves_the_changed_handler_without_a_restart(clean_server):
 
 def test_metrics_are_parsed(server):
     server.predict("echo", {"m": 1})
-    metrics = server.metrics()
+    metrics = server.client.metrics()
     assert metrics["ts_inference_requests_total"]
     labels, value = metrics["ts_inference_requests_total"][0]
     assert value >= 1 and "model_name" in labels

@@ -98,7 +98,7 @@ def test_msnb_metrics_reach_the_prometheus_endpoint_after_traffic(served):
     server.predict_many("mlp", SAMPLES)
 
     def msnb_metrics():
-        found = {name: server.metrics().get(name, []) for name in ALL_METRICS}
+        found = {name: server.client.metrics().get(name, []) for name in ALL_METRICS}
         return found if all(any(labels.get("ModelName") == "mlp" for labels, _ in s) for s in found.values()) else None
 
     found = poll(msnb_metrics, 30, "every msnb metric for mlp on /metrics", log=lambda: server.log_tail(40))

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from msnb.engines.inference_api import InferenceClient
+from msnb.engines.model_metrics import ModelMetrics
 from msnb.engines.models import ModelStatus, WorkerStatus
+from msnb.engines.protocol import local_url, mcp_url, openai_url
 from msnb.engines.store import ModelStore, read_manifest
 from msnb.errors import MsnbError, ServerError
 from msnb.templates.msnb_runtime.ts.wire import error_reply
@@ -103,15 +105,26 @@ class StandIn:
 
     @property
     def inference_url(self) -> str:
-        return f"http://127.0.0.1:{self._http.server_address[1]}" if self._http else ""
+        return local_url(*self._http.server_address[:2]) if self._http else ""
+
+    @property
+    def management_url(self) -> str | None:
+        return None  # no management API: the session drives it through the protocol
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None
+
+    def metrics(self) -> dict[str, ModelMetrics]:
+        return {}  # its workers count nothing: an explicit none
 
     @property
     def openai_base_url(self) -> str:
-        return f"{self.inference_url}/v1"
+        return openai_url(self.inference_url)
 
     @property
     def mcp_url(self) -> str:
-        return f"{self.inference_url}/mcp"
+        return mcp_url(self.inference_url)
 
     @property
     def log_dir(self) -> Path:
@@ -174,6 +187,12 @@ class StandIn:
 
     def versions(self, name: str) -> list[ModelStatus]:
         return [self.status(name, v) for v in self._workers.get(name, {})]
+
+    def describe(self, name: str) -> tuple[int, bytes]:
+        """TorchServe's describe answer, its names only (a stand-in has no management API to compare)."""
+        if name not in self._workers:
+            return 404, json.dumps({"code": 404, "message": f"Model not found: {name}"}).encode()
+        return 200, json.dumps([{"modelName": name, "modelVersion": self._default[name]}]).encode()
 
     def worker(self, name: str, version: str | None) -> Worker | None:
         return self._workers.get(name, {}).get(version or self._default.get(name, ""))

@@ -3,13 +3,17 @@ order, from the model's folder and its replicas; ``customizedMetadata`` from the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msnb.templates.msnb_runtime.ray.management import describe_entry, worker
 
+if TYPE_CHECKING:
+    from msnb.engines.ray.engine import LocalRay
+    from msnb.engines.ray.model_registry import Entry
 
-def describe(engine: Any, entry: Any, customized: bool) -> dict:
-    """The describe entry of a registered model (``entry``: msnb.engines.ray.model_registry.Entry)."""
+
+def describe(engine: LocalRay, entry: Entry, customized: bool) -> dict:
+    """The describe entry of a registered model."""
     from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     _, config = read_folder(entry.folder)
@@ -20,7 +24,7 @@ def describe(engine: Any, entry: Any, customized: bool) -> dict:
     return body
 
 
-def _customized(engine: Any, name: str) -> Any:
+def _customized(engine: LocalRay, name: str) -> Any:
     """The handler's own describe answer, as the router asks application ``name``'s replica (TorchServe's
     customizedMetadata)."""
     resp = engine.client.call("GET", f"{engine.inference_url}/models/{name}?customized=true", "inference")

@@ -13,7 +13,6 @@ replica of its model, and the router and every replica's own door ask each reque
 from __future__ import annotations
 
 import atexit
-import logging
 import re
 import shutil
 import socket
@@ -27,11 +26,13 @@ from typing import Any
 from msnb.engines import watchdog
 from msnb.engines.auth import Keys, write_key_file
 from msnb.engines.inference_api import InferenceClient
+from msnb.engines.model_metrics import ModelMetrics, parse, per_model
 from msnb.engines.models import ModelStatus, WorkerStatus
+from msnb.engines.protocol import local_url, mcp_url, openai_url
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
-from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
+from msnb.engines.ray.metrics import ray_metrics
+from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, quiet_serve_log, started, use_token
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
-from msnb.engines.ts_properties import client_host
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, ServingConfig
 from msnb.templates.msnb_runtime.ray.management import TS_STATE
@@ -174,17 +175,21 @@ class LocalRay:
 
     @property
     def inference_url(self) -> str:
-        return f"http://{client_host(self.host)}:{self.http_port}"
+        return local_url(self.host, self.http_port)
+
+    def metrics(self) -> dict[str, ModelMetrics]:
+        """Model name -> what its replicas counted (the Ray metrics they export); {} while Ray is not running."""
+        return per_model(parse(ray_metrics(self.metrics_port))) if self._cluster else {}
 
     @property
     def openai_base_url(self) -> str:
         """OpenAI's API over the streaming and embedding models, answered by the router (templates/msnb_runtime/ray/api.py)."""
-        return f"{self.inference_url}/v1"
+        return openai_url(self.inference_url)
 
     @property
     def mcp_url(self) -> str:
         """MCP's streamable HTTP endpoint: every served model is a tool."""
-        return f"{self.inference_url}/mcp"
+        return mcp_url(self.inference_url)
 
     @property
     def log_dir(self) -> Path:
@@ -379,6 +384,7 @@ class LocalRay:
 
     # ------------------------------------------------------------------ the rest of the Engine protocol
     kind, label = ENGINE.kind, ENGINE.label  # declared once, in the package (msnb.engines.registry lists it)
+    management_url = metrics_url = None  # TorchServe's: none of its own (the start options', ts_start, where taken)
     auth = True  # False: the router and the replicas answer without the inference key (disable_token_authorization)
     python = None  # the replicas run this interpreter (the kernel's packages)
 
@@ -451,17 +457,6 @@ def _shutdown(cluster: Any) -> None:
     cluster.shutdown()
 
 
-def _serve_warnings_only(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.WARNING
-
-
-def quiet_serve_log() -> None:
-    """Keep Serve's INFO lines out of this process's output (a notebook's cells) from now on: they describe Serve's
-    own HTTP proxy ("Application 'NAME' is ready at http://127.0.0.1:PORT/..."), whose port is not the one clients
-    use (msnb's front holds that); Serve's warnings still show."""
-    logging.getLogger("ray.serve").addFilter(_serve_warnings_only)  # the same filter once, however often called
-
-
 _default: LocalRay | None = None
 
 
@@ -493,4 +488,4 @@ def _stop_all() -> None:
             pass
 
 
-__all__ = ["LocalRay", "default_made", "default_ray", "default_running", "load_error", "quiet_serve_log"]
+__all__ = ["LocalRay", "default_made", "default_ray", "default_running", "load_error"]

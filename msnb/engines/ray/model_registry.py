@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -25,6 +25,9 @@ from msnb.engines.ts_properties import TsConfig
 from msnb.errors import MsnbError, ServerError
 from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
 from msnb.templates.msnb_runtime.ray.ingress import version_app
+
+if TYPE_CHECKING:
+    from msnb.engines.ray.engine import LocalRay
 
 # The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
 REGISTER_PARAMS = {
@@ -60,7 +63,7 @@ class Entry:
 class Registry:
     """The models a Ray engine serves, registered from ``config``'s model store as TorchServe registers them."""
 
-    def __init__(self, engine: Any, config: TsConfig, opener: Callable):
+    def __init__(self, engine: LocalRay, config: TsConfig, opener: Callable):
         """``opener(path, folder)``: an archive unpacked and checked into ``folder`` (``ModelFolder.open``)."""
         self.engine, self.config, self.opener = engine, config, opener
         self.served: dict[str, dict[str, Entry]] = {}  # name -> version -> entry, in registration order

@@ -6,6 +6,7 @@ Used by the kernel's local Ray (``msnb.engines.ray.engine``) and by the two-node
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import socket
@@ -161,3 +162,14 @@ def _listen_port_flag(raylet_command: list[str]) -> list[str]:
     agent = next((c for c in raylet_command if c.startswith("--dashboard_agent_command=")), "")
     port = next((c.split("=", 1)[1] for c in agent.split() if c.startswith("--listen-port=")), "0")
     return [f"--dashboard_agent_listen_port={port}"] if port not in ("0", "") else []
+
+
+def _serve_warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+def quiet_serve_log() -> None:
+    """Keep Serve's INFO lines out of this process's output (a notebook's cells) from now on: they describe Serve's
+    own HTTP proxy ("Application 'NAME' is ready at http://127.0.0.1:PORT/..."), whose port is not the one clients
+    use (msnb's front holds that); Serve's warnings still show."""
+    logging.getLogger("ray.serve").addFilter(_serve_warnings_only)  # the same filter once, however often called

@@ -29,7 +29,8 @@ from typing import Any
 import psutil
 
 from msnb.engines.ray import ENGINE, require
-from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, default_made, quiet_serve_log
+from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, default_made
+from msnb.engines.ray.nodes import quiet_serve_log
 from msnb.errors import ServerError
 from msnb.files import state_dir, write_atomic
 

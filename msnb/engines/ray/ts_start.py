@@ -6,19 +6,24 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from msnb.engines.models import ModelStatus
+from msnb.engines.protocol import local_url
 from msnb.engines.ray import metrics
 from msnb.engines.ray.management import Management, serve
 from msnb.engines.ray.model_registry import Registry
-from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_addresses, client_host
+from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_addresses
 from msnb.errors import MsnbError, ServerError
+
+if TYPE_CHECKING:
+    from msnb.engines.ray.engine import LocalRay
 
 ADDRESSES = ("inference_address", "management_address", "metrics_address")
 ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz", ".zip")
 
 
-def engine_for(config: TsConfig) -> Any:
+def engine_for(config: TsConfig) -> LocalRay:
     """A LocalRay on config.properties' inference address, with its request size limit and token setting."""
     from msnb.engines.ray.engine import LocalRay
 
@@ -38,7 +43,7 @@ def engine_for(config: TsConfig) -> Any:
 class TorchServeApi:
     """The management API of a started ``engine`` on ``config``'s management address (``stop`` ends it)."""
 
-    def __init__(self, engine: Any, config: TsConfig, opener: Callable):
+    def __init__(self, engine: LocalRay, config: TsConfig, opener: Callable):
         self.config = config
         self.registry = Registry(engine, config, opener)
         key = _management_key(engine.key_file) if config.auth else None
@@ -56,6 +61,10 @@ class TorchServeApi:
     @property
     def management_url(self) -> str:
         return _url(self.config, "management_address")
+
+    def register(self, path: str) -> ModelStatus:
+        """Register the archive at ``path`` as TorchServe registers an archive it starts with."""
+        return self.registry.register(path, at_startup=True)
 
     def load_models(self, report: Callable[[str, MsnbError], None]) -> list[str]:
         """Register every model ``load_models`` names, as TorchServe does at start (each failure ``report``ed)."""
@@ -113,8 +122,7 @@ def _archive(path: Path) -> bool:
 
 def _url(config: TsConfig, key: str) -> str:
     """Where a client on this machine reaches address ``key`` (bound where the file says)."""
-    host, port = config.address(key)
-    return f"http://{client_host(host)}:{port}"
+    return local_url(*config.address(key))
 
 
 def _management_key(key_file: Path) -> str:

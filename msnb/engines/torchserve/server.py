@@ -23,7 +23,9 @@ import psutil
 
 from msnb.engines import env_vars, watchdog
 from msnb.engines.auth import Keys
+from msnb.engines.model_metrics import ModelMetrics, per_model
 from msnb.engines.models import ModelStatus
+from msnb.engines.protocol import local_url, mcp_url, openai_url
 from msnb.engines.store import ModelStore
 from msnb.engines.torchserve import ENGINE, deploy
 from msnb.engines.torchserve import config as tsconfig
@@ -31,6 +33,7 @@ from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.engines.torchserve.ingress import Ingress
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
+from msnb.engines.ts_properties import LOOPBACK_HOSTS
 from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import MsnbError, ServerError
 from msnb.templates.msnb_runtime.handler.cancel import CANCEL_DIR_VAR
@@ -195,26 +198,26 @@ class LocalServer:
 
     @property
     def inference_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.get('inference')}"
+        return local_url(LOOPBACK_HOSTS[0], self.ports.get("inference"))
 
     @property
     def management_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.get('management')}"
+        return local_url(LOOPBACK_HOSTS[0], self.ports.get("management"))
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.get('metrics')}"
+        return local_url(LOOPBACK_HOSTS[0], self.ports.get("metrics"))
 
     @property
     def openai_base_url(self) -> str:
         """OpenAI's API over the streaming and embedding models: ``OpenAI(base_url=server.openai_base_url,
         api_key=KEY)``."""
-        return f"{self._front.url}/v1" if self._front is not None else ""
+        return openai_url(self._front and self._front.url)
 
     @property
     def mcp_url(self) -> str:
         """MCP's streamable HTTP endpoint: every served model is a tool (the inference key as bearer)."""
-        return f"{self._front.url}/mcp" if self._front is not None else ""
+        return mcp_url(self._front and self._front.url)
 
     @property
     def log_dir(self) -> Path:
@@ -302,8 +305,10 @@ class LocalServer:
     def scale(self, name: str, workers: int, *, version: str | None = None) -> ModelStatus:
         return self.client.scale(name, workers, version=version)
 
-    def metrics(self) -> dict:
-        return self.client.metrics()
+    def metrics(self) -> dict[str, ModelMetrics]:
+        """Model name -> what its workers counted, read from TorchServe's metrics API (``client.metrics()``: every
+        sample, parsed)."""
+        return per_model(self.client.metrics())
 
     # ------------------------------------------------------------------ the Engine protocol (msnb.engines.protocol)
     kind, label = ENGINE.kind, ENGINE.label  # declared once, in the package (msnb.engines.registry lists it)

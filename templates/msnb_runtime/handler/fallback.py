@@ -54,14 +54,6 @@ def _count_metric(context: Any) -> None:
     if metrics is None:
         return
     try:  # a fresh dimensions list: TorchServe appends to its mutable default argument
-        metrics.add_metric(FALLBACK_METRIC, 1, "count", None, [], *_counter())
+        metrics.add_counter(FALLBACK_METRIC, 1, None, [])  # a counter on TorchServe and on Ray (RayMetrics)
     except Exception:  # metrics are best effort
         logger.warning("could not record the batch fallback metric", exc_info=True)
-
-
-def _counter() -> tuple:
-    try:
-        from ts.metrics.metric_type_enum import MetricTypes
-    except ImportError:
-        return ()
-    return (MetricTypes.COUNTER,)

@@ -270,13 +270,8 @@ class BatchHandler:
         """preprocess each sample, one forward, postprocess and ``encode`` each (default: JSON-safe); the samples
         in ``explain`` skip the forward and are explained instead (handler.explain)."""
         answers: list = [None] * len(samples)
-        inputs: dict[int, Any] = {}
         marks = [time.perf_counter()]
-        for idx, sample in enumerate(samples):
-            try:
-                inputs[idx] = self.preprocess(sample)
-            except Exception as err:  # a CUDA call on a CPU worker is the code's fault, not the body's
-                answers[idx] = self.error(idx, "preprocess", err, *(HINTS["no-cuda"], 500) if no_cuda(err) else ())
+        inputs = self.preprocess_each(samples, answers)
         marks.append(time.perf_counter())
         outputs = self.forward({idx: x for idx, x in inputs.items() if idx not in explain}, context)
         asked = {idx: x for idx, x in inputs.items() if idx in explain}
@@ -290,6 +285,18 @@ class BatchHandler:
         stages = ("preprocess", "inference", "postprocess")
         self.metrics.add(context, {s: (marks[i + 1] - marks[i]) * 1000 for i, s in enumerate(stages)}, len(samples))
         return answers
+
+    def preprocess_each(self, samples: list, answers: list, indices: list[int] | None = None) -> dict[int, Any]:
+        """Each sample preprocessed, by position; a sample whose preprocess raises gets its error in ``answers``
+        (``indices``: the samples' places in the batch, default their positions)."""
+        inputs: dict[int, Any] = {}
+        for pos, sample in enumerate(samples):
+            try:
+                inputs[pos] = self.preprocess(sample)
+            except Exception as err:  # a CUDA call on a CPU worker is the code's fault, not the body's
+                hint = (HINTS["no-cuda"], 500) if no_cuda(err) else ()
+                answers[pos] = self.error(pos if indices is None else indices[pos], "preprocess", err, *hint)
+        return inputs
 
     def _explain_within_budget(self, asked: dict[int, Any], samples: list) -> dict[int, Any]:
         """Explain ``asked`` when the explanation budget has room; otherwise refuse them at once (handler.explain_budget)."""

@@ -150,13 +150,8 @@ def stream_samples(handler: Any, samples: list, indices: list[int], context: Any
     """Answer ``samples`` (the requests at batch ``indices``) by streaming their chunks; returns each request's
     last piece (``handler``: the shared handler's preprocess, inference, postprocess, model and errors)."""
     answers: list = [None] * len(samples)
-    inputs: dict[int, Any] = {}
     marks = [time.perf_counter()]
-    for pos, sample in enumerate(samples):
-        try:
-            inputs[pos] = handler.preprocess(sample)
-        except Exception as err:
-            answers[pos] = handler.error(indices[pos], "preprocess", err)
+    inputs = handler.preprocess_each(samples, answers, indices)
     streams = {pos: RequestStream(indices[pos]) for pos in inputs}
     marks.append(time.perf_counter())
     if inputs:
