@@ -39,6 +39,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
     from .msnb_ray_manage import metadata
     from .msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from .msnb_ray_sequence import SequenceRouter
+    from .msnb_ray_sets import SetHandle, members, set_targets
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
     from .msnb_serving import ServingConfig
@@ -58,6 +59,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
     from msnb_ray_manage import metadata
     from msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from msnb_ray_sequence import SequenceRouter
+    from msnb_ray_sets import SetHandle, members, set_targets
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
     from msnb_serving import ServingConfig
@@ -240,6 +242,10 @@ class MsnbModel:
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _batch(self, requests: list) -> list:
+        return await self.run_batch(requests)
+
+    async def run_batch(self, requests: list) -> list:
+        """One batch of whole answers (``_batch``'s body: a replica set gives each model a queue of its own)."""
         # handle() is synchronous user code: run it off the replica's event loop, for at most responseTimeout.
         try:
             return await bounded(lambda began: answer_whole(self.model, requests, began), self.timeout_s)
@@ -265,6 +271,11 @@ class MsnbModel:
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _stream(self, requests: list):
+        async for items in self.run_stream(requests):
+            yield items
+
+    async def run_stream(self, requests: list):
+        """One batch of streamed answers (``_stream``'s body)."""
         async for items in stream_batch(self.model, requests, self.timeout_s, self._stalled):
             yield items
 
@@ -307,6 +318,7 @@ class MsnbRouter:
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
+        self.sets: dict[str, str] = {}  # model application -> the replica set serving it (msnb_ray_sets)
         self.controller = None  # Serve's controller, once ``targets`` asks it
         self.door = http.Door(args or {})
         self.key = self.door.key  # /v1 and /mcp ask for it too (msnb_ray_api)
@@ -318,6 +330,13 @@ class MsnbRouter:
             self.watching = threading.Event()
             threading.Thread(target=needs.watch, args=(logger, self.watching), daemon=True).start()
 
+    def reconfigure(self, config: dict) -> None:
+        """The router's user_config: ``sets``, which replica set serves each packed model (msnb_ray_sets)."""
+        sets = {str(k): str(v) for k, v in ((config or {}).get("sets") or {}).items()}
+        for app in set(self.sets) ^ set(sets) | {a for a in sets if self.sets.get(a) != sets[a]}:
+            self.handles.pop(app, None)  # moved, added or gone: its handle is looked up again
+        self.sets = sets
+
     async def targets(self) -> dict[str, list[str]]:
         """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each
         application's ingress replicas at their own ports (the local front reads them every 0.2 s), else Serve's
@@ -328,7 +347,8 @@ class MsnbRouter:
 
             self.controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
         groups = await self.controller.get_target_groups.remote()
-        return {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
+        found = {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
+        return set_targets(found, self.sets)
 
     def versioned(self, parts: list[str]) -> str:
         """The application of ``NAME[/VERSION]``: a version served beside the default one has its own
@@ -341,9 +361,10 @@ class MsnbRouter:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
         if name not in self.handles:
             try:
-                self.handles[name] = serve.get_app_handle(name)
+                handle = serve.get_app_handle(self.sets.get(name, name))
             except Exception:  # no such application
                 return None
+            self.handles[name] = SetHandle(handle, name) if name in self.sets else handle
         return self.handles[name]
 
     async def manage(self, method: str, parts: list[str], query: dict, headers: dict) -> tuple[int, dict, bytes]:
@@ -356,7 +377,7 @@ class MsnbRouter:
         if len(parts) == 4:
             return error_reply(404, "ResourceNotFoundException", "Requested resource is not found, please refer "
                                "to API document.")  # fmt: skip
-        states = await asyncio.to_thread(replica_states)
+        states = await asyncio.to_thread(replica_states, self.sets)
         if len(parts) == 1:
             try:
                 models = [(n, manage.archive_url(n)) for n in states if not http.is_version_app(n)]  # one per name
@@ -410,12 +431,9 @@ class MsnbRouter:
     async def forward(self, name: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         # A handle follows its application across redeploys; looking one up while the application is
         # redeploying fails (measured: 254 of ~1,000 requests got a 404 during a rolling update), so keep it.
-        if name not in self.handles:
-            try:
-                self.handles[name] = serve.get_app_handle(name)
-            except Exception:  # no such application
-                return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
-        handle = self.handles[name]
+        handle = self.app_handle(name)
+        if handle is None:
+            return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
         for attempt in range(1, REPLICA_TRIES + 1):
             try:
                 status, head, answer = await handle.infer.remote(explain, body, headers)
@@ -429,10 +447,12 @@ class MsnbRouter:
         raise AssertionError("unreachable")
 
 
-def replica_states() -> dict[str, dict[str, int]]:
-    """Each model application's replicas by state (its MsnbModel deployment's), as Serve's controller has them."""
+def replica_states(sets: dict[str, str] | None = None) -> dict[str, dict[str, int]]:
+    """Each model application's replicas by state (its MsnbModel deployment's, or for a model packed into a replica
+    set, the set's), as Serve's controller has them."""
     apps = serve.status().applications
-    return {name: dict(app.deployments[MODEL].replica_states) for name, app in apps.items() if MODEL in app.deployments}
+    states = {n: {d: dict(s.replica_states) for d, s in app.deployments.items()} for n, app in apps.items()}
+    return {n: found[MODEL] for n, found in states.items() if MODEL in found} | members(states, sets or {})
 
 
 def json_reply(status: int, body: Any) -> tuple[int, dict, bytes]:
@@ -485,7 +505,7 @@ def direct_route(name: str, config: dict) -> str | None:
 
 def router(args: dict | None = None) -> Any:
     """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
-    it to the nodes that run an HTTP proxy; ``max_request_size`` in bytes (413 above it); the inference key:
+    it to the nodes that run an HTTP proxy; ``sets``: which replica set serves each packed model (msnb_ray_multi); ``max_request_size`` in bytes (413 above it); the inference key:
     ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
@@ -496,4 +516,5 @@ def router(args: dict | None = None) -> Any:
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
+    options["user_config"] = {"sets": dict(args.get("sets") or {})}  # which replica set serves a packed model
     return MsnbRouter.options(**options).bind(door)

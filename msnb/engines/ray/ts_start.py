@@ -18,8 +18,9 @@ ADDRESSES = ("inference_address", "management_address", "metrics_address")
 ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz", ".zip")
 
 
-def engine_for(config: TsConfig) -> Any:
-    """A LocalRay on config.properties' inference address, with its request size limit and token setting."""
+def engine_for(config: TsConfig, **packing: Any) -> Any:
+    """A LocalRay on config.properties' inference address, with its request size limit and token setting (``packing``:
+    LocalRay's models_per_replica and own_replica)."""
     from msnb.engines.ray.engine import LocalRay
 
     check_addresses(config, ADDRESSES)
@@ -28,7 +29,7 @@ def engine_for(config: TsConfig) -> Any:
                           "remove the line (the key: max_response_size).")  # fmt: skip
     prometheus(config)
     host, port = config.address("inference_address")
-    engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host)
+    engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host, **packing)
     engine.auth = config.auth
     return engine
 

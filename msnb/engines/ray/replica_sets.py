@@ -1,0 +1,149 @@
+"""The local Ray's replica sets at work: model folders placed by msnb.engines.ray.packing, each set deployed as one
+application of templates/msnb_ray_multi.py, members added, replaced and removed through its ``user_config`` (the
+running replicas load and unload them in place), and the router told which set serves which model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from msnb.engines.ray import ROUTER_APP
+from msnb.engines.ray.packing import Packing, ReplicaSet, workers
+from msnb.errors import ServerError
+
+ANSWER_S = 30.0  # how long a set's replica may take to say which models it loaded
+
+
+class ReplicaSets:
+    """``engine``'s replica sets: ``engine`` gives the door, a model's args (``_model_args``) and its logs."""
+
+    def __init__(self, engine: Any, packing: Packing | None = None):
+        self.engine, self.packing = engine, packing or Packing()
+        self._before: dict[str, dict | None] = {}  # a joining app -> its set's entry before (a replacement's)
+
+    def join(self, folder: Path, app: str, args: dict) -> tuple[ReplicaSet, bool] | None:
+        """Place model application ``app`` (its folder and builder args) into a set: (the set, whether it is new);
+        None when the model needs a replica of its own (packing's rule)."""
+        if self.packing.own_replica(folder, str(args.get("name") or app), args) is not None:
+            return None
+        entry = {"app": app, "model_dir": str(folder), "name": args.get("name"), "env": args.get("env_vars") or {}}
+        if args.get("envelope"):
+            entry["envelope"] = args["envelope"]
+        rs = self.packing.set_of(app)
+        self._before[app] = rs.members[app] if rs is not None else None
+        return self.packing.place(app, entry, workers(folder))
+
+    def target(self, rs: ReplicaSet) -> Any:
+        """The Serve RunTarget of set ``rs`` as its members are now."""
+        from ray import serve
+
+        from msnb.templates import msnb_ray_multi
+        from msnb.templates.msnb_ray_sets import set_route
+
+        args = {"models": list(rs.members.values()), "name": rs.app, "install_requirements": False,
+                "num_cpus": self.engine.replica_cpus, "max_surge_percent": 100, "door": self.engine._door()}  # fmt: skip
+        return serve.RunTarget(msnb_ray_multi.models(args), name=rs.app, route_prefix=set_route(rs.app))
+
+    def settle(self, joined: dict[str, Path], timeout_s: float) -> Iterator[tuple[str, Any]]:
+        """Each model application of ``joined`` (app -> folder) once its set's replica has loaded it: its folder, or
+        a ServerError (taken out of its set); the router told the sets first."""
+        outcomes = {}
+        for set_app, apps in self._by_set(joined).items():
+            outcomes |= self._loaded(set_app, {a: joined[a] for a in apps}, timeout_s)
+        for app, outcome in outcomes.items():
+            before = self._before.pop(app, None)
+            if isinstance(outcome, ServerError):  # a replacement's old folder serves on; a new member leaves
+                self._restore(app, before) if before is not None else self.leave(app, tell_router=False)
+        self.tell_router()
+        yield from outcomes.items()
+
+    def _restore(self, app: str, entry: dict) -> None:
+        from ray import serve
+
+        rs = self.packing.set_of(app)
+        rs.members[app] = entry
+        serve.run_many([self.target(rs)], wait_for_ingress_deployment_creation=False,
+                       wait_for_applications_running=False)  # fmt: skip
+
+    def _by_set(self, joined: dict[str, Path]) -> dict[str, list[str]]:
+        by: dict[str, list[str]] = {}
+        for app in joined:
+            rs = self.packing.set_of(app)
+            by.setdefault(rs.app if rs else "", []).append(app)
+        return by
+
+    def _loaded(self, set_app: str, wanted: dict[str, Path], timeout_s: float) -> dict[str, Any]:
+        """What set ``set_app``'s replica answers for each wanted member: its folder once it loaded that folder, or
+        its load error; a set that failed (or did not answer in ``timeout_s``) fails each of them."""
+        from ray import serve
+
+        deadline, found = time.monotonic() + timeout_s, {}
+        while len(found) < len(wanted):
+            app = serve.status().applications.get(set_app)
+            state = app.status if app is not None else "NOT_STARTED"
+            if state == "DEPLOY_FAILED" or time.monotonic() > deadline:
+                text = f"{app.message if app else 'not started'}"
+                return found | {a: self._error(a, set_app, text) for a in wanted if a not in found}
+            if state == "RUNNING":
+                found |= self._answers(set_app, wanted)
+            time.sleep(0 if len(found) == len(wanted) else 0.1)
+        return found
+
+    def _answers(self, set_app: str, wanted: dict[str, Path]) -> dict[str, Any]:
+        """The wanted members' outcomes the set's replica gives (``LOADED_PATH``, through the front, with the key)."""
+        from msnb.templates.msnb_ray_sets import LOADED_PATH, set_route
+
+        url = f"{self.engine.inference_url}{set_route(set_app)}{LOADED_PATH}"
+        try:
+            answer = self.engine.client.call("GET", url, "inference", timeout=ANSWER_S)
+            loaded = answer.json() if answer.status_code == 200 else {}
+        except (ServerError, ValueError):  # the replica changing meanwhile: ask again
+            return {}
+        found = {}
+        for app, folder in wanted.items():
+            got = loaded.get(app) or {}
+            if got.get("model_dir") == str(folder):  # this folder's outcome, not an older one's
+                found[app] = folder if got.get("error") is None else self._error(app, set_app, got["error"])
+        return found
+
+    def _error(self, app: str, set_app: str, text: str) -> ServerError:
+        from msnb.engines.ray.engine import load_error
+
+        return load_error(app, "\n".join([text, *self.engine.set_log(set_app, 30)]))
+
+    def leave(self, app: str, tell_router: bool = True) -> None:
+        """Take ``app`` out of its set: the router first (its requests answer 404 from then on), then the set's
+        replicas unload it (the set deleted once empty)."""
+        rs = self.packing.remove(app)
+        if rs is None:
+            return
+        if tell_router:
+            self.tell_router()
+        self.release(rs)
+
+    def release(self, rs: ReplicaSet) -> None:
+        """Set ``rs`` deployed with the members it has now, or deleted when it has none."""
+        from ray import serve
+
+        if rs.members:
+            serve.run_many([self.target(rs)], wait_for_ingress_deployment_creation=False,
+                           wait_for_applications_running=False)  # fmt: skip
+        else:
+            serve.delete(rs.app)
+
+    def tell_router(self) -> None:
+        """The router's user_config: which set serves each packed model (a lightweight update: no restart)."""
+        from ray import serve
+
+        from msnb.templates import msnb_ray
+
+        router = msnb_ray.router({**self.engine._door(), "sets": self.packing.routes()})
+        serve.run(router, name=ROUTER_APP, route_prefix="/")
+
+    def status_app(self, app: str) -> str | None:
+        """The set application serving ``app`` (None: not packed)."""
+        rs = self.packing.set_of(app)
+        return rs.app if rs else None

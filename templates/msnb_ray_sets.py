@@ -1,0 +1,81 @@
+"""The router's side of replica sets (msnb_ray_multi: one Serve application whose replicas each hold several model
+folders): which set serves a model's application, a handle that names the model on each call, and the routes that
+send a model's predictions straight to its set's replicas.
+
+The router learns the sets from its ``user_config`` (``{"sets": {model application: set application}}``): Serve
+hands a changed one to the running router replicas (``reconfigure``) without restarting them.
+Depends on the standard library and msnb_ray_http, never on msnb or Ray.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
+    from .msnb_ray_http import model_route
+else:  # a top-level module in a model folder or an exported folder: its neighbours beside it
+    from msnb_ray_http import model_route
+
+MODELS = "MsnbModels"  # every replica set application's one deployment (msnb_ray_multi)
+SETS_ROUTE = "/-/msnb-sets"  # a set's route prefix is SETS_ROUTE/SET: the local front prefixes its paths with it
+LOADED_PATH = "/-/loaded"  # SETS_ROUTE/SET/-/loaded: what the set's replica loaded (the local engine asks it)
+
+
+def set_route(set_app: str) -> str:
+    """The route prefix of replica set ``set_app``: its replicas answer ``set_route(S)/predictions/NAME...``."""
+    return f"{SETS_ROUTE}/{set_app}"
+
+
+def app_route(app: str) -> str:
+    """The route of model application ``app``: ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another
+    version's application (``NAME@VERSION``, msnb_ray_http.version_app)."""
+    name, _, version = app.partition("@")
+    return model_route(name) + (f"/{version}" if version else "")
+
+
+def set_targets(groups: dict[str, list[str]], sets: dict[str, str]) -> dict[str, list[str]]:
+    """Serve's target groups with each set member's route added: its set's replica URLs with the set's route
+    prefix as their path (the local front sends ``/predictions/NAME`` to ``URL/-/msnb-sets/S/predictions/NAME``)."""
+    out = dict(groups)
+    for app, set_app in sets.items():
+        prefix = set_route(set_app)
+        if groups.get(prefix):
+            out[app_route(app)] = [url + prefix for url in groups[prefix]]
+    return out
+
+
+def strip_set_route(path: str) -> str:
+    """``path`` without a set's route prefix (``/-/msnb-sets/S/predictions/N`` -> ``/predictions/N``)."""
+    if not path.startswith(SETS_ROUTE + "/"):
+        return path
+    rest = path[len(SETS_ROUTE) + 1 :]
+    return "/" + rest.partition("/")[2]
+
+
+class SetHandle:
+    """A replica set's Serve handle for one of its models: each call names the model's application first, so the
+    router calls it as it calls a one-model application (``infer``, ``infer_stream``, ``describe``, ``streams``)."""
+
+    def __init__(self, handle: Any, app: str):
+        self.handle, self.app = handle, app
+
+    def options(self, **options: Any) -> SetHandle:
+        return SetHandle(self.handle.options(**options), self.app)
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _Named(getattr(self.handle, method), self.app)
+
+
+class _Named:
+    def __init__(self, method: Any, app: str):
+        self.method, self.app = method, app
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method.remote(self.app, *args, **kwargs)
+
+
+def members(states: dict[str, dict[str, dict[str, int]]], sets: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Each set member's replica states (its set's ``MsnbModels`` states), from each application's deployments'."""
+    return {app: dict(states[s][MODELS]) for app, s in sets.items() if MODELS in states.get(s, {})}
