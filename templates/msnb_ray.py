@@ -39,7 +39,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
     from .msnb_ray_manage import metadata
     from .msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from .msnb_ray_sequence import SequenceRouter
-    from .msnb_ray_sets import SetHandle, members, set_targets
+    from .msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
     from .msnb_serving import ServingConfig
@@ -59,7 +59,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
     from msnb_ray_manage import metadata
     from msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from msnb_ray_sequence import SequenceRouter
-    from msnb_ray_sets import SetHandle, members, set_targets
+    from msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
     from msnb_serving import ServingConfig
@@ -242,10 +242,6 @@ class MsnbModel:
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _batch(self, requests: list) -> list:
-        return await self.run_batch(requests)
-
-    async def run_batch(self, requests: list) -> list:
-        """One batch of whole answers (``_batch``'s body: a replica set gives each model a queue of its own)."""
         # handle() is synchronous user code: run it off the replica's event loop, for at most responseTimeout.
         try:
             return await bounded(lambda began: answer_whole(self.model, requests, began), self.timeout_s)
@@ -271,11 +267,6 @@ class MsnbModel:
 
     @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
     async def _stream(self, requests: list):
-        async for items in self.run_stream(requests):
-            yield items
-
-    async def run_stream(self, requests: list):
-        """One batch of streamed answers (``_stream``'s body)."""
         async for items in stream_batch(self.model, requests, self.timeout_s, self._stalled):
             yield items
 
@@ -288,7 +279,7 @@ class MsnbModel:
 
 
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}, logging_config=QUIET)
-class MsnbRouter:
+class MsnbRouter(SetRouting):
     """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
     ``GET /models`` and ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's list and describe, the
     latter answered by a replica of NAME; a write call answers 405 with a Hint).
@@ -318,7 +309,6 @@ class MsnbRouter:
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
-        self.sets: dict[str, str] = {}  # model application -> the replica set serving it (msnb_ray_sets)
         self.controller = None  # Serve's controller, once ``targets`` asks it
         self.door = http.Door(args or {})
         self.key = self.door.key  # /v1 and /mcp ask for it too (msnb_ray_api)
@@ -329,13 +319,6 @@ class MsnbRouter:
 
             self.watching = threading.Event()
             threading.Thread(target=needs.watch, args=(logger, self.watching), daemon=True).start()
-
-    def reconfigure(self, config: dict) -> None:
-        """The router's user_config: ``sets``, which replica set serves each packed model (msnb_ray_sets)."""
-        sets = {str(k): str(v) for k, v in ((config or {}).get("sets") or {}).items()}
-        for app in set(self.sets) ^ set(sets) | {a for a in sets if self.sets.get(a) != sets[a]}:
-            self.handles.pop(app, None)  # moved, added or gone: its handle is looked up again
-        self.sets = sets
 
     async def targets(self) -> dict[str, list[str]]:
         """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each
@@ -448,11 +431,8 @@ class MsnbRouter:
 
 
 def replica_states(sets: dict[str, str] | None = None) -> dict[str, dict[str, int]]:
-    """Each model application's replicas by state (its MsnbModel deployment's, or for a model packed into a replica
-    set, the set's), as Serve's controller has them."""
-    apps = serve.status().applications
-    states = {n: {d: dict(s.replica_states) for d, s in app.deployments.items()} for n, app in apps.items()}
-    return {n: found[MODEL] for n, found in states.items() if MODEL in found} | members(states, sets or {})
+    """Each model application's replicas by state (its MsnbModel deployment's; a packed model's: its set's)."""
+    return model_states(serve.status().applications, MODEL, sets or {})
 
 
 def json_reply(status: int, body: Any) -> tuple[int, dict, bytes]:
@@ -505,8 +485,8 @@ def direct_route(name: str, config: dict) -> str | None:
 
 def router(args: dict | None = None) -> Any:
     """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
-    it to the nodes that run an HTTP proxy; ``sets``: which replica set serves each packed model (msnb_ray_multi); ``max_request_size`` in bytes (413 above it); the inference key:
-    ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
+    it to the nodes that run an HTTP proxy; ``sets``: which replica set serves each packed model (msnb_ray_multi);
+    ``max_request_size`` in bytes (413 above it); the inference key: ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
     door = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch") if k in args}

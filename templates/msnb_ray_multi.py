@@ -79,12 +79,13 @@ class ModelSlot(MsnbModel.func_or_class):
     def __init__(self, model: LoadedModel, door: http.Door | None):  # no super().__init__: the model is loaded
         self.model, self.door = model, door
         size, wait_s = batch_settings(model.config)
+        one = MsnbModel.func_or_class  # its batch methods' own bodies (``__wrapped__``: serve.batch keeps them)
 
         async def whole(requests: list) -> list:
-            return await self.run_batch(requests)
+            return await one._batch.__wrapped__(self, requests)
 
         async def streamed(requests: list):
-            async for items in self.run_stream(requests):
+            async for items in one._stream.__wrapped__(self, requests):
                 yield items
 
         self._batch = serve.batch(max_batch_size=size, batch_wait_timeout_s=wait_s)(whole)

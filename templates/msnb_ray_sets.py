@@ -76,6 +76,24 @@ class _Named:
         return self.method.remote(self.app, *args, **kwargs)
 
 
-def members(states: dict[str, dict[str, dict[str, int]]], sets: dict[str, str]) -> dict[str, dict[str, int]]:
-    """Each set member's replica states (its set's ``MsnbModels`` states), from each application's deployments'."""
-    return {app: dict(states[s][MODELS]) for app, s in sets.items() if MODELS in states.get(s, {})}
+class SetRouting:
+    """The router's part of replica sets: ``sets`` (model application -> its set) from its user_config."""
+
+    sets: dict[str, str] = {}  # (never changed in place: ``reconfigure`` gives a new one)
+    handles: dict[str, Any]
+
+    def reconfigure(self, config: dict | None) -> None:
+        """The router's user_config: each model that moved, came or went loses its kept handle."""
+        sets = {str(k): str(v) for k, v in ((config or {}).get("sets") or {}).items()}
+        for app in set(self.sets) | set(sets):
+            if self.sets.get(app) != sets.get(app):
+                self.handles.pop(app, None)
+        self.sets = sets
+
+
+def model_states(applications: dict, one: str, sets: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Each model application's replica counts by state (``serve.status().applications``): a one-model
+    application's (its deployment ``one``), and each set member's (its set's ``MsnbModels``)."""
+    states = {n: {d: dict(s.replica_states) for d, s in app.deployments.items()} for n, app in applications.items()}
+    own = {n: found[one] for n, found in states.items() if one in found}
+    return own | {app: states[s][MODELS] for app, s in sets.items() if MODELS in states.get(s, {})}

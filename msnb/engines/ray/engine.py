@@ -30,7 +30,7 @@ from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
-from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, workers
+from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing
 from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.engines.ts_properties import client_host
@@ -67,7 +67,7 @@ class LocalRay:
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
         # models that share replicas (msnb.engines.ray.packing: at most models_per_replica in one replica set)
-        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica))
+        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica), load_error)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -199,7 +199,7 @@ class LocalRay:
         name = read_manifest(folder)[0]
         app = app or name
         if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
-            return self._replace_member(folder, name, app)
+            return self.sets.replace(folder, app)
         self._refuse_unschedulable(app, folder)
         try:
             serve.run(msnb_ray.model(self._model_args(folder, name)), name=app, route_prefix=_route(folder, app))
@@ -207,25 +207,6 @@ class LocalRay:
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()
         previous, self._folders[app] = self._folders.get(app), folder
-        self._drop_unserved(previous)
-        return self.status(app)
-
-    def _replace_member(self, folder: Path, name: str, app: str) -> ModelStatus:
-        """A packed model's new folder (another version, other settings): loaded beside the old one in its set (or
-        the set its workers now need), served once loaded; a ServerError (the old folder serving on) when it fails."""
-        previous, old = self._folders.get(app), self.sets.packing.set_of(app)
-        moved = old.workers != workers(folder)
-        if moved:  # its set's replicas serve it on until its new place answers
-            entry = old.members[app]
-            self.sets.packing.remove(app)
-        outcome = next(iter(self.deploy_many([(folder, {"app": app})])), (app, None))[1]
-        if moved and isinstance(outcome, Exception):
-            old.members[app] = entry
-            self.sets.packing.sets[old.app] = old
-        elif moved:
-            self.sets.release(old)
-        if isinstance(outcome, Exception):
-            raise outcome
         self._drop_unserved(previous)
         return self.status(app)
 
@@ -255,7 +236,7 @@ class LocalRay:
         from ray import serve
 
         targets, pending, joined = [], {}, {}
-        for app, outcome in self._plan(models):
+        for app, outcome in self.sets.plan(models):
             if isinstance(outcome, ServerError):
                 yield app, outcome
             elif isinstance(outcome, tuple):  # (folder, its own application's RunTarget)
@@ -269,41 +250,15 @@ class LocalRay:
             serve.run_many(unique, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
             self._router_running()
         yield from self._settled(pending, timeout_s)
-        for app, outcome in self.sets.settle(joined, timeout_s) if joined else ():
-            if isinstance(outcome, ServerError):
-                shutil.rmtree(joined[app], ignore_errors=True)
-                yield app, outcome
-                continue
-            previous, self._folders[app] = self._folders.get(app), outcome
-            self._drop_unserved(previous)
-            yield app, self.status(app)
+        yield from self.sets.settle(joined, timeout_s) if joined else ()
 
-    def _plan(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
-        """Each model's place: its folder when it joins a replica set, (folder, RunTarget) for an application of
-        its own, or the ServerError that refuses it (its replicas do not fit in the CPUs Ray has free)."""
-        import ray
+    def own_target(self, folder: Path, app: str, args: dict) -> Any:
+        """The Serve RunTarget of a model served by an application of its own (msnb_ray:model)."""
         from ray import serve
 
         from msnb.templates import msnb_ray
 
-        free = ray.available_resources().get("CPU", 0.0)
-        for folder, extra in models:
-            name = read_manifest(folder)[0]
-            app = extra.get("app") or name  # another version of a served name (model_registry)
-            args = {**self._model_args(folder, name), **{k: v for k, v in extra.items() if k != "app"}}
-            placed = self.sets.join(folder, app, args)
-            try:
-                if placed is None or placed[1]:  # a new application: its replicas need room
-                    free -= self._refuse_unschedulable(app, folder, free)
-            except ServerError as err:
-                if placed is not None:
-                    self.sets.packing.remove(app)
-                yield app, err
-                continue
-            if placed is not None:
-                yield app, folder
-            else:
-                yield app, (folder, serve.RunTarget(msnb_ray.model(args), name=app, route_prefix=_route(folder, app)))
+        return serve.RunTarget(msnb_ray.model(args), name=app, route_prefix=_route(folder, app))
 
     def _settled(self, pending: dict[str, Path], timeout_s: float) -> Iterator[tuple]:
         """Each pending application once it runs or has failed (or is still not running after ``timeout_s``)."""
@@ -395,13 +350,8 @@ class LocalRay:
         return [self.status(name) for name in self._folders]
 
     def status(self, name: str, version: str | None = None) -> ModelStatus:
-        from ray import serve
 
-        from msnb.templates.msnb_ray_sets import MODELS
-
-        packed = self.sets.status_app(name)  # a packed model's replicas are its set's
-        app = serve.status().applications.get(packed or name)
-        states = app.deployments[MODELS if packed else "MsnbModel"].replica_states if app else {}
+        states = self.sets.replica_states(name)
         workers = tuple(WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items()
                         for i in range(n))  # fmt: skip
         folder = self._folders.get(name)
@@ -435,10 +385,9 @@ class LocalRay:
 
     def model_log(self, name: str, lines: int = 40) -> list[str]:
         """The newest lines the replicas of ``name`` wrote (Serve's replica logs of that application)."""
-        return self.set_log(self.sets.status_app(name) or name, lines)
+        return self.app_log(self.sets.status_app(name) or name, lines)  # a packed model's: its set's
 
-    def set_log(self, app: str, lines: int = 40) -> list[str]:
-        """The newest lines the replicas of application ``app`` wrote (a replica set's: every member's)."""
+    def app_log(self, app: str, lines: int = 40) -> list[str]:
         found: list[str] = []
         for log in sorted(self.log_dir.glob(f"serve/replica_{app}_*.log")):
             found += log.read_text(errors="replace").splitlines()

@@ -16,10 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from msnb.templates.msnb_names import HANDLER_MODULE
-from msnb.templates.msnb_serving import ServingConfig
-from msnb.templates.msnb_ts_load import read_folder
-
 DEFAULT_MODELS_PER_REPLICA = 8
 SET_PREFIX = "msnb-models-"  # the replica sets' applications: msnb-models-1, msnb-models-2, ...
 # What a handler's text says when it streams: TorchServe's intermediate responses (an own handler), or, in msnb's
@@ -48,6 +44,9 @@ class Packing:
 
     def own_replica(self, folder: Path, name: str, extra: dict) -> str | None:
         """Why model ``name`` (its folder, its deploy's extra args) needs a replica of its own; None: it shares."""
+        from msnb.templates.msnb_serving import ServingConfig
+        from msnb.templates.msnb_ts_load import read_folder
+
         _, config = read_folder(folder)
         serving = ServingConfig.from_model_config(config)
         reasons = [
@@ -93,12 +92,17 @@ class Packing:
 def workers(folder: Path) -> tuple[int, int]:
     """A folder's (minWorkers, maxWorkers) as its replicas' count (msnb_ray.workers)."""
     from msnb.templates.msnb_ray import workers as replicas
+    from msnb.templates.msnb_serving import ServingConfig
+    from msnb.templates.msnb_ts_load import read_folder
 
     return replicas(ServingConfig.from_model_config(read_folder(folder)[1]))
 
 
 def streams(folder: Path) -> bool:
     """Whether the folder's handler module says it streams (read, not run: before anything loads)."""
+    from msnb.templates.msnb_names import HANDLER_MODULE
+    from msnb.templates.msnb_ts_load import read_folder
+
     manifest, _ = read_folder(folder)
     handler = (manifest.get("model") or {}).get("handler") or f"{HANDLER_MODULE}.py"
     module = Path(handler.partition(":")[0]).stem

@@ -5,8 +5,9 @@ running replicas load and unload them in place), and the router told which set s
 
 from __future__ import annotations
 
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,36 @@ ANSWER_S = 30.0  # how long a set's replica may take to say which models it load
 
 
 class ReplicaSets:
-    """``engine``'s replica sets: ``engine`` gives the door, a model's args (``_model_args``) and its logs."""
+    """``engine``'s replica sets: ``engine`` (a LocalRay) gives the door, its served folders, a model's status and its
+    logs; ``failure(app, text)`` turns a load's text into the error the engine raises (its ``load_error``)."""
 
-    def __init__(self, engine: Any, packing: Packing | None = None):
-        self.engine, self.packing = engine, packing or Packing()
+    def __init__(self, engine: Any, packing: Packing, failure: Callable[[str, str], ServerError]):
+        self.engine, self.packing, self.failure = engine, packing, failure
         self._before: dict[str, dict | None] = {}  # a joining app -> its set's entry before (a replacement's)
+
+    def plan(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
+        """Each model's place (``models``: as LocalRay.deploy_many takes them): its folder when it joins a set,
+        (folder, RunTarget) for an application of its own, or the ServerError that refuses it (its replicas do not
+        fit in the CPUs Ray has free)."""
+        import ray
+
+        from msnb.engines.store import read_manifest
+
+        free = ray.available_resources().get("CPU", 0.0)
+        for folder, extra in models:
+            name = read_manifest(folder)[0]
+            app = extra.get("app") or name  # another version of a served name (model_registry)
+            args = {**self.engine._model_args(folder, name), **{k: v for k, v in extra.items() if k != "app"}}
+            placed = self.join(folder, app, args)
+            try:
+                if placed is None or placed[1]:  # a new application: its replicas need room
+                    free -= self.engine._refuse_unschedulable(app, folder, free)
+            except ServerError as err:
+                if placed is not None:
+                    self.packing.remove(app)
+                yield app, err
+                continue
+            yield app, folder if placed is not None else (folder, self.engine.own_target(folder, app, args))
 
     def join(self, folder: Path, app: str, args: dict) -> tuple[ReplicaSet, bool] | None:
         """Place model application ``app`` (its folder and builder args) into a set: (the set, whether it is new);
@@ -48,17 +74,44 @@ class ReplicaSets:
         return serve.RunTarget(msnb_ray_multi.models(args), name=rs.app, route_prefix=set_route(rs.app))
 
     def settle(self, joined: dict[str, Path], timeout_s: float) -> Iterator[tuple[str, Any]]:
-        """Each model application of ``joined`` (app -> folder) once its set's replica has loaded it: its folder, or
-        a ServerError (taken out of its set); the router told the sets first."""
+        """Each model application of ``joined`` (app -> folder) once its set's replica has loaded it: its ModelStatus
+        (the engine serves the folder), or a ServerError (the folder deleted, the model out of its set, or for a
+        replacement its old folder serving on); the router is told the sets first."""
         outcomes = {}
         for set_app, apps in self._by_set(joined).items():
             outcomes |= self._loaded(set_app, {a: joined[a] for a in apps}, timeout_s)
         for app, outcome in outcomes.items():
             before = self._before.pop(app, None)
-            if isinstance(outcome, ServerError):  # a replacement's old folder serves on; a new member leaves
+            if isinstance(outcome, ServerError):
                 self._restore(app, before) if before is not None else self.leave(app, tell_router=False)
         self.tell_router()
-        yield from outcomes.items()
+        for app, outcome in outcomes.items():
+            if isinstance(outcome, ServerError):
+                shutil.rmtree(joined[app], ignore_errors=True)
+                yield app, outcome
+                continue
+            previous, self.engine._folders[app] = self.engine._folders.get(app), outcome
+            self.engine._drop_unserved(previous)
+            yield app, self.engine.status(app)
+
+    def replace(self, folder: Path, app: str) -> Any:
+        """A packed model's new folder (another version, other settings), loaded beside the old one in its set (or
+        in the set its workers now need): its ModelStatus once it serves; a ServerError (the old folder serving on)
+        when it fails."""
+        old = self.packing.set_of(app)
+        moved = old.workers != workers(folder)
+        if moved:  # its set's replicas serve it on until its new place answers
+            entry = old.members[app]
+            self.packing.remove(app)
+        outcome = next(iter(self.engine.deploy_many([(folder, {"app": app})])), (app, None))[1]
+        if moved and isinstance(outcome, ServerError):
+            old.members[app] = entry
+            self.packing.sets[old.app] = old
+        elif moved:
+            self.release(old)
+        if isinstance(outcome, ServerError):
+            raise outcome
+        return outcome
 
     def _restore(self, app: str, entry: dict) -> None:
         from ray import serve
@@ -110,9 +163,7 @@ class ReplicaSets:
         return found
 
     def _error(self, app: str, set_app: str, text: str) -> ServerError:
-        from msnb.engines.ray.engine import load_error
-
-        return load_error(app, "\n".join([text, *self.engine.set_log(set_app, 30)]))
+        return self.failure(app, "\n".join([text, *self.engine.app_log(set_app, 30)]))
 
     def leave(self, app: str, tell_router: bool = True) -> None:
         """Take ``app`` out of its set: the router first (its requests answer 404 from then on), then the set's
@@ -142,6 +193,17 @@ class ReplicaSets:
 
         router = msnb_ray.router({**self.engine._door(), "sets": self.packing.routes()})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
+
+    def replica_states(self, app: str) -> dict[str, int]:
+        """Serve's replica counts by state of model application ``app`` (a packed model's: its set's)."""
+        from ray import serve
+
+        from msnb.templates.msnb_ray import MODEL
+        from msnb.templates.msnb_ray_sets import MODELS
+
+        packed = self.status_app(app)
+        found = serve.status().applications.get(packed or app)
+        return dict(found.deployments[MODELS if packed else MODEL].replica_states) if found else {}
 
     def status_app(self, app: str) -> str | None:
         """The set application serving ``app`` (None: not packed)."""
