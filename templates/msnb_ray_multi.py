@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from typing import Any
 
@@ -32,7 +33,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
     from .msnb_ray_api import ApiRoutes, OwnApp
     from .msnb_ray_isolation import Namespace
     from .msnb_ray_replica import replica_gpu_id, worker_logs
-    from .msnb_ray_sets import LOADED_PATH, MODELS, strip_set_route
+    from .msnb_ray_sets import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route
     from .msnb_ray_stream import WHOLE, StreamRoutes
     from .msnb_ray_timeout import response_timeout
     from .msnb_serving import ServingConfig
@@ -46,7 +47,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
     from msnb_ray_api import ApiRoutes, OwnApp
     from msnb_ray_isolation import Namespace
     from msnb_ray_replica import replica_gpu_id, worker_logs
-    from msnb_ray_sets import LOADED_PATH, MODELS, strip_set_route
+    from msnb_ray_sets import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route
     from msnb_ray_stream import WHOLE, StreamRoutes
     from msnb_ray_timeout import response_timeout
     from msnb_serving import ServingConfig
@@ -76,7 +77,7 @@ class ModelSlot(MsnbModel.func_or_class):
     """One model folder of a replica set: MsnbModel's door, OpenAI routes, batching and responseTimeout, for it
     alone (Serve keeps one batch queue per decorated function, so each slot decorates its own)."""
 
-    def __init__(self, model: LoadedModel, door: http.Door | None):  # no super().__init__: the model is loaded
+    def __init__(self, app: str, model: LoadedModel, door: http.Door | None):  # no super().__init__: it is loaded
         self.model, self.door = model, door
         size, wait_s = batch_settings(model.config)
         one = MsnbModel.func_or_class  # its batch methods' own bodies (``__wrapped__``: serve.batch keeps them)
@@ -92,6 +93,36 @@ class ModelSlot(MsnbModel.func_or_class):
         self._stream = serve.batch(max_batch_size=size, batch_wait_timeout_s=wait_s)(streamed)
         self.timeout_s, self.stuck = response_timeout(model.config), ""
         self.routes, self.api = StreamRoutes(), ApiRoutes(OwnApp(self))
+        self.app = app
+
+    async def infer(self, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        began = time.perf_counter()
+        try:
+            return await super().infer(explain, body, headers)
+        finally:
+            counted(self.app, time.perf_counter() - began)
+
+    async def infer_stream(self, body: bytes, headers: dict):
+        began = time.perf_counter()
+        try:
+            async for item in super().infer_stream(body, headers):
+                yield item
+        finally:
+            counted(self.app, time.perf_counter() - began)
+
+
+_COUNTERS: dict[str, Any] = {}  # one of each per process (ray.serve.metrics)
+
+
+def counted(app: str, seconds: float) -> None:
+    """One request of member ``app`` and its time, counted (REQUESTS_METRIC, LATENCY_METRIC)."""
+    if not _COUNTERS:
+        from ray.serve import metrics
+
+        for name in (REQUESTS_METRIC, LATENCY_METRIC):
+            _COUNTERS[name] = metrics.Counter(name, description=f"msnb {name}", tag_keys=("model_name",))
+    _COUNTERS[REQUESTS_METRIC].inc(1, tags={"model_name": app})
+    _COUNTERS[LATENCY_METRIC].inc(seconds * 1000, tags={"model_name": app})
 
 
 @serve.deployment(name=MODELS, logging_config=QUIET)
@@ -134,7 +165,7 @@ class MsnbModels:
             return
         model.entry = Within(model.entry, space)
         old = self.spaces.get(app)
-        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(model, self.door), space, spec
+        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(app, model, self.door), space, spec
         self.failed.pop(app, None)
         if old is not None:
             old.close()

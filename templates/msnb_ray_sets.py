@@ -19,6 +19,9 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
 MODELS = "MsnbModels"  # every replica set application's one deployment (msnb_ray_multi)
 SETS_ROUTE = "/-/msnb-sets"  # a set's route prefix is SETS_ROUTE/SET: the local front prefixes its paths with it
 LOADED_PATH = "/-/loaded"  # SETS_ROUTE/SET/-/loaded: what the set's replica loaded (the local engine asks it)
+# A set's requests per member (Serve's own request metrics count the set's application): Ray counters tagged with
+# the member's application as model_name, which msnb.engines.ray.metrics writes under TorchServe's names.
+REQUESTS_METRIC, LATENCY_METRIC = "msnb_set_requests", "msnb_set_latency_ms"
 
 
 def set_route(set_app: str) -> str:

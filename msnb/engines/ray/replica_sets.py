@@ -179,9 +179,8 @@ class ReplicaSets:
         """Set ``rs`` deployed with the members it has now, or deleted when it has none."""
         from ray import serve
 
-        if rs.members:
-            serve.run_many([self.target(rs)], wait_for_ingress_deployment_creation=False,
-                           wait_for_applications_running=False)  # fmt: skip
+        if rs.members:  # returns once its replicas let go of what left (as serve.delete returns once they are gone)
+            serve.run_many([self.target(rs)], wait_for_ingress_deployment_creation=False)
         else:
             serve.delete(rs.app)
 
