@@ -39,7 +39,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
     from .msnb_ray_manage import metadata
     from .msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from .msnb_ray_sequence import SequenceRouter
-    from .msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets
+    from .msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets, versioned
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
     from .msnb_serving import ServingConfig
@@ -59,7 +59,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
     from msnb_ray_manage import metadata
     from msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from msnb_ray_sequence import SequenceRouter
-    from msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets
+    from msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets, versioned
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
     from msnb_serving import ServingConfig
@@ -496,5 +496,5 @@ def router(args: dict | None = None) -> Any:
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
-    options["user_config"] = {"sets": dict(args.get("sets") or {})}  # which replica set serves a packed model
+    options = versioned({**options, "user_config": {"sets": dict(args.get("sets") or {})}}, door)  # sets: no restart
     return MsnbRouter.options(**options).bind(door)

@@ -33,7 +33,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
     from .msnb_ray_api import ApiRoutes, OwnApp
     from .msnb_ray_isolation import Namespace
     from .msnb_ray_replica import replica_gpu_id, worker_logs
-    from .msnb_ray_sets import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route
+    from .msnb_ray_sets import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route, versioned
     from .msnb_ray_stream import WHOLE, StreamRoutes
     from .msnb_ray_timeout import response_timeout
     from .msnb_serving import ServingConfig
@@ -47,7 +47,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
     from msnb_ray_api import ApiRoutes, OwnApp
     from msnb_ray_isolation import Namespace
     from msnb_ray_replica import replica_gpu_id, worker_logs
-    from msnb_ray_sets import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route
+    from msnb_ray_sets import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route, versioned
     from msnb_ray_stream import WHOLE, StreamRoutes
     from msnb_ray_timeout import response_timeout
     from msnb_serving import ServingConfig
@@ -142,8 +142,8 @@ class MsnbModels:
         self.spaces: dict[str, Namespace] = {}
 
     async def reconfigure(self, config: dict) -> None:
-        """Load what ``config["models"]`` adds or changes (one after another, off the event loop: the others
-        answer meanwhile), unload what it leaves out."""
+        """Load what ``config["models"]`` adds or changes (one after another, off the event loop; the others' calls
+        wait for each load, which holds the process's modules), unload what it leaves out."""
         wanted = {str(spec["app"]): spec for spec in (config or {}).get("models") or []}
         for app in [a for a in {*self.specs, *self.failed} if a not in wanted]:
             self.unload(app)
@@ -278,4 +278,4 @@ def models(args: dict) -> Any:
     for key in ("max_replicas_per_node", "max_surge_percent"):
         if args.get(key) is not None:
             options[key] = int(args[key])
-    return MsnbModels.options(**options).bind(args.get("door"))
+    return MsnbModels.options(**versioned(options, args.get("door"))).bind(args.get("door"))

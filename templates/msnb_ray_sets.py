@@ -9,6 +9,10 @@ Depends on the standard library and msnb_ray_http, never on msnb or Ray.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by package (see msnb.templates)
@@ -22,6 +26,24 @@ LOADED_PATH = "/-/loaded"  # SETS_ROUTE/SET/-/loaded: what the set's replica loa
 # A set's requests per member (Serve's own request metrics count the set's application): Ray counters tagged with
 # the member's application as model_name, which msnb.engines.ray.metrics writes under TorchServe's names.
 REQUESTS_METRIC, LATENCY_METRIC = "msnb_set_requests", "msnb_set_latency_ms"
+
+
+def versioned(options: dict, *built_with: Any) -> dict:
+    """Deployment ``options`` with a code version of their own. Serve gives a deployment run from Python a random
+    version at each ``serve.run`` (ray/serve/_private/client.py), so every change restarts its replicas; a version
+    made of what the replicas are built with (``built_with``: their constructor's args; their actor options; the
+    adapter's code) makes a change of user_config alone a lightweight update: ``reconfigure`` on the running
+    replicas. (``version`` is Serve's own option, given as Serve gives it internally: ``_internal``.)"""
+    heavy = {k: v for k, v in options.items() if k in ("ray_actor_options", "max_replicas_per_node")}
+    text = json.dumps([built_with, heavy, adapter_digest()], sort_keys=True, default=str)
+    return {**options, "version": hashlib.sha256(text.encode()).hexdigest()[:16], "_internal": True}
+
+
+@functools.lru_cache(maxsize=1)
+def adapter_digest() -> str:
+    """The adapter's own code (every msnb_ray*.py beside this module), as one digest."""
+    files = sorted(Path(__file__).resolve().parent.glob("msnb_ray*.py"))
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
 def set_route(set_app: str) -> str:
