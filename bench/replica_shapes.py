@@ -55,6 +55,8 @@ SHAPES = {
             done, told = os.pipe()
             stay, keep = os.pipe()
             if os.fork() == 0:
+                for fd in [keep, *(k for _, k in pipes)]:  # only the parent holds them: its end is theirs
+                    os.close(fd)
                 answered(LoadedModel(enter(Path(folder))))
                 os.write(told, b"1")
                 os.read(stay, 1)  # until the parent goes

@@ -39,7 +39,7 @@ if __package__:  # msnb.templates.*, in msnb's own process: its neighbours by pa
     from .msnb_ray_manage import metadata
     from .msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from .msnb_ray_sequence import SequenceRouter
-    from .msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets, versioned
+    from .msnb_ray_sets import SetHandle, SetRouting, members_of, model_states, set_targets, versioned
     from .msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from .msnb_ray_timeout import bounded, response_timeout, timed_out
     from .msnb_serving import ServingConfig
@@ -59,7 +59,7 @@ else:  # a top-level module in a model folder or an exported folder: its neighbo
     from msnb_ray_manage import metadata
     from msnb_ray_replica import RayMetrics, replica_gpu_id, worker_logs
     from msnb_ray_sequence import SequenceRouter
-    from msnb_ray_sets import SetHandle, SetRouting, model_states, set_targets, versioned
+    from msnb_ray_sets import SetHandle, SetRouting, members_of, model_states, set_targets, versioned
     from msnb_ray_stream import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
     from msnb_ray_timeout import bounded, response_timeout, timed_out
     from msnb_serving import ServingConfig
@@ -360,7 +360,7 @@ class MsnbRouter(SetRouting):
         if len(parts) == 4:
             return error_reply(404, "ResourceNotFoundException", "Requested resource is not found, please refer "
                                "to API document.")  # fmt: skip
-        states = await asyncio.to_thread(replica_states, self.sets)
+        states = members_of(await asyncio.to_thread(replica_states), self.sets)  # a set: its models
         if len(parts) == 1:
             try:
                 models = [(n, manage.archive_url(n)) for n in states if not http.is_version_app(n)]  # one per name
@@ -430,9 +430,9 @@ class MsnbRouter(SetRouting):
         raise AssertionError("unreachable")
 
 
-def replica_states(sets: dict[str, str] | None = None) -> dict[str, dict[str, int]]:
-    """Each model application's replicas by state (its MsnbModel deployment's; a packed model's: its set's)."""
-    return model_states(serve.status().applications, MODEL, sets or {})
+def replica_states() -> dict[str, dict[str, int]]:
+    """Each model application's replicas by state (its MsnbModel deployment's; a replica set's MsnbModels')."""
+    return model_states(serve.status().applications, MODEL)
 
 
 def json_reply(status: int, body: Any) -> tuple[int, dict, bytes]:

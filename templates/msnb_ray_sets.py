@@ -116,9 +116,14 @@ class SetRouting:
         self.sets = sets
 
 
-def model_states(applications: dict, one: str, sets: dict[str, str]) -> dict[str, dict[str, int]]:
-    """Each model application's replica counts by state (``serve.status().applications``): a one-model
-    application's (its deployment ``one``), and each set member's (its set's ``MsnbModels``)."""
-    states = {n: {d: dict(s.replica_states) for d, s in app.deployments.items()} for n, app in applications.items()}
-    own = {n: found[one] for n, found in states.items() if one in found}
-    return own | {app: states[s][MODELS] for app, s in sets.items() if MODELS in states.get(s, {})}
+def model_states(applications: dict, one: str) -> dict[str, dict[str, int]]:
+    """Each model or replica set application's replica counts by state (``serve.status().applications``: its
+    deployment ``one``, a one-model application's, or MODELS)."""
+    found = {n: app.deployments.get(one) or app.deployments.get(MODELS) for n, app in applications.items()}
+    return {n: dict(d.replica_states) for n, d in found.items() if d is not None}
+
+
+def members_of(states: dict[str, dict[str, int]], sets: dict[str, str]) -> dict[str, dict[str, int]]:
+    """``states`` with each replica set's entry replaced by one per member (its set's replicas are its own)."""
+    own = {app: counts for app, counts in states.items() if app not in sets.values()}
+    return own | {app: states[s] for app, s in sets.items() if s in states}
