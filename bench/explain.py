@@ -11,7 +11,7 @@ from bench.harness import Settings, interleave, summary
 from msnb.engines.torchserve import LocalServer
 from msnb.package.model_folder import ModelFolder
 from msnb.session.deployment import deploy
-from msnb.templates.msnb_explain_budget import SHARE_ENV
+from msnb.templates.msnb_runtime.handler.explain_budget import SHARE_ENV
 from msnb.trial.runner import LoadedHandler
 
 NAME = "explain"
@@ -23,7 +23,7 @@ def run(settings: Settings) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     checkpoint = models.save_mlp_checkpoint(models.SMALL, work / "model.pt")
     spec = models.mlp_spec(NAME, models.SMALL, checkpoint)
-    # Explanation latency alone: the explanation pacing (msnb_explain_budget) is off, in-process and on the server.
+    # Explanation latency alone: the explanation pacing (msnb_runtime.handler.explain_budget) is off, in-process and on the server.
     os.environ[SHARE_ENV] = "1"
     handler = LoadedHandler(spec, ModelFolder.stage(spec, work / "model", temporary=True).path)
     calls = settings.size(100, 20, 2)

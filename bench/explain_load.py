@@ -94,7 +94,7 @@ def report(runs: dict[str, list[dict]], explained: list) -> dict:
         "notes": f"Small MLP, batch size 1, one worker, {PREDICT_CLIENTS} prediction clients in a loop, measured "
         f"alone and while {EXPLAIN_CLIENTS} clients ask /explanations (Integrated Gradients, 50 steps) in a loop, "
         "waiting as a 503's Retry-After says. The shared handler paces explanations to at most 25 % of the worker's time "
-        f"(msnb_explain_budget); explanations over it are answered 503 at once. Explanations answered: {answered}, refused "
+        f"(msnb_runtime.handler.explain_budget); explanations over it are answered 503 at once. Explanations answered: {answered}, refused "
         f"(503 + Retry-After): {refused}; failed predictions: {failed}. Before the budget: p50 9 -> 118 ms, "
         "p99 32 -> 629 ms.",
     }

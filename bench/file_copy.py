@@ -66,12 +66,12 @@ def _build_child(kind: str, name: str, mib: str, checkpoint: str, store: str) ->
     import msnb.spec
     from msnb import files
     from msnb.files import clone_file, link_or_copy
-    from msnb.package import archive, formats, taken
+    from msnb.package import archive, build_inputs, formats
 
     scratch = Path(store).parent / f".{name}.part"
     start = time.perf_counter()
     if kind == "copy":
-        taken.fingerprint(checkpoint)
+        build_inputs.fingerprint(checkpoint)
     hashed = time.perf_counter()
     (clone_file if kind == "copy" else link_or_copy)(checkpoint, scratch)
     copied = time.perf_counter()

@@ -99,8 +99,9 @@ def msnb_serving(kind: str, work: Path, settings: Settings, name: str, cell: str
     return engine, lambda: stop_engine(engine, settings)
 
 
-def interleave_servers(starts: dict[str, Callable[[], tuple[Callable[[], Any], Callable[[], None]]]],
-                       reps: int) -> dict[str, list]:  # fmt: skip
+def interleave_servers(
+    starts: dict[str, Callable[[], tuple[Callable[[], Any], Callable[[], None]]]], reps: int
+) -> dict[str, list]:
     """Start every server (``starts``: name -> a call that starts it and returns its measure and its stop), warm
     each up with one measure, then run the measures interleaved ``reps`` times; every server is up during every
     round and stopped at the end, even when one fails."""

@@ -20,7 +20,7 @@ from msnb.cli.demo import checkpoint_overrides
 from msnb.cli.export import export_notebook
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.config import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR, parse_properties
-from msnb.templates.msnb_metrics import ALL_METRICS
+from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
 
 WINDOW = (
     "Msnb* values are the handler's latest report: the means of the batches of a 1 s window, reported by the "

@@ -47,9 +47,25 @@ def build(work: Path, name: str, version: str = "1.0") -> Path:
     (folder / "tiny.py").write_text(HANDLER)
     (folder / "model-config.yaml").write_text(f"batchSize: {BATCH}\nmaxBatchDelay: {DELAY_MS}\n")
     archiver = Path(sys.executable).with_name("torch-model-archiver")
-    subprocess.run([str(archiver), "--model-name", name, "--version", version, "--handler", str(folder / "tiny.py"),
-                    "--config-file", str(folder / "model-config.yaml"), "--export-path", str(folder), "-f"],
-                   check=True, capture_output=True, env={**os.environ, "TMPDIR": str(folder)})  # fmt: skip
+    subprocess.run(
+        [
+            str(archiver),
+            "--model-name",
+            name,
+            "--version",
+            version,
+            "--handler",
+            str(folder / "tiny.py"),
+            "--config-file",
+            str(folder / "model-config.yaml"),
+            "--export-path",
+            str(folder),
+            "-f",
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "TMPDIR": str(folder)},
+    )
     return folder / f"{name}.mar"
 
 
@@ -149,8 +165,10 @@ def _load(engine, name: str, total: int) -> dict:
 
 
 def report(cold: dict, loads: dict, many: int, settings: Settings) -> dict:
-    rows = {f"cold start, {k.split()[1]} archive(s): {k.split()[0]} s": summary([t for t, _, _ in v])
-            for k, v in cold.items()}  # fmt: skip
+    rows = {
+        f"cold start, {k.split()[1]} archive(s): {k.split()[0]} s": summary([t for t, _, _ in v])
+        for k, v in cold.items()
+    }
     for k, v in cold.items():
         rows[f"serving tree PSS, {k.split()[1]} archive(s): {k.split()[0]} MiB"] = summary([m for _, m, _ in v])
         rows[f"serving tree processes, {k.split()[1]} archive(s): {k.split()[0]}"] = summary([n for _, _, n in v])
@@ -206,8 +224,13 @@ def plot(result: dict, path: Path = PLOT) -> None:
     many = max(int(k.split(", ")[1].split()[0]) for k in result["rows"] if k.startswith("cold start"))
     kinds = [k for k in ("torchserve", "ray", OWN) if f"cold start, {many} archive(s): {k} s" in result["rows"]]
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
-    for ax, (row, unit) in zip(axes, (("cold start, {n} archive(s): {k} s", "s to every first answer"),
-                                      ("serving tree PSS, {n} archive(s): {k} MiB", "PSS of the serving tree, MiB"))):  # fmt: skip
+    for ax, (row, unit) in zip(
+        axes,
+        (
+            ("cold start, {n} archive(s): {k} s", "s to every first answer"),
+            ("serving tree PSS, {n} archive(s): {k} MiB", "PSS of the serving tree, MiB"),
+        ),
+    ):
         ax.bar(kinds, [result["rows"][row.format(n=many, k=k)]["median"] for k in kinds], color=["C0", "C1", "C7"])
         ax.set_ylabel(unit)
         ax.set_title(f"{many} archives", fontsize=9)
@@ -237,8 +260,11 @@ def append(result: dict) -> None:
     """The run's table, appended to bench/RAY_ARCHIVES.md under its date and load average."""
     from bench.report import machine
 
-    lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
-             "| measurement | median |", "|---|---|"]  # fmt: skip
+    lines = [
+        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+        "| measurement | median |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
     lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
     lines += ["", result["notes"]]

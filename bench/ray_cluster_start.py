@@ -29,7 +29,7 @@ class Cluster:
         from ray.cluster_utils import Cluster as RayCluster
 
         from msnb.engines.ray.nodes import AUTH_VARS, node_args, started
-        from msnb.templates.msnb_ray_guard import KEY_VAR
+        from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
         self.root, self.key = root, secrets.token_urlsafe(16)
         # this process's Ray token as it was: a smoke run's other benchmarks keep using the process-wide Ray after
@@ -77,8 +77,9 @@ def on_ray(cluster: Cluster, folder: Path, names: list[str], port: int) -> float
     client = TorchServeClient.connect(f"http://127.0.0.1:{port}", folder.parent / "key")
     serve = str(Path(sys.executable).with_name("serve"))
     start = time.perf_counter()
-    process = subprocess.Popen([serve, "run", "serve_config.yaml"], cwd=folder, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        [serve, "run", "serve_config.yaml"], cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         first_answers(client, names, 600)
         return time.perf_counter() - start
@@ -121,20 +122,20 @@ def on_torchserve(work: Path, archives: list[Path]) -> float:
 
 def requirement_cost(work: Path, requirement: str = "termcolor") -> dict[str, float]:
     """What one small pure-Python requirement the node lacks costs an exported application: seconds and bytes of its
-    install beside the model folders (``msnb_ray_needs.install_once``, as the first replica of a node runs it), and
+    install beside the model folders (``runtime_env.install_once``, as the first replica of a node runs it), and
     the seconds a second replica takes to find it installed."""
-    from msnb.templates import msnb_ray_needs
+    from msnb.templates.msnb_runtime.ray import runtime_env
 
     folder = work / "requirement" / "model"
     folder.mkdir(parents=True, exist_ok=True)
     path = list(sys.path)
     try:
         start = time.perf_counter()
-        target = msnb_ray_needs.install_once(folder, [requirement])
+        target = runtime_env.install_once(folder, [requirement])
         first = time.perf_counter() - start
         sys.path[:] = path
         start = time.perf_counter()
-        msnb_ray_needs.install_once(folder, [requirement])
+        runtime_env.install_once(folder, [requirement])
         again = time.perf_counter() - start
     finally:
         sys.path[:] = path
@@ -220,8 +221,11 @@ def append(result: dict) -> None:
     from bench.report import machine
 
     text = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
-    lines = [f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
-             "| measurement | median |", "|---|---|"]  # fmt: skip
+    lines = [
+        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+        "| measurement | median |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
     lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
     RESULTS.write_text(text + "\n".join(lines) + f"\n\n{result['notes']}\n\n![the last run]({PLOT.name})\n")

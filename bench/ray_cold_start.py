@@ -69,8 +69,12 @@ def measure() -> dict[str, float]:
 
 def write(times: dict[str, float], prestart: bool) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load}, "
-             f"prestart={'on' if prestart else 'off (msnb default)'}\n", "| phase | s |", "|---|---|"]  # fmt: skip
+    lines = [
+        f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load}, "
+        f"prestart={'on' if prestart else 'off (msnb default)'}\n",
+        "| phase | s |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {seconds:.2f} |" for name, seconds in times.items()]
     text = RESULTS.read_text() if RESULTS.exists() else "# Ray engine cold start, phase by phase (measured)\n"
     RESULTS.write_text(text + "\n".join(lines) + "\n")

@@ -45,10 +45,13 @@ class Managed:
         from msnb.engines.ts_properties import read
 
         config = read(None).with_overrides(
-            model_store=mar.parent, enable_model_api=True, default_workers_per_model=1,
-            inference_address=self.engine.inference_url, management_address=f"http://127.0.0.1:{free_port()}",
+            model_store=mar.parent,
+            enable_model_api=True,
+            default_workers_per_model=1,
+            inference_address=self.engine.inference_url,
+            management_address=f"http://127.0.0.1:{free_port()}",
             metrics_address=f"http://127.0.0.1:{free_port()}",
-        )  # fmt: skip
+        )
         self.api = TorchServeApi(self.engine, config, opener(config))
         return self.api.management_url
 

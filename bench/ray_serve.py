@@ -29,8 +29,9 @@ def run(settings: Settings) -> dict:
 
 
 def _spec(checkpoint: Path, workers: int, revision: int = 0):
-    return models.mlp_spec(NAME, models.WIDE, checkpoint, revision, batch_size=BATCH, max_batch_delay=DELAY_MS,
-                           workers=workers)  # fmt: skip
+    return models.mlp_spec(
+        NAME, models.WIDE, checkpoint, revision, batch_size=BATCH, max_batch_delay=DELAY_MS, workers=workers
+    )
 
 
 def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path, settings: Settings) -> dict:
@@ -51,8 +52,13 @@ def _measure(kind: str, workers: int, checkpoint: Path, total: int, work: Path, 
         measured = _load(engine, total)
     finally:
         stop_engine(engine, settings)
-    return {"engine start": started, "deploy": deployed - started, "cold start to first answer": first,
-            "warm redeploy": redeploy, **measured}  # fmt: skip
+    return {
+        "engine start": started,
+        "deploy": deployed - started,
+        "cold start to first answer": first,
+        "warm redeploy": redeploy,
+        **measured,
+    }
 
 
 def _load(engine, total: int) -> dict:

@@ -61,8 +61,14 @@ def _floor(n: int, steps: Steps, root: str) -> dict[str, float]:
 
     from msnb.engines.ray.nodes import LOOPBACK, free_port
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address=LOOPBACK, _temp_dir=root,
-             log_to_driver=False)  # fmt: skip
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address=LOOPBACK,
+        _temp_dir=root,
+        log_to_driver=False,
+    )
     steps.mark("ray.init (GCS, raylet, agents, driver)")
     port = free_port()
     serve.start(http_options={"host": LOOPBACK, "port": port})
@@ -95,13 +101,13 @@ def msnb(archives: list[Path]) -> dict[str, float]:
 
     from msnb.cli.serve_ray import deploy_archives
     from msnb.engines.ray import engine as ray_engine
-    from msnb.engines.ray import front
+    from msnb.engines.ray import ingress
 
     steps.mark("import msnb and ray.serve")
     steps.wrap(Cluster, "__init__", "head node (GCS, raylet, agents)")
     steps.wrap(ray, "init", "driver connected (ray.init)")
     steps.wrap(serve, "start", "serve.start (controller, proxy)")
-    steps.wrap(front, "ready" if hasattr(front, "ready") else "spawn", "msnb's front ready")
+    steps.wrap(ingress, "ready" if hasattr(ingress, "ready") else "spawn", "msnb's ingress ready")
     steps.wrap(ray_engine.LocalRay, "_router_running", "replicas deployed, router running")
     engine = ray_engine.LocalRay()
     engine.start()
@@ -176,9 +182,9 @@ def replica_imports() -> dict[str, float]:
     from ray import serve  # noqa: F401 - timed
 
     steps.mark("ray.serve (a replica)")
-    import msnb.templates.msnb_ray  # noqa: F401 - timed
+    import msnb.templates.msnb_runtime.ray.app  # noqa: F401 - timed
 
-    steps.mark("msnb's replica code (msnb_ray)")
+    steps.mark("msnb's replica code (msnb_runtime.ray.app)")
     import torch  # noqa: F401 - timed
 
     steps.mark("torch")
@@ -213,9 +219,11 @@ def _answered(engine, archives: list[Path], steps: Steps) -> dict[str, float]:
 def one(kind: str, n: int, work: Path, source: Path | None = None, extra: dict | None = None) -> dict[str, float]:
     """One start of ``kind`` in a fresh process (its imports counted); ``source``: msnb imported from that tree."""
     here = str(Path(__file__).resolve())
-    code = (f"import importlib.util, json; spec = importlib.util.spec_from_file_location('steps', {here!r}); "
-            "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b); "
-            f"print('RESULT', json.dumps(b._child({kind!r}, {n}, {str(work)!r})))")  # fmt: skip
+    code = (
+        f"import importlib.util, json; spec = importlib.util.spec_from_file_location('steps', {here!r}); "
+        "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b); "
+        f"print('RESULT', json.dumps(b._child({kind!r}, {n}, {str(work)!r})))"
+    )
     env = {**os.environ, **(extra or {}), **({"PYTHONPATH": str(source)} if source else {})}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=work, env=env)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -226,9 +234,15 @@ def one(kind: str, n: int, work: Path, source: Path | None = None, extra: dict |
 
 def _child(kind: str, n: int, work: str) -> dict[str, float]:
     archives = [Path(work) / f"tiny{i}" / f"tiny{i}.mar" for i in range(n)]
-    kinds = {"floor": lambda: floor(n), "msnb": lambda: msnb(archives), "shared": lambda: on_shared(archives),
-             "torchserve": lambda: torchserve(archives), "cell": cell, "cell-shared": cell,
-             "replica-imports": replica_imports}  # fmt: skip
+    kinds = {
+        "floor": lambda: floor(n),
+        "msnb": lambda: msnb(archives),
+        "shared": lambda: on_shared(archives),
+        "torchserve": lambda: torchserve(archives),
+        "cell": cell,
+        "cell-shared": cell,
+        "replica-imports": replica_imports,
+    }
     return kinds[kind]()
 
 
@@ -302,8 +316,10 @@ def medians(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def append(results: dict, at_rest: str, load: list[float], note: str) -> str:
-    lines = [f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at start "
-             f"{', '.join(f'{x:.1f}' for x in load)}, after {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n"]  # fmt: skip
+    lines = [
+        f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at start "
+        f"{', '.join(f'{x:.1f}' for x in load)}, after {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n"
+    ]
     for key, runs in results.items():
         totals = ", ".join(f"{r['TOTAL']:.1f}" for r in runs)
         lines += [f"\n**{key}** ({len(runs)} runs; totals {totals} s; medians per step)\n", "| step | s |", "|---|---|"]

@@ -1,6 +1,6 @@
 """Benchmark: the shapes a multi-model Ray replica could take, measured without Ray's cluster around them: eight
 torch-model-archiver archives loaded by TorchServe's own loader (``LoadedModel``) and each answered once, in
-(a) one process, each archive in a namespace of its own (templates/msnb_ray_isolation.py: what msnb_ray_multi does),
+(a) one process, each archive in a namespace of its own (the runtime's ray.isolation: what ray.multi_model does),
 (b) one process that has imported torch, TorchServe and the replica's modules forking a child per archive (as
 msnb's test fork server does: the children share those pages, which PSS counts once), and (c) a process per archive,
 each importing everything itself (one Serve application per archive: the replicas before replica sets).
@@ -26,9 +26,9 @@ READY = "ready"
 COMMON = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
-    from msnb.templates.msnb_ray import LoadedModel  # ray.serve, starlette, ts: what a replica imports
-    from msnb.templates.msnb_ray_isolation import Namespace
-    from msnb.templates.msnb_ts_load import enter
+    from msnb.templates.msnb_runtime.ray.app import LoadedModel  # ray.serve, starlette, ts: what a replica imports
+    from msnb.templates.msnb_runtime.ray.isolation import Namespace
+    from msnb.templates.msnb_runtime.ts.model_loader import enter
 
     SAMPLE = json.dumps({sample!r}).encode()
 
@@ -92,8 +92,12 @@ def run_shape(shape: str, folders: list[Path], work: Path) -> tuple[float, float
     code = SHAPES[shape].format(sample=SAMPLE)
     groups = [[str(f)] for f in folders] if shape == "a process per archive" else [[str(f) for f in folders]]
     start = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", code, *g], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=work) for g in groups]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, *g], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=work
+        )
+        for g in groups
+    ]
     try:
         for proc in procs:
             line = proc.stdout.readline().strip()
@@ -119,10 +123,14 @@ def run(settings: Settings) -> dict:
     for shape, got in runs.items():
         rows[f"{shape}: s to every first answer"] = summary([t for t, _ in got])
         rows[f"{shape}: PSS MiB"] = summary([m for _, m in got])
-    return {"title": "Shapes of a multi-model replica (no Ray cluster)", "unit": "s / MiB", "rows": rows,
-            "notes": f"{settings.mode}{settings.reps} interleaved run(s); {len(folders)} tiny-MLP archives made by "
-            "torch-model-archiver; every process imports msnb_ray (Ray Serve, starlette, TorchServe, torch) as a "
-            "replica does."}  # fmt: skip
+    return {
+        "title": "Shapes of a multi-model replica (no Ray cluster)",
+        "unit": "s / MiB",
+        "rows": rows,
+        "notes": f"{settings.mode}{settings.reps} interleaved run(s); {len(folders)} tiny-MLP archives made by "
+        "torch-model-archiver; every process imports the runtime's ray.app (Ray Serve, starlette, TorchServe, torch) as a "
+        "replica does.",
+    }
 
 
 class OneRun(Settings):

@@ -79,8 +79,13 @@ def report(rows: dict, settings: Settings, load: list[str]) -> dict:
         chat = name.removesuffix(RESPONSES) + CHAT
         first, chat_first = (statistics.median(rows[n]["first event ms"]) for n in (name, chat))
         ratios[f"{name.removesuffix(' ' + RESPONSES)}: responses' first event / chat's"] = first / chat_first
-        targets.append({"target": f"{name}: first event no later than chat completions'",
-                        "value": f"{first:.1f} vs {chat_first:.1f} ms", "met": first <= chat_first})  # fmt: skip
+        targets.append(
+            {
+                "target": f"{name}: first event no later than chat completions'",
+                "value": f"{first:.1f} vs {chat_first:.1f} ms",
+                "met": first <= chat_first,
+            }
+        )
         if LITSERVE in rows:
             ratios[f"{name}: first event / LitServe's chat"] = first / statistics.median(
                 rows[LITSERVE]["first event ms"]

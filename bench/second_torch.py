@@ -21,7 +21,7 @@ from msnb.engines.torchserve import LocalServer
 from msnb.package import archive
 from msnb.session.deployment import deploy
 from msnb.spec import USE_VENV
-from msnb.templates.msnb_names import CONFIG
+from msnb.templates.msnb_runtime.handler.names import CONFIG
 
 CELL = """
 import captum

@@ -64,8 +64,9 @@ def stream_once(url: str, headers: dict) -> tuple[float, float]:
     """One streamed answer: ms to its first piece, and ms per chunk between the first and the last piece."""
     body = json.dumps(stream_model.PROMPT).encode()
     start = time.perf_counter()
-    with requests.post(url, data=body, headers={"Content-Type": "application/json", **headers}, stream=True,
-                       timeout=120) as resp:  # fmt: skip
+    with requests.post(
+        url, data=body, headers={"Content-Type": "application/json", **headers}, stream=True, timeout=120
+    ) as resp:
         resp.raise_for_status()
         arrived = [time.perf_counter() for _ in resp.iter_content(None)]
     return (arrived[0] - start) * 1000, (arrived[-1] - arrived[0]) / (stream_model.STEPS - 1) * 1000
@@ -103,8 +104,13 @@ def _msnb(
 def _litserve(checkpoint: Path, work: Path, rounds: int, compute: Compute) -> dict[str, list[float]]:
     port = choose_ports()["inference"]
     with open(work / "litserve.log", "ab") as out:
-        popen = subprocess.Popen([sys.executable, "-m", "bench.litserve_stream_app", str(port), str(checkpoint)],
-                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "bench.litserve_stream_app", str(port), str(checkpoint)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     proc = psutil.Process(popen.pid)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -142,11 +148,17 @@ def report(results: dict, settings: Settings) -> dict:
         if name != LITSERVE:
             ratio = ratios[f"{name}: first chunk / (first step + round trip)"]
             targets += [
-                {"target": f"{name}: first chunk <= {FIRST_CHUNK_GOAL}x (first step + round trip)",
-                 "value": f"{ratio:.2f}x", "met": ratio <= FIRST_CHUNK_GOAL},
-                {"target": f"{name}: per-chunk overhead <= {OVERHEAD_GOAL_MS} ms", "value": f"{overhead:.2f} ms",
-                 "met": overhead <= OVERHEAD_GOAL_MS},
-            ]  # fmt: skip
+                {
+                    "target": f"{name}: first chunk <= {FIRST_CHUNK_GOAL}x (first step + round trip)",
+                    "value": f"{ratio:.2f}x",
+                    "met": ratio <= FIRST_CHUNK_GOAL,
+                },
+                {
+                    "target": f"{name}: per-chunk overhead <= {OVERHEAD_GOAL_MS} ms",
+                    "value": f"{overhead:.2f} ms",
+                    "met": overhead <= OVERHEAD_GOAL_MS,
+                },
+            ]
     rows = {name: {k: summary(v) for k, v in row.items()} for name, row in results.items()}
     return {
         "title": "Streaming: time to first chunk and per chunk, msnb on TorchServe and Ray Serve beside LitServe",

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import SpecError
-from msnb.templates.msnb_names import MODEL_FILE  # the manifest's modelFile (BaseHandler imports it by name)
+from msnb.templates.msnb_runtime.handler.names import (
+    MODEL_FILE,  # the manifest's modelFile (BaseHandler imports it by name)
+)
 
 ROLES_FORM, CLASS_FORM, FUNCTION_FORM = "roles", "class", "function"
 FORMS = {
@@ -180,7 +182,9 @@ def check_checkpoint(tree: ast.Module, entry: str, checkpoint: Any) -> None:
         return
     what = _not_torchscript(checkpoint)
     if what and not model_classes(tree):  # with one, eager mode: it becomes the model file (msnb.forms)
-        from msnb.templates.msnb_own_handler import TORCHSCRIPT_HINT  # the hint the worker gives when it fails there
+        from msnb.templates.msnb_runtime.handler.custom_handler import (
+            TORCHSCRIPT_HINT,  # the hint the worker gives when it fails there
+        )
 
         raise SpecError(
             f"Handler class `{entry}` keeps BaseHandler's initialize, which loads the checkpoint with "

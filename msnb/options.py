@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.errors import OptionError, SpecError
-from msnb.templates.msnb_serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S, options_from
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S, options_from
 
 UserNamespace = Mapping[str, Any]  # the kernel's user namespace, where options may name variables
 CONFIG_HINT = "give a YAML mapping of model-config keys, e.g. `batchSize: 4` and a `handler:` section"

@@ -57,7 +57,10 @@ SIGNATURES = {
 }
 
 
-STREAMING_ROLES = ("inference", "postprocess")  # a generator here streams the answer (templates/msnb_stream.py)
+STREAMING_ROLES = (
+    "inference",
+    "postprocess",
+)  # a generator here streams the answer (templates/msnb_runtime/handler/stream.py)
 
 
 def streaming_roles(tree: ast.Module, roles: Mapping[str, str]) -> tuple[str, ...]:

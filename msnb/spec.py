@@ -28,8 +28,8 @@ from msnb.forms import (
 )
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
 from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
-from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
-from msnb.templates.msnb_serving import ServingConfig
+from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
+from msnb.templates.msnb_runtime.handler.serving import ServingConfig
 
 # TorchServe (>= 0.10) installs an archive's requirements.txt into a virtual environment that sees the server's own
 # packages (``pip install -U --upgrade-strategy only-if-needed``), and the worker runs in it: only what the server
@@ -144,7 +144,7 @@ class HandlerSpec:
     warnings: tuple[str, ...] = ()
     model_yaml: Mapping[str, Any] = field(
         default_factory=dict
-    )  # the user's --config-file (msnb.templates.msnb_serving)
+    )  # the user's --config-file (msnb.templates.msnb_runtime.handler.serving)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
@@ -304,8 +304,15 @@ class HandlerSpec:
     @property
     def serving(self) -> ServingConfig:
         """The serving settings (the user's --config-file as its extra keys)."""
-        return ServingConfig(self.workers, self.batch_size, self.max_batch_delay, self.response_timeout, self.device,
-                             self.max_gpu_memory, self.model_yaml)  # fmt: skip
+        return ServingConfig(
+            self.workers,
+            self.batch_size,
+            self.max_batch_delay,
+            self.response_timeout,
+            self.device,
+            self.max_gpu_memory,
+            self.model_yaml,
+        )
 
     def model_config(self) -> dict[str, Any]:
         """The values written to the archive's model-config.yaml: the serving settings, the archives to unpack

@@ -92,20 +92,20 @@ class Walker:
             "`n` over 1": lambda: self.post("/v1/chat/completions", {**self.chat("streams"), "n": 2}),
             "tools asked of a model": lambda: self.post(
                 "/v1/responses", {**self.respond("streams"), "tools": [{"type": "web_search"}]}
-            ),  # fmt: skip
+            ),
             "function calling asked of a model": lambda: self.post(
                 "/v1/chat/completions", {**self.chat("streams"), "tools": [function]}
-            ),  # fmt: skip
+            ),
             "`previous_response_id`": lambda: self.post(
                 "/v1/responses", {**self.respond("streams"), "previous_response_id": "resp_1"}
-            ),  # fmt: skip
+            ),
             "an oversized body": lambda: self.post("/v1/chat/completions", {**self.chat("streams"), "pad": OVERSIZED}),
             "a model failing mid-stream (chat)": lambda: self.post(
                 "/v1/chat/completions", {**self.chat("fails"), "stream": True}
-            ),  # fmt: skip
+            ),
             "a model failing mid-stream (responses)": lambda: self.post(
                 "/v1/responses", {**self.respond("fails"), "stream": True}
-            ),  # fmt: skip
+            ),
         }
 
     def mcp_cases(self) -> dict[str, Callable[[], requests.Response]]:
@@ -119,10 +119,10 @@ class Walker:
             "an unknown tool": lambda: self.mcp("tools/call", {"name": "nope", "arguments": {}}),
             "a tool argument of the wrong type": lambda: self.mcp(
                 "tools/call", {"name": self.models["streams"], "arguments": {"prompt": 3}}
-            ),  # fmt: skip
+            ),
             "a failing tool call": lambda: self.mcp(
                 "tools/call", {"name": self.models["fails"], "arguments": {"prompt": "x"}}
-            ),  # fmt: skip
+            ),
             "an oversized MCP body": lambda: self.post("/mcp", rpc("tools/list", {"pad": OVERSIZED})),
         }
 
@@ -133,8 +133,10 @@ class Walker:
         return {"model": self.models[which], "input": "the cat"}
 
     def post(self, path: str, body: dict, key: str | None = "", headers: dict | None = None) -> requests.Response:
-        sent = {**({"Authorization": f"Bearer {self.key if key == '' else key}"} if key is not None else {}),
-                **(headers or {})}  # fmt: skip
+        sent = {
+            **({"Authorization": f"Bearer {self.key if key == '' else key}"} if key is not None else {}),
+            **(headers or {}),
+        }
         return requests.post(self.base + path, json=body, headers=sent, timeout=120)
 
     def mcp(self, method: str, params: dict | None = None, version: str = MODERN) -> requests.Response:

@@ -182,9 +182,13 @@ def _run_block(block: Block, workdir: Path, env: dict, timeout: int, keep_runnin
     script = f"trap 'env -0 > {carried}' EXIT\n{block.text}"
     with open(output, "w") as sink:
         done = subprocess.Popen(
-            ["bash", "-euo", "pipefail", "-c", script], cwd=workdir, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=workdir,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
     try:
         done.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -205,8 +209,21 @@ def _isolated(page: Path, workdir: Path, block_timeout: int) -> list[str]:
     """Run the page in Linux namespaces of its own (``unshare``: processes, network, mounts, as an unprivileged user's
     root): ``ray stop`` sees only the page's processes, ports 6379/8000/8265 are the page's own loopback's, and every
     process the page started ends with it (the namespace's first process is this module, run as a script)."""
-    command = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--net", "--mount-proc", "--kill-child",
-               sys.executable, __file__, str(page), str(workdir), str(block_timeout)]  # fmt: skip
+    command = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--pid",
+        "--fork",
+        "--net",
+        "--mount-proc",
+        "--kill-child",
+        sys.executable,
+        __file__,
+        str(page),
+        str(workdir),
+        str(block_timeout),
+    ]
     scratch = Path(tempfile.mkdtemp(prefix="msnbdocns-", dir="/tmp"))  # short: Ray's socket paths hold 107 bytes
     for folder in ("r", "t"):
         (scratch / folder).mkdir()

@@ -88,8 +88,19 @@ VOCAB = ["a", "good", "movie", "a good", "good movie", "bad", "bad movie"]
 
 
 def archiver(folder: Path, name: str, handler: str, *args: str) -> list[str]:
-    return [str(ARCHIVER), "--model-name", name, "--version", "1.0", "--handler", handler,
-            "--export-path", str(folder), "-f", *args]  # fmt: skip
+    return [
+        str(ARCHIVER),
+        "--model-name",
+        name,
+        "--version",
+        "1.0",
+        "--handler",
+        handler,
+        "--export-path",
+        str(folder),
+        "-f",
+        *args,
+    ]
 
 
 def _handler_file(folder: Path, name: str, source: str) -> Path:
@@ -105,8 +116,13 @@ def commands(root: Path, names: tuple[str, ...] = ()) -> dict[str, list[str]]:
     wanted = set(names) or {"eager", "scripted", "news"}
     named = _handler_file(root / "named", "named", TS_NAMED_ENTRY)
     (root / "named" / "requirements.txt").write_text("numpy\n")  # satisfied here: nothing is installed
-    cmds["named"] = archiver(root / "named", "named", f"{named.with_suffix('')}:entry_point_function_name",
-                             "--requirements-file", str(root / "named" / "requirements.txt"))  # fmt: skip
+    cmds["named"] = archiver(
+        root / "named",
+        "named",
+        f"{named.with_suffix('')}:entry_point_function_name",
+        "--requirements-file",
+        str(root / "named" / "requirements.txt"),
+    )
     klass = _handler_file(root / "klass", "klass", CLASS_ENTRY)
     (root / "klass" / "model-config.yaml").write_text(CLASS_CONFIG)
     cmds["klass"] = archiver(

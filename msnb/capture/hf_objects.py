@@ -2,7 +2,7 @@
 
 An object travels when it has ``save_pretrained(dir)`` and its class ``from_pretrained(dir)``: capture saves it
 (weights as safetensors, never a pickle) into a frozen copy that the archive writes under ``hf_objects/NAME/``;
-the server rebinds it with the class's own ``from_pretrained`` (templates/msnb_hf.py). A class a cell defines (a
+the server rebinds it with the class's own ``from_pretrained`` (templates/msnb_runtime/handler/hf.py). A class a cell defines (a
 ``PreTrainedModel`` or ``PretrainedConfig`` subclass) travels as code with the handler (capture pulls its statement)
 and is rebound by that class. Classes from dynamic modules (``trust_remote_code``), objects whose save raises, pickled
 files and folders over the size limit are refused, all names at once, before anything is written to an archive.
@@ -24,7 +24,7 @@ from msnb.capture import hf_peft
 from msnb.capture.kernel_values import human
 from msnb.errors import CaptureError
 from msnb.options import DEFAULTS, OPTION
-from msnb.templates.msnb_hf import HF_DIR, quiet_progress
+from msnb.templates.msnb_runtime.handler.hf import HF_DIR, quiet_progress
 
 _MB = 2**20
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")  # what torch.save / pickle write
@@ -96,7 +96,7 @@ class SavedObjects:
             return ""
         lines = [
             f"# --- msnb: Hugging Face objects saved from the kernel ({HF_DIR}/): {', '.join(i.name for i in items)} ---",
-            "from msnb_hf import load_object as _msnb_load_object",
+            "from msnb_runtime.handler.hf import load_object as _msnb_load_object",
             "",
             *(f"{i.name} = _msnb_load_object(__file__, {i.name!r}, {_arguments(i)})" for i in items),
         ]

@@ -3,7 +3,7 @@
 A ``PeftModel`` (LoRA and the other PEFT methods) travels as two folders under ``hf_objects/NAME/``: ``adapter/``
 (``PeftModel.save_pretrained``: adapter_config.json, adapter_model.safetensors) and ``base/`` (the base model without
 the adapter's layers, ``save_pretrained(safe_serialization=True)``); the server rebinds it with the base class's
-``from_pretrained`` and ``PeftModel.from_pretrained(base, adapter)`` (templates/msnb_hf.py). The kernel's model is
+``from_pretrained`` and ``PeftModel.from_pretrained(base, adapter)`` (templates/msnb_runtime/handler/hf.py). The kernel's model is
 never changed: the base is taken from a copy.
 """
 
@@ -13,7 +13,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from msnb.templates.msnb_hf import ADAPTER_DIR, BASE_DIR
+from msnb.templates.msnb_runtime.handler.hf import ADAPTER_DIR, BASE_DIR
 
 
 def is_peft(value: Any) -> bool:

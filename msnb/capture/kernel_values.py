@@ -17,7 +17,7 @@ import torch
 from msnb.capture.value_walk import WAYS, check
 from msnb.errors import CaptureError
 from msnb.options import DEFAULTS, OPTION
-from msnb.templates.msnb_names import VALUES_FILE
+from msnb.templates.msnb_runtime.handler.names import VALUES_FILE
 
 _MB = 2**20
 # Types people hold such values in, and the plain form that travels.

@@ -20,7 +20,7 @@ from msnb.capture import secret_scan
 from msnb.capture.value_walk import render
 from msnb.errors import CaptureError
 from msnb.spec import Origin, SourceBlock
-from msnb.templates.msnb_names import HANDLER_MODULE, HF_DIR
+from msnb.templates.msnb_runtime.handler.names import HANDLER_MODULE, HF_DIR
 
 FLAG = "--allow-secret"
 SHORTEST = 8  # a shorter str / bytes is scanned only when its name or path says it is a password or key

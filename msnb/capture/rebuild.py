@@ -48,9 +48,30 @@ REBUILT_BY = frozenset(
 # Calls on a logger, a lock or a compiled pattern that leave it as its statement built it (a module-level
 # `logger.info("loaded")` does not make the logger a runtime value; `logger.setLevel(...)` does).
 LEAVES_ALIKE = frozenset(
-    {"debug", "info", "warning", "warn", "error", "exception", "critical", "log", "isEnabledFor", "getEffectiveLevel",
-     "acquire", "release", "locked", "match", "fullmatch", "search", "findall", "finditer", "sub", "subn", "split"}
-)  # fmt: skip
+    {
+        "debug",
+        "info",
+        "warning",
+        "warn",
+        "error",
+        "exception",
+        "critical",
+        "log",
+        "isEnabledFor",
+        "getEffectiveLevel",
+        "acquire",
+        "release",
+        "locked",
+        "match",
+        "fullmatch",
+        "search",
+        "findall",
+        "finditer",
+        "sub",
+        "subn",
+        "split",
+    }
+)
 CALLS_READING_FILES = ("open",)  # and any call named load / *load (torch.load, json.load, np.load, pickle.load)
 _MISSING = object()
 

@@ -59,8 +59,10 @@ def _report(rows: list, both: list[str], unserved: list[str], check: Check, tota
     print(compare.table(rows))
     agreed = sum(diff is None for *_, diff in rows)
     known = len(rows) - agreed - len(compare.undocumented(rows))
-    print(f"{agreed} of {len(rows)} requests answered alike, {known} with a documented difference; served on both: "
-          f"{', '.join(both)}")  # fmt: skip
+    print(
+        f"{agreed} of {len(rows)} requests answered alike, {known} with a documented difference; served on both: "
+        f"{', '.join(both)}"
+    )
     if check.data_dir is None and len(both) < total:
         unserved = ["(an archive)"] * (total - len(both))
     compare_report.write(rows, unserved, check.strict, check.junit, check.json)
@@ -68,8 +70,11 @@ def _report(rows: list, both: list[str], unserved: list[str], check: Check, tota
         return 0
     what = "differ" if compare.undocumented(rows, check.strict) else "did not all serve"
     print(f"error: the engines {what} (see the table above)", file=sys.stderr)
-    print("Hint: each row names the first difference; docs/ray-design.md lists where a Ray replica's worker differs "
-          "from TorchServe's (those rows pass unless --strict).", file=sys.stderr)  # fmt: skip
+    print(
+        "Hint: each row names the first difference; docs/ray-design.md lists where a Ray replica's worker differs "
+        "from TorchServe's (those rows pass unless --strict).",
+        file=sys.stderr,
+    )
     return 1
 
 

@@ -129,8 +129,15 @@ def is_archive(path: Path) -> bool:
     return path.is_dir() or path.name.endswith((".mar", ".tar.gz", ".tgz"))
 
 
-def export_archives(find, paths: list[str], ray: str | None, host: str | None, kserve_python: str | None = None,
-                    port: int | None = None, sizing=None) -> int:  # fmt: skip
+def export_archives(
+    find,
+    paths: list[str],
+    ray: str | None,
+    host: str | None,
+    kserve_python: str | None = None,
+    port: int | None = None,
+    sizing=None,
+) -> int:
     """`msnb export A.mar B.mar --ray OUT` (and/or `--kserve-python OUT`): archives torch-model-archiver made as a Ray
     Serve application (HTTP on ``host``:``port``, replicas sized by ``sizing``), or as KServe's Python model server's
     folder (``find``: `msnb serve`'s archive finder). Returns the exit code."""

@@ -35,14 +35,21 @@ def add_layout_options(exp: argparse.ArgumentParser) -> None:
         "cluster, behind an authenticating proxy: Serve's HTTP has no authentication)",
     )
     exp.add_argument("--ray-port", metavar="PORT", type=int, help="Ray Serve's HTTP port in serve_config.yaml (8000)")
-    for flag, what in (("--num-cpus", "CPUs (default: a small share)"), ("--num-gpus", "GPUs (default: 1 where model-config.yaml "
-                       "says deviceType: gpu)"), ("--memory", "memory, e.g. 2Gi (default: none reserved)")):  # fmt: skip
-        exp.add_argument(flag, metavar="[NAME=]N", action="append",
-                         help=f"with --ray: the {what} each replica of model NAME (no NAME: every model) asks for")  # fmt: skip
+    for flag, what in (
+        ("--num-cpus", "CPUs (default: a small share)"),
+        ("--num-gpus", "GPUs (default: 1 where model-config.yaml says deviceType: gpu)"),
+        ("--memory", "memory, e.g. 2Gi (default: none reserved)"),
+    ):
+        exp.add_argument(
+            flag,
+            metavar="[NAME=]N",
+            action="append",
+            help=f"with --ray: the {what} each replica of model NAME (no NAME: every model) asks for",
+        )
 
 
 def sizing_of(args: argparse.Namespace):
     """The replicas' sizes the command line asked for (``--num-cpus``, ``--num-gpus``, ``--memory``)."""
-    from msnb.package.ray_sizing import Sizing
+    from msnb.engines.ray.sizing import Sizing
 
     return Sizing.parse(args.num_cpus, args.num_gpus, args.memory)

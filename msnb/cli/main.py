@@ -18,7 +18,7 @@ from msnb.engines.torchserve.config import KSERVE_STORE_DIR
 from msnb.errors import MsnbError, OptionError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 OK, FAILED, USAGE = 0, 1, 2
 EPILOG = """exit codes: 0 success, 1 a handler failed (the others are still reported) or the notebook has
@@ -230,32 +230,17 @@ def _export(args: argparse.Namespace) -> int:
     args.usage_errors = True  # an export error before any handler ran is about the command line
     if len(args.notebook) > 1 or is_archive(Path(args.notebook[0])):
         args.usage_errors = False  # a refused archive is not a command-line error
-        return export_archives(find_archives, args.notebook, args.ray, args.ray_host, args.kserve_python,
-                               args.ray_port, sizing_of(args))  # fmt: skip
+        return export_archives(
+            find_archives, args.notebook, args.ray, args.ray_host, args.kserve_python, args.ray_port, sizing_of(args)
+        )
     if args.kserve_python:
         raise OptionError(
             "--kserve-python takes archives torch-model-archiver made, not a notebook.",
             "build the archives first (`msnb export nb.ipynb -o store/`), then `msnb export store/ --kserve-python OUT`.",
         )
     args.notebook = args.notebook[0]
-    outdir = args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT
     try:
-        report = export_notebook(
-            args.notebook,
-            outdir,
-            handlers=args.handler,
-            fmt=args.format,
-            check=args.check,
-            kserve=args.kserve,
-            limits=_limits(args),
-            execute=args.execute,
-            timeout=args.timeout,
-            ray=args.ray,
-            ray_host=args.ray_host,
-            ray_port=args.ray_port,
-            ray_sizing=sizing_of(args),
-            allow_files=args.allow_files,
-        )
+        report = export_notebook(args.notebook, **_notebook_export_options(args))
     except ExecuteError as err:  # the notebook itself failed, not the command line
         return _fail(err, FAILED)
     _print_export(report, format_table(report))
@@ -263,6 +248,25 @@ def _export(args: argparse.Namespace) -> int:
     for name, err in report.failed.items():
         print(shown(f"error: {name}: {err.render()}", lines=True), file=sys.stderr)
     return OK if report.ok else FAILED
+
+
+def _notebook_export_options(args: argparse.Namespace) -> dict:
+    """``export_notebook``'s arguments from the command line, the notebook's path excepted."""
+    return {
+        "outdir": args.outdir if args.outdir or args.kserve or args.ray else DEFAULT_EXPORT,
+        "handlers": args.handler,
+        "fmt": args.format,
+        "check": args.check,
+        "kserve": args.kserve,
+        "limits": _limits(args),
+        "execute": args.execute,
+        "timeout": args.timeout,
+        "ray": args.ray,
+        "ray_host": args.ray_host,
+        "ray_port": args.ray_port,
+        "ray_sizing": sizing_of(args),
+        "allow_files": args.allow_files,
+    }
 
 
 def _print_export(report, table: str) -> None:
@@ -300,7 +304,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from msnb.engines.torchserve.raw_request import request_options
+    from msnb.engines.raw_request import request_options
     from msnb.options import parse_data
 
     args.usage_errors = False

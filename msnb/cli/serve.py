@@ -40,8 +40,11 @@ def serve(args: argparse.Namespace, archives: list[Path], wait: Callable[[Engine
         written = serve_state.write(record(engine, names, api), args.state)
         say_where(engine, api, written)
         if not wait(engine):
-            raise ServerError(f"{engine.label} exited by itself.", "read its last log lines below; run `msnb serve` "
-                              "again.", details=engine.log_tail())  # fmt: skip
+            raise ServerError(
+                f"{engine.label} exited by itself.",
+                "read its last log lines below; run `msnb serve` again.",
+                details=engine.log_tail(),
+            )
     finally:
         if written is not None:
             written.unlink(missing_ok=True)
@@ -55,8 +58,10 @@ def serve(args: argparse.Namespace, archives: list[Path], wait: Callable[[Engine
 def command(kind: EngineKind, options: ServeOptions) -> Engine:
     """The engine `msnb serve` starts; an OptionError for an engine that serves from a notebook only."""
     if kind.command is None:
-        raise OptionError(f"{kind.label} has no terminal command.", f"serve on it from a notebook: %ms_serve NAME "
-                          f"--engine {kind.kind}.")  # fmt: skip
+        raise OptionError(
+            f"{kind.label} has no terminal command.",
+            f"serve on it from a notebook: %ms_serve NAME --engine {kind.kind}.",
+        )
     return kind.command(options)
 
 
@@ -103,5 +108,12 @@ def say_where(engine: Engine, api: Any, state: Path) -> None:
 def record(engine: Engine, names: list[str], api: Any = None) -> serve_state.ServerRecord:
     """What `msnb predict` reads of this serve: its process, URLs, key file and models."""
     management = getattr(api or engine, "management_url", None) or ""
-    return serve_state.ServerRecord(os.getpid(), str(Path.cwd().resolve()), engine.inference_url, management,
-                                    str(engine.key_file), names, engine.kind)  # fmt: skip
+    return serve_state.ServerRecord(
+        os.getpid(),
+        str(Path.cwd().resolve()),
+        engine.inference_url,
+        management,
+        str(engine.key_file),
+        names,
+        engine.kind,
+    )

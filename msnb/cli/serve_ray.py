@@ -49,9 +49,13 @@ def replica_set_arguments(group) -> None:
     """How `msnb serve --engine ray` packs archives into shared replicas (msnb.engines.ray.packing)."""
     from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA
 
-    group.add_argument("--models-per-replica", type=int, metavar="K",
-                       help=f"at most K models in one replica process (default {DEFAULT_MODELS_PER_REPLICA}; 1: a "
-                       "replica per model, as before)")  # fmt: skip
+    group.add_argument(
+        "--models-per-replica",
+        type=int,
+        metavar="K",
+        help=f"at most K models in one replica process (default {DEFAULT_MODELS_PER_REPLICA}; 1: a "
+        "replica per model, as before)",
+    )
     group.add_argument("--own-replica", action="append", metavar="NAME", help="model NAME gets a replica of its own")
 
 
@@ -68,8 +72,10 @@ def ts_options(args, kind=None):
         return None
     if (kind or registry.get(args.engine)).start_options is None:
         taking = " or ".join(f"--engine {k}" for k in registry.kinds() if registry.get(k).start_options)
-        raise OptionError(f"TorchServe's start options are for {taking}.",
-                          f"add {taking}, or start TorchServe itself with them (torchserve --start ...).")  # fmt: skip
+        raise OptionError(
+            f"TorchServe's start options are for {taking}.",
+            f"add {taking}, or start TorchServe itself with them (torchserve --start ...).",
+        )
     config = ts_properties.read(given.pop("ts_config"))  # msnb's --max-request-size too, as on TorchServe's engine
     return config.with_overrides(load_models=given.pop("models"), max_request_size=args.max_request_size, **given)
 

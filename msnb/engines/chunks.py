@@ -7,10 +7,12 @@ import codecs
 import json
 from typing import Any
 
-from msnb.templates.msnb_content_type import JSONL_TYPE
-from msnb.templates.msnb_ts_wire import predict_responses  # TorchServe's predict response, parsed once
+from msnb.templates.msnb_runtime.handler.content_type import JSONL_TYPE
+from msnb.templates.msnb_runtime.ts.wire import predict_responses  # TorchServe's predict response, parsed once
 
-ERROR_KEYS = frozenset({"error", "hint", "stage", "type"})  # the shared handler's error answer (msnb_handler)
+ERROR_KEYS = frozenset(
+    {"error", "hint", "stage", "type"}
+)  # the shared handler's error answer (msnb_runtime.handler.handler)
 
 
 def is_stream(content_type: str | None) -> bool:

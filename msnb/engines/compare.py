@@ -119,7 +119,9 @@ def first_difference(left: Any, right: Any, where: str = "$") -> str | None:
                 return found
         return None
     if isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
-        return next(filter(None, (first_difference(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(left, right)))), None)  # fmt: skip
+        return next(
+            filter(None, (first_difference(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(left, right)))), None
+        )
     if isinstance(left, bytes) and isinstance(right, bytes) and left != right:
         at = next((i for i, (a, b) in enumerate(zip(left, right)) if a != b), min(len(left), len(right)))
         return f"byte {at}: {left[at : at + 20]!r} != {right[at : at + 20]!r}"

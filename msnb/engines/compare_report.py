@@ -26,8 +26,18 @@ def as_json(rows: list, unserved: list[str], strict: bool) -> dict:
     for row in rows:
         request, left, right, diff = row
         kind, why = outcome(row, strict)
-        items.append({"line": request.line, "model": request.model, "path": request.path, "stream": request.stream,
-                      "torchserve": left.status, "ray": right.status, "outcome": kind, "detail": why})  # fmt: skip
+        items.append(
+            {
+                "line": request.line,
+                "model": request.model,
+                "path": request.path,
+                "stream": request.stream,
+                "torchserve": left.status,
+                "ray": right.status,
+                "outcome": kind,
+                "detail": why,
+            }
+        )
     counts = {kind: sum(item["outcome"] == kind for item in items) for kind in ("equal", "documented", "differs")}
     ok = not undocumented(rows, strict) and not unserved
     return {"ok": ok, "strict": strict, **counts, "not_served": unserved, "requests": items}

@@ -4,7 +4,7 @@ model folder, the archive, the model store or a log.
 
 TorchServe has no per-model environment (every worker inherits the frontend's), so a local server keeps each model's
 variables in one file of its own, mode 0600, in a folder of its private work dir outside the model store
-(``write`` / ``remove``); the runtime in the model's folder (templates/msnb_env.py) reads it in that model's workers
+(``write`` / ``remove``); the runtime in the model's folder (templates/msnb_runtime/handler/env.py) reads it in that model's workers
 before the user's code runs. On Ray Serve each replica of the model sets them in its own process before the folder
 loads (a constructor argument: a ``runtime_env``'s env_vars would be written, values included, to Ray's
 runtime_env_agent.log). The servers themselves start without the kernel's credential-looking variables
@@ -22,8 +22,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from msnb.errors import OptionError
-from msnb.templates import msnb_env
-from msnb.templates.msnb_env import ENV_DIR_VAR
+from msnb.templates import RUNTIME
+from msnb.templates.msnb_runtime.handler import env
+from msnb.templates.msnb_runtime.handler.env import ENV_DIR_VAR
 
 __all__ = ["ENV_DIR", "ENV_DIR_VAR", "ENV_HELP", "remove", "resolve", "without_credentials", "write"]
 
@@ -94,7 +95,9 @@ def remove(folder: Path, model: str | None = None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-RUNTIME = Path(msnb_env.__file__).name  # the runtime module that reads them, in every model folder msnb writes
+# The runtime module that reads them, in every model folder msnb writes (and its flat name in archives that msnb
+# wrote before the runtime became one package: they still read the same file).
+RUNTIME_FILES = (f"{RUNTIME}/handler/{Path(env.__file__).name}", "msnb_env.py")
 
 
 def give(server: object, path: Path, values: Mapping[str, str]) -> None:
@@ -105,13 +108,13 @@ def give(server: object, path: Path, values: Mapping[str, str]) -> None:
     if not values:
         return
     if path.is_dir():
-        carries = (path / RUNTIME).is_file()
+        carries = any((path / name).is_file() for name in RUNTIME_FILES)
     else:
         with zipfile.ZipFile(path) as zf:
-            carries = RUNTIME in zf.namelist()
+            carries = bool(set(RUNTIME_FILES) & set(zf.namelist()))
     if not carries:
         raise OptionError(
-            f"{path.name} has no msnb runtime ({RUNTIME}), so its workers cannot be given --env variables.",
+            f"{path.name} has no msnb runtime ({RUNTIME_FILES[0]}), so its workers cannot be given --env variables.",
             "export it again with this msnb (`msnb export`), or start TorchServe yourself with the variable set: "
             "then every model of that server gets it.",
         )

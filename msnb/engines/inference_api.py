@@ -18,7 +18,7 @@ from msnb.engines.auth import AuthorisedSession, Keys
 from msnb.engines.chunks import ChunkReader, is_stream
 from msnb.engines.models import LIMIT_OPTIONS, Limits, PredictionError, RawRequest, decode, encode, error_body
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 # A prediction waits at most for one batch ahead of it and its own, each bounded by the model's responseTimeout
 # (TorchServe restarts a worker slower than that), plus the batch delay and the frontend: the client's default.
@@ -48,7 +48,7 @@ STREAM_HEADER = "ts_stream_next"  # set by TorchServe on an answer made of inter
 
 def _request(data: Any) -> tuple[bytes, dict[str, str]]:
     """The body and headers of an inference request: a RawRequest as a client sends it
-    (msnb.engines.torchserve.raw_request), anything else encoded (JSON, or bytes as octet-stream)."""
+    (msnb.engines.raw_request), anything else encoded (JSON, or bytes as octet-stream)."""
     if isinstance(data, RawRequest):
         return data.body, data.http_headers()
     body, ctype = encode(data)

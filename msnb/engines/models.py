@@ -10,7 +10,7 @@ from typing import Any
 import requests
 
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 LIMIT_OPTIONS = {
     "max_request_size": "LocalServer(max_request_size=BYTES), `msnb serve --max-request-size BYTES` "
@@ -108,7 +108,7 @@ SEQUENCE_HEADER = "ts_request_sequence_id"  # TorchServe's sequence batching: th
 @dataclass(frozen=True)
 class RawRequest:
     """A request as TorchServe's clients send it: the body as it is, its Content-Type and extra headers
-    (``ts_request_sequence_id``); see msnb.engines.torchserve.raw_request for building one from a magic's options."""
+    (``ts_request_sequence_id``); see msnb.engines.raw_request for building one from a magic's options."""
 
     body: bytes
     content_type: str = RAW_TYPE

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from msnb.errors import ServerError
 from msnb.files import clone_file, clone_tree, disk_error, partial_sibling, remove, replace_tree
-from msnb.templates.msnb_names import MANIFEST, SEGMENT_RULE, valid_segment
+from msnb.templates.msnb_runtime.handler.names import MANIFEST, SEGMENT_RULE, valid_segment
 
 STORE_DIR = "model_store"  # an engine's model store, inside its workdir
 

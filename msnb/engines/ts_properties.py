@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from msnb.errors import ServerError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, DEFAULT_RESPONSE_TIMEOUT_S
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 WILDCARD_HOSTS = ("0.0.0.0", "::")  # every interface of the machine
@@ -36,12 +36,27 @@ DEFAULTS: dict[str, str] = {
 # The keys `torchserve --start` sets from its own options (--model-store, --disable-token-auth, --enable-model-api)
 START_KEYS = ("model_store", "disable_token_authorization", "enable_model_api")
 # Keys that tune TorchServe's Java frontend only (threads, buffers, its own logging): nothing to honour elsewhere.
-NO_EFFECT = frozenset({
-    "number_of_netty_threads", "netty_client_threads", "job_queue_size", "async_logging", "vmargs",
-    "prefer_direct_buffer", "use_native_io", "io_ratio", "initial_worker_port", "initial_distribution_port",
-    "number_of_gpu", "metric_time_interval", "default_startup_timeout", "unregister_model_timeout",
-    "enable_envvars_config", "model_server_home", "tsConfigFile",
-})  # fmt: skip
+NO_EFFECT = frozenset(
+    {
+        "number_of_netty_threads",
+        "netty_client_threads",
+        "job_queue_size",
+        "async_logging",
+        "vmargs",
+        "prefer_direct_buffer",
+        "use_native_io",
+        "io_ratio",
+        "initial_worker_port",
+        "initial_distribution_port",
+        "number_of_gpu",
+        "metric_time_interval",
+        "default_startup_timeout",
+        "unregister_model_timeout",
+        "enable_envvars_config",
+        "model_server_home",
+        "tsConfigFile",
+    }
+)
 _ENV_VALUE = re.compile(r"\$\$([^$]+[^$])\$\$")  # TorchServe's $$VAR$$: the variable's value, or an error
 
 
@@ -87,8 +102,13 @@ class TsConfig:
         try:
             found = json.loads(raw) if raw else {}
         except ValueError as err:
-            raise _refusal(self, "models", f"models= is not JSON ({err})", "write it as TorchServe documents it: "
-                           'models={"NAME": {"1.0": {"marName": "NAME.mar", "minWorkers": 1}}}.') from None  # fmt: skip
+            raise _refusal(
+                self,
+                "models",
+                f"models= is not JSON ({err})",
+                "write it as TorchServe documents it: "
+                'models={"NAME": {"1.0": {"marName": "NAME.mar", "minWorkers": 1}}}.',
+            ) from None
         if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
             raise _refusal(self, "models", "models= is not a JSON object of models", "map each name to its versions.")
         return found
@@ -117,8 +137,12 @@ def read(path: Path | None) -> TsConfig:
     config = TsConfig({**DEFAULTS, **{k: _resolved(source, k, v) for k, v in found.items()}}, source)
     for key in found:
         if key not in DEFAULTS and key not in NO_EFFECT:
-            raise _refusal(config, key, f"{key} is a TorchServe setting msnb cannot honour on this engine",
-                           "remove the line, or serve with TorchServe itself (docs: ray-management.md#settings).")  # fmt: skip
+            raise _refusal(
+                config,
+                key,
+                f"{key} is a TorchServe setting msnb cannot honour on this engine",
+                "remove the line, or serve with TorchServe itself (docs: ray-management.md#settings).",
+            )
     return config
 
 
@@ -152,8 +176,10 @@ def _resolved(source: Path, key: str, value: str) -> str:
     def variable(match: re.Match) -> str:
         name = match.group(1)
         if name not in os.environ:  # TorchServe: "Invalid Environment Variable NAME"
-            raise ServerError(f"{source}: {key} names the environment variable {name}, which is not set.",
-                              f"set {name} before starting, or write the value itself.")  # fmt: skip
+            raise ServerError(
+                f"{source}: {key} names the environment variable {name}, which is not set.",
+                f"set {name} before starting, or write the value itself.",
+            )
         return os.environ[name]
 
     return _ENV_VALUE.sub(variable, value)
@@ -170,10 +196,13 @@ def check_addresses(config: TsConfig, keys: tuple[str, ...]) -> None:
     for key in keys:
         host, _ = config.address(key)
         if host not in LOOPBACK_HOSTS and not config.auth:
-            raise _refusal(config, key, f"{key} binds {host} while token authorisation is off "
-                           "(disable_token_authorization=true): any machine that reaches it could call it",
-                           "turn the key back on (drop --disable-token-auth and disable_token_authorization), or "
-                           "write 127.0.0.1.")  # fmt: skip
+            raise _refusal(
+                config,
+                key,
+                f"{key} binds {host} while token authorisation is off "
+                "(disable_token_authorization=true): any machine that reaches it could call it",
+                "turn the key back on (drop --disable-token-auth and disable_token_authorization), or write 127.0.0.1.",
+            )
 
 
 def client_host(host: str) -> str:

@@ -3,7 +3,7 @@ answers /v1/embeddings (``--embeddings``).
 
 Its description is the handler's docstring (the cell's own, else its entry's or first documented role's), its input
 schema the one ``--schema FILE`` gives or one inferred from ``--example``; a sample that is not a JSON object is the
-tool's one argument ``input`` (``wrapped``). Engines read the card with ``msnb.templates.msnb_api_mcp.read_card``.
+tool's one argument ``input`` (``wrapped``). Engines read the card with ``msnb.templates.msnb_runtime.api.mcp.read_card``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_api_mcp import ANY_OBJECT, WRAP_KEY
-from msnb.templates.msnb_names import API_CARD
+from msnb.templates.msnb_runtime.api.mcp import ANY_OBJECT, WRAP_KEY
+from msnb.templates.msnb_runtime.handler.names import API_CARD
 
 ROLE_ORDER = ("inference", "preprocess", "postprocess", "init_function")  # where a docstring is looked for
 JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (type(None), "null"))
@@ -27,8 +27,13 @@ def card(spec: HandlerSpec) -> dict:
     wrapped = schema.get("type") != "object"
     if wrapped:
         schema = {"type": "object", "properties": {WRAP_KEY: schema}, "required": [WRAP_KEY]}
-    return {"description": description(spec), "input_schema": schema, "wrapped": wrapped,
-            "streams": bool(spec.streaming), "embeds": spec.embeddings}  # fmt: skip
+    return {
+        "description": description(spec),
+        "input_schema": schema,
+        "wrapped": wrapped,
+        "streams": bool(spec.streaming),
+        "embeds": spec.embeddings,
+    }
 
 
 def write(spec: HandlerSpec, model_dir: Path) -> None:

@@ -17,7 +17,7 @@ from msnb.package.formats import EXPORT_FORMAT, FORMATS, SERVE_FORMAT
 from msnb.package.model_folder import ModelFolder
 from msnb.package.render import HANDLER_MODULE
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_names import CONFIG
+from msnb.templates.msnb_runtime.handler.names import CONFIG
 
 Progress = Callable[[str, float], None]
 Rewrite = Callable[[ModelFolder], ModelFolder]  # a laid-out private copy -> that copy as it is to be served

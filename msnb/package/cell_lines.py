@@ -17,7 +17,7 @@ from typing import Any
 from msnb.errors import MsnbError
 from msnb.package.render import BLOCK_MARKER, render_handler
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_names import HANDLER_MODULE
+from msnb.templates.msnb_runtime.handler.names import HANDLER_MODULE
 
 _MAPS: dict[str, dict[int, tuple[str, int]]] = {}  # spec digest -> its line map (the same spec fails often)
 _FRAME = re.compile(rf'File "[^"]*{HANDLER_MODULE}\.py", line (\d+)')

@@ -25,7 +25,7 @@ from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
 from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_serving import FRONTEND_KEYS
+from msnb.templates.msnb_runtime.handler.serving import FRONTEND_KEYS
 
 Packable = HandlerSpec | ModelFolder  # a staged folder, or a spec whose folder is staged to pack it
 

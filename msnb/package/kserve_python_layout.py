@@ -1,6 +1,6 @@
 """``msnb export A.mar B.mar --kserve-python OUT``: archives torch-model-archiver made, as a folder KServe's own Python
 model server serves (no TorchServe frontend, no Java): each archive opened as ``msnb serve`` opens it into
-OUT/<name>/, ``kserve_predictor.py`` (with ``msnb_names.py``; one ``kserve.Model`` per folder, loaded by TorchServe's ``TsModelLoader``,
+OUT/<name>/, ``kserve_predictor.py`` (with the runtime package, ``msnb_runtime/``; one ``kserve.Model`` per folder, loaded by TorchServe's ``TsModelLoader``,
 answering KServe's v1 and v2 protocols) and ``requirements.txt`` (the server's packages, then the archives' own).
 
 From OUT: ``pip install -r requirements.txt && python kserve_predictor.py`` (KServe's ModelServer arguments, e.g.
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import shutil
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
 from msnb.files import written_into
 from msnb.package.mar_requirements import read_lines
 from msnb.package.model_folder import ModelFolder
-from msnb.templates import msnb_names
-from msnb.templates.msnb_names import MANIFEST, REQUIREMENTS
+from msnb.templates import KSERVE_ENTRY, KSERVE_ROOMS, copy_runtime, entry_file
+from msnb.templates.msnb_runtime.handler.names import MANIFEST, REQUIREMENTS
 
-PREDICTOR = "kserve_predictor.py"
+PREDICTOR = KSERVE_ENTRY
 KSERVE = "kserve==0.21.0"  # the KServe release the predictor is tested with (its own environment: tests/cli)
 SERVER_PACKAGES = ("torch", "torchserve")  # pinned to this environment's versions: the archives were checked here
 
@@ -37,8 +37,8 @@ def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
             names.add(item.name)
             wanted += _archive_requirements(path, staging / item.name)
         shutil.rmtree(staging / ".opened", ignore_errors=True)
-        for module in (PREDICTOR, f"{msnb_names.__name__.rsplit('.', 1)[1]}.py"):  # the predictor, the names it reads
-            shutil.copy2(Path(str(resources.files("msnb.templates") / module)), staging / module)
+        shutil.copy2(entry_file(PREDICTOR), staging / PREDICTOR)  # the predictor, and the runtime it imports
+        copy_runtime(staging, KSERVE_ROOMS)
         (staging / REQUIREMENTS).write_text(requirements(wanted))
     return outdir
 

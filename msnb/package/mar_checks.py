@@ -1,5 +1,5 @@
 """The checks of an archive torch-model-archiver made (a .mar, a tgz model archive, a no-archive folder), for
-``ModelFolder.open``: unpacked safely (``msnb_unpack``: every member checked before anything is written), then read as
+``ModelFolder.open``: unpacked safely (``msnb_runtime.handler.unpack``: every member checked before anything is written), then read as
 a TorchServe worker would find it: a manifest and the files it names (handler, modelFile, serializedFile, configFile).
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from msnb.errors import ServerError
 from msnb.files import clone_tree
-from msnb.templates.msnb_names import MANIFEST
-from msnb.templates.msnb_unpack import UnsafeArchiveError, unpack_archive
+from msnb.templates.msnb_runtime.handler.names import MANIFEST
+from msnb.templates.msnb_runtime.handler.unpack import UnsafeArchiveError, unpack_archive
 
 ARCHIVE_HINT = (
     "pass a .mar built by torch-model-archiver (zip or tgz) or a no-archive folder with MAR-INF/MANIFEST.json."

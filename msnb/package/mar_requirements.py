@@ -59,8 +59,21 @@ def to_install(path: Path, root: Path, name: str | None) -> tuple[str, ...]:
 def _refuse_unreachable(path: Path, lacking: tuple[str, ...]) -> None:
     """Ask the configured package index for ``lacking`` (pip's own resolution, nothing installed)."""
     with tempfile.TemporaryDirectory(prefix="msnb-req-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--retries", "0", "--timeout", "10",
-               "-d", tmp, *lacking]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--retries",
+            "0",
+            "--timeout",
+            "10",
+            "-d",
+            tmp,
+            *lacking,
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S)
             failed, why = done.returncode != 0, (done.stderr or done.stdout).strip().splitlines()[-1:]

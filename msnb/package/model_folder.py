@@ -24,7 +24,7 @@ from msnb.package import api_card, mar_checks, staging
 from msnb.package.mar_requirements import to_install
 from msnb.package.render import HANDLER_MODULE, with_version
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_names import REQUIREMENTS
+from msnb.templates.msnb_runtime.handler.names import REQUIREMENTS
 
 ARCHIVE_HINT = mar_checks.ARCHIVE_HINT
 checkpoint_name = staging.checkpoint_name  # the serializedFile's name for a spec

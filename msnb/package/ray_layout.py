@@ -7,37 +7,33 @@ From the folder, ``serve run serve_config.yaml`` serves every handler on a local
 from __future__ import annotations
 
 import shutil
-from importlib import resources
 from pathlib import Path
 
 import yaml
 
 from msnb.engines.ray import RAY_VERSION, ROUTER_APP, require
+from msnb.engines.ray.image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
+from msnb.engines.ray.sizing import Sizing, needs, needs_text
 from msnb.errors import BuildError
 from msnb.files import written_into
 from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
-from msnb.package.ray_image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
-from msnb.package.ray_sizing import Sizing, needs, needs_text
 from msnb.spec import HandlerSpec
-from msnb.templates import ENGINE_ADAPTER_PREFIX, msnb_names, msnb_serving
-from msnb.templates.msnb_ray_guard import KEY_VAR
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates import RAY_ROOMS, RUNTIME, copy_runtime, runtime_files
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
-ADAPTER = "msnb_ray"
+ADAPTER = f"{RUNTIME}.ray.app"  # the applications' module in the export (its builders: model, router)
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
-# The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (msnb_ray_guard).
+# The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (runtime ray.token_interceptor).
 KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
 
 
-def adapter_files() -> list[Path]:
-    """The adapter modules (templates/msnb_ray*.py, the TorchServe interfaces they keep, msnb_ts_*.py, the protocols,
-    msnb_api*.py, and the shared msnb_names and msnb_serving they import) that sit beside the exported model folders."""
-    root = resources.files("msnb.templates")
-    adapter = [p for p in root.iterdir() if p.name.startswith(ENGINE_ADAPTER_PREFIX) and p.name.endswith(".py")]
-    shared = [root / f"{module.__name__.rsplit('.', 1)[1]}.py" for module in (msnb_names, msnb_serving)]
-    return sorted(Path(str(p)) for p in [*adapter, *shared])
+def adapter_files() -> tuple[tuple[Path, str], ...]:
+    """(source, path in the export) of the runtime package's rooms that sit beside the exported model folders: the
+    Ray applications, TorchServe's interfaces they keep, the protocols and the shared handler (``RAY_ROOMS``)."""
+    return runtime_files(RAY_ROOMS)
 
 
 def serve_config(
@@ -54,10 +50,14 @@ def serve_config(
     sizing = sizing or Sizing()
     sizing.check_names(list(models))
     apps = [
-        {"name": n, "route_prefix": None, "import_path": f"{ADAPTER}:model",
-         "args": {"model_dir": n, "version": v, **sizing.args_for(n)}}
+        {
+            "name": n,
+            "route_prefix": None,
+            "import_path": f"{ADAPTER}:model",
+            "args": {"model_dir": n, "version": v, **sizing.args_for(n)},
+        }
         for n, v in models.items()
-    ]  # fmt: skip
+    ]
     router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}  # watch: a replica that cannot be placed is said
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
@@ -78,27 +78,49 @@ def rayservice(config: dict, name: str = "msnb") -> dict:
     """An example KubeRay RayService running ``config`` (serveConfigV2) from an image holding the folder."""
     v2 = {k: v for k, v in config.items() if k != "http_options"}
     head = {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": {"spec": {"containers": [_container()]}}}
-    workers = [{"groupName": "workers", "replicas": 1, "minReplicas": 1, "maxReplicas": 4, "rayStartParams": {},
-                "template": {"spec": {"containers": [_container()]}}}]  # fmt: skip
+    workers = [
+        {
+            "groupName": "workers",
+            "replicas": 1,
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "rayStartParams": {},
+            "template": {"spec": {"containers": [_container()]}},
+        }
+    ]
     # authOptions (KubeRay >= 1.5.1): the operator makes a token Secret and sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on
     # every Ray container, so Ray's gRPC, dashboard and agents refuse callers without it.
-    spec = {"serveConfigV2": yaml.safe_dump(v2, sort_keys=False), "rayClusterConfig": {
-        "rayVersion": RAY_VERSION, "authOptions": {"mode": "token"}, "headGroupSpec": head,
-        "workerGroupSpecs": workers}}  # fmt: skip
+    spec = {
+        "serveConfigV2": yaml.safe_dump(v2, sort_keys=False),
+        "rayClusterConfig": {
+            "rayVersion": RAY_VERSION,
+            "authOptions": {"mode": "token"},
+            "headGroupSpec": head,
+            "workerGroupSpecs": workers,
+        },
+    }
     return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name}, "spec": spec}
 
 
 def _container() -> dict:
     # The exported folder is the image's working directory (its Dockerfile, ray_image; docs/ray.md: or a zip URI).
     key = {"name": KEY_VAR, "valueFrom": {"secretKeyRef": KEY_SECRET}}  # the router's inference key
-    return {"name": "ray", "image": IMAGE, "workingDir": WORKDIR, "env": [key],
-            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}  # fmt: skip
+    return {
+        "name": "ray",
+        "image": IMAGE,
+        "workingDir": WORKDIR,
+        "env": [key],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+    }
 
 
 def write_ray(
-    folders: list[ModelFolder | HandlerSpec], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    folders: list[ModelFolder | HandlerSpec],
+    outdir: Path,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
     sizing: Sizing | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write OUTDIR/<name>/ (the model folders laid out; a spec's staged to be), the adapter, serve_config.yaml and
     rayservice.yaml.
 
@@ -137,8 +159,7 @@ def _write(outdir: Path, stage, where: tuple) -> Path:
     with written_into(outdir, ".msnb-ray-") as staging:
         config = serve_config(stage(staging), *where)
         validate(config)
-        for src in adapter_files():
-            shutil.copy2(src, staging / src.name)
+        copy_runtime(staging, RAY_ROOMS)
         (staging / SERVE_CONFIG).write_text(
             _header("serve run " + SERVE_CONFIG) + yaml.safe_dump(config, sort_keys=False)
         )
@@ -168,10 +189,18 @@ def summary(outdir: Path) -> str:
     config = yaml.safe_load((outdir / SERVE_CONFIG).read_text())
     http = config["http_options"]
     return RUN_STEPS.format(
-        needs=needs_text(needs(outdir, config)), out=outdir, var=KEY_VAR, host=http["host"], port=http["port"],
-        image=IMAGE, secret=KEY_SECRET["name"], secret_key=KEY_SECRET["key"], config=SERVE_CONFIG, rayservice=RAYSERVICE,
+        needs=needs_text(needs(outdir, config)),
+        out=outdir,
+        var=KEY_VAR,
+        host=http["host"],
+        port=http["port"],
+        image=IMAGE,
+        secret=KEY_SECRET["name"],
+        secret_key=KEY_SECRET["key"],
+        config=SERVE_CONFIG,
+        rayservice=RAYSERVICE,
         name=next(app["name"] for app in config["applications"]),
-    )  # fmt: skip
+    )
 
 
 # The router reads its key where it runs: a Ray that `serve run` starts inherits the shell's variable; a running

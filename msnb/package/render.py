@@ -10,7 +10,7 @@ from msnb.errors import BuildError
 from msnb.forms import CLASS_FORM, ROLES_FORM
 from msnb.roles import ROLES
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_names import HANDLER_MODULE, VALUES_FILE
+from msnb.templates.msnb_runtime.handler.names import HANDLER_MODULE, VALUES_FILE
 
 BLOCK_MARKER = "# --- msnb: "  # starts the line before each block of user code
 TEMPLATE = "handler_model.py.tmpl"  # the roles, run by the shared handler
@@ -77,7 +77,7 @@ def _values(spec: HandlerSpec) -> str:
     names = spec.values.names
     lines = [
         f"# --- msnb: runtime values snapshotted from the kernel ({VALUES_FILE}): {', '.join(names)} ---",
-        "from msnb_values import load_values as _msnb_load_values",
+        "from msnb_runtime.handler.values import load_values as _msnb_load_values",
         "",
         f"_msnb_values = _msnb_load_values(__file__, {list(names)!r})",
         *(f"{n} = _msnb_values[{n!r}]" for n in names),

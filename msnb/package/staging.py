@@ -19,8 +19,8 @@ from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package import api_card
 from msnb.package.render import HANDLER_MODULE, render_handler
 from msnb.spec import USE_VENV, BundledFile, HandlerSpec
-from msnb.templates import shared_handler_files
-from msnb.templates.msnb_names import API_CARD, CHECKPOINT, CONFIG, HF_DIR, REQUIREMENTS, VALUES_FILE
+from msnb.templates import ARCHIVE_ROOMS, RUNTIME, copy_runtime
+from msnb.templates.msnb_runtime.handler.names import API_CARD, CHECKPOINT, CONFIG, HF_DIR, REQUIREMENTS, VALUES_FILE
 
 
 def write(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Path:
@@ -34,8 +34,7 @@ def write(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     _check_extra_names(spec.extra_files, {f.arcname.split("/")[0] for f in spec.bundle}, checkpoint_name(spec))
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / f"{HANDLER_MODULE}.py").write_text(render_handler(spec))
-    for src in shared_handler_files():
-        shutil.copy2(src, model_dir / src.name)
+    copy_runtime(model_dir, ARCHIVE_ROOMS)
     _write_config(model_dir, spec.model_config())
     api_card.write(spec, model_dir)  # how /v1 and /mcp show it (msnb_api.json)
     if spec.requirements:
@@ -44,9 +43,11 @@ def write(spec: HandlerSpec, model_dir: Path, *, temporary: bool = False) -> Pat
     model_file = spec.model_file()
     if model_file is not None:  # eager BaseHandler: the manifest's modelFile (see msnb.forms)
         (model_dir / MODEL_FILE).write_text(model_file)
-    if spec.values is not None:  # the kernel's runtime values, frozen at capture (read by msnb_values.py)
+    if (
+        spec.values is not None
+    ):  # the kernel's runtime values, frozen at capture (read by msnb_runtime/handler/values.py)
         (model_dir / VALUES_FILE).write_bytes(spec.values.data)
-    if spec.objects is not None:  # Hugging Face objects saved at capture (rebound by msnb_hf.py)
+    if spec.objects is not None:  # Hugging Face objects saved at capture (rebound by msnb_runtime/handler/hf.py)
         spec.objects.write(model_dir)
     for extra in spec.extra_files:
         _stage_extra(Path(extra), model_dir, temporary)
@@ -115,7 +116,7 @@ def _check_extra_names(extra_files: tuple[str, ...], bundled: set[str], checkpoi
         HF_DIR,
         API_CARD,
         "MAR-INF",
-        *(p.name for p in shared_handler_files()),
+        RUNTIME,
     }
     clash = bundled & generated
     if clash:

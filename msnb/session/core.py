@@ -16,10 +16,10 @@ from typing import Any
 
 from msnb.capture.kernel_values import values_changed
 from msnb.engines import env_vars, registry
+from msnb.engines.fallbacks import batch_fallbacks
 from msnb.engines.protocol import Engine
-from msnb.engines.torchserve.fallbacks import batch_fallbacks
 from msnb.errors import Interrupted, MsnbError, SpecError
-from msnb.package import archive, formats, model_folder, taken
+from msnb.package import archive, build_inputs, formats, model_folder
 from msnb.package.cell_lines import chunks_pointing_at_cells, in_cells, pointing_at_cells
 from msnb.session.progress import Phase, Progress, silent
 from msnb.session.reload import Reloads
@@ -192,7 +192,7 @@ class Session:
             report(f"already serving {served.line()}", 1.0)
             return server
         detail = server.progress_detail(spec.name)
-        files = taken.taken_by(spec)  # as the build below copies them
+        files = build_inputs.taken_by(spec)  # as the build below copies them
         with interrupted(f"deploying {spec.name}", lambda: _serving(server, spec.name)), pointing_at_cells(spec):
             with Phase(report, f"registering {spec.name}", 0.4, 0.95, detail):
                 status = self.reloads.serve(server, spec)  # a reload in the worker, or a new version
@@ -237,11 +237,11 @@ class Session:
 
     def _changed_files(self, name: str, served: Served) -> str | None:
         """Why ``name`` is stale when a file it was built from changed since (None when none did)."""
-        files = taken.changed(served.files)
+        files = build_inputs.changed(served.files)
         if not files:
             return None
         return (
-            f"{name!r} is stale: {taken.describe(files)} changed since {served.line()} was built; the server "
+            f"{name!r} is stale: {build_inputs.describe(files)} changed since {served.line()} was built; the server "
             f"still answers with the file(s) as they were then. Run %ms_serve {name} to redeploy."
         )
 

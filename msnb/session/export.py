@@ -62,7 +62,7 @@ class Targets:
     limits: Limits | None = None
     ray_host: str | None = None
     ray_port: int | None = None
-    ray_sizing: object = None  # msnb.package.ray_sizing.Sizing: what each replica asks for
+    ray_sizing: object = None  # msnb.engines.ray.sizing.Sizing: what each replica asks for
 
 
 def export(items: list[Captured], targets: Targets, fmt: str, check: bool) -> Report:

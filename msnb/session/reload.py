@@ -1,6 +1,6 @@
 """Code-only edits of a served handler reload inside its live worker (the notebook's local server only).
 
-The first deploy of a handler installs the dev entry (``templates/dev_reload.py``) as its model folder's
+The first deploy of a handler installs the dev entry (``templates/msnb_runtime/dev/reload.py``) as its model folder's
 manifest handler and writes a reload secret (0600) beside it. A later edit that changes only code or
 runtime values is staged as ``generations/N/`` in that folder and announced by one inference request that
 carries the secret; the worker swaps generations between two batches, with no new process. Any other
@@ -16,7 +16,6 @@ import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,9 @@ from msnb.options import OPTION
 from msnb.package import model_folder
 from msnb.session.deployment import deploy
 from msnb.spec import HandlerSpec
-from msnb.templates import DEV_ENTRY
-from msnb.templates import msnb_serving as serving
-from msnb.templates.dev_reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
+from msnb.templates import DEV_ENTRY, DEV_ROOMS, RUNTIME, copy_runtime, entry_file
+from msnb.templates.msnb_runtime.dev.reload import CURRENT, GENERATIONS, RELOAD_HEADER, SECRET_FILE
+from msnb.templates.msnb_runtime.handler import serving
 
 RELOAD, NEW_VERSION = "reload", "new version"
 # model-config keys the frontend acts on (a change needs a new registration), with the option that sets them
@@ -65,12 +64,13 @@ class DevModel:
 
 def install(model_dir: Path) -> str:
     """Make ``model_dir`` (a no-archive folder in the local store) serve through the dev entry; returns its secret."""
-    shutil.copy2(Path(str(resources.files("msnb.templates") / DEV_ENTRY)), model_dir / DEV_ENTRY)
+    shutil.copy2(entry_file(DEV_ENTRY), model_dir / DEV_ENTRY)
+    copy_runtime(model_dir, DEV_ROOMS)  # the entry's work, beside the handler room the folder already holds
     manifest_path = model_dir / MANIFEST
     manifest = json.loads(manifest_path.read_text())
     manifest["model"]["handler"] = DEV_ENTRY
     manifest_path.write_text(json.dumps(manifest, indent=2))
-    for shared in model_dir.glob("msnb_*.py"):  # each generation reuses this bytecode (reuse_bytecode)
+    for shared in (model_dir / RUNTIME).rglob("*.py"):  # each generation reuses this bytecode (reuse_bytecode)
         py_compile.compile(str(shared), doraise=True)
     secret = secrets.token_hex(32)
     fd = os.open(model_dir / SECRET_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -235,12 +235,12 @@ def reuse_bytecode(previous: Path, folder: Path) -> None:
     """Copy the previous generation's compiled shared modules: their sources are copied with their mtimes, so
     the worker imports them from the cache instead of compiling them again (~80 ms a reload here; a worker
     started with PYTHONDONTWRITEBYTECODE writes no cache of its own)."""
-    cache = previous / "__pycache__"
-    if not cache.is_dir():
-        return
-    (folder / "__pycache__").mkdir(exist_ok=True)
-    for pyc in cache.glob("msnb_*.pyc"):
-        shutil.copy2(pyc, folder / "__pycache__" / pyc.name)
+    for cache in (previous / RUNTIME).rglob("__pycache__"):
+        into = folder / cache.relative_to(previous)
+        if into.parent.is_dir():
+            into.mkdir(exist_ok=True)
+            for pyc in cache.glob("*.pyc"):
+                shutil.copy2(pyc, into / pyc.name)
 
 
 class VersionGone(ServerError):

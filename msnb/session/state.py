@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msnb.engines.store import safe_name
+from msnb.package.build_inputs import BuildInputs
 from msnb.package.render import HANDLER_MODULE, read_provenance
-from msnb.package.taken import Taken
 
 logger = logging.getLogger(__name__)
 EVENTS = ("served", "stopped", "built", "defined")
@@ -24,7 +24,7 @@ class Served:
     version: str
     digest: str
     cell_digest: str | None = None  # the cell's spec when it was served (the widget may serve its own edits)
-    files: tuple[Taken, ...] = ()  # what the build took from the user's folder (checkpoint, extra files, modules)
+    files: tuple[BuildInputs, ...] = ()  # what the build took from the user's folder (checkpoint, extra files, modules)
 
     def line(self) -> str:
         return f"{self.name} v{self.version} (digest {self.digest})"

@@ -19,7 +19,7 @@ import ts.context  # noqa: F401 - the same for TorchServe's Context
 
 from msnb.capture.local_code import environment_dirs
 from msnb.errors import MsnbError
-from msnb.templates.msnb_names import CHECKPOINT
+from msnb.templates.msnb_runtime.handler.names import CHECKPOINT
 from msnb.trial import worker
 from msnb.trial.fork_server import mark_ready
 
@@ -59,7 +59,9 @@ def main(conn: Any) -> None:
         conn.send(("error", _error_state(err)))
         return
     budget = getattr(getattr(handler.module, "handle", None), "explain_budget", None)
-    if budget is not None:  # one user testing: no predictions to keep explanations from (msnb_explain_budget)
+    if (
+        budget is not None
+    ):  # one user testing: no predictions to keep explanations from (msnb_runtime.handler.explain_budget)
         budget.share = 1.0
     conn.send(("loaded", _take(handler)))
     while True:

@@ -22,7 +22,7 @@ from typing import Any
 from msnb.errors import HandlerRunError
 from msnb.files import disk_error
 from msnb.package.model_folder import ModelFolder
-from msnb.templates.msnb_names import CHECKPOINT
+from msnb.templates.msnb_runtime.handler.names import CHECKPOINT
 from msnb.trial import fork_server
 
 TAIL_LINES = 20  # how many of a crashed test process's last lines each stream shows

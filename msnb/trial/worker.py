@@ -22,14 +22,14 @@ from ts.utils.util import PredictionException
 
 from msnb.engines.chunks import RecordedSocket, read_stream
 from msnb.engines.models import RawRequest, encode
-from msnb.engines.torchserve.logs import user_frames
+from msnb.engines.tracebacks import user_frames
 from msnb.errors import HandlerRunError
 from msnb.forms import MODEL_FILE, ROLES_FORM
 from msnb.package.model_folder import checkpoint_name
 from msnb.package.render import BLOCK_MARKER, HANDLER_MODULE
 from msnb.spec import HandlerSpec
-from msnb.templates import shared_handler_files
-from msnb.templates.msnb_names import CONFIG
+from msnb.templates import RUNTIME
+from msnb.templates.msnb_runtime.handler.names import CONFIG
 from msnb.trial.worker_imports import NoImports, WorkerImports
 
 DESCRIBE = "describe"  # LoadedHandler.run's `explain` for a customized describe instead of a batch of samples
@@ -126,8 +126,8 @@ class LoadedHandler:
 
     @contextlib.contextmanager
     def _capturing(self):
-        # every shared module the archive carries logs under its module name, as TorchServe's own code does
-        loggers = [logging.getLogger(n) for n in (*(p.stem for p in shared_handler_files()), "ts")]
+        # the runtime the archive carries logs under its modules' names, as TorchServe's own code does
+        loggers = [logging.getLogger(n) for n in (RUNTIME, "ts")]
         saved = [lg.propagate for lg in loggers]
         for lg in loggers:
             lg.addHandler(self.log)
@@ -155,7 +155,9 @@ class LoadedHandler:
         self.context.request_processor = [RequestProcessor(h) for h in headers]
         self.context.request_ids = {i: str(uuid.uuid4()) for i in range(len(batch))}
         self.context.metrics.request_ids = self.context.request_ids
-        self.context.cl_socket = RecordedSocket()  # a streaming handler's intermediate responses (msnb_stream)
+        self.context.cl_socket = (
+            RecordedSocket()
+        )  # a streaming handler's intermediate responses (msnb_runtime.handler.stream)
         with self._capturing(), self.imports:
             out = self._handle(batch)
         if not isinstance(out, list) or len(out) != len(batch):

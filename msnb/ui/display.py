@@ -174,7 +174,7 @@ class Status(View, dict):
                 ("MCP", "mcp_url"),
                 ("logs", "log_dir"),
                 ("key file", "key_file"),
-            )  # fmt: skip
+            )
             if server.get(key)
         ]
         View.__init__(self, "msnb status", rows)

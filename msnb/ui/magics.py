@@ -20,7 +20,7 @@ from msnb.engines import registry
 from msnb.engines.chunks import print_chunks
 from msnb.engines.compare import table
 from msnb.engines.env_vars import ENV_HELP
-from msnb.engines.torchserve.raw_request import request_options
+from msnb.engines.raw_request import request_options
 from msnb.errors import MsnbError, OptionError
 from msnb.options import REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, DEV_FORMAT, EXPORT_FORMAT, FORMATS
@@ -278,8 +278,12 @@ class MsnbMagics(Magics):
     @line_magic
     @_usage_errors
     @magic_arguments()
-    @argument("action", choices=("up", "down", "status"), help="up: start the shared Ray (or find it up); down: stop "
-              "it; status: what it serves, for whom, and its processes and memory")  # fmt: skip
+    @argument(
+        "action",
+        choices=("up", "down", "status"),
+        help="up: start the shared Ray (or find it up); down: stop "
+        "it; status: what it serves, for whom, and its processes and memory",
+    )
     @argument("--port", type=int, help="up: its inference port on 127.0.0.1 (default: a free one)")
     def ms_ray(self, line: str) -> None:
         """%ms_ray up|down|status [--port P]: the shared local Ray of `msnb ray`, from the notebook. After `%ms_ray

@@ -136,8 +136,17 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
         code, _, err = run(capsys, *by_url_here, tmp_path / "absent.json")
         assert code == 1 and "The key file" in err and "does not exist" in err and "--token-file FILE" in err
         assert "server.start()" not in err
-        code, _, err = run(capsys, "predict", "gamma", "--data", EXAMPLE, "--url", state["inference_url"],
-                           "--token-file", tmp_path / "key.txt")  # fmt: skip
+        code, _, err = run(
+            capsys,
+            "predict",
+            "gamma",
+            "--data",
+            EXAMPLE,
+            "--url",
+            state["inference_url"],
+            "--token-file",
+            tmp_path / "key.txt",
+        )
         assert code == 1 and f"No model 'gamma' is served at {state['inference_url']}" in err, err
         assert "registered: ?" not in err and "%ms_serve" not in err and "GET /models" in err
     finally:
@@ -189,9 +198,13 @@ def test_serve_a_folder_with_one_broken_archive_serves_the_others(tmp_path, caps
     env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(short_tmp)}
     with (tmp_path / "serve.out").open("w") as log:
         proc = subprocess.Popen(  # as a shell starts a background job (`msnb serve store &`): SIGINT ignored
-            [MSNB, "serve", str(tmp_path / "store")], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+            [MSNB, "serve", str(tmp_path / "store")],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-        )  # fmt: skip
+        )
         try:
             _wait_for(tmp_path / "state", proc)
             done = subprocess.run(

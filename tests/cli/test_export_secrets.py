@@ -59,7 +59,7 @@ def test_msnb_serve_env_goes_to_an_msnb_archive_and_a_foreign_one_is_refused(tmp
     env_vars.give(server, ours, {"OPENAI_API_KEY": "from-the-shell"})
     assert json.loads((server.layout.env_dir / "keyed.json").read_text()) == {"OPENAI_API_KEY": "from-the-shell"}
     foreign = build_mar(tmp_path / "foreign", "echo", ECHO)
-    with pytest.raises(OptionError, match=r"echo.mar has no msnb runtime \(msnb_env.py\)") as caught:
+    with pytest.raises(OptionError, match=r"echo.mar has no msnb runtime \(msnb_runtime/handler/env.py\)") as caught:
         env_vars.give(server, foreign, {"OPENAI_API_KEY": "from-the-shell"})
     assert "Hint: export it again with this msnb" in caught.value.render()
     monkeypatch.delenv("MSNB_UNSET_VARIABLE", raising=False)

@@ -16,7 +16,7 @@ from msnb.capture.notebook import load_handlers
 from msnb.cli.main import main
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.config import parse_properties
-from msnb.templates.msnb_metrics import ALL_METRICS
+from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
 from msnb.trial.runner import predict_in_process
 
 TORCHSERVE = str(Path(sys.executable).with_name("torchserve"))

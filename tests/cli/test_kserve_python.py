@@ -88,8 +88,13 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     handler = root / "linear" / "linear_handler.py"
     handler.parent.mkdir()
     handler.write_text(LINEAR)
-    subprocess.run(ts_archives.archiver(root / "linear", "linear", str(handler)), check=True, capture_output=True,
-                   timeout=180, env=ts_archives._env(root / "linear"))  # fmt: skip
+    subprocess.run(
+        ts_archives.archiver(root / "linear", "linear", str(handler)),
+        check=True,
+        capture_output=True,
+        timeout=180,
+        env=ts_archives._env(root / "linear"),
+    )
     return root / "linear" / "linear.mar", root / "out"
 
 
@@ -112,8 +117,9 @@ def kserve_python(requirements: Path) -> Path:
         venv.EnvBuilder(with_pip=True).create(root)
         own = next(root.glob("lib/python*/site-packages"))
         (own / "msnb-test-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-        done = subprocess.run([python, "-m", "pip", "install", "-q", "-r", requirements], capture_output=True,
-                              text=True, timeout=1500)  # fmt: skip
+        done = subprocess.run(
+            [python, "-m", "pip", "install", "-q", "-r", requirements], capture_output=True, text=True, timeout=1500
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         stamp.write_text(text)
     return python
@@ -134,7 +140,13 @@ def test_an_archive_exported_for_kserves_python_server_answers_v1_and_v2_as_torc
     code, said, err = run(capsys, "export", mar, "--kserve-python", out)
     assert code == 0, err
     assert "python kserve_predictor.py" in said
-    assert {p.name for p in out.iterdir()} == {"linear", "kserve_predictor.py", "msnb_names.py", "requirements.txt"}
+    assert {p.name for p in out.iterdir()} == {
+        "linear",
+        "kserve_predictor.py",
+        "msnb_runtime",  # the runtime package's kserve room and the handler names it reads
+        "requirements.txt",
+    }
+    assert sorted(p.name for p in (out / "msnb_runtime").iterdir() if p.is_dir()) == ["handler", "kserve"]
     requirements = (out / "requirements.txt").read_text().splitlines()
     assert {"kserve==0.21.0", "torch==2.13.0", "torchserve==0.12.0"} <= set(requirements)
     python = kserve_python(out / "requirements.txt")
@@ -142,8 +154,12 @@ def test_an_archive_exported_for_kserves_python_server_answers_v1_and_v2_as_torc
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     asked = json.dumps([[path, body] for _, path, body in REQUESTS])
-    done = subprocess.run([shutil.which("unshare"), "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
-                           python, driver, out, asked], capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [shutil.which("unshare"), "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', python, driver, out, asked],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     on_kserve = without_nulls(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -181,8 +197,12 @@ def test_the_predictor_imports_only_what_its_requirements_name():
     import ast
     from importlib import resources
 
-    tree = ast.parse(resources.files("msnb.templates").joinpath("kserve_predictor.py").read_text())
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-    tops = {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"__future__", "msnb_names"}
+    root = resources.files("msnb.templates")
+    entry, room = root / "kserve_predictor.py", root / "msnb_runtime" / "kserve" / "predictor.py"
+    names: set[str] = set()
+    for tree in (ast.parse(entry.read_text()), ast.parse(room.read_text())):
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    # the runtime package it sits beside (its relative imports: the shared handler's names)
+    tops = {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"__future__", "msnb_runtime"}
     assert tops == {"kserve", "ts"}

@@ -11,7 +11,7 @@ from helpers import handler, run, standard
 
 from msnb.engines.ray import INSTALL_HINT
 from msnb.engines.ray.engine import REPLICA_CPUS
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 
 def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path, capsys):
@@ -25,39 +25,53 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert names == [
         "Dockerfile",  # the image rayservice.yaml runs
         "first",
-        "msnb_api_embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
-        "msnb_api_mcp.py",
-        "msnb_api_openai.py",
-        "msnb_api_responses.py",
-        "msnb_api_v1.py",
-        "msnb_api_wire.py",
-        "msnb_names.py",
-        "msnb_ray.py",
-        "msnb_ray_api.py",
-        "msnb_ray_guard.py",
-        "msnb_ray_http.py",  # a prediction's way through a door
-        "msnb_ray_manage.py",  # the management API's read calls (list, describe) on the router
-        "msnb_ray_needs.py",  # what the application asks of its cluster, checked when it is built
-        "msnb_ray_replica.py",  # what a replica gives a handler in place of a worker: GPU id, metrics, log lines
-        "msnb_ray_sequence.py",
-        "msnb_ray_stream.py",
-        "msnb_ray_timeout.py",  # responseTimeout
-        "msnb_serving.py",  # TorchServe's defaults, as the shared handler reads them
-        "msnb_ts_checks.py",  # TorchServe's frontend checks: the inference key, the body limit
-        "msnb_ts_context.py",  # TorchServe's Context
-        "msnb_ts_load.py",  # a model folder loaded as a TorchServe worker loads it
-        "msnb_ts_wire.py",  # TorchServe's wire format: bodies, answers, errors, predict responses
+        "msnb_runtime",  # the runtime package: the Ray applications and what they keep of TorchServe
         "rayservice.yaml",
         "second",
         "serve_config.yaml",
     ]
+    runtime = tmp_path / "ray" / "msnb_runtime"
+    rooms = sorted(p.name for p in runtime.iterdir() if p.is_dir())
+    assert rooms == ["api", "handler", "ray", "ts"]  # no kserve, no dev reload
+    assert sorted(p.name for p in (runtime / "api").glob("*.py")) == [
+        "__init__.py",
+        "embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "mcp.py",
+        "openai.py",
+        "responses.py",
+        "v1.py",
+        "wire.py",
+    ]
+    assert sorted(p.name for p in (runtime / "ray").glob("*.py")) == [
+        "__init__.py",
+        "api.py",
+        "app.py",  # the model and router applications' builders (serve_config's import_path)
+        "deployment.py",  # TorchServe's model-config as Serve deployment options
+        "ingress.py",  # a prediction's way through an ingress (the router's, a replica's own)
+        "management.py",  # the management API's read calls (list, describe) on the router
+        "replica.py",  # what a replica gives a handler in place of a worker: GPU id, metrics, log lines
+        "runtime_env.py",  # what the application asks of its cluster, checked when it is built
+        "sequences.py",
+        "streaming.py",
+        "timeout.py",  # responseTimeout
+        "token_interceptor.py",
+    ]
+    assert sorted(p.name for p in (runtime / "ts").glob("*.py")) == [
+        "__init__.py",
+        "checks.py",  # TorchServe's frontend checks: the inference key, the body limit
+        "context.py",  # TorchServe's Context
+        "model_loader.py",  # a model folder loaded as a TorchServe worker loads it
+        "wire.py",  # TorchServe's wire format: bodies, answers, errors, predict responses
+    ]
+    assert {"names.py", "serving.py", "handler.py"} <= {p.name for p in (runtime / "handler").glob("*.py")}
     assert "serve run serve_config.yaml" in out
     for name in ("first", "second"):  # the engine-neutral model folder, as TorchServe registers it
         folder = tmp_path / "ray" / name
-        assert {"handler_model.py", "msnb_handler.py", "model.pt", "model-config.yaml", "msnb_api.json"} <= {
+        assert {"handler_model.py", "msnb_runtime", "model.pt", "model-config.yaml", "msnb_api.json"} <= {
             p.name for p in folder.iterdir()
         }
-        assert (folder / "MAR-INF" / "MANIFEST.json").is_file() and not (folder / "msnb_ray.py").exists()
+        assert (folder / "msnb_runtime" / "handler" / "handler.py").is_file()
+        assert (folder / "MAR-INF" / "MANIFEST.json").is_file() and not (folder / "msnb_runtime" / "ray").exists()
     config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
     ServeDeploySchema.model_validate(config)
     assert config["http_options"]["host"] == "127.0.0.1"
@@ -75,8 +89,10 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert cluster["authOptions"] == {"mode": "token"}  # Ray's own token authentication, by the operator
     for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
         env = group["template"]["spec"]["containers"][0]["env"]
-        assert {"name": "MSNB_INFERENCE_KEY", "valueFrom": {"secretKeyRef": {"name": "msnb-inference-key",
-                                                                             "key": "key"}}} in env  # fmt: skip
+        assert {
+            "name": "MSNB_INFERENCE_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "msnb-inference-key", "key": "key"}},
+        } in env
     assert yaml.safe_load(service["spec"]["serveConfigV2"])["applications"] == config["applications"]
 
 
@@ -130,11 +146,28 @@ def test_export_ray_from_archives_torch_model_archiver_made(tmp_path, capsys):
 def test_export_ray_sizes_each_model_and_prints_what_the_application_needs_and_the_steps_with_the_key(tmp_path, capsys):
     pytest.importorskip("ray.serve")
     nb = standard(tmp_path / "nb", handler("first", "--workers 2"), handler("second"), handler("third"))
-    code, out, err = run(capsys, "export", nb, "--ray", tmp_path / "ray", "--ray-port", "8123", "--num-cpus", "0.25",
-                         "--num-cpus", "second=1", "--num-gpus", "third=0.5", "--memory", "first=512Mi")  # fmt: skip
+    code, out, err = run(
+        capsys,
+        "export",
+        nb,
+        "--ray",
+        tmp_path / "ray",
+        "--ray-port",
+        "8123",
+        "--num-cpus",
+        "0.25",
+        "--num-cpus",
+        "second=1",
+        "--num-gpus",
+        "third=0.5",
+        "--memory",
+        "first=512Mi",
+    )
     assert code == 0, err
-    apps = {a["name"]: a["args"] for a in yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())[
-        "applications"]}  # fmt: skip
+    apps = {
+        a["name"]: a["args"]
+        for a in yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())["applications"]
+    }
     assert apps["first"] == {"model_dir": "first", "version": "1.0", "num_cpus": 0.25, "memory": 512 * 1024**2}
     assert apps["second"] == {"model_dir": "second", "version": "1.0", "num_cpus": 1.0}
     assert apps["third"] == {"model_dir": "third", "version": "1.0", "num_cpus": 0.25, "num_gpus": 0.5}
@@ -172,19 +205,19 @@ def test_export_ray_refuses_a_size_it_cannot_use_with_a_hint(tmp_path, capsys, o
 
 def test_a_router_built_without_a_key_is_refused_with_a_hint_before_any_replica_starts(monkeypatch):
     pytest.importorskip("ray.serve")
-    from msnb.templates import msnb_ray
-    from msnb.templates.msnb_ray_guard import KEY_FILE_VAR, KEY_VAR, KeyMissingError
+    from msnb.templates.msnb_runtime.ray import app as ray_app
+    from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_FILE_VAR, KEY_VAR, KeyMissingError
 
     for var in (KEY_VAR, KEY_FILE_VAR):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(KeyMissingError, match=f"no inference key. Hint: give the router an inference key: .*{KEY_VAR}"):
-        msnb_ray.router({"max_request_size": 10})
+        ray_app.router({"max_request_size": 10})
     monkeypatch.setenv(KEY_VAR, "k")
-    assert msnb_ray.router({}) is not None
+    assert ray_app.router({}) is not None
 
 
 def test_what_no_node_can_hold_is_refused_with_what_was_asked_and_what_fits_is_not():
-    from msnb.templates.msnb_ray_needs import GIB, asked, refusal
+    from msnb.templates.msnb_runtime.ray.runtime_env import GIB, asked, refusal
 
     nodes = [{"CPU": 1.0, "memory": 4 * GIB}, {"CPU": 1.0, "memory": 4 * GIB, "msnb_head": 1.0}]
     assert refusal("a", asked({"num_cpus": 0.1}), 12, nodes) is None
@@ -199,7 +232,7 @@ def test_what_no_node_can_hold_is_refused_with_what_was_asked_and_what_fits_is_n
 
 
 def test_requirements_the_node_satisfies_are_not_installed_again_nor_a_second_torch():
-    from msnb.templates.msnb_ray_needs import missing
+    from msnb.templates.msnb_runtime.ray.runtime_env import missing
 
     wanted = ["numpy", "torch==1.0.0", "msnb-absent-package-xyz==1.0", "numpy<1", "pyyaml>=5"]
     assert missing(wanted) == ["msnb-absent-package-xyz==1.0", "numpy<1"]

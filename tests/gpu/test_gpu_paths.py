@@ -19,7 +19,7 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_names import CONFIG, HANDLER_MODULE
+from msnb.templates.msnb_runtime.handler.names import CONFIG, HANDLER_MODULE
 from msnb.ui.widget.devices import list_devices
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

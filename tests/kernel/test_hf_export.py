@@ -20,7 +20,7 @@ from make_notebooks import NOTEBOOKS
 from test_hermetic_notebook import MSNB
 
 from msnb.engines.torchserve import LocalServer
-from msnb.templates.msnb_names import HF_DIR
+from msnb.templates.msnb_runtime.handler.names import HF_DIR
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.kernel

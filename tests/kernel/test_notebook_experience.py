@@ -54,7 +54,7 @@ def test_a_wrong_shape_shows_the_users_frame_and_no_torch_internals(ip, session)
     cell(ip, f"kshape {EXAMPLE}")
     out = failing(ip, "ms_test", """kshape --data '{"x": [1, 2, 3]}'""")
     assert "mat1 and mat2 shapes cannot be multiplied" in out and "Hint:" in out
-    assert "_call_impl" not in out and "msnb_handler.py" not in out and "frames of torch" in out
+    assert "_call_impl" not in out and "handler/handler.py" not in out and "frames of torch" in out
 
 
 def test_a_syntax_error_points_at_the_line_as_the_user_sees_the_cell(ip, session):

@@ -15,7 +15,7 @@ import msnb.engines.ray.engine
 import msnb.engines.ray.shared  # (first: its SharedRay subclasses LocalRay, which some tests stand in for)
 import msnb.session.core
 from msnb.engines.ray import ROUTER_APP, RayMissingError, require
-from msnb.templates.msnb_ray_guard import KEY_VAR
+from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
 try:
     require()  # imports Ray with msnb's environment (loopback addresses stay loopback)

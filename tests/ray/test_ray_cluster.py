@@ -31,8 +31,8 @@ from msnb.engines.models import PredictionError
 from msnb.engines.ray import ROUTER_APP
 from msnb.engines.ray.nodes import environment, free_port
 from msnb.engines.torchserve import LocalServer, TorchServeClient
-from msnb.templates.msnb_ray_guard import KEY_VAR
-from msnb.templates.msnb_ts_checks import read_key
+from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
+from msnb.templates.msnb_runtime.ts.checks import read_key
 
 # One cluster per module: keep its tests on one worker. The first test's time holds the cluster's start and the
 # `serve run` of every application (several minutes on a loaded 2-core machine).
@@ -92,8 +92,18 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
     mars["colored"] = build_mar(tmp_path / "colored", "colored", COLORED, requirements=["termcolor"])
     mars["absent"] = build_mar(tmp_path / "absent", "absent", COLORED, requirements=["msnb-absent-package-xyz==1.0"])
     port = free_port()
-    code, out, err = run(capsys, "export", *mars.values(), "--ray", tmp_path / "out", "--ray-port", port,
-                         "--num-gpus", "desc=1", *(f"--num-cpus={n}=0.6" for n in CROWDED))  # fmt: skip
+    code, out, err = run(
+        capsys,
+        "export",
+        *mars.values(),
+        "--ray",
+        tmp_path / "out",
+        "--ray-port",
+        port,
+        "--num-gpus",
+        "desc=1",
+        *(f"--num-cpus={n}=0.6" for n in CROWDED),
+    )
     assert code == 0, err
     assert "The application needs 2.4 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
     folder, env, command = printed_steps(out, two_nodes.address)
@@ -118,13 +128,20 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
             plain.register(mars[name])
         ready = lambda: all(served_answer(cluster.client, name) for name in (*AS_PRINTED, "colored"))  # noqa: E731
         poll(ready, 600, "the exported archives' applications", interval=1, log=lambda: log.read_text()[-3000:])
-        lines = [compare.parse_request(json.dumps(r), n, [*AS_PRINTED, "colored"], tmp_path) for n, r in
-                 enumerate(AS_PRINTED_REQUESTS, 1)]  # fmt: skip
+        lines = [
+            compare.parse_request(json.dumps(r), n, [*AS_PRINTED, "colored"], tmp_path)
+            for n, r in enumerate(AS_PRINTED_REQUESTS, 1)
+        ]
         rows = compare.compare(plain, cluster, lines)
         refused = requests.post(f"{url}/predictions/named", json={"x": [1.0, 2.0, 3.0]}, timeout=30)
         unplaced, uninstallable = application_status(two_nodes, "desc"), application_status(two_nodes, "absent")
-        poll(lambda: "msnb: a replica cannot be placed" in log.read_text(), 240, "msnb to say a replica waits",
-             interval=2, log=lambda: log.read_text()[-3000:])  # fmt: skip
+        poll(
+            lambda: "msnb: a replica cannot be placed" in log.read_text(),
+            240,
+            "msnb to say a replica waits",
+            interval=2,
+            log=lambda: log.read_text()[-3000:],
+        )
     finally:
         plain.stop()
         cluster.client.close()
@@ -206,8 +223,9 @@ def expected(folder: Path, x: list[float]) -> dict:
     return notebook_answer(net.eval(), x, namespace["postprocess"], batched=False)
 
 
-def export(capsys, folder: Path, outdir: Path, port: int, pin: dict, foreign: Path, mlp_body: str = BODY,
-           version: str = "1.0"):  # fmt: skip
+def export(
+    capsys, folder: Path, outdir: Path, port: int, pin: dict, foreign: Path, mlp_body: str = BODY, version: str = "1.0"
+):
     """`msnb export --ray`, then the edits a user makes for this machine: the port, one proxy (two nodes on one
     machine would share its port), fractional CPUs, one replica per node, the router beside the proxy and its
     inference key in a file (as a mounted secret); and the applications of the archives' export (``foreign``, see
@@ -298,8 +316,13 @@ def served(two_nodes, archives, tmp_path_factory, capsys_module):
     served = Served(two_nodes, root / "nb", root / "out", port)
     served.archives = archives["out"]
     try:
-        poll(lambda: served.answers("mlp") and served.answers("text"), 600, "both applications", interval=1,
-             log=lambda: served.log.read_text()[-3000:])  # fmt: skip
+        poll(
+            lambda: served.answers("mlp") and served.answers("text"),
+            600,
+            "both applications",
+            interval=1,
+            log=lambda: served.log.read_text()[-3000:],
+        )
         yield served
     finally:
         served.stop()
@@ -401,8 +424,10 @@ def test_answers_equal_the_notebooks_computation_from_replicas_on_both_nodes(ser
 def test_exported_archives_answer_on_two_nodes_as_a_plain_torchserve_serving_them(served, archives, tmp_path):
     # The truth: TorchServe serving the same files (kserved in TorchServe's kserve envelope, service_envelope).
     cluster = SimpleNamespace(client=served.client, inference_url=served.url)
-    lines = [compare.parse_request(json.dumps(r), n, list(FOREIGN), tmp_path) for n, r in
-             enumerate(FOREIGN_REQUESTS + ENVELOPED_REQUESTS, 1)]  # fmt: skip
+    lines = [
+        compare.parse_request(json.dumps(r), n, list(FOREIGN), tmp_path)
+        for n, r in enumerate(FOREIGN_REQUESTS + ENVELOPED_REQUESTS, 1)
+    ]
     plain = LocalServer(tmp_path / "ts")
     enveloped = LocalServer(tmp_path / "ts-kserve", properties={"service_envelope": ENVELOPES["kserved"]})
 
@@ -437,8 +462,9 @@ def test_a_bad_sample_among_8_concurrent_requests_gets_its_own_400(served):
     answers = served.client.predict_many("mlp", inputs, return_exceptions=True)
     assert isinstance(answers[3], PredictionError) and answers[3].status == 400
     assert answers[3].body["stage"] == "preprocess"
-    assert [a for i, a in enumerate(answers) if i != 3] == [expected(served.folder, x["x"]) for i, x in
-                                                            enumerate(inputs) if i != 3]  # fmt: skip
+    assert [a for i, a in enumerate(answers) if i != 3] == [
+        expected(served.folder, x["x"]) for i, x in enumerate(inputs) if i != 3
+    ]
 
 
 def test_a_str_answer_keeps_its_content_type_and_unknown_models_get_404(served):
@@ -481,8 +507,16 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
     try:
         poll(lambda: len(answers) > 20, 60, "answers before the redeploy")
         port = int(served.url.rsplit(":", 1)[1])
-        export(capsys_module, served.folder, served.outdir, port, served.nodes.head_resource, served.archives, V2_BODY,
-               "2.0")  # fmt: skip
+        export(
+            capsys_module,
+            served.folder,
+            served.outdir,
+            port,
+            served.nodes.head_resource,
+            served.archives,
+            V2_BODY,
+            "2.0",
+        )
         deploy = served.serve("run", "--non-blocking")
         assert deploy.wait(300) == 0, served.log.read_text()[-3000:]
         poll(lambda: all(a.get("v") == 2 for a in answers[-16:]), 300, "the new version answering everyone", 0.5)
@@ -493,7 +527,7 @@ def test_a_redeploy_under_8_clients_loses_no_request(served, capsys_module):
 
 
 def test_removing_a_node_fails_no_request_and_none_waits_10_s(served):
-    # A replica lost with its node: the router sends its call again to the live replica (templates/msnb_ray.py,
+    # A replica lost with its node: the router sends its call again to the live replica (templates/msnb_runtime/ray/app.py,
     # forward). A request that waits 10 s counts as failed (the clients' timeout).
     both_replicas_running(served)  # one on each node (after the redeploy test, its rollout may still run)
     stop = threading.Event()

@@ -22,7 +22,7 @@ from test_ray_notebook import HANDLER, NET_CELL, cell, truth
 
 import msnb.session.core
 from msnb.engines.models import PredictionError
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 LINE = """rdoor --batch-size 8 --max-batch-delay 500 --example '{"x": [1, 2, 3, 4]}'"""
 FOREIGN = textwrap.dedent(
@@ -131,8 +131,13 @@ def test_a_foreign_ray_init_cannot_run_a_task(served, tmp_path, token):
     env["RAY_gcs_server_port_wait_time_s"] = "1"  # one try at the GCS, not 20 a second apart: each is refused alike
     script = tmp_path / "foreign.py"
     script.write_text(FOREIGN)
-    done = subprocess.run([sys.executable, str(script), served._cluster.address, str(tmp_path / "ran")], env=env,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), served._cluster.address, str(tmp_path / "ran")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode != 0
     assert "Authentication token is missing or incorrect" in done.stderr
     assert not (tmp_path / "ran").exists()
@@ -163,8 +168,11 @@ def post(served, body: bytes, key: str | None, content_type: str = "application/
 def test_a_prediction_without_the_sessions_key_gets_torchserves_400(served, key):
     resp = post(served, b'{"x": [1, 2, 3, 4]}', key)
     assert resp.status_code == 400
-    assert resp.json() == {"code": 400, "type": "InvalidKeyException", "message": "Token Authorization failed. "
-                           "Token either incorrect, expired, or not provided correctly"}  # fmt: skip
+    assert resp.json() == {
+        "code": 400,
+        "type": "InvalidKeyException",
+        "message": "Token Authorization failed. Token either incorrect, expired, or not provided correctly",
+    }
 
 
 def test_the_key_file_is_the_users_alone_and_every_surface_sends_the_key(served, capsys):
@@ -173,8 +181,17 @@ def test_the_key_file_is_the_users_alone_and_every_surface_sends_the_key(served,
     key = json.loads(key_file.read_text())["inference"]["key"]
     assert post(served, b'{"x": [1, 2, 3, 4]}', key).json() == truth(HANDLER, [1, 2, 3, 4])
     assert served.predict("rdoor", {"x": [4, 3, 2, 1]}) == truth(HANDLER, [4, 3, 2, 1])
-    code, out, err = run(capsys, "predict", "rdoor", "--url", served.inference_url, "--token-file", key_file,
-                         "--data", '{"x": [1, 0, 0, 2]}')  # fmt: skip
+    code, out, err = run(
+        capsys,
+        "predict",
+        "rdoor",
+        "--url",
+        served.inference_url,
+        "--token-file",
+        key_file,
+        "--data",
+        '{"x": [1, 0, 0, 2]}',
+    )
     assert code == 0 and json.loads(out) == truth(HANDLER, [1, 0, 0, 2]), err
     code, _, err = run(capsys, "predict", "rdoor", "--url", served.inference_url, "--data", '{"x": [1, 0, 0, 2]}')
     assert code != 0 and "HTTP 400" in err
@@ -205,15 +222,17 @@ def test_each_replicas_own_http_port_asks_for_the_key_and_answers_as_the_front(s
     """The front sends predictions straight to a model replica's own HTTP port (Serve's direct ingress): that door
     is kept like the front's, and the answer through the front is the replica's, equal to plain torch."""
     key = json.loads(served.key_file.read_text())["inference"]["key"]
-    routes = requests.get(f"{served.inference_url}/-/msnb-targets", headers={"Authorization": f"Bearer {key}"},
-                          timeout=60).json()  # fmt: skip
+    routes = requests.get(
+        f"{served.inference_url}/-/msnb-targets", headers={"Authorization": f"Bearer {key}"}, timeout=60
+    ).json()
     [replica] = routes["/predictions/rdoor"]
     assert replica in {f"http://127.0.0.1:{port}" for _, _, port in listeners(named("ray::ServeReplica:rdoor"))}
     body, url = b'{"x": [2, 0, 1, 3]}', f"{replica}/predictions/rdoor"
     for sent in (None, "not-the-key"):
         headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {sent}"} if sent else {})
         assert requests.post(url, data=body, headers=headers, timeout=60).json()["type"] == "InvalidKeyException"
-    direct = requests.post(url, data=body, timeout=60,
-                           headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})  # fmt: skip
+    direct = requests.post(
+        url, data=body, timeout=60, headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    )
     assert direct.json() == post(served, body, key).json() == truth(HANDLER, [2, 0, 1, 3])
     assert requests.get(f"{served.inference_url}/-/msnb-targets", timeout=60).status_code == 400  # the key, here too

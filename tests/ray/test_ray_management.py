@@ -48,7 +48,7 @@ CALLS = [
             "response_timeout": "30",
             "synchronous": "true",
         },
-    ),  # fmt: skip
+    ),
     ("POST", "/models", {"url": "missing.mar"}),  # 404
     ("POST", "/models", {"url": "corrupt.mar"}),  # 400
     ("POST", "/models", {}),  # 400: no url
@@ -76,8 +76,18 @@ PREDICTIONS = 3
 TS_METRICS = ("ts_inference_requests_total", "ts_inference_latency_microseconds_total")
 NO_QUEUE_TIME = "ts_queue_latency_microseconds_total"  # Ray keeps no queue time per model (docs/ray-management.md)
 # What a script reads of a describe answer (worker ids, pids and start times are each server's own).
-READ = ("modelName", "modelVersion", "modelUrl", "minWorkers", "maxWorkers", "batchSize", "maxBatchDelay",
-        "responseTimeout", "loadedAtStartup", "customizedMetadata")  # fmt: skip
+READ = (
+    "modelName",
+    "modelVersion",
+    "modelUrl",
+    "minWorkers",
+    "maxWorkers",
+    "batchSize",
+    "maxBatchDelay",
+    "responseTimeout",
+    "loadedAtStartup",
+    "customizedMetadata",
+)
 
 
 class PlainTorchServe:
@@ -86,11 +96,21 @@ class PlainTorchServe:
     def __init__(self, config: Path, work: Path):
         self.work = work
         (work / "tmp").mkdir(parents=True)
-        self.env = {**os.environ, "TMPDIR": str(work / "tmp"), "LOG_LOCATION": str(work / "logs"),
-                    "METRICS_LOCATION": str(work / "logs")}  # fmt: skip
+        self.env = {
+            **os.environ,
+            "TMPDIR": str(work / "tmp"),
+            "LOG_LOCATION": str(work / "logs"),
+            "METRICS_LOCATION": str(work / "logs"),
+        }
         with open(work / "launcher.log", "wb") as out:  # never a pipe: Java inherits it
-            subprocess.run([TORCHSERVE, "--start", "--ts-config", config, "--ncs"], cwd=work, env=self.env,
-                           stdout=out, stderr=out, check=True)  # fmt: skip
+            subprocess.run(
+                [TORCHSERVE, "--start", "--ts-config", config, "--ncs"],
+                cwd=work,
+                env=self.env,
+                stdout=out,
+                stderr=out,
+                check=True,
+            )
         address = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
         self.url, self.inference_url = address["management_address"], address["inference_address"]
         self.metrics_url = address["metrics_address"]
@@ -108,11 +128,17 @@ def call(url: str, key: str, method: str, path: str, query: dict) -> tuple[int, 
 
 
 def config_file(folder: Path, store: Path, inference_port: int, **more: str) -> Path:
-    lines = {"inference_address": f"http://127.0.0.1:{inference_port}",
-             "management_address": f"http://127.0.0.1:{free_port()}",
-             "metrics_address": f"http://127.0.0.1:{free_port()}", "model_store": str(store),
-             "load_models": "named.mar", "default_workers_per_model": "1", "enable_model_api": "true",
-             "metrics_mode": "prometheus", **more}  # fmt: skip
+    lines = {
+        "inference_address": f"http://127.0.0.1:{inference_port}",
+        "management_address": f"http://127.0.0.1:{free_port()}",
+        "metrics_address": f"http://127.0.0.1:{free_port()}",
+        "model_store": str(store),
+        "load_models": "named.mar",
+        "default_workers_per_model": "1",
+        "enable_model_api": "true",
+        "metrics_mode": "prometheus",
+        **more,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     return folder / "config.properties"
@@ -143,8 +169,10 @@ def store(tmp_path_factory):
 def comparable(status: int, body: object) -> object:
     """What a script reads of an answer: a describe's fields in READ and its workers' count and statuses."""
     if isinstance(body, list):
-        return status, [{**{k: m.get(k) for k in READ}, "workers": [w["status"] for w in m["workers"]],
-                         "keys": sorted(m)} for m in body]  # fmt: skip
+        return status, [
+            {**{k: m.get(k) for k in READ}, "workers": [w["status"] for w in m["workers"]], "keys": sorted(m)}
+            for m in body
+        ]
     return status, body
 
 
@@ -170,8 +198,12 @@ def test_a_deploy_scripts_management_calls_answer_on_ray_as_on_plain_torchserve(
         truth = metrics_after(plain.inference_url, plain.key("inference"), plain.metrics_url, lambda got: True)
         # counters are cumulative, as TorchServe's are: an earlier `named` on the shared Ray (another test's) counts too
         before = requests_counted(api.metrics_url)
-        ours = metrics_after(ray_engine.inference_url, _key(ray_engine.key_file, "inference"), api.metrics_url,
-                             lambda got: requests_counted(got) == before + PREDICTIONS)  # fmt: skip
+        ours = metrics_after(
+            ray_engine.inference_url,
+            _key(ray_engine.key_file, "inference"),
+            api.metrics_url,
+            lambda got: requests_counted(got) == before + PREDICTIONS,
+        )
         assert set(truth) - {NO_QUEUE_TIME} == set(ours) and set(ours) >= set(TS_METRICS), (truth, ours)
         assert truth["ts_inference_requests_total"]["named"] == PREDICTIONS == requests_counted(ours) - before
         assert ours["ts_inference_latency_microseconds_total"]["named"] > 0
@@ -185,8 +217,12 @@ def metrics_after(inference_url: str, key: str, metrics_url: str, settled) -> di
     second or so) and parsed by prometheus_client's parser: TorchServe's ts_ families, model name -> value, and
     their label names as TorchServe writes them."""
     for n in range(PREDICTIONS):
-        resp = requests.post(f"{inference_url}/predictions/named", json={"x": [n, 1.0, 2.0]},
-                             headers={"Authorization": f"Bearer {key}"}, timeout=120)  # fmt: skip
+        resp = requests.post(
+            f"{inference_url}/predictions/named",
+            json={"x": [n, 1.0, 2.0]},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=120,
+        )
         assert resp.status_code == 200, resp.text
     got: dict = {}
 
@@ -319,7 +355,7 @@ def deploy_export(outdir: Path, router_name: str):
 
     sys.path.insert(0, str(outdir))
     try:  # the export's own modules, not msnb.templates': the replicas import them from the folder
-        exported = importlib.import_module("msnb_ray")
+        exported = importlib.import_module("msnb_runtime.ray.app")
         here = {"runtime_env": {"env_vars": {"PYTHONPATH": str(outdir)}}}  # a local working_dir: Serve refuses it
         targets = []
         for name in EXPORTED:
@@ -370,20 +406,34 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
     interface and answer a client on loopback with the key, and refuse it without, as TorchServe does."""
     import psutil
 
-    from msnb.engines.ray import front
+    from msnb.engines.ray import ingress
     from msnb.package.model_folder import ModelFolder
 
     inference, management = free_port(), free_port()
-    config = read(config_file(tmp_path / "conf", store, inference, load_models="",
-                              management_address=f"http://0.0.0.0:{management}"))  # fmt: skip
+    config = read(
+        config_file(
+            tmp_path / "conf", store, inference, load_models="", management_address=f"http://0.0.0.0:{management}"
+        )
+    )
     ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
     # a front of the engine's kind on 0.0.0.0, whose way to the router is the engine's own front
-    door = front.spawn(inference, ray_engine.http_port, ray_engine.max_request_size, ray_engine.key_file,
-                       tmp_path / "front.log", 60, "0.0.0.0")  # fmt: skip
+    door = ingress.spawn(
+        inference,
+        ray_engine.http_port,
+        ray_engine.max_request_size,
+        ray_engine.key_file,
+        tmp_path / "front.log",
+        60,
+        "0.0.0.0",
+    )
     api = TorchServeApi(ray_engine, config, opener(config))
     try:
-        bound = {(c.laddr.ip, c.laddr.port) for pid in (door.pid, os.getpid())
-                 for c in psutil.Process(pid).net_connections("tcp") if c.status == psutil.CONN_LISTEN}  # fmt: skip
+        bound = {
+            (c.laddr.ip, c.laddr.port)
+            for pid in (door.pid, os.getpid())
+            for c in psutil.Process(pid).net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
         assert {("0.0.0.0", inference), ("0.0.0.0", management)} <= bound
         url, key = f"http://127.0.0.1:{inference}/predictions/klass", _key(ray_engine.key_file, "inference")
         answer = poll(lambda: _predicted(url, key), 120, "klass's answer through the front on 0.0.0.0", interval=0.5)
@@ -396,7 +446,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
         assert call(api.management_url, "wrong-key", "GET", "/models", {})[1]["type"] == "InvalidKeyException"
     finally:
         api.stop()
-        front.stop(door)
+        ingress.stop(door)
 
 
 def _predicted(url: str, key: str) -> object:

@@ -136,12 +136,22 @@ def test_a_killed_kernel_leaves_no_ray_process_and_no_temp_dir(tmp_path):
     from nbrun import execute_notebook, stream_texts
 
     nb = nbformat.v4.new_notebook()
-    sources = ("%load_ext msnb\nimport msnb", NET_CELL, f"%%ms_handler {LINE}\n{HANDLER}",
-               "server = msnb.serve('rmlp', engine='ray')\nprint('ray root:', server.root)", "%ms_predict rmlp")  # fmt: skip
+    sources = (
+        "%load_ext msnb\nimport msnb",
+        NET_CELL,
+        f"%%ms_handler {LINE}\n{HANDLER}",
+        "server = msnb.serve('rmlp', engine='ray')\nprint('ray root:', server.root)",
+        "%ms_predict rmlp",
+    )
     nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
     (tmp_path / "ray.ipynb").write_text(nbformat.writes(nb))
-    done = execute_notebook(tmp_path / "ray.ipynb", tmp_path / "run", timeout=300, shutdown="immediate",
-                            tmpdir=Path(tempfile.mkdtemp(prefix="msnb-nb-")))  # fmt: skip
+    done = execute_notebook(
+        tmp_path / "ray.ipynb",
+        tmp_path / "run",
+        timeout=300,
+        shutdown="immediate",
+        tmpdir=Path(tempfile.mkdtemp(prefix="msnb-nb-")),
+    )
     lines = [line for text in stream_texts(done) for line in text.splitlines() if line.startswith("ray root:")]
     root = Path(lines[0].split(":", 1)[1].strip())
     poll(lambda: not processes_naming(root) and not root.exists(), 90, f"{root} and its Ray processes to go")

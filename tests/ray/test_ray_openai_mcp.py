@@ -104,6 +104,7 @@ def test_embeddings_and_every_error_of_the_table_are_answered_on_ray_as_on_torch
         assert item.embedding == pytest.approx(embedding(text), rel=1e-5, abs=1e-6)
     with pytest.raises(openai.BadRequestError, match="Hint: add --embeddings"):
         client.embeddings.create(model="rwhole", input="x")
-    walker = Walker(ray_engine.openai_base_url.removesuffix("/v1"), key,
-                    {"streams": "rflaky", "whole": "rwhole", "fails": "rflaky"})  # fmt: skip
+    walker = Walker(
+        ray_engine.openai_base_url.removesuffix("/v1"), key, {"streams": "rflaky", "whole": "rwhole", "fails": "rflaky"}
+    )
     assert walker.walk() == []

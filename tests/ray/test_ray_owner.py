@@ -32,8 +32,9 @@ def start_owner(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[psutil.Pro
     """The owner, its Ray up; returns it, the Ray temp root and every process it started (agents included)."""
     script, log = tmp_path / "owner.py", tmp_path / "owner.log"
     script.write_text(OWNER)
-    owner = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=log.open("w"),
-                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    owner = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True
+    )
 
     def root_line() -> str:
         """The owner's "root:" line; an owner that ended first fails the test at once, with its output."""
@@ -72,13 +73,23 @@ def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path):
     owner, root, started = start_owner(tmp_path)
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait(30)
-    poll(lambda: not left(started, root), GONE_WITHIN_S, "the session's Ray processes and temp dir to go",
-         interval=0.2, log=lambda: "\n".join(left(started, root)))  # fmt: skip
+    poll(
+        lambda: not left(started, root),
+        GONE_WITHIN_S,
+        "the session's Ray processes and temp dir to go",
+        interval=0.2,
+        log=lambda: "\n".join(left(started, root)),
+    )
 
 
 def test_an_owner_that_exits_normally_leaves_nothing(tmp_path):
     owner, root, started = start_owner(tmp_path)
     owner.stdin.close()
     owner.wait(120)
-    poll(lambda: not left(started, root), GONE_WITHIN_S, "the session's Ray processes and temp dir to go",
-         interval=0.2, log=lambda: "\n".join(left(started, root)))  # fmt: skip
+    poll(
+        lambda: not left(started, root),
+        GONE_WITHIN_S,
+        "the session's Ray processes and temp dir to go",
+        interval=0.2,
+        log=lambda: "\n".join(left(started, root)),
+    )

@@ -1,4 +1,4 @@
-"""Many archives in one Ray replica (a replica set, templates/msnb_ray_multi.py) on the kernel's Ray: two archives made
+"""Many archives in one Ray replica (a replica set, the runtime's ray.multi_model) on the kernel's Ray: two archives made
 by torch-model-archiver that each ship a ``model.py``, a ``handler.py`` and a package of the same name answer from one
 process as a plain TorchServe answers them, beside an archive whose initialize raises (it fails alone, with its
 error); and an archive registered through TorchServe's management API loads into the running replica."""
@@ -60,10 +60,28 @@ def clashing(root: Path, name: str, value: int) -> Path:
     (folder / "handler.py").write_text(CLASHING)
     (folder / "extra" / "clash_pkg" / "__init__.py").write_text("")
     (folder / "extra" / "clash_pkg" / "tag.py").write_text(f"NAME = {name!r}\n")
-    subprocess.run([str(ARCHIVER), "--model-name", name, "--version", "1.0", "--handler", str(folder / "handler.py"),
-                    "--model-file", str(folder / "model.py"), "--extra-files", str(folder / "extra"),
-                    "--export-path", str(folder), "-f"],
-                   check=True, capture_output=True, timeout=180, env={**os.environ, "TMPDIR": str(folder)})  # fmt: skip
+    subprocess.run(
+        [
+            str(ARCHIVER),
+            "--model-name",
+            name,
+            "--version",
+            "1.0",
+            "--handler",
+            str(folder / "handler.py"),
+            "--model-file",
+            str(folder / "model.py"),
+            "--extra-files",
+            str(folder / "extra"),
+            "--export-path",
+            str(folder),
+            "-f",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+        env={**os.environ, "TMPDIR": str(folder)},
+    )
     return folder / f"{name}.mar"
 
 
@@ -106,10 +124,15 @@ def test_archives_with_clashing_module_names_share_a_replica_and_answer_as_on_pl
 
 
 def config_file(folder: Path, store: Path, inference_port: int) -> Path:
-    lines = {"inference_address": f"http://127.0.0.1:{inference_port}",
-             "management_address": f"http://127.0.0.1:{free_port()}",
-             "metrics_address": f"http://127.0.0.1:{free_port()}", "model_store": str(store),
-             "load_models": "ca.mar", "default_workers_per_model": "1", "enable_model_api": "true"}  # fmt: skip
+    lines = {
+        "inference_address": f"http://127.0.0.1:{inference_port}",
+        "management_address": f"http://127.0.0.1:{free_port()}",
+        "metrics_address": f"http://127.0.0.1:{free_port()}",
+        "model_store": str(store),
+        "load_models": "ca.mar",
+        "default_workers_per_model": "1",
+        "enable_model_api": "true",
+    }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     return folder / "config.properties"

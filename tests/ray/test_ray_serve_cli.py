@@ -27,16 +27,22 @@ def test_serve_engine_ray_answers_msnb_predict_then_ctrl_c_leaves_nothing(tmp_pa
     corrupt.write_bytes(mar.read_bytes()[:100])
     env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path / "state")}
     log = (tmp_path / "serve.out").open("w")
-    proc = subprocess.Popen([MSNB, "serve", str(mar), str(corrupt), "--engine", "ray"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, cwd=tmp_path)  # fmt: skip
+    proc = subprocess.Popen(
+        [MSNB, "serve", str(mar), str(corrupt), "--engine", "ray"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
     state = tmp_path / "state" / "servers" / f"{proc.pid}.json"
     try:
         poll(lambda: state.exists() or proc.poll() is not None, 400, interval=0.5)
         assert state.exists(), (tmp_path / "serve.out").read_text()
         record = json.loads(state.read_text())
         assert record["engine"] == "ray" and record["inference_url"].startswith("http://127.0.0.1:")
-        done = subprocess.run([MSNB, "predict", "echo", "--data", '{"a": 1}'], env=env, capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [MSNB, "predict", "echo", "--data", '{"a": 1}'], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"echo": {"a": 1}, "batch": 1}
         assert "answered by `msnb serve` pid" in done.stderr

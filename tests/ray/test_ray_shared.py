@@ -77,8 +77,10 @@ def shared(tmp_path_factory):
     ray down` after the module (if a test has not)."""
     folder = tmp_path_factory.mktemp("shared")
     env = {**os.environ, "MSNB_STATE_DIR": str(folder / "state")}
-    ups = [subprocess.Popen([MSNB, "ray", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for _ in range(2)]  # fmt: skip
+    ups = [
+        subprocess.Popen([MSNB, "ray", "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
     said = [proc.communicate(timeout=700)[0] for proc in ups]
     (folder / "ups.json").write_text(json.dumps([[proc.returncode, text] for proc, text in zip(ups, said)]))
     assert (folder / "state" / "ray-shared.json").exists(), said
@@ -118,8 +120,15 @@ def test_two_ray_up_at_once_start_one_ray_and_the_second_reports_the_firsts(shar
 
 def session(env: dict, name: str, folder: Path) -> tuple[subprocess.Popen, dict]:
     log = (folder / f"{name}.err").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", SESSION, name], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log, text=True, cwd=folder)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SESSION, name],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        cwd=folder,
+    )
     line = proc.stdout.readline()
     assert line, (folder / f"{name}.err").read_text()[-3000:]
     said = json.loads(line)
@@ -127,13 +136,15 @@ def session(env: dict, name: str, folder: Path) -> tuple[subprocess.Popen, dict]
 
 
 def post(url: str, name: str, key: str) -> requests.Response:
-    return requests.post(f"{url}/predictions/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"},
-                         timeout=60)  # fmt: skip
+    return requests.post(
+        f"{url}/predictions/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"}, timeout=60
+    )
 
 
 def explain(url: str, name: str, key: str) -> requests.Response:
-    return requests.post(f"{url}/explanations/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"},
-                         timeout=120)  # fmt: skip
+    return requests.post(
+        f"{url}/explanations/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"}, timeout=120
+    )
 
 
 def completeness() -> float:
@@ -182,8 +193,9 @@ def cli_serve_uses_it(env: dict, folder: Path) -> None:
     mar = build_mar(folder / "echo", "echo", "def handle(data, context):\n    return None if data is None else [1]\n")
     out = folder / "serve.out"
     with out.open("w") as log:
-        proc = subprocess.Popen([MSNB, "serve", str(mar), "--engine", "ray"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=folder)  # fmt: skip
+        proc = subprocess.Popen(
+            [MSNB, "serve", str(mar), "--engine", "ray"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=folder
+        )
         try:
             poll(lambda: "Ctrl-C" in out.read_text() or proc.poll() is not None, 300, "msnb serve to serve", 0.5)
             done = msnb(env, "predict", "echo", "--data", "{}")
@@ -205,10 +217,14 @@ def test_a_notebook_serves_on_the_shared_ray_after_ms_ray_up(shared, tmp_path, m
 
     env, state, _ = shared
     monkeypatch.setenv("MSNB_STATE_DIR", env["MSNB_STATE_DIR"])  # the kernel inherits it
-    sources = ("%load_ext msnb\nimport json, os\nprint('kernel pid:', os.getpid())", "%ms_ray up",
-               f"%%ms_handler kalpha\n{HANDLER}", "%ms_serve kalpha --engine ray",
-               f"answer = %ms_predict kalpha --data '{json.dumps({'x': X})}'\nprint('answer:', json.dumps(answer))",
-               "%ms_ray status")  # fmt: skip
+    sources = (
+        "%load_ext msnb\nimport json, os\nprint('kernel pid:', os.getpid())",
+        "%ms_ray up",
+        f"%%ms_handler kalpha\n{HANDLER}",
+        "%ms_serve kalpha --engine ray",
+        f"answer = %ms_predict kalpha --data '{json.dumps({'x': X})}'\nprint('answer:', json.dumps(answer))",
+        "%ms_ray status",
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
     (tmp_path / "shared.ipynb").write_text(nbformat.writes(nb))
     printed = "".join(stream_texts(execute_notebook(tmp_path / "shared.ipynb", tmp_path / "run", timeout=300)))
@@ -247,9 +263,17 @@ def test_a_stale_state_file_is_said_and_removed_without_starting_anything(tmp_pa
     env = {**os.environ, "MSNB_STATE_DIR": str(tmp_path)}
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    (tmp_path / "ray-shared.json").write_text(json.dumps(
-        {"owner": gone.pid, "root": str(tmp_path / "r"), "address": "127.0.0.1:1", "inference_url": "x", "http_port": 1}
-    ))  # fmt: skip
+    (tmp_path / "ray-shared.json").write_text(
+        json.dumps(
+            {
+                "owner": gone.pid,
+                "root": str(tmp_path / "r"),
+                "address": "127.0.0.1:1",
+                "inference_url": "x",
+                "http_port": 1,
+            }
+        )
+    )
     down = msnb(env, "ray", "down")
     assert down.returncode == 0 and "stale state file" in down.stdout and "is gone): removed" in down.stdout
     assert not (tmp_path / "ray-shared.json").exists()
@@ -289,14 +313,19 @@ def test_an_up_that_finds_another_starting_waits_and_reports_that_ray_without_st
     env, out = {**os.environ, "MSNB_STATE_DIR": str(tmp_path)}, tmp_path / "up.out"
     owner = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()", "msnb.engines.ray.shared"], stdin=subprocess.PIPE
-    )  # fmt: skip  (an owner, as the state file's check sees one)
+    )  # an owner, as the state file's check sees one
     try:
         with (tmp_path / "ray-shared.lock").open("a") as lock, out.open("w") as log:
             fcntl.flock(lock, fcntl.LOCK_EX)
             second = subprocess.Popen([MSNB, "ray", "up"], env=env, stdout=log, stderr=subprocess.STDOUT)
             poll(lambda: "waiting for that one" in out.read_text() or second.poll() is not None, 120, "it to wait")
-            state = {"owner": owner.pid, "root": str(tmp_path / "r"), "address": "127.0.0.1:1",
-                     "inference_url": "http://127.0.0.1:1", "http_port": 1}  # fmt: skip
+            state = {
+                "owner": owner.pid,
+                "root": str(tmp_path / "r"),
+                "address": "127.0.0.1:1",
+                "inference_url": "http://127.0.0.1:1",
+                "http_port": 1,
+            }
             (tmp_path / "ray-shared.json").write_text(json.dumps(state))
         assert second.wait(120) == 0, out.read_text()
         told = out.read_text()

@@ -78,7 +78,7 @@ def test_each_sequence_of_a_stateful_model_stays_on_one_of_its_two_replicas(ray_
             ray_engine.predict(
                 "seq",
                 RawRequest(json.dumps({"x": x}).encode(), "application/json", {"ts_request_sequence_id": sequence}),
-            )  # fmt: skip
+            )
             for x in values[sequence]
         ]
 
@@ -97,8 +97,10 @@ def test_more_models_than_the_old_four_are_served_and_one_that_cannot_fit_is_ref
         )
     assert [ray_engine.predict(f"one{n}", {"x": 1}) for n in range(5)] == list(range(5))
     with pytest.raises(ServerError) as refused:
-        deploy(ray_engine, capture("wide", "def handle(data, context):\n    return data and [1] * len(data)\n", [],
-                                   workers=40))  # fmt: skip
+        deploy(
+            ray_engine,
+            capture("wide", "def handle(data, context):\n    return data and [1] * len(data)\n", [], workers=40),
+        )
     assert "40 replica(s) need 4" in str(refused.value) and "Hint:" in str(refused.value)
     assert "wide" not in [status.name for status in ray_engine.models()]
     ray_engine.unregister("one0")  # as LocalServer.unregister: that application and its folder go, the others stay

@@ -14,7 +14,7 @@ from msnb.engines.torchserve import LocalServer
 from msnb.session.core import Session
 from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_explain_budget import SHARE_ENV
+from msnb.templates.msnb_runtime.handler.explain_budget import SHARE_ENV
 from msnb.trial.batches import BatchFallbackWarning
 from msnb.ui.display import Status
 
@@ -62,7 +62,7 @@ def test_explanations_over_their_share_get_503_with_retry_after_while_prediction
 
         def explain_client() -> None:  # a client that does not wait as asked: every request counts
             with requests.Session() as http:
-                for _ in range(40):  # past the burst credit (msnb_explain_budget.BURST_S), then paced
+                for _ in range(40):  # past the burst credit (msnb_runtime.handler.explain_budget.BURST_S), then paced
                     explained.append(
                         http.post(f"{server.inference_url}/explanations/mlp", json=INPUTS[0], headers=headers)
                     )

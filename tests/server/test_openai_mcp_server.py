@@ -60,8 +60,7 @@ def api_server(tmp_path_factory):
     """One TorchServe with the streaming LM (batch size 2) and a model that answers whole, and its key."""
     srv = LocalServer(tmp_path_factory.mktemp("api-server"))
     with srv:
-        deploy(srv, spec_from_source("gen", LM, batch_size=2, max_batch_delay=300,
-                                     example={"prompt": "the cat"}))  # fmt: skip
+        deploy(srv, spec_from_source("gen", LM, batch_size=2, max_batch_delay=300, example={"prompt": "the cat"}))
         deploy(srv, spec_from_source("mlp", MLP_SOURCE, init_kwargs={"hidden": 8}, example={"x": [0.0] * 4}))
         deploy(srv, spec_from_source("count", COUNTER))
         deploy(srv, spec_from_source("flaky", FLAKY, example={"prompt": "x"}))
@@ -175,9 +174,13 @@ def test_a_stream_ended_early_stops_its_generator_in_the_worker(api_server, tmp_
     server, key = api_server
     client = openai_client(server.openai_base_url, key)
     for how, progress in (("max_tokens", tmp_path / "short"), ("the client leaves", tmp_path / "left")):
-        stream = client.chat.completions.create(model="count", messages=[{"role": "user", "content": "x"}],
-                                                stream=True, max_tokens=3 if how == "max_tokens" else None,
-                                                extra_body={"progress": str(progress)})  # fmt: skip
+        stream = client.chat.completions.create(
+            model="count",
+            messages=[{"role": "user", "content": "x"}],
+            stream=True,
+            max_tokens=3 if how == "max_tokens" else None,
+            extra_body={"progress": str(progress)},
+        )
         pieces = [c.choices[0].delta.content for c, _ in zip(stream, range(4)) if c.choices[0].delta.content]
         stream.close()
         assert pieces == [f" {i}" for i in range(len(pieces))] and len(pieces) >= 3

@@ -35,7 +35,7 @@ from helpers import (
 from msnb.capture.cells import capture
 from msnb.capture.local_code import search_path
 from msnb.capture.notebook import load_handlers
-from msnb.engines.torchserve.raw_request import from_options
+from msnb.engines.raw_request import from_options
 from msnb.package import archive
 from msnb.session.deployment import deploy
 from msnb.spec import SourceBlock

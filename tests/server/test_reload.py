@@ -20,7 +20,7 @@ from msnb.errors import ServerError
 from msnb.session.core import Session
 from msnb.session.reload import NEW_VERSION, RELOAD
 from msnb.spec import spec_from_source
-from msnb.templates.dev_reload import RELOAD_HEADER, SECRET_FILE
+from msnb.templates.msnb_runtime.dev.reload import RELOAD_HEADER, SECRET_FILE
 
 SAMPLE = {"x": [1.0, -2.0, 0.5, 3.0]}
 

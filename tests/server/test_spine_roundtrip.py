@@ -9,7 +9,7 @@ from msnb.engines.torchserve import LocalServer, PredictionError
 from msnb.package import archive
 from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_metrics import ALL_METRICS
+from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
 from msnb.trial.runner import run_handler
 
 UNSERIALISABLE = (

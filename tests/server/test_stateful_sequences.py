@@ -15,7 +15,7 @@ from helpers import TS_STATEFUL_CONFIG, TS_STATEFUL_HANDLER, TS_STATEFUL_MODEL, 
 
 from msnb.capture.notebook import load_handlers
 from msnb.engines.models import PredictionError
-from msnb.engines.torchserve.raw_request import from_options
+from msnb.engines.raw_request import from_options
 from msnb.session.deployment import deploy
 
 SEQUENCES = {f"seq_{i}": [i + 1, 2 * i - 3, 5, -i, 7] for i in range(4)}

@@ -6,7 +6,7 @@ from helpers import ECHO, build_mar
 
 from msnb.engines.inference_api import PREDICT_TIMEOUT
 from msnb.engines.torchserve import LocalServer, TorchServeClient
-from msnb.templates.msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_RESPONSE_TIMEOUT_S
 
 
 def test_stop_removes_the_socket_folder_outside_a_deep_workdir_and_the_key_file(tmp_path):

@@ -17,7 +17,7 @@ from msnb.errors import BuildError, HandlerRunError, SpecError
 from msnb.package import archive, formats
 from msnb.session.core import Session
 from msnb.spec import spec_from_source
-from msnb.templates import shared_handler_files
+from msnb.templates import ARCHIVE_ROOMS, runtime_files
 from msnb.trial.runner import predict_in_process
 
 
@@ -48,8 +48,14 @@ def test_standard_mar_holds_handler_shared_modules_config_and_checkpoint(tmp_pat
         "requirementsFile": "requirements.txt",
         "configFile": "model-config.yaml",
     }
-    assert {"handler_model.py", "msnb_handler.py", "model-config.yaml", "model.pt", "requirements.txt"} <= names
-    assert {p.name for p in shared_handler_files()} <= names
+    assert {
+        "handler_model.py",
+        "msnb_runtime/handler/handler.py",
+        "model-config.yaml",
+        "model.pt",
+        "requirements.txt",
+    } <= names
+    assert {inside for _, inside in runtime_files(ARCHIVE_ROOMS)} <= names
     with zipfile.ZipFile(mar) as z:
         assert z.getinfo("model.pt").compress_type == zipfile.ZIP_DEFLATED
         assert b"handle = _msnb_handler_factory(" in z.read("handler_model.py")
@@ -129,7 +135,7 @@ def test_extra_files_archive_with_traversal_is_refused_and_writes_nothing_outsid
 
 
 @pytest.mark.parametrize(
-    "names", [["model.pt"], ["model-config.yaml"], ["msnb_handler.py"], ["a/labels.txt", "b/labels.txt"]]
+    "names", [["model.pt"], ["model-config.yaml"], ["msnb_runtime"], ["a/labels.txt", "b/labels.txt"]]
 )
 def test_an_extra_file_that_would_replace_another_file_is_refused(tmp_path, names):
     paths = []

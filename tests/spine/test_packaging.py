@@ -56,7 +56,7 @@ def test_wheel_ships_templates_and_builds_a_mar_outside_the_source_tree(tmp_path
     wheels.mkdir()
     wheel = build_wheel(wheels)
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"msnb/templates/msnb_handler.py", "msnb/templates/handler_model.py.tmpl"} <= set(names)
+    assert {"msnb/templates/msnb_runtime/handler/handler.py", "msnb/templates/handler_model.py.tmpl"} <= set(names)
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], check=True
@@ -78,4 +78,4 @@ def test_wheel_ships_templates_and_builds_a_mar_outside_the_source_tree(tmp_path
     env = {**os.environ, "PYTHONPATH": str(site)}
     done = subprocess.run([sys.executable, "-c", script], cwd=outside, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "'msnb_handler.py'" in done.stdout and "'handler_model.py'" in done.stdout
+    assert "'msnb_runtime/handler/handler.py'" in done.stdout and "'handler_model.py'" in done.stdout

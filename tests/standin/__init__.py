@@ -21,6 +21,11 @@ def _running() -> bool:
 
 
 ENGINE = EngineKind(
-    "standin", "the stand-in engine", "starting the stand-in engine", _default, _running, lambda: None,
+    "standin",
+    "the stand-in engine",
+    "starting the stand-in engine",
+    _default,
+    _running,
+    lambda: None,
     "standin.engine.StandIn",
-)  # fmt: skip
+)

@@ -22,7 +22,7 @@ from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.store import ModelStore, read_manifest
 from msnb.errors import MsnbError, ServerError
-from msnb.templates.msnb_ts_wire import error_reply
+from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 WORKER = Path(__file__).with_name("worker.py")
 _starts = itertools.count(1)
@@ -35,8 +35,11 @@ class Worker:
         self.folder, self.log = folder, log
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER), str(folder), name],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("ab"), text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log.open("ab"),
+            text=True,
+        )
         self.lock = threading.Lock()
         if not self.process.stdout.readline():
             self.process.wait()

@@ -18,9 +18,9 @@ from pathlib import Path
 
 def answer(entry, context, request: dict) -> dict:
     """One request through ``handle``: its status, content type and body (base64), as a TorchServe worker decodes and
-    answers it (msnb_ts_wire)."""
-    from msnb.templates.msnb_ts_context import set_requests
-    from msnb.templates.msnb_ts_wire import decode_body, encode_answer, error_reply
+    answers it (msnb_runtime.ts.wire)."""
+    from msnb.templates.msnb_runtime.ts.context import set_requests
+    from msnb.templates.msnb_runtime.ts.wire import decode_body, encode_answer, error_reply
 
     body, headers = base64.b64decode(request["body"]), request["headers"]
     set_requests(context, [headers])
@@ -35,7 +35,7 @@ def answer(entry, context, request: dict) -> dict:
 
 
 def main(folder: str, name: str) -> None:
-    from msnb.templates.msnb_ts_load import load_handler, read_folder
+    from msnb.templates.msnb_runtime.ts.model_loader import load_handler, read_folder
     from msnb.trial.worker import _metrics_cache
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")

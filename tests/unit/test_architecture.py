@@ -17,6 +17,9 @@ import msnb.templates
 
 PACKAGE = Path(msnb.__file__).parent
 TEMPLATES = Path(msnb.templates.__file__).parent
+RUNTIME = TEMPLATES / msnb.templates.RUNTIME  # the runtime package every model folder carries, a room per part
+# Imported only where their engine's extra is installed (each is tested in its own environment: tests/cli, tests/ray).
+EXTRA_ONLY = ("msnb.templates.msnb_runtime.kserve",)
 MAX_FUNCTION_LINES = 40
 MAX_MODULE_LINES = 500
 # The shared vocabulary at the top of msnb/: every step speaks it; it imports only itself and the shipped runtime
@@ -31,11 +34,24 @@ MAY_IMPORT = {
     "msnb.package": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture"),
     "msnb.trial": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package"),
     "msnb.session": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial"),
-    "msnb.ui": (*VOCABULARY, "msnb.engines", "msnb.session", "msnb.package.formats", "msnb.capture.requirement_rules",
-                "msnb.capture.magic_lines"),
-    "msnb.cli": (*VOCABULARY, "msnb.engines", "msnb.templates", "msnb.capture", "msnb.package", "msnb.trial",
-                 "msnb.session"),
-}  # fmt: skip
+    "msnb.ui": (
+        *VOCABULARY,
+        "msnb.engines",
+        "msnb.session",
+        "msnb.package.formats",
+        "msnb.capture.requirement_rules",
+        "msnb.capture.magic_lines",
+    ),
+    "msnb.cli": (
+        *VOCABULARY,
+        "msnb.engines",
+        "msnb.templates",
+        "msnb.capture",
+        "msnb.package",
+        "msnb.trial",
+        "msnb.session",
+    ),
+}
 # The engines stand beside each other: the modules at the top of msnb/engines/ (the protocol and what both engines
 # speak: TorchServe's inference API, keys, store, process trees) import neither engine, and neither engine imports
 # the other (Ray's router answers TorchServe's inference URLs: both speak them through msnb.engines.inference_api).
@@ -53,8 +69,20 @@ DECIDES_TO_RUN_USER_CODE = {"msnb.session.core", "msnb.session.export"}
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    """msnb's name of a module of the package or of the runtime package (``msnb.templates.msnb_runtime.ROOM.X``)."""
+    if path.is_relative_to(TEMPLATES):
+        parts = ("msnb", "templates", *path.relative_to(TEMPLATES).with_suffix("").parts)
+    else:
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _absolute(node: ast.ImportFrom, path: Path) -> str:
+    """The module a relative ``from`` import names, from the importing file's place."""
+    package = module_name(path).split(".")
+    package = package if path.name == "__init__.py" else package[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:
@@ -75,7 +103,10 @@ def imports_of(path: Path) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("msnb")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("msnb") and not node.level:
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            module = _absolute(node, path)
+            found |= {module} | {f"{module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("msnb"):
             found.add(node.module)
             found |= {f"{node.module}.{a.name}" for a in node.names}
     return found
@@ -83,9 +114,8 @@ def imports_of(path: Path) -> set[str]:
 
 @functools.cache
 def _parsed_graph() -> dict[str, frozenset[str]]:
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    known = set(files) | {"msnb.templates"}
-    return {name: frozenset(m for m in imports_of(path) if m in known and m != name) for name, path in files.items()}
+    files = {module_name(p): p for p in [*PACKAGE.rglob("*.py"), *RUNTIME.rglob("*.py"), TEMPLATES / "__init__.py"]}
+    return {name: frozenset(m for m in imports_of(path) if m in files and m != name) for name, path in files.items()}
 
 
 def graph() -> dict[str, set[str]]:
@@ -100,7 +130,7 @@ def folder_of(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-MODULES = sorted(graph())
+MODULES = sorted(m for m in graph() if not m.startswith(EXTRA_ONLY))
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -233,7 +263,8 @@ def test_the_vocabulary_imports_no_ipython():
 def test_msnb_without_the_ray_extra_imports_everything_but_the_ray_engine():
     """Ray and what it brings (Starlette, uvicorn, aiohttp) come with the `ray` extra only: every other module,
     the TorchServe engine's fronts included, imports where they are absent (the install tier's clean venv too)."""
-    modules = sorted(n for n in graph() if not n.startswith("msnb.engines.ray") and n != "msnb.cli.serve_ray")
+    ray = ("msnb.engines.ray", "msnb.cli.serve_ray", "msnb.templates.msnb_runtime.ray", *EXTRA_ONLY)
+    modules = sorted(n for n in graph() if not n.startswith(ray))
     code = (
         "import importlib, sys\n"
         "for name in ('ray', 'starlette', 'uvicorn', 'aiohttp', 'fastapi'):\n    sys.modules[name] = None\n"
@@ -272,8 +303,11 @@ def test_no_function_is_over_40_lines_in_the_package_and_the_templates():
 
 
 def test_no_module_is_over_500_lines():
-    long = [(p.name, n) for p in [*PACKAGE.rglob("*.py"), *TEMPLATES.rglob("*.py")]
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]  # fmt: skip
+    long = [
+        (p.name, n)
+        for p in [*PACKAGE.rglob("*.py"), *TEMPLATES.rglob("*.py")]
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
     assert not long, long
 
 
@@ -303,51 +337,53 @@ def test_no_code_outside_the_engines_branches_on_an_engines_name():
     assert not found, f"ask the registry (msnb.engines.registry) or hold an Engine instead: {found}"
 
 
-def _neighbours(statements: list[ast.stmt]) -> set[tuple[str, str | None, str | None]]:
-    """(module, name, as) of each import of a template module among ``statements`` (relative or top-level alike)."""
-    found = set()
-    for node in statements:
-        if isinstance(node, ast.Import):
-            found |= {(a.name, None, a.asname) for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            found |= {(node.module, a.name, a.asname) if node.module else (a.name, None, a.asname) for a in node.names}
-    return found
-
-
-def _imports_a_neighbour(node: ast.AST, neighbours: set[str]) -> bool:
-    if isinstance(node, ast.Import):
-        return any(a.name in neighbours for a in node.names)
-    if isinstance(node, ast.ImportFrom):
-        return bool(node.level) or node.module in neighbours
-    return False
-
-
-def test_every_template_module_imports_its_neighbours_one_way():
-    """``if __package__:`` the relative imports, ``else:`` the same names top-level, nowhere else: never by trying the
-    top-level name first, which picks a stray copy in msnb's own process (msnb.templates' docstring says why)."""
-    neighbours = {p.stem for p in TEMPLATES.glob("*.py")}
-    for path in sorted(TEMPLATES.glob("*.py")):
+def test_no_template_module_has_a_dual_import_block_and_the_runtime_imports_its_neighbours_relatively():
+    """One import idiom: inside the runtime package a module takes its neighbours by relative import, never by a
+    top-level name (``msnb_runtime.X`` or ``msnb.templates.X``) and never by trying one name then the other, so that
+    whichever name the package is imported under, its modules are its own (msnb.templates' docstring says why)."""
+    for path in sorted(TEMPLATES.rglob("*.py")):
         tree = ast.parse(path.read_text())
-        idioms = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "__package__"]
-        allowed = {id(s) for n in idioms for s in [*n.body, *n.orelse]}
-        for node in idioms:
-            assert all(isinstance(s, ast.ImportFrom) and s.level == 1 for s in node.body), path.name
-            assert all(not _imports_a_neighbour(s, set()) and _imports_a_neighbour(s, neighbours) for s in node.orelse)
-            assert _neighbours(node.body) == _neighbours(node.orelse), f"{path.name}: both branches, the same names"
-        stray = [n.lineno for n in ast.walk(tree) if _imports_a_neighbour(n, neighbours) and id(n) not in allowed]
+        dual = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.If) and "__package__" in ast.unparse(n.test)]
+        assert not dual, f"{path.relative_to(TEMPLATES)}:{dual}: an `if __package__:` import block; import relatively"
+        if not path.is_relative_to(RUNTIME):
+            continue
+        stray = [
+            n.lineno
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            and not getattr(n, "level", 0)
+            and any(m.split(".")[0] in ("msnb", "msnb_runtime") for m in _imported(n))
+        ]
         assert not stray, (
-            f"{path.name}:{stray} imports a neighbour outside the one idiom (if __package__: ... else: ...)"
+            f"{path.relative_to(TEMPLATES)}:{stray} imports msnb or msnb_runtime by name: import relatively"
         )
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    return [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+
+
+def test_the_entry_files_and_templates_import_the_runtime_as_a_model_folder_does():
+    """What a server runs from a folder's top (the rendered handler, the dev entry, KServe's predictor) imports the
+    runtime package by its top-level name, as every model folder holds it."""
+    for path in [
+        *TEMPLATES.glob("*.tmpl"),
+        TEMPLATES / msnb.templates.DEV_ENTRY,
+        TEMPLATES / msnb.templates.KSERVE_ENTRY,
+    ]:
+        text = path.read_text()
+        assert f"from {msnb.templates.RUNTIME}." in text, path.name
+        assert "from msnb." not in text and "import msnb." not in text, path.name
 
 
 def test_what_both_engines_use_is_named_for_its_job_not_for_ray():
     """The modules every engine shares (msnb/engines/ outside the Ray engine, the stand-in engine of the tests) use
-    TorchServe's interfaces from msnb_ts_*, never a Ray-named template module."""
+    TorchServe's interfaces from the runtime's ts room, never its ray room."""
     standin = PACKAGE.parent / "tests" / "standin"
     shared = [p for p in PACKAGE.joinpath("engines").rglob("*.py") if "ray" not in p.relative_to(PACKAGE).parts]
     for path in [*shared, *standin.glob("*.py")]:
-        ray_named = sorted(m for m in imports_of(path) if m.startswith("msnb.templates.msnb_ray"))
-        assert not ray_named, f"{path.name} imports {ray_named}: what both engines use lives in msnb_ts_* modules"
+        ray_named = sorted(m for m in imports_of(path) if m.startswith("msnb.templates.msnb_runtime.ray"))
+        assert not ray_named, f"{path.name} imports {ray_named}: what both engines use lives in the runtime's ts room"
 
 
 def _defined(statements: list[ast.stmt]) -> set[str]:
@@ -368,20 +404,22 @@ def _defined(statements: list[ast.stmt]) -> set[str]:
 
 
 def test_every_name_a_template_module_takes_from_a_neighbour_is_defined_there():
-    """``from msnb_x import NAME`` and ``x.NAME`` after ``import msnb_x as x``: NAME is defined in msnb_x (a name moved to
-    another module fails here, not in a replica or an exported folder that no unit test imports)."""
-    defined = {p.stem: _defined(ast.parse(p.read_text()).body) for p in TEMPLATES.glob("*.py")}
-    for path in sorted(TEMPLATES.glob("*.py")):
+    """``from .x import NAME`` and ``x.NAME`` after ``from . import x``: NAME is defined in x (a name moved to another
+    module fails here, not in a replica or an exported folder that no unit test imports)."""
+    paths = {module_name(p): p for p in RUNTIME.rglob("*.py")}
+    defined = {name: _defined(ast.parse(p.read_text()).body) for name, p in paths.items()}
+    for name, path in sorted(paths.items()):
         tree = ast.parse(path.read_text())
-        idioms = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "__package__"]
         aliases, missing = {}, []
-        for module, name, alias in _neighbours([s for n in idioms for s in n.orelse]):
-            if name is None:
-                aliases[alias or module] = module
-            elif name not in defined[module]:
-                missing.append(f"{module}.{name}")
+        for node in [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level]:
+            module = _absolute(node, path)
+            for a in node.names:
+                if f"{module}.{a.name}" in paths:  # a module of a room
+                    aliases[a.asname or a.name] = f"{module}.{a.name}"
+                elif a.name not in defined.get(module, {a.name}):
+                    missing.append(f"{module}.{a.name}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
                 if node.attr not in defined[aliases[node.value.id]]:
                     missing.append(f"{aliases[node.value.id]}.{node.attr}")
-        assert not missing, f"{path.name} takes {sorted(set(missing))}, which its neighbours do not define"
+        assert not missing, f"{name} takes {sorted(set(missing))}, which its neighbours do not define"

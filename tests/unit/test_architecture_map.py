@@ -16,16 +16,23 @@ def code_files() -> set[str]:
 
 
 def named_on_the_page() -> set[str]:
-    """The modules the layout block names: full paths, and `  name.py` lines under a `folder/` line."""
+    """The modules the layout block names: full paths, and ``name.py`` (or ``sub/name.py``) lines under a ``folder/``
+    line, a folder inside another indented below it (``templates/`` > ``msnb_runtime/`` > ``handler/``)."""
     block = PAGE.read_text().split("## Layout", 1)[1].split("```", 2)[1]
-    named, folder = set(), ""
+    named: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indent, path) of the open folders, outermost first
     for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
         if m := re.match(r"^((?:msnb|templates)/(?:\S*/)?)\s", line + " "):
-            folder = m.group(1)
+            folders = [(0, m.group(1))]
+        elif m := re.match(r"^\s+([\w/]+/)\s", line + " "):
+            folders = [f for f in folders if f[0] < indent] or folders[:1]
+            folders.append((indent, folders[-1][1] + m.group(1)))
         if m := re.match(r"^((?:msnb|templates)/\S+\.py)\s", line + " "):
             named.add(m.group(1))
-        elif m := re.match(r"^  (\w+\.py)\s", line):
-            named.add(folder + m.group(1))
+        elif (m := re.match(r"^\s+([\w/]+\.py)\s", line + " ")) and folders:
+            inside = [f for f in folders if f[0] < indent] or folders[:1]
+            named.add(inside[-1][1] + m.group(1))
     return named
 
 

@@ -16,7 +16,7 @@ from msnb.errors import CaptureError, HandlerRunError, SpecError
 from msnb.package import archive
 from msnb.package.render import render_handler
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_own_handler import TORCHSCRIPT_HINT
+from msnb.templates.msnb_runtime.handler.custom_handler import TORCHSCRIPT_HINT
 from msnb.trial import runner
 from msnb.ui.display import SpecSummary
 

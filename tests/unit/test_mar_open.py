@@ -13,7 +13,7 @@ import pytest
 
 from msnb.errors import ServerError
 from msnb.package.model_folder import ModelFolder
-from msnb.templates import msnb_unpack
+from msnb.templates.msnb_runtime.handler import unpack
 
 MANIFEST = json.dumps({"model": {"modelName": "m", "modelVersion": "1.0", "handler": "h.py"}}).encode()
 GOOD = {"MAR-INF/MANIFEST.json": MANIFEST, "h.py": b"def handle(data, context):\n    return data\n"}
@@ -73,7 +73,7 @@ def test_an_archive_with_a_member_or_link_leaving_its_folder_is_refused_before_a
 
 
 def test_members_inflating_past_the_bound_are_refused_before_anything_is_unpacked(tmp_path, monkeypatch):
-    monkeypatch.setattr(msnb_unpack, "MAX_UNPACKED_BYTES", 1_000_000)
+    monkeypatch.setattr(unpack, "MAX_UNPACKED_BYTES", 1_000_000)
     bomb = zip_archive(tmp_path / "bomb.mar", {**GOOD, "zeros.bin": bytes(2_000_000)})
     assert bomb.stat().st_size < 20_000  # a small file that inflates a hundredfold
     with pytest.raises(ServerError, match="would inflate to 2000") as caught:

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import msnb
 import msnb.templates
-from msnb.engines.torchserve.logs import is_library_frame
+from msnb.engines.tracebacks import is_library_frame
 from msnb.options import OPTIONS, handler_magic
-from msnb.package import staging
 
 PACKAGE = Path(msnb.__file__).parent
 TEMPLATES = Path(msnb.templates.__file__).parent
-SHARED = {p.name for p in msnb.templates.shared_handler_files()}
 # A fact spelled as a literal -> the modules allowed to spell it (each defines it once and the others import it).
 FACTS = {
     "/mnt/models": {"msnb.engines.torchserve.config"},  # KSERVE_MOUNT
@@ -27,13 +25,22 @@ FACTS = {
     },  # DEFAULT_EXPORT; STORE_DIR; its key (written by torchserve.config, read by ts_properties' table of keys)
     "msnb-server-": {"msnb.engines.watchdog"},  # TEMP_PREFIX
     "no-archive": {"msnb.package.formats"},  # SERVE_FORMAT (and the archiver's name of that format)
-    120: {"msnb.templates.msnb_serving"},  # DEFAULT_RESPONSE_TIMEOUT_S
+    120: {"msnb.templates.msnb_runtime.handler.serving"},  # DEFAULT_RESPONSE_TIMEOUT_S
 }
-# The model folder's file names, shared across the boundary: spelled only in templates/msnb_names.py, by msnb/ and by
+# The model folder's file names, shared across the boundary: spelled only in templates/msnb_runtime/handler/names.py, by msnb/ and by
 # the runtime shipped in every archive alike.
-NAMES = "msnb.templates.msnb_names"
-FOLDER_NAMES = ("handler_model", "handler_model.py", "model-config.yaml", "requirements.txt", "model.pt", "values.pt",
-                "hf_objects", "model_file.py", "MAR-INF/MANIFEST.json")  # fmt: skip
+NAMES = "msnb.templates.msnb_runtime.handler.names"
+FOLDER_NAMES = (
+    "handler_model",
+    "handler_model.py",
+    "model-config.yaml",
+    "requirements.txt",
+    "model.pt",
+    "values.pt",
+    "hf_objects",
+    "model_file.py",
+    "MAR-INF/MANIFEST.json",
+)
 
 
 def module_name(path: Path) -> str:
@@ -66,26 +73,27 @@ def spells(value: object, fact: object) -> bool:
     return type(value) is type(fact) and value == fact
 
 
-def test_the_shared_handler_list_is_every_msnb_module_of_the_templates_package():
-    on_disk = {p.name for p in TEMPLATES.iterdir() if re.fullmatch(r"msnb_\w+\.py", p.name)}
-    adapters = {n for n in on_disk if n.startswith(msnb.templates.ENGINE_ADAPTER_PREFIX)}
-    assert adapters, "the Ray adapter lives beside the shared handler"
-    # TorchServe's interfaces where no TorchServe runs (its Context, loader, wire format, checks): no archive needs them
-    assert {n for n in on_disk if n.startswith("msnb_ts_")} <= adapters
-    assert SHARED == on_disk - adapters  # an engine adapter serves model folders; no archive carries it
-    assert staging.shared_handler_files is msnb.templates.shared_handler_files
+def test_the_shared_handler_list_is_every_module_of_the_runtime_s_handler_room():
+    runtime = TEMPLATES / msnb.templates.RUNTIME
+    rooms = {p.name for p in runtime.iterdir() if (p / "__init__.py").is_file()}
+    assert {"handler", "ts", "api", "ray", "kserve", "dev"} == rooms
+    on_disk = {p for p in (runtime / "handler").glob("*.py")} | {runtime / "__init__.py"}
+    # TorchServe's interfaces where no TorchServe runs (its Context, loader, wire format, checks), the protocols and
+    # the Ray applications serve model folders: no archive carries them
+    assert set(msnb.templates.shared_handler_files()) == on_disk
+    assert not set(msnb.templates.ARCHIVE_ROOMS) & {"ts", "api", "ray", "kserve", "dev"}
 
 
 def test_no_module_spells_a_shared_module_name_it_imports_the_list():
-    names = SHARED | {Path(n).stem for n in SHARED}
+    names = {msnb.templates.RUNTIME}
     for path in PACKAGE.rglob("*.py"):
         spelled = [(line, value) for line, value in literals(path) if value in names]
-        assert not spelled, f"{module_name(path)} spells {spelled}: import msnb.templates.shared_handler_files"
+        assert not spelled, f"{module_name(path)} spells {spelled}: import msnb.templates.RUNTIME"
 
 
 def test_tracebacks_fold_the_frames_of_every_shared_module():
-    for name in SHARED:
-        assert is_library_frame(f"/srv/model-dir/{name}"), name
+    for _, inside in msnb.templates.runtime_files(msnb.templates.ARCHIVE_ROOMS):
+        assert is_library_frame(f"/srv/model-dir/{inside}"), inside
     assert not is_library_frame("/srv/model-dir/handler_model.py")
 
 
@@ -131,8 +139,9 @@ def test_no_module_assigns_one_constant_twice_in_the_package_or_the_shipped_runt
 
 
 def test_the_model_folder_names_are_spelled_only_in_msnb_names_on_both_sides_of_the_archive():
-    for path in [*PACKAGE.rglob("*.py"), *TEMPLATES.glob("*.py")]:
-        name = module_name(path) if path.is_relative_to(PACKAGE) else f"msnb.templates.{path.stem}"
+    for path in [*PACKAGE.rglob("*.py"), *TEMPLATES.rglob("*.py")]:
+        inside = () if path.is_relative_to(PACKAGE) else path.relative_to(TEMPLATES).with_suffix("").parts
+        name = module_name(path) if path.is_relative_to(PACKAGE) else ".".join(("msnb.templates", *inside))
         if name == NAMES:
             continue
         spelled = [(line, value) for line, value in literals(path) if value in FOLDER_NAMES]

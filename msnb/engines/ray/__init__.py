@@ -28,7 +28,7 @@ ENV = {
     "RAY_prestart_worker_first_driver": "0",  # no idle workers started for a driver (Serve starts its own)
     # A request's way through Serve: each replica runs its deployment's code on its own event loop (no hand-over
     # to a second loop's thread and back), a handle routes on the caller's loop, and calls between deployments
-    # (the router's to a model's replica) go over Serve's gRPC (token-checked, see msnb_ray_guard) instead of
+    # (the router's to a model's replica) go over Serve's gRPC (token-checked, see msnb_runtime.ray.token_interceptor) instead of
     # Ray actor calls. Measured by time stamps along the way: a stream's first chunk 36 -> 16 ms (load 15-25).
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
@@ -37,7 +37,7 @@ ENV = {
     # second is enough for a Prometheus scrape and leaves the two cores to the requests.
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
     # Each application's ingress replica answers HTTP on a loopback port of its own, which the local front
-    # (msnb.engines.ray.front) sends predictions to: no proxy and no router on their way. A stopping replica keeps
+    # (msnb.engines.ray.ingress) sends predictions to: no proxy and no router on their way. A stopping replica keeps
     # answering for the draining period while the front, which reads the routes every 0.2 s, leaves it (Serve's
     # default, 30 s, is for a cloud load balancer's health checks; every stop and redeploy would wait it out).
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
@@ -48,7 +48,7 @@ ENV = {
     # `TaskEventBufferImpl::Stop`, until the cell's 400 s ran out.
     "RAY_task_events_report_interval_ms": "0",
 }
-ROUTER_APP = "msnb-router"  # the router application (templates/msnb_ray.py:router), locally and exported
+ROUTER_APP = "msnb-router"  # the router application (templates/msnb_runtime/ray/app.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
 
 
@@ -101,6 +101,15 @@ def _start_options(engine: Engine, config: object, opener: object) -> object:
 
 
 ENGINE = EngineKind(
-    "ray", "Ray Serve", "starting Ray Serve", _default, _running, require, "msnb.engines.ray.engine.LocalRay", "ray",
-    command=_command, opens_archives=True, start_options=_start_options,
-)  # fmt: skip
+    "ray",
+    "Ray Serve",
+    "starting Ray Serve",
+    _default,
+    _running,
+    require,
+    "msnb.engines.ray.engine.LocalRay",
+    "ray",
+    command=_command,
+    opens_archives=True,
+    start_options=_start_options,
+)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from msnb.templates.msnb_ray_manage import describe_entry, worker
+from msnb.templates.msnb_runtime.ray.management import describe_entry, worker
 
 
 def describe(engine: Any, entry: Any, customized: bool) -> dict:
     """The describe entry of a registered model (``entry``: msnb.engines.ray.model_registry.Entry)."""
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     _, config = read_folder(entry.folder)
     workers = [worker(w.id, w.status) for w in engine.status(entry.app or entry.name).workers]
@@ -28,8 +28,9 @@ def _customized(engine: Any, name: str) -> Any:
         from msnb.engines.ray.model_registry import RegistryError
 
         body = _json(resp)
-        raise RegistryError(resp.status_code, body.get("type", "InternalServerException"),
-                            body.get("message", "Prediction failed"))  # fmt: skip
+        raise RegistryError(
+            resp.status_code, body.get("type", "InternalServerException"), body.get("message", "Prediction failed")
+        )
     answer = resp.json()
     return answer[0].get("customizedMetadata", {}) if isinstance(answer, list) and answer else {}
 

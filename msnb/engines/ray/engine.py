@@ -4,7 +4,7 @@ It offers what the session asks of an engine, as ``LocalServer`` does for TorchS
 ``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (an InferenceClient: Ray's router
 answers TorchServe's inference URLs), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
 ``model_log``. Ray runs on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token
-authentication on; msnb's front (msnb.engines.ray.front) holds the one port and sends each prediction straight to a
+authentication on; msnb's front (msnb.engines.ray.ingress) holds the one port and sends each prediction straight to a
 replica of its model, and the router and every replica's own door ask each request for the session's inference key
 (``key_file``, TorchServe's format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog
 (and the front itself, when its owner's pipe closes) leave no process and no file behind.
@@ -30,17 +30,17 @@ from msnb.engines.inference_api import InferenceClient
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, started, use_token
-from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing
+from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, own_route
 from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.engines.ts_properties import client_host
 from msnb.errors import ServerError
-from msnb.templates.msnb_ray_manage import TS_STATE
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES, ServingConfig
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, ServingConfig
+from msnb.templates.msnb_runtime.ray.management import TS_STATE
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
-FRONT_LOG = "front.log"  # what the front (msnb.engines.ray.front) says when it cannot start
+FRONT_LOG = "front.log"  # what the front (msnb.engines.ray.ingress) says when it cannot start
 KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 # Ray's CPUs are logical: they decide where a replica may start, not how much it may run. The kernel's Ray has 2;
 # at 0.1 each it starts 20 replicas, and a deploy beyond that is refused at once (``_refuse_unschedulable``):
@@ -53,9 +53,16 @@ class LocalRay:
     """A one-node Ray with Serve behind msnb's front on ``host:http_port`` (a free port when None; ``host``: loopback
     unless config.properties' inference_address names another, with the key on: ts_properties.check_addresses)."""
 
-    def __init__(self, http_port: int | None = None, num_cpus: float = 2, replica_cpus: float = REPLICA_CPUS,
-                 max_request_size: int | None = None, host: str = LOOPBACK,
-                 models_per_replica: int = DEFAULT_MODELS_PER_REPLICA, own_replica: tuple[str, ...] = ()):  # fmt: skip
+    def __init__(
+        self,
+        http_port: int | None = None,
+        num_cpus: float = 2,
+        replica_cpus: float = REPLICA_CPUS,
+        max_request_size: int | None = None,
+        host: str = LOOPBACK,
+        models_per_replica: int = DEFAULT_MODELS_PER_REPLICA,
+        own_replica: tuple[str, ...] = (),
+    ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
@@ -91,26 +98,30 @@ class LocalRay:
         from ray import serve
         from ray.cluster_utils import Cluster
 
-        from msnb.engines.ray import front  # uvloop and httptools come with Ray Serve: imported once used, like ray
-        from msnb.templates import msnb_ray
+        from msnb.engines.ray import ingress  # uvloop and httptools come with Ray Serve: imported once used, like ray
+        from msnb.templates.msnb_runtime.ray import app as ray_app
 
         quiet_serve_log()
         proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._front = front.launch(port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG,
-                                   self.host)  # fmt: skip
+        self._front = ingress.launch(
+            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host
+        )
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
         self._watchdog = watchdog.spawn(self.pid, self.root, ("RAY_TMPDIR", str(self.root)))
         ray.init(address=self._cluster.address, log_to_driver=False, logging_level="WARNING")
-        serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=msnb_ray.QUIET)
+        serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=ray_app.QUIET)
         # Not waited for here: its replica starts while the first model's does (see _router_running).
-        serve.run_many([serve.RunTarget(msnb_ray.router(self._door()), name=ROUTER_APP, route_prefix="/")],
-                       wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)  # fmt: skip
+        serve.run_many(
+            [serve.RunTarget(ray_app.router(self._door()), name=ROUTER_APP, route_prefix="/")],
+            wait_for_ingress_deployment_creation=False,
+            wait_for_applications_running=False,
+        )
         self._router_up = False
-        front.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
+        ingress.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -120,9 +131,9 @@ class LocalRay:
         with self._lock:
             _LIVE.discard(self)
             if self._front is not None:
-                from msnb.engines.ray import front
+                from msnb.engines.ray import ingress
 
-                front.stop(self._front)
+                ingress.stop(self._front)
             if self._cluster is not None:
                 _shutdown(self._cluster)
                 use_token(None)  # this process's Ray environment as it was before start()
@@ -174,7 +185,7 @@ class LocalRay:
 
     @property
     def openai_base_url(self) -> str:
-        """OpenAI's API over the streaming and embedding models, answered by the router (templates/msnb_ray_api.py)."""
+        """OpenAI's API over the streaming and embedding models, answered by the router (templates/msnb_runtime/ray/api.py)."""
         return f"{self.inference_url}/v1"
 
     @property
@@ -189,11 +200,11 @@ class LocalRay:
     # ------------------------------------------------------------------ models
     def redeploy(self, path: str | Path, app: str | None = None, **params: Any) -> ModelStatus:
         """Serve the model folder ``path`` as its application (``app``: the model's name, or another version's
-        application: msnb_ray_http.version_app): the first time a deploy, later a rolling update (Serve starts the new
+        application: msnb_runtime.ray.ingress.version_app): the first time a deploy, later a rolling update (Serve starts the new
         replicas before it drains the old ones: no request is lost)."""
         from ray import serve
 
-        from msnb.templates import msnb_ray
+        from msnb.templates.msnb_runtime.ray import app as ray_app
 
         folder = Path(path)
         name = read_manifest(folder)[0]
@@ -202,7 +213,7 @@ class LocalRay:
             return self.sets.replace(folder, app)
         self._refuse_unschedulable(app, folder)
         try:
-            serve.run(msnb_ray.model(self._model_args(folder, name)), name=app, route_prefix=_route(folder, app))
+            serve.run(ray_app.model(self._model_args(folder, name)), name=app, route_prefix=own_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()
@@ -217,10 +228,16 @@ class LocalRay:
             shutil.rmtree(folder, ignore_errors=True)
 
     def _model_args(self, folder: Path, name: str) -> dict[str, Any]:
-        # env_vars: the replicas' constructor sets them (msnb_ray.model), no file holds them
-        return {"model_dir": str(folder), "name": name, "install_requirements": False, "num_cpus": self.replica_cpus,
-                "max_surge_percent": 100,  # one replica: its replacement starts before it stops
-                "env_vars": self._env.get(name, {}), "door": self._door()}  # fmt: skip
+        # env_vars: the replicas' constructor sets them (ray_app.model), no file holds them
+        return {
+            "model_dir": str(folder),
+            "name": name,
+            "install_requirements": False,
+            "num_cpus": self.replica_cpus,
+            "max_surge_percent": 100,  # one replica: its replacement starts before it stops
+            "env_vars": self._env.get(name, {}),
+            "door": self._door(),
+        }
 
     def _door(self) -> dict[str, Any]:
         """What the router and the replicas that answer predictions themselves ask of each request."""
@@ -251,14 +268,6 @@ class LocalRay:
             self._router_running()
         yield from self._settled(pending, timeout_s)
         yield from self.sets.settle(joined, timeout_s) if joined else ()
-
-    def own_target(self, folder: Path, app: str, args: dict) -> Any:
-        """The Serve RunTarget of a model served by an application of its own (msnb_ray:model)."""
-        from ray import serve
-
-        from msnb.templates import msnb_ray
-
-        return serve.RunTarget(msnb_ray.model(args), name=app, route_prefix=_route(folder, app))
 
     def _settled(self, pending: dict[str, Path], timeout_s: float) -> Iterator[tuple]:
         """Each pending application once it runs or has failed (or is still not running after ``timeout_s``)."""
@@ -307,7 +316,8 @@ class LocalRay:
         old ones stop, so they need room too)."""
         import ray
 
-        from msnb.templates.msnb_ray import read_folder, workers
+        from msnb.templates.msnb_runtime.ray.app import read_folder
+        from msnb.templates.msnb_runtime.ray.deployment import workers
 
         replicas = workers(ServingConfig.from_model_config(read_folder(folder)[1]))[0]
         need = replicas * self.replica_cpus
@@ -332,8 +342,10 @@ class LocalRay:
             app = serve.status().applications.get(ROUTER_APP)
             self._router_up = app is not None and app.status == "RUNNING"
             if not self._router_up and (time.monotonic() > deadline or (app and app.status == "DEPLOY_FAILED")):
-                raise ServerError(f"Ray Serve's router did not start: {app and app.message}",
-                                  "stop and serve again (%ms_stop); the Ray logs are in server.log_dir.")  # fmt: skip
+                raise ServerError(
+                    f"Ray Serve's router did not start: {app and app.message}",
+                    "stop and serve again (%ms_stop); the Ray logs are in server.log_dir.",
+                )
             time.sleep(0 if self._router_up else 0.1)
 
     def free_version(self, name: str, version: str) -> str:
@@ -352,8 +364,9 @@ class LocalRay:
     def status(self, name: str, version: str | None = None) -> ModelStatus:
 
         states = self.sets.replica_states(name)
-        workers = tuple(WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items()
-                        for i in range(n))  # fmt: skip
+        workers = tuple(
+            WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items() for i in range(n)
+        )
         folder = self._folders.get(name)
         return ModelStatus(name, read_manifest(folder)[1] if folder else "", True, workers, self.inference_url)
 
@@ -395,17 +408,6 @@ class LocalRay:
 
 
 _LIVE: set[LocalRay] = set()
-
-
-def _route(folder: Path, app: str) -> str | None:
-    """The route at which the model's own replicas answer its predictions (the front sends them there): the model's
-    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application
-    (msnb_ray_http.version_app)."""
-    from msnb.templates.msnb_ray import direct_route, read_folder
-
-    name, version = read_manifest(folder)
-    route = direct_route(name, read_folder(folder)[1])
-    return f"{route}/{version}" if route and app != name else route
 
 
 def _deployment_message(name: str) -> str:

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
 from msnb.errors import MsnbError
-from msnb.templates.msnb_ray_manage import NOT_ALLOWED, page
-from msnb.templates.msnb_ray_manage import number as _number
+from msnb.templates.msnb_runtime.ray.management import NOT_ALLOWED, page
+from msnb.templates.msnb_runtime.ray.management import number as _number
 
 NOT_FOUND = "Requested resource is not found, please refer to API document."
 AUTH_FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
@@ -36,9 +36,17 @@ class Management:
         parts = [p for p in path.split("/") if p]
         if not parts or parts[0] != "models" or len(parts) > 4:
             return error(404, "ResourceNotFoundException", NOT_FOUND)
-        route = {("GET", 1): self.list, ("POST", 1): self.register, ("GET", 2): self.describe,
-                 ("GET", 3): self.describe, ("PUT", 2): self.scale, ("PUT", 3): self.scale,
-                 ("PUT", 4): self.set_default, ("DELETE", 2): self.unregister, ("DELETE", 3): self.unregister}  # fmt: skip
+        route = {
+            ("GET", 1): self.list,
+            ("POST", 1): self.register,
+            ("GET", 2): self.describe,
+            ("GET", 3): self.describe,
+            ("PUT", 2): self.scale,
+            ("PUT", 3): self.scale,
+            ("PUT", 4): self.set_default,
+            ("DELETE", 2): self.unregister,
+            ("DELETE", 3): self.unregister,
+        }
         call = route.get((method, len(parts)))
         if call is None or (len(parts) == 4 and parts[3] != "set-default"):
             if call is None and len(parts) <= 3:
@@ -67,12 +75,14 @@ class Management:
         url = query.get("url")
         if not url:
             return error(400, "BadRequestException", "Parameter url is required.")
-        settings = {k: _number(query, k) for k in ("initial_workers", "batch_size", "max_batch_delay",
-                                                   "response_timeout")}  # fmt: skip
+        settings = {
+            k: _number(query, k) for k in ("initial_workers", "batch_size", "max_batch_delay", "response_timeout")
+        }
         status = self.registry.register(url, query.get("model_name") or None, settings)
         workers = len(status.workers)
-        return 200, {"status": f'Model "{status.name}" Version: {status.version} registered with {workers} initial '
-                               "workers"}  # fmt: skip
+        return 200, {
+            "status": f'Model "{status.name}" Version: {status.version} registered with {workers} initial workers'
+        }
 
     def scale(self, parts: list[str], query: dict[str, str]) -> Answer:
         name, version = parts[0], parts[1] if len(parts) > 1 else None

@@ -23,7 +23,7 @@ TS_LABELS = ("model_name", "model_version", "hostname")
 FROM_RAY = {
     "ray_serve_deployment_request_counter_total": ("ts_inference_requests_total", 1.0),
     "ray_serve_deployment_processing_latency_ms_sum": ("ts_inference_latency_microseconds", 1000.0),
-    # a replica set's members' own counts (templates/msnb_ray_sets.py): Serve's count the set's application
+    # a replica set's members' own counts (the runtime's ray.multi_model_routes): Serve's count the set's application
     "ray_msnb_set_requests_total": ("ts_inference_requests_total", 1.0),
     "ray_msnb_set_latency_ms_total": ("ts_inference_latency_microseconds", 1000.0),
 }
@@ -95,8 +95,9 @@ class _Server(ThreadingHTTPServer):
     scrape: Callable[[], str]
 
 
-def serve(ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str,
-          port: int) -> _Server:  # fmt: skip
+def serve(
+    ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str, port: int
+) -> _Server:
     """TorchServe's metrics address on ``host:port`` (``.shutdown()`` ends it): each scrape reads Ray's metrics
     port ``ray_port`` and the serving applications' ``apps()`` (model name and version)."""
     server = _Server((host, port), _Handler)

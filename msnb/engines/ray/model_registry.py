@@ -23,12 +23,16 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import safe_name
 from msnb.engines.ts_properties import TsConfig
 from msnb.errors import MsnbError, ServerError
-from msnb.templates.msnb_names import SEGMENT_RULE, valid_segment
-from msnb.templates.msnb_ray_http import version_app
+from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
+from msnb.templates.msnb_runtime.ray.ingress import version_app
 
 # The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
-REGISTER_PARAMS = {"initial_workers": "minWorkers", "batch_size": "batchSize", "max_batch_delay": "maxBatchDelay",
-                   "response_timeout": "responseTimeout"}  # fmt: skip
+REGISTER_PARAMS = {
+    "initial_workers": "minWorkers",
+    "batch_size": "batchSize",
+    "max_batch_delay": "maxBatchDelay",
+    "response_timeout": "responseTimeout",
+}
 PER_MODEL_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
 
 
@@ -85,8 +89,9 @@ class Registry:
             return [found[v] for v in java_order(list(found))]
         version = version or self.defaults[name]
         if version not in found:
-            raise RegistryError(404, "ModelVersionNotFoundException",
-                                f"Model version: {version} does not exist for model: {name}")  # fmt: skip
+            raise RegistryError(
+                404, "ModelVersionNotFoundException", f"Model version: {version} does not exist for model: {name}"
+            )
         return [found[version]]
 
     def apps(self) -> dict[str, tuple[str, str]]:
@@ -101,8 +106,12 @@ class Registry:
             return Path(url)
         store = self.config.model_store
         if "://" in url:
-            raise RegistryError(400, "BadRequestException", f"Remote model URLs are not fetched by msnb: {url}",
-                                "copy the archive into the model store and register it by its file name.")  # fmt: skip
+            raise RegistryError(
+                400,
+                "BadRequestException",
+                f"Remote model URLs are not fetched by msnb: {url}",
+                "copy the archive into the model store and register it by its file name.",
+            )
         path = (store / url) if store else Path(url)
         if store is None or not path.exists() or Path(url).name != url:
             raise RegistryError(404, "ModelNotFoundException", f"Model not found at: {url}")
@@ -111,8 +120,9 @@ class Registry:
     def register(self, url: str, name: str | None = None, settings: dict | None = None, at_startup: bool = False):
         """Open ``url`` from the store, write its settings, deploy it; the ModelStatus once it serves."""
         if name and not valid_segment(name):  # it names URLs and Serve applications (version_app)
-            raise RegistryError(400, "BadRequestException", f"Model name {name!r} is not valid.",
-                                f"give model_name {SEGMENT_RULE}.")  # fmt: skip
+            raise RegistryError(
+                400, "BadRequestException", f"Model name {name!r} is not valid.", f"give model_name {SEGMENT_RULE}."
+            )
         with self.lock:
             folder, version, requirements = self._opened(self.archive(url, at_startup), name)
             name = name or read_name(folder)
@@ -121,9 +131,12 @@ class Registry:
                 write_settings(folder, name, self._settings(folder, name, version, settings or {}))
                 for _, outcome in self.engine.deploy_many([(folder, {"requirements": requirements, "app": app})]):
                     if isinstance(outcome, MsnbError):
-                        raise RegistryError(500, "InternalServerException", f"Failed to start workers for model "
-                                            f"{name} version: {version} ({outcome.message})",
-                                            outcome.hint or "") from outcome  # fmt: skip
+                        raise RegistryError(
+                            500,
+                            "InternalServerException",
+                            f"Failed to start workers for model {name} version: {version} ({outcome.message})",
+                            outcome.hint or "",
+                        ) from outcome
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
@@ -139,12 +152,19 @@ class Registry:
             try:
                 item = self.opener(path, staging)
             except MsnbError as err:
-                raise RegistryError(400, "InvalidModelException", f"Failed to open model archive {path.name}: "
-                                    f"{err.message}", err.hint or "") from None  # fmt: skip
+                raise RegistryError(
+                    400,
+                    "InvalidModelException",
+                    f"Failed to open model archive {path.name}: {err.message}",
+                    err.hint or "",
+                ) from None
             name = name or item.name
             if item.version in self.served.get(name, {}):
-                raise RegistryError(409, "ConflictStatusException",
-                                    f"Model version {item.version} is already registered for model {name}")  # fmt: skip
+                raise RegistryError(
+                    409,
+                    "ConflictStatusException",
+                    f"Model version {item.version} is already registered for model {name}",
+                )
             folder = self.engine.store.root / safe_name(name, item.version)
             os.replace(item.path, folder)
             install = self.config.flag("install_py_dep_per_model")  # else TorchServe installs nothing either
@@ -201,8 +221,9 @@ class Registry:
             entry = self.entry(name, version)
             versions = self.served[name]
             if entry.version == self.defaults[name] and len(versions) > 1:
-                raise RegistryError(403, "InvalidModelVersionException",
-                                    f"Cannot remove default version for model {name}")  # fmt: skip
+                raise RegistryError(
+                    403, "InvalidModelVersionException", f"Cannot remove default version for model {name}"
+                )
             self.engine.unregister(entry.app)
             del versions[entry.version]
             if not versions:
@@ -230,15 +251,15 @@ def read_name(folder: Path) -> str:
 
 
 def _config_path(folder: Path) -> Path:
-    from msnb.templates.msnb_names import CONFIG
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.handler.names import CONFIG
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     manifest, _ = read_folder(folder)
     return folder / ((manifest.get("model") or {}).get("configFile") or CONFIG)
 
 
 def read_settings(folder: Path) -> dict:
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     return read_folder(folder)[1]
 
@@ -248,7 +269,7 @@ def write_settings(folder: Path, name: str, settings: dict[str, int]) -> None:
     its manifest (a register call's ``model_name``): the folder is the engine's own copy of the archive."""
     import json
 
-    from msnb.templates.msnb_names import MANIFEST
+    from msnb.templates.msnb_runtime.handler.names import MANIFEST
 
     manifest = json.loads((folder / MANIFEST).read_text())
     if manifest["model"].get("modelName") != name:

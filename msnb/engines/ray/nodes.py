@@ -38,7 +38,7 @@ def environment(temp_root: Path) -> dict[str, str]:
     """The variables every Ray process of ours gets: ``RAY_TMPDIR`` keeps Ray's files under ``temp_root``;
     ``RAY_AUTH_MODE=token`` makes every Ray gRPC server (GCS, raylet, core workers, Serve's inter-deployment
     server) and the agents' HTTP servers refuse a caller without the token in ``temp_root``."""
-    from msnb.templates.msnb_ray_guard import GRPC_HOST_VAR
+    from msnb.templates.msnb_runtime.ray.token_interceptor import GRPC_HOST_VAR
 
     token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(temp_root / TOKEN_FILE)}
     return {**ENV, "RAY_TMPDIR": str(temp_root), **token, GRPC_HOST_VAR: LOOPBACK}
@@ -80,8 +80,12 @@ def node_args(temp_root: Path, num_cpus: float, head: bool) -> dict[str, Any]:
     """Arguments of one node (``ray.init`` or ``Cluster.add_node``): loopback, fixed agent ports, our temp dir."""
     # No log monitor (it sends the workers' output to a driver: ours set log_to_driver=False, replicas log to files)
     # and no autoscaler monitor (a fixed local cluster): two Python processes fewer to start beside the node's own.
-    args: dict[str, Any] = {"num_cpus": num_cpus, "node_ip_address": LOOPBACK, **{p: free_port() for p in AGENT_PORTS},
-                            "include_log_monitor": False}  # fmt: skip
+    args: dict[str, Any] = {
+        "num_cpus": num_cpus,
+        "node_ip_address": LOOPBACK,
+        **{p: free_port() for p in AGENT_PORTS},
+        "include_log_monitor": False,
+    }
     if head:
         args |= {"include_dashboard": False, "temp_dir": str(temp_root / "ray"), "no_monitor": True}
     return args

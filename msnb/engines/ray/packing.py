@@ -1,4 +1,4 @@
-"""Which model folders share a replica on the local Ray (a replica set, templates/msnb_ray_multi.py), by a rule a
+"""Which model folders share a replica on the local Ray (a replica set: the runtime's ray.multi_model), by a rule a
 person can read.
 
 A model shares a replica set unless it needs a process of its own: named by ``--own-replica NAME``, asking for a GPU
@@ -26,7 +26,7 @@ STREAMS = "send_intermediate_predict_response"
 @dataclass
 class ReplicaSet:
     """One replica set: its application, the workers its members share, and each member's entry (model application
-    -> what its slot loads: msnb_ray_multi.member's fields)."""
+    -> what its slot loads: multi_model.member's fields)."""
 
     app: str
     workers: tuple[int, int]
@@ -44,8 +44,8 @@ class Packing:
 
     def own_replica(self, folder: Path, name: str, extra: dict) -> str | None:
         """Why model ``name`` (its folder, its deploy's extra args) needs a replica of its own; None: it shares."""
-        from msnb.templates.msnb_serving import ServingConfig
-        from msnb.templates.msnb_ts_load import read_folder
+        from msnb.templates.msnb_runtime.handler.serving import ServingConfig
+        from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
         _, config = read_folder(folder)
         serving = ServingConfig.from_model_config(config)
@@ -82,7 +82,7 @@ class Packing:
         return rs
 
     def routes(self) -> dict[str, str]:
-        """Each packed model application's set (the router's user_config, msnb_ray_sets)."""
+        """Each packed model application's set (the router's user_config, ray.multi_model_routes)."""
         return {app: rs.app for rs in self.sets.values() for app in rs.members}
 
     def clear(self) -> None:
@@ -90,18 +90,18 @@ class Packing:
 
 
 def workers(folder: Path) -> tuple[int, int]:
-    """A folder's (minWorkers, maxWorkers) as its replicas' count (msnb_ray.workers)."""
-    from msnb.templates.msnb_ray import workers as replicas
-    from msnb.templates.msnb_serving import ServingConfig
-    from msnb.templates.msnb_ts_load import read_folder
+    """A folder's (minWorkers, maxWorkers) as its replicas' count (the runtime's ray.deployment.workers)."""
+    from msnb.templates.msnb_runtime.handler.serving import ServingConfig
+    from msnb.templates.msnb_runtime.ray.deployment import workers as replicas
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     return replicas(ServingConfig.from_model_config(read_folder(folder)[1]))
 
 
 def streams(folder: Path) -> bool:
     """Whether the folder's handler module says it streams (read, not run: before anything loads)."""
-    from msnb.templates.msnb_names import HANDLER_MODULE
-    from msnb.templates.msnb_ts_load import read_folder
+    from msnb.templates.msnb_runtime.handler.names import HANDLER_MODULE
+    from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     manifest, _ = read_folder(folder)
     handler = (manifest.get("model") or {}).get("handler") or f"{HANDLER_MODULE}.py"
@@ -111,3 +111,15 @@ def streams(folder: Path) -> bool:
     except OSError:  # a default handler by name (TorchServe's own): none of them streams
         return False
     return STREAMS in text or (module == HANDLER_MODULE and "yield" in text)
+
+
+def own_route(folder: Path, app: str) -> str | None:
+    """The route at which a model's own application answers its predictions (the front sends them there): the
+    model's ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application
+    (msnb_runtime.ray.ingress.version_app); None for a stateful model (the router's handle keeps its sequences)."""
+    from msnb.engines.store import read_manifest
+    from msnb.templates.msnb_runtime.ray.app import direct_route, read_folder
+
+    name, version = read_manifest(folder)
+    route = direct_route(name, read_folder(folder)[1])
+    return f"{route}/{version}" if route and app != name else route

@@ -1,5 +1,5 @@
 """The local Ray's replica sets at work: model folders placed by msnb.engines.ray.packing, each set deployed as one
-application of templates/msnb_ray_multi.py, members added, replaced and removed through its ``user_config`` (the
+application of the runtime's ray.multi_model, members added, replaced and removed through its ``user_config`` (the
 running replicas load and unload them in place), and the router told which set serves which model.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.engines.ray import ROUTER_APP
-from msnb.engines.ray.packing import Packing, ReplicaSet, workers
+from msnb.engines.ray.packing import Packing, ReplicaSet, own_route, workers
 from msnb.errors import ServerError
 
 ANSWER_S = 30.0  # how long a set's replica may take to say which models it loaded
@@ -48,7 +48,7 @@ class ReplicaSets:
                     self.packing.remove(app)
                 yield app, err
                 continue
-            yield app, folder if placed is not None else (folder, self.engine.own_target(folder, app, args))
+            yield app, folder if placed is not None else (folder, own_target(folder, app, args))
 
     def join(self, folder: Path, app: str, args: dict) -> tuple[ReplicaSet, bool] | None:
         """Place model application ``app`` (its folder and builder args) into a set: (the set, whether it is new);
@@ -66,12 +66,18 @@ class ReplicaSets:
         """The Serve RunTarget of set ``rs`` as its members are now."""
         from ray import serve
 
-        from msnb.templates import msnb_ray_multi
-        from msnb.templates.msnb_ray_sets import set_route
+        from msnb.templates.msnb_runtime.ray import multi_model
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import set_route
 
-        args = {"models": list(rs.members.values()), "name": rs.app, "install_requirements": False,
-                "num_cpus": self.engine.replica_cpus, "max_surge_percent": 100, "door": self.engine._door()}  # fmt: skip
-        return serve.RunTarget(msnb_ray_multi.models(args), name=rs.app, route_prefix=set_route(rs.app))
+        args = {
+            "models": list(rs.members.values()),
+            "name": rs.app,
+            "install_requirements": False,
+            "num_cpus": self.engine.replica_cpus,
+            "max_surge_percent": 100,
+            "door": self.engine._door(),
+        }
+        return serve.RunTarget(multi_model.models(args), name=rs.app, route_prefix=set_route(rs.app))
 
     def settle(self, joined: dict[str, Path], timeout_s: float) -> Iterator[tuple[str, Any]]:
         """Each model application of ``joined`` (app -> folder) once its set's replica has loaded it: its ModelStatus
@@ -118,8 +124,9 @@ class ReplicaSets:
 
         rs = self.packing.set_of(app)
         rs.members[app] = entry
-        serve.run_many([self.target(rs)], wait_for_ingress_deployment_creation=False,
-                       wait_for_applications_running=False)  # fmt: skip
+        serve.run_many(
+            [self.target(rs)], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False
+        )
 
     def _by_set(self, joined: dict[str, Path]) -> dict[str, list[str]]:
         by: dict[str, list[str]] = {}
@@ -147,7 +154,7 @@ class ReplicaSets:
 
     def _answers(self, set_app: str, wanted: dict[str, Path]) -> dict[str, Any]:
         """The wanted members' outcomes the set's replica gives (``LOADED_PATH``, through the front, with the key)."""
-        from msnb.templates.msnb_ray_sets import LOADED_PATH, set_route
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
 
         url = f"{self.engine.inference_url}{set_route(set_app)}{LOADED_PATH}"
         try:
@@ -188,17 +195,17 @@ class ReplicaSets:
         """The router's user_config: which set serves each packed model (a lightweight update: no restart)."""
         from ray import serve
 
-        from msnb.templates import msnb_ray
+        from msnb.templates.msnb_runtime.ray import app as ray_app
 
-        router = msnb_ray.router({**self.engine._door(), "sets": self.packing.routes()})
+        router = ray_app.router({**self.engine._door(), "sets": self.packing.routes()})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:
         """Serve's replica counts by state of model application ``app`` (a packed model's: its set's)."""
         from ray import serve
 
-        from msnb.templates.msnb_ray import MODEL
-        from msnb.templates.msnb_ray_sets import MODELS
+        from msnb.templates.msnb_runtime.ray.app import MODEL
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import MODELS
 
         packed = self.status_app(app)
         found = serve.status().applications.get(packed or app)
@@ -208,3 +215,12 @@ class ReplicaSets:
         """The set application serving ``app`` (None: not packed)."""
         rs = self.packing.set_of(app)
         return rs.app if rs else None
+
+
+def own_target(folder: Path, app: str, args: dict) -> Any:
+    """The Serve RunTarget of a model served by an application of its own (the runtime's ray.app:model)."""
+    from ray import serve
+
+    from msnb.templates.msnb_runtime.ray import app as ray_app
+
+    return serve.RunTarget(ray_app.model(args), name=app, route_prefix=own_route(folder, app))

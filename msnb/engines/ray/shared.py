@@ -119,8 +119,10 @@ def _take(lock, path: Path, timeout_s: float, waiting) -> None:
             return fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise ServerError(f"Another `msnb ray up` held {path} for {timeout_s:.0f} s.",
-                                  "end that `msnb ray up` (or `msnb ray down`), then try again.") from None  # fmt: skip
+                raise ServerError(
+                    f"Another `msnb ray up` held {path} for {timeout_s:.0f} s.",
+                    "end that `msnb ray up` (or `msnb ray down`), then try again.",
+                ) from None
             if attempt == 0:
                 waiting()
             time.sleep(0.2)
@@ -133,8 +135,13 @@ def _start(port: int | None, timeout_s: float) -> SharedState:
     path = state_file()
     flags = ["--state", str(path), *(["--port", str(port)] if port else [])]
     with open(path.with_name(LOG_NAME), "ab") as log:
-        owner = subprocess.Popen([sys.executable, "-m", OWNER_MODULE, *flags], stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=log, start_new_session=True)  # fmt: skip
+        owner = subprocess.Popen(
+            [sys.executable, "-m", OWNER_MODULE, *flags],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout_s
     while owner.poll() is None and time.monotonic() < deadline:
         state, _ = read_state()
@@ -226,8 +233,10 @@ def command(action: str, port: int | None = None, say=print) -> None:
     say("`%ms_serve NAME --engine ray` and `msnb serve --engine ray` now serve on it; `msnb ray down` stops it.")
     own = default_made()
     if own is not None and not isinstance(own, SharedRay):
-        say("This process made a Ray engine of its own before: its `%ms_serve --engine ray` keeps serving there; "
-            "restart the kernel to serve on the shared Ray.")  # fmt: skip
+        say(
+            "This process made a Ray engine of its own before: its `%ms_serve --engine ray` keeps serving there; "
+            "restart the kernel to serve on the shared Ray."
+        )
 
 
 class SharedRay(LocalRay):
@@ -326,8 +335,10 @@ class SharedRay(LocalRay):
         others = {n: pid for pid, apps in users(Path(self.shared.root)).items() if pid != os.getpid() for n in apps}
         for name in names:
             if name in others:
-                raise ServerError(f"{name} is served on the shared Ray by another process (pid {others[name]}).",
-                                  "serve it under another name, or stop it there first.")  # fmt: skip
+                raise ServerError(
+                    f"{name} is served on the shared Ray by another process (pid {others[name]}).",
+                    "serve it under another name, or stop it there first.",
+                )
         self._write_apps(names)
 
     def _write_apps(self, more: list[str] = ()) -> None:

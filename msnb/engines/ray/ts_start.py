@@ -25,8 +25,10 @@ def engine_for(config: TsConfig, **packing: Any) -> Any:
 
     check_addresses(config, ADDRESSES)
     if config.number("max_response_size") != int(DEFAULTS["max_response_size"]):
-        raise ServerError(f"{config.source}: max_response_size cannot be honoured on Ray (its answers have no limit).",
-                          "remove the line (the key: max_response_size).")  # fmt: skip
+        raise ServerError(
+            f"{config.source}: max_response_size cannot be honoured on Ray (its answers have no limit).",
+            "remove the line (the key: max_response_size).",
+        )
     prometheus(config)
     host, port = config.address("inference_address")
     engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host, **packing)
@@ -44,8 +46,9 @@ class TorchServeApi:
         api = Management(self.registry, config.flag("enable_model_api"), key)
         self.server = serve(api, *config.address("management_address"))
         try:
-            self.metrics = metrics.serve(engine.metrics_port, self.registry.apps, prometheus(config),
-                                         *config.address("metrics_address"))  # fmt: skip
+            self.metrics = metrics.serve(
+                engine.metrics_port, self.registry.apps, prometheus(config), *config.address("metrics_address")
+            )
         except BaseException:
             self.server.shutdown()
             self.server.server_close()
@@ -79,8 +82,10 @@ def prometheus(config: TsConfig) -> bool:
     """Whether the metrics address answers (``metrics_mode=prometheus``) or answers nothing (``log``, as TorchServe)."""
     mode = config.text("metrics_mode")
     if mode not in ("log", "prometheus"):
-        raise ServerError(f"{config.source}: metrics_mode={mode} cannot be honoured on Ray.",
-                          "write metrics_mode=prometheus (or log) (the key: metrics_mode).")  # fmt: skip
+        raise ServerError(
+            f"{config.source}: metrics_mode={mode} cannot be honoured on Ray.",
+            "write metrics_mode=prometheus (or log) (the key: metrics_mode).",
+        )
     return mode == "prometheus"
 
 
@@ -89,8 +94,10 @@ def startup_models(config: TsConfig) -> Iterator[tuple[str | None, str]]:
     entries = [e.strip() for e in config.text("load_models").split(",") if e.strip()]
     store = config.model_store
     if entries and store is None:
-        raise ServerError("load_models names models but no model store is set.",
-                          "give --model-store DIR (or model_store= in config.properties).")  # fmt: skip
+        raise ServerError(
+            "load_models names models but no model store is set.",
+            "give --model-store DIR (or model_store= in config.properties).",
+        )
     if entries and not store.is_dir():
         raise ServerError(f"The model store {store} is not a folder.", "give --model-store an existing folder.")
     for entry in entries:

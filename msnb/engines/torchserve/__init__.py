@@ -46,11 +46,14 @@ def _command(options: ServeOptions) -> Engine:
     from msnb.engines.torchserve.server import LocalServer
 
     if options.models_per_replica is not None or options.own_replica:
-        raise OptionError("--models-per-replica and --own-replica place models into Ray Serve's replicas.",
-                          "add --engine ray, or leave them out: TorchServe gives each model workers of its own.")  # fmt: skip
+        raise OptionError(
+            "--models-per-replica and --own-replica place models into Ray Serve's replicas.",
+            "add --engine ray, or leave them out: TorchServe gives each model workers of its own.",
+        )
     properties = {"service_envelope": options.envelope} if options.envelope else None
-    return LocalServer(max_request_size=options.max_request_size, max_response_size=options.max_response_size,
-                       properties=properties)  # fmt: skip
+    return LocalServer(
+        max_request_size=options.max_request_size, max_response_size=options.max_response_size, properties=properties
+    )
 
 
 ENGINE = EngineKind(

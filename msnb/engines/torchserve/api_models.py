@@ -12,8 +12,8 @@ from typing import Any
 
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.errors import ServerError
-from msnb.templates.msnb_api_mcp import read_card
-from msnb.templates.msnb_names import API_CARD
+from msnb.templates.msnb_runtime.api.mcp import read_card
+from msnb.templates.msnb_runtime.handler.names import API_CARD
 
 
 class TorchServeModels:

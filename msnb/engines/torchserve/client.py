@@ -20,7 +20,7 @@ from msnb.engines.models import Limits, ModelStatus, error_body
 from msnb.engines.store import next_version
 from msnb.engines.torchserve.logs import LogCursor
 from msnb.errors import ServerError
-from msnb.templates.msnb_faults import NO_CUDA_HINT, no_cuda
+from msnb.templates.msnb_runtime.handler.faults import NO_CUDA_HINT, no_cuda
 
 REGISTER_TIMEOUT_S = 600.0
 

@@ -89,7 +89,7 @@ class Layout:
 
     @property
     def cancel_dir(self) -> Path:
-        """Where the front marks the streams it ended early, for the workers to stop them (msnb_cancel)."""
+        """Where the front marks the streams it ended early, for the workers to stop them (msnb_runtime.handler.cancel)."""
         return self.tmp_dir / "msnb-cancel"
 
     @property

@@ -14,7 +14,7 @@ from msnb.engines.models import ModelStatus
 from msnb.engines.store import ModelStore, check_identity, read_manifest
 from msnb.engines.torchserve.client import TorchServeClient
 from msnb.errors import Interrupted, MsnbError, ServerError
-from msnb.templates.msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_RESPONSE_TIMEOUT_S
 
 
 def register(

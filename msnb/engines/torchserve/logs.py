@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import re
-import sysconfig
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 from msnb.engines.torchserve.config import FRONTEND_LOG, MODEL_LOG
-from msnb.templates import DEV_ENTRY, shared_handler_files
+from msnb.engines.tracebacks import user_frames
 
 # "2026-11-22T07:26:20,310 [INFO ] W-9000-echo_1.0-stdout MODEL_LOG - text" -> "text"
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
@@ -18,7 +16,6 @@ _PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT[\d:,.]+ \[\s*\w+\s*\] \S+ \S+ - ")
 _FALLBACK = "No module named 'ts.torch_handler."
 MAX_LINES = 60
 CRASH_LINES = 20
-_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(: |$)")  # "ValueError: ...", "pkg.mod.LoadError: ...", "KeyboardInterrupt"
 _CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
 # the thread name of a worker's lines: W-<port>-<model>_<version>[-stdout|-stderr]
@@ -94,42 +91,6 @@ def first_chain(lines: list[str]) -> list[str]:
             continue
         return lines[: i + 1] + ([after[0]] if after and after[0].startswith("Hint:") else [])
     return lines
-
-
-def is_library_frame(path: str) -> bool:
-    """A frame of Python, an installed package or the shared handler, not of the user's own code."""
-    stdlib = sysconfig.get_paths()["stdlib"]
-    return (
-        "site-packages" in path
-        or "dist-packages" in path
-        or path.startswith((stdlib, "<frozen"))
-        or Path(path).name in library_files()
-    )
-
-
-@functools.cache
-def library_files() -> frozenset[str]:
-    """The file names of the shared handler modules every archive carries (the templates' one list)."""
-    return frozenset({*(p.name for p in shared_handler_files()), DEV_ENTRY})
-
-
-def user_frames(lines: list[str]) -> list[str]:
-    """A traceback's lines with only the user's frames (their code lines too); says how many were hidden."""
-    out: list[str] = []
-    hidden, skipping = 0, False
-    for line in lines:
-        frame = _FRAME.match(line)
-        if frame:
-            skipping = is_library_frame(frame.group(1))
-            hidden += skipping
-        elif not line.startswith("    ") or line.startswith("Traceback"):
-            skipping = False
-            if hidden and not line.startswith("  File"):
-                out.append(f"  ({hidden} frame{'s' * (hidden > 1)} of torch, TorchServe and msnb hidden)")
-                hidden = 0
-        if not skipping:
-            out.append(line)
-    return out
 
 
 def model_lines(text: str, name: str, lines: int) -> list[str]:

@@ -29,12 +29,12 @@ from msnb.engines.torchserve import ENGINE, deploy
 from msnb.engines.torchserve import config as tsconfig
 from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.client import TorchServeClient
-from msnb.engines.torchserve.front import Front
+from msnb.engines.torchserve.ingress import Ingress
 from msnb.engines.torchserve.logs import model_lines, tail, worker_progress
 from msnb.engines.watchdog import TEMP_PREFIX
 from msnb.errors import MsnbError, ServerError
-from msnb.templates.msnb_cancel import CANCEL_DIR_VAR
-from msnb.templates.msnb_serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.handler.cancel import CANCEL_DIR_VAR
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 
 _LIVE: "weakref.WeakSet[LocalServer]" = weakref.WeakSet()
 LAUNCHER_TIMEOUT_S = 60  # `torchserve --start` returns in ~0.1 s once Java is spawned
@@ -85,8 +85,8 @@ class LocalServer:
         self._java: psutil.Process | None = None
         self._watchdog: subprocess.Popen | None = None
         self._client: TorchServeClient | None = None
-        self._front: Front | None = (
-            None  # OpenAI's /v1 and MCP's /mcp beside TorchServe (msnb.engines.torchserve.front)
+        self._front: Ingress | None = (
+            None  # OpenAI's /v1 and MCP's /mcp beside TorchServe (msnb.engines.torchserve.ingress)
         )
         self.store = ModelStore(self.layout.model_store)
         self.python = str(python or sys.executable)  # the interpreter TorchServe and its workers run on
@@ -141,12 +141,12 @@ class LocalServer:
                     raise
 
     def _start_front(self) -> None:
-        """/v1 and /mcp beside TorchServe (msnb.engines.torchserve.front). It takes this run's client as it is: no
+        """/v1 and /mcp beside TorchServe (msnb.engines.torchserve.ingress). It takes this run's client as it is: no
         check that Java lives on each request (two reads of /proc); a dead server is a refused connection anyway."""
         client = self.client
         models = TorchServeModels(lambda: client, self.layout.model_store, self.layout.cancel_dir)
         limit = self.limits.max_request_size or DEFAULT_MAX_BYTES  # /v1 and /mcp refuse what TorchServe would
-        self._front = Front(models, lambda: client.keys.header("inference"), limit).start()
+        self._front = Ingress(models, lambda: client.keys.header("inference"), limit).start()
 
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
@@ -364,7 +364,7 @@ class LocalServer:
         inherited = env_vars.without_credentials(os.environ)
         env = {k: v for k, v in inherited.items() if not k.startswith("TS_")} | self.env
         env[env_vars.ENV_DIR_VAR] = str(lay.env_dir)
-        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the front ended early (msnb_cancel)
+        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the front ended early (msnb_runtime.handler.cancel)
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
         env.update(

@@ -1,5 +1,5 @@
 """The front's way to TorchServe's inference API, lean on a stream's first chunk: a kept-alive connection
-(``msnb.engines.splice.Pool``), each request written in one write, the answer parsed by httptools as its bytes arrive
+(``msnb.engines.proxy.Pool``), each request written in one write, the answer parsed by httptools as its bytes arrive
 and each HTTP chunk handed on whole the moment it is complete (TorchServe sends each intermediate response, one
 piece, as one chunk).
 
@@ -22,12 +22,16 @@ Chunks = Callable[[bytes], None]
 
 def post(path: str, body: bytes, headers: dict[str, str]) -> bytes:
     """A POST as it goes on the wire (HTTP/1.1, kept alive)."""
-    head = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items()),
-            f"content-length: {len(body)}"]  # fmt: skip
+    head = [
+        f"POST {path} HTTP/1.1",
+        "host: 127.0.0.1",
+        *(f"{k}: {v}" for k, v in headers.items()),
+        f"content-length: {len(body)}",
+    ]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-class Exchange(asyncio.Protocol):
+class UpstreamConnection(asyncio.Protocol):
     """A kept-alive connection to TorchServe; ``send`` one request, await ``head`` (its status and headers), then
     ``ended``: each HTTP chunk of a 200 answer goes to ``on_chunk`` as it completes (a body that is not chunked, as
     its bytes come), an error answer's body is kept in ``body``. ``open``: whether the connection may carry another request."""

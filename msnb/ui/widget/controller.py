@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msnb.engines.protocol import Engine
-from msnb.engines.torchserve.logs import user_frames
+from msnb.engines.tracebacks import user_frames
 from msnb.errors import MsnbError
 from msnb.ui.attributions import bars_html
 from msnb.ui.display import took

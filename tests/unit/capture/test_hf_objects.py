@@ -20,7 +20,7 @@ from msnb.capture.kernel_values import values_changed
 from msnb.capture.local_code import search_path
 from msnb.errors import CaptureError
 from msnb.package.model_folder import ModelFolder
-from msnb.templates.msnb_hf import HF_DIR, ObjectLoadError, load_object
+from msnb.templates.msnb_runtime.handler.hf import HF_DIR, ObjectLoadError, load_object
 from msnb.trial import runner
 from msnb.ui.display import SpecSummary
 
@@ -175,11 +175,11 @@ def test_a_class_missing_on_the_server_is_named_with_the_requirement_hint(tmp_pa
     assert "Hint: install the requirements of the archive (acme_transformers" in str(err.value)
 
 
-# ---------------------------------------------------------------- model outputs and encodings (msnb_collate)
+# ---------------------------------------------------------------- model outputs and encodings (msnb_runtime.handler.collate)
 def test_a_model_output_is_split_into_one_of_its_own_type_per_sample(kernel):
     from transformers.modeling_outputs import SequenceClassifierOutput
 
-    from msnb.templates.msnb_collate import split
+    from msnb.templates.msnb_runtime.handler.collate import split
 
     output = SequenceClassifierOutput(logits=torch.arange(6.0).reshape(3, 2))
     samples = split(output, 3)
@@ -188,7 +188,7 @@ def test_a_model_output_is_split_into_one_of_its_own_type_per_sample(kernel):
 
 
 def test_encodings_of_one_text_collate_into_the_keywords_forward_takes(kernel):
-    from msnb.templates.msnb_collate import collate, takes_keywords
+    from msnb.templates.msnb_runtime.handler.collate import collate, takes_keywords
 
     tokenizer, model = kernel["tokenizer"], kernel["model"]
     batch = collate([tokenizer(t, padding="max_length", max_length=16, return_tensors="pt") for t in TEXTS[:3]])

@@ -21,7 +21,7 @@ from msnb.capture.kernel_values import values_changed
 from msnb.capture.local_code import search_path
 from msnb.errors import CaptureError
 from msnb.package.model_folder import ModelFolder
-from msnb.templates.msnb_hf import HF_DIR
+from msnb.templates.msnb_runtime.handler.hf import HF_DIR
 from msnb.trial import runner
 
 HANDLER = textwrap.dedent(

@@ -18,7 +18,7 @@ from hf_models import logits, tiny_bert, train, train_tokenizer, trained
 from msnb.capture.cells import capture
 from msnb.errors import CaptureError
 from msnb.package.model_folder import ModelFolder
-from msnb.templates.msnb_hf import HF_DIR
+from msnb.templates.msnb_runtime.handler.hf import HF_DIR
 from msnb.trial import runner
 
 CLASSES = textwrap.dedent(

@@ -101,8 +101,11 @@ def test_dict_keys_and_option_values_are_scanned_too():
         in err.message
     )
     with pytest.raises(CaptureError, match=r"`--init-kwargs\['token'\]` \(the --init-kwargs option\)"):
-        run(USES.format(name="'x'").replace("init_function()", "init_function(token)"), (), f"--init-kwargs "
-            f"'{{\"token\": \"{OPENAI_KEY}\"}}'")  # fmt: skip
+        run(
+            USES.format(name="'x'").replace("init_function()", "init_function(token)"),
+            (),
+            f'--init-kwargs \'{{"token": "{OPENAI_KEY}"}}\'',
+        )
 
 
 def test_plain_values_and_code_pass_without_a_finding():

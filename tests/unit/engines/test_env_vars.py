@@ -10,7 +10,7 @@ import pytest
 
 from msnb.engines import env_vars
 from msnb.errors import OptionError
-from msnb.templates.msnb_env import load_env
+from msnb.templates.msnb_runtime.handler.env import load_env
 
 
 def test_a_variable_missing_from_the_environment_is_refused_with_a_hint():

@@ -4,6 +4,7 @@ with TorchServe's semantics, and model-config mapped to deployment options (GPUs
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,8 +18,8 @@ from msnb.package import archive
 from msnb.spec import spec_from_source
 
 pytest.importorskip("ray.serve")  # (msnb.engines.ray.require sets Ray's environment first where that matters)
-from msnb.templates import msnb_ray
-from msnb.templates.msnb_ray_replica import replica_gpu_id
+from msnb.templates.msnb_runtime.ray import app as ray_app
+from msnb.templates.msnb_runtime.ray.replica import replica_gpu_id
 
 TEXT_SOURCE = MLP_SOURCE.split("def postprocess")[0] + textwrap.dedent(
     """
@@ -52,7 +53,7 @@ def loaded(tmp_path, monkeypatch):
         folder = archive.build(spec, tmp_path / "store", fmt="no-archive")
         monkeypatch.chdir(folder)
         monkeypatch.syspath_prepend(str(folder))
-        return msnb_ray.LoadedModel(folder, metrics=msnb_ray.RayMetrics(spec.name, FakeMetrics))
+        return ray_app.LoadedModel(folder, metrics=ray_app.RayMetrics(spec.name, FakeMetrics))
 
     yield load
     for name in set(sys.modules) - before:
@@ -116,27 +117,27 @@ def test_a_failing_init_function_fails_the_replica_with_the_load_error_and_its_h
 
 def test_model_config_becomes_deployment_options():
     config = {"batchSize": 8, "maxBatchDelay": 50, "minWorkers": 1, "maxWorkers": 3}
-    options = msnb_ray.deployment_options(config, ["numpy==1.26.4"], num_cpus=0.5)
+    options = ray_app.deployment_options(config, ["numpy==1.26.4"], num_cpus=0.5)
     assert options["max_ongoing_requests"] >= 8  # below the batch size a batch never fills
     assert options["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 8}
     assert options["ray_actor_options"] == {"num_cpus": 0.5, "runtime_env": {"pip": ["numpy==1.26.4"]}}
     assert options["max_constructor_retry_count"] == 1
-    assert msnb_ray.batch_settings(config) == (8, 0.05)
-    assert msnb_ray.batch_settings({}) == (1, 0.1)  # TorchServe's defaults
-    assert msnb_ray.deployment_options({"minWorkers": 2}, [])["num_replicas"] == 2
+    assert ray_app.batch_settings(config) == (8, 0.05)
+    assert ray_app.batch_settings({}) == (1, 0.1)  # TorchServe's defaults
+    assert ray_app.deployment_options({"minWorkers": 2}, [])["num_replicas"] == 2
 
 
 def test_a_gpu_model_asks_ray_for_a_gpu_and_sees_it_as_cuda_0():
     gpu = {"deviceType": "gpu", "system": {"maxGPUMemory": 4096}}
-    assert msnb_ray.deployment_options(gpu, [], gpu_mb=16384)["ray_actor_options"]["num_gpus"] == 0.25
-    assert msnb_ray.deployment_options({"deviceType": "gpu"}, [])["ray_actor_options"]["num_gpus"] == 1
-    assert "num_gpus" not in msnb_ray.deployment_options({"deviceType": "cpu"}, [])["ray_actor_options"]
+    assert ray_app.deployment_options(gpu, [], gpu_mb=16384)["ray_actor_options"]["num_gpus"] == 0.25
+    assert ray_app.deployment_options({"deviceType": "gpu"}, [])["ray_actor_options"]["num_gpus"] == 1
+    assert "num_gpus" not in ray_app.deployment_options({"deviceType": "cpu"}, [])["ray_actor_options"]
     # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPU: physical GPU 3 is cuda:0 inside the replica.
     assert replica_gpu_id([3]) == 0 and replica_gpu_id([]) is None
 
 
 def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
-    from msnb.templates import msnb_ts_wire as wire
+    from msnb.templates.msnb_runtime.ts import wire
 
     assert wire.decode_body(b'{"a": 1}', "application/json") == {"a": 1}
     assert wire.decode_body(b"hello", "text/plain; charset=utf-8") == "hello"
@@ -152,31 +153,30 @@ def test_request_bodies_are_decoded_as_a_torchserve_worker_decodes_them():
 def test_a_json_answer_is_the_bytes_torchserves_worker_writes(answer):
     from ts.protocol.otf_message_handler import create_predict_response
 
-    from msnb.templates import msnb_ts_wire as wire
+    from msnb.templates.msnb_runtime.ts import wire
 
     torchserve = wire.predict_responses(create_predict_response([answer], {0: "r"}, "OK", 200))[0][2]
     assert wire.encode_answer(answer, 200, {})[2] == torchserve
 
 
 def test_the_notebook_engine_pickles_its_own_context_module_even_with_an_exported_folder_on_sys_path(tmp_path):
-    # An exported Ray folder holds top-level msnb_ts_context.py and msnb_ray_replica.py. With them importable in the
-    # kernel, the engine's classes must still refer to msnb.templates' modules: Ray pickles them by module name, and a
-    # replica has no exported folder on its path.
-    for name in ("msnb_ts_wire.py", "msnb_ts_context.py", "msnb_ray_replica.py"):
-        (tmp_path / name).write_text(Path(msnb_ray.__file__).with_name(name).read_text())
+    # An exported Ray folder holds a top-level msnb_runtime package. With it importable in the kernel, the engine's
+    # classes must still refer to msnb.templates' modules: Ray pickles them by module name, and a replica has no
+    # exported folder on its path.
+    shutil.copytree(Path(ray_app.__file__).parents[1], tmp_path / "msnb_runtime")
     code = (
-        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_ts_context, msnb_ray_replica\n"
-        "from msnb.templates import msnb_ray\n"
-        "print(msnb_ray.ChunkSocket.__module__, msnb_ray.RayMetrics.__module__)\n"
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import msnb_runtime.ts.context, msnb_runtime.ray.replica\n"
+        "from msnb.templates.msnb_runtime.ray import app as ray_app\n"
+        "print(ray_app.ChunkSocket.__module__, ray_app.RayMetrics.__module__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["msnb.templates.msnb_ts_context", "msnb.templates.msnb_ray_replica"]
+    assert out == ["msnb.templates.msnb_runtime.ts.context", "msnb.templates.msnb_runtime.ray.replica"]
 
 
 def test_a_streaming_handler_answered_whole_gathers_its_chunks_and_tells_the_router_to_stream(loaded):
     from charlm import HANDLER_BODY, MODEL_SOURCE, char_lm, greedy
 
-    from msnb.templates.msnb_ray_stream import STREAM_HEADER, StreamRoutes, answer_whole, streams
+    from msnb.templates.msnb_runtime.ray.streaming import STREAM_HEADER, StreamRoutes, answer_whole, streams
 
     seeded = HANDLER_BODY.replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")
     model = loaded(spec_from_source("rgen", MODEL_SOURCE + seeded))
@@ -194,7 +194,7 @@ def test_a_batched_stream_yields_each_requests_chunks_then_ends_each_one(loaded)
 
     from charlm import HANDLER_BODY, MODEL_SOURCE, char_lm, greedy
 
-    from msnb.templates.msnb_ray_stream import CHUNK, stream_batch
+    from msnb.templates.msnb_runtime.ray.streaming import CHUNK, stream_batch
 
     seeded = HANDLER_BODY.replace("    return CharLM(", "    torch.manual_seed(0)\n    return CharLM(")
     model = loaded(spec_from_source("rgen2", MODEL_SOURCE + seeded, batch_size=2))
@@ -222,7 +222,7 @@ def test_a_request_whose_client_left_gets_no_more_chunks_and_its_generator_is_cl
 
     from charlm import MODEL_SOURCE, char_lm, greedy
 
-    from msnb.templates.msnb_ray_stream import stream_batch
+    from msnb.templates.msnb_runtime.ray.streaming import stream_batch
 
     closing = textwrap.dedent(
         """
@@ -280,18 +280,18 @@ def test_the_router_sends_again_only_a_call_whose_replica_went():
         ReplicaUnavailableError("r1"),
         RayTaskError("infer", "traceback", ActorDiedError()).as_instanceof_cause(),  # as a Serve handle raises it
     ]
-    assert [msnb_ray.replica_lost(err) for err in gone] == [True] * len(gone)
+    assert [ray_app.replica_lost(err) for err in gone] == [True] * len(gone)
     wrapped = RuntimeError("upstream")
     wrapped.__cause__ = ActorDiedError()
-    assert msnb_ray.replica_lost(wrapped)
-    assert not msnb_ray.replica_lost(ValueError("the adapter's own bug"))
-    assert not msnb_ray.replica_lost(RayTaskError("infer", "traceback", ValueError("x")).as_instanceof_cause())
+    assert ray_app.replica_lost(wrapped)
+    assert not ray_app.replica_lost(ValueError("the adapter's own bug"))
+    assert not ray_app.replica_lost(RayTaskError("infer", "traceback", ValueError("x")).as_instanceof_cause())
 
 
 def test_chunks_sent_while_the_last_went_out_travel_together_per_request_in_order():
     import asyncio
 
-    from msnb.templates.msnb_ray_stream import coalesce
+    from msnb.templates.msnb_runtime.ray.streaming import coalesce
 
     text, jsonl = "text/plain; charset=utf-8", "application/jsonl"
 
@@ -310,4 +310,4 @@ def test_chunks_sent_while_the_last_went_out_travel_together_per_request_in_orde
 
 def test_a_describe_answer_leaves_out_null_members_as_torchserves_frontend_does():
     answer = json.dumps({"echo": None, "batch": 1, "labels": ["a", None], "nested": {"x": None, "y": 2}})
-    assert msnb_ray.metadata(answer) == {"batch": 1, "labels": ["a", None], "nested": {"y": 2}}
+    assert ray_app.metadata(answer) == {"batch": 1, "labels": ["a", None], "nested": {"y": 2}}

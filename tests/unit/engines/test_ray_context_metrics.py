@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ts.metrics.metric_type_enum import MetricTypes
 
-from msnb.templates.msnb_ray_replica import RayMetrics
+from msnb.templates.msnb_runtime.ray.replica import RayMetrics
 
 
 class Recorded:

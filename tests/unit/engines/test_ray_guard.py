@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from msnb.engines.auth import Keys, write_key_file
-from msnb.templates import msnb_ray_guard as guard
+from msnb.templates.msnb_runtime.ray import token_interceptor as guard
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""responseTimeout on a Ray replica (templates/msnb_ray_timeout.py): a batch is timed from when it has the model, and
+"""responseTimeout on a Ray replica (templates/msnb_runtime/ray/timeout.py): a batch is timed from when it has the model, and
 one that runs past the model-config's responseTimeout gets TorchServe's answer."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from msnb.templates.msnb_ray_timeout import bounded, response_timeout, timed_out
-from msnb.templates.msnb_serving import DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.handler.serving import DEFAULT_RESPONSE_TIMEOUT_S
+from msnb.templates.msnb_runtime.ray.timeout import bounded, response_timeout, timed_out
 
 
 def test_the_timeout_is_the_model_configs_response_timeout_else_torchserves_default():

@@ -27,9 +27,9 @@ from msnb.package import archive
 pytest.importorskip("ray.serve")
 from ray.serve.request_router import PendingRequest
 
-from msnb.templates import msnb_ray
-from msnb.templates.msnb_ray_sequence import SEQUENCE_HEADER, SequenceRouter, replica_for, sequence_of
-from msnb.templates.msnb_ray_stream import CHUNK, answer_whole, stream_batch, streams
+from msnb.templates.msnb_runtime.ray import app as ray_app
+from msnb.templates.msnb_runtime.ray.sequences import SEQUENCE_HEADER, SequenceRouter, replica_for, sequence_of
+from msnb.templates.msnb_runtime.ray.streaming import CHUNK, answer_whole, stream_batch, streams
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def own(tmp_path, monkeypatch):
         folder = archive.build(capture(name, source, [], **config), tmp_path / name, fmt="no-archive")
         monkeypatch.chdir(folder)
         monkeypatch.syspath_prepend(str(folder))
-        return msnb_ray.LoadedModel(folder)
+        return ray_app.LoadedModel(folder)
 
     yield load
     for name in set(sys.modules) - before:
@@ -95,10 +95,10 @@ def test_describe_of_a_handler_raising_a_prediction_exception_is_its_status(own)
 
 def test_a_stateful_model_gets_the_sequence_router_and_the_context_its_sequence_ids(own):
     model = own("seq", STATEFUL, model_yaml=STATEFUL_CONFIG, workers=2)
-    options = msnb_ray.deployment_options(model.config, [])
+    options = ray_app.deployment_options(model.config, [])
     assert options["request_router_config"].request_router_class.endswith("SequenceRouter")
     assert options["num_replicas"] == 2
-    assert "request_router_config" not in msnb_ray.deployment_options({"minWorkers": 2}, [])
+    assert "request_router_config" not in ray_app.deployment_options({"minWorkers": 2}, [])
     replies = model.answer([request({"x": 3}, **{SEQUENCE_HEADER: "a"}), request({"x": 4}, **{SEQUENCE_HEADER: "b"})])
     replies += model.answer([request({"x": 5}, **{SEQUENCE_HEADER: "a"})])
     assert [json.loads(body) for _, _, body in replies] == [3, 4, 8]

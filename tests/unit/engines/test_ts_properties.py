@@ -87,12 +87,12 @@ def test_a_key_msnb_cannot_honour_is_refused_at_start_with_a_hint_naming_it(tmp_
             "inference_address=http://0.0.0.0:8080\ndisable_token_authorization=true",
             "inference_address binds 0.0.0.0 while token authorisation is off",
             "inference_address",
-        ),  # fmt: skip
+        ),
         (
             "management_address=http://10.1.2.3:8081\ndisable_token_authorization=true",
             "management_address binds 10.1.2.3 while token authorisation is off",
             "management_address",
-        ),  # fmt: skip
+        ),
         ("management_address=https://127.0.0.1:8443", "is not an http://HOST:PORT address", "management_address"),
         ("max_response_size=100", "max_response_size cannot be honoured on Ray", "max_response_size"),
         ("default_workers_per_model=two", "default_workers_per_model=two is not a whole number", ""),
@@ -181,9 +181,16 @@ def test_msnb_serves_own_body_limit_option_wins_over_the_file_on_ray(tmp_path):
 
     from msnb.cli.serve_ray import ts_options
 
-    args = argparse.Namespace(engine="ray", paths=[], ts_config=written(tmp_path, "max_request_size=100\n"),
-                              models=None, model_store=None, disable_token_authorization=None, enable_model_api=None,
-                              max_request_size=2048)  # fmt: skip
+    args = argparse.Namespace(
+        engine="ray",
+        paths=[],
+        ts_config=written(tmp_path, "max_request_size=100\n"),
+        models=None,
+        model_store=None,
+        disable_token_authorization=None,
+        enable_model_api=None,
+        max_request_size=2048,
+    )
     assert ts_options(args).number("max_request_size") == 2048
     args.max_request_size = None
     assert ts_options(args).number("max_request_size") == 100
@@ -201,7 +208,11 @@ def test_a_models_settings_come_from_the_call_then_models_json_then_its_model_co
     registry = Registry(engine=None, config=config, opener=None)
     assert registry._settings(folder, "klass", "1.0", {}) == {"minWorkers": 3, "maxWorkers": 3, "maxBatchDelay": 7}
     given = {"initial_workers": 1, "batch_size": 8, "max_batch_delay": None}
-    assert registry._settings(folder, "klass", "1.0", given) == {"minWorkers": 1, "maxWorkers": 1, "maxBatchDelay": 7,
-                                                                 "batchSize": 8}  # fmt: skip
+    assert registry._settings(folder, "klass", "1.0", given) == {
+        "minWorkers": 1,
+        "maxWorkers": 1,
+        "maxBatchDelay": 7,
+        "batchSize": 8,
+    }
     (folder / "model-config.yaml").write_text("minWorkers: 1\n")  # its own workers win over the default ...
     assert registry._settings(folder, "other", "1.0", {}) == {"responseTimeout": 60}  # ... and the file's timeout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from msnb.engines.inference_api import log_details
 from msnb.engines.torchserve.logs import worker_error
-from msnb.templates.msnb_faults import NO_CUDA_HINT, no_cuda
+from msnb.templates.msnb_runtime.handler.faults import NO_CUDA_HINT, no_cuda
 
 STORE = "/tmp/msnb-server-x/model_store/cu-1.0"
 TORCH = "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
@@ -20,9 +20,9 @@ AssertionError: Torch not compiled with CUDA enabled
 The above exception was the direct cause of the following exception:
 
 Traceback (most recent call last):
-  File "{STORE}/msnb_handler.py", line 240, in _build_model
+  File "{STORE}/msnb_runtime/handler/handler.py", line 240, in _build_model
     model = self.init_function(**self.init_kwargs)
-msnb_load.HandlerLoadError: init_function(**{{}}) raised AssertionError: Torch not compiled with CUDA enabled
+msnb_runtime.handler.load.HandlerLoadError: init_function(**{{}}) raised AssertionError: Torch not compiled with CUDA enabled
 Hint: call init_function in the notebook with the same kwargs to see why.
 Load model cu cuda OOM, exception init_function(**{{}}) raised AssertionError: Torch not compiled with CUDA enabled
 Hint: call init_function in the notebook with the same kwargs to see why.
@@ -34,7 +34,7 @@ The above exception was the direct cause of the following exception:
 Traceback (most recent call last):
   File "{STORE}/dev_reload.py", line 54, in __call__
     self._start(context)
-msnb_load.HandlerLoadError: init_function(**{{}}) raised AssertionError: Torch not compiled with CUDA enabled
+msnb_runtime.handler.load.HandlerLoadError: init_function(**{{}}) raised AssertionError: Torch not compiled with CUDA enabled
 """
 
 

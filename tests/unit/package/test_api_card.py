@@ -14,7 +14,7 @@ from msnb.options import handler_config, parse_handler_line
 from msnb.package.api_card import card
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_names import API_CARD
+from msnb.templates.msnb_runtime.handler.names import API_CARD
 
 DOC = '"""Continues a lowercase text, one character per step."""\n'
 
@@ -33,8 +33,11 @@ def test_an_object_example_is_the_schema_and_a_roles_docstring_describes_it():
     )
     got = card(spec_from_source("m", source, example={"x": [1.5, 2.0], "name": "a"}))
     assert got["description"] == "Reads x." and not got["wrapped"]
-    assert got["input_schema"] == {"type": "object", "required": ["x", "name"], "properties": {
-        "x": {"type": "array", "items": {"type": "number"}}, "name": {"type": "string"}}}  # fmt: skip
+    assert got["input_schema"] == {
+        "type": "object",
+        "required": ["x", "name"],
+        "properties": {"x": {"type": "array", "items": {"type": "number"}}, "name": {"type": "string"}},
+    }
 
 
 def test_schema_file_is_the_input_schema_and_a_bad_one_is_refused_with_a_hint(tmp_path):

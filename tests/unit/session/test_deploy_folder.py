@@ -15,7 +15,7 @@ from helpers import MLP_SOURCE, file_digests, mlp_model, notebook_answer
 from msnb.package import archive, formats, model_folder
 from msnb.session.deployment import lay_out
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_names import API_CARD, CHECKPOINT, CONFIG, MANIFEST, REQUIREMENTS
+from msnb.templates.msnb_runtime.handler.names import API_CARD, CHECKPOINT, CONFIG, MANIFEST, REQUIREMENTS
 from msnb.trial import runner
 
 INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
@@ -34,9 +34,14 @@ def spec(tmp_path):
     torch.save(mlp_model(8).state_dict(), ckpt)
     notes.write_text("a file the handler may read")
     return spec_from_source(
-        "mlp", MLP_SOURCE, checkpoint=str(ckpt), init_kwargs={"hidden": 8}, example={"x": INPUTS[0]},
-        extra_files=(str(notes),), requirements=("tabulate>=0.8",),
-    )  # fmt: skip
+        "mlp",
+        MLP_SOURCE,
+        checkpoint=str(ckpt),
+        init_kwargs={"hidden": 8},
+        example={"x": INPUTS[0]},
+        extra_files=(str(notes),),
+        requirements=("tabulate>=0.8",),
+    )
 
 
 def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version_and_requirements_rewritten(
@@ -53,7 +58,7 @@ def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version
     laid = file_digests(served)
     same = {n for n in tested if n not in RELABELLED}
     assert same and {n: laid[n] for n in same} == {n: tested[n] for n in same} == {n: packed[n] for n in same}
-    assert {CHECKPOINT, "notes.txt", "msnb_handler.py"} <= {Path(n).name for n in same}
+    assert {CHECKPOINT, "notes.txt", "handler.py"} <= {Path(n).name for n in same}
     assert REQUIREMENTS not in laid and "useVenv" not in (served / CONFIG).read_text(), "the server lacks none"
     assert "useVenv: true" in (folder.path / CONFIG).read_text(), "the staged folder keeps every pin"
     handler, staged_handler = (p / "handler_model.py" for p in (served, folder.path))
@@ -69,8 +74,9 @@ def test_the_served_folder_is_the_tested_and_packed_folder_with_only_its_version
     assert {n: h for n, h in laid.items() if n not in REBUILT} == {n: h for n, h in old.items() if n not in REBUILT}
     assert undated(served / MANIFEST) == undated(rendered / MANIFEST)
     model = mlp_model(8)
-    answers = runner.predict_in_process(model_folder.ModelFolder(served, "mlp", "1.0-r2", spec=spec), [
-        {"x": x} for x in INPUTS])  # fmt: skip
+    answers = runner.predict_in_process(
+        model_folder.ModelFolder(served, "mlp", "1.0-r2", spec=spec), [{"x": x} for x in INPUTS]
+    )
     assert answers == [notebook_answer(model, x) for x in INPUTS]
 
 

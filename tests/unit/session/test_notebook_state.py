@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from helpers import CPU_ONLY, FakeSession
 
-from msnb.engines.torchserve.logs import model_lines, user_frames
+from msnb.engines.torchserve.logs import model_lines
+from msnb.engines.tracebacks import user_frames
 from msnb.roles import ROLES
 from msnb.session.progress import Phase
 from msnb.ui import help as magic_help
@@ -17,7 +18,7 @@ from msnb.ui.widget.controller import Controller
 TORCH = "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
 WORKER_TRACE = [
     "Traceback (most recent call last):",
-    '  File "/tmp/models/abc/msnb_handler.py", line 270, in infer',
+    '  File "/tmp/models/abc/msnb_runtime/handler/handler.py", line 270, in infer',
     "    outputs = self._forward(inputs)",
     '  File "/tmp/models/abc/handler_model.py", line 12, in forward',
     "    return self.fc(x)",

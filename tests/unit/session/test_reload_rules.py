@@ -16,8 +16,9 @@ from msnb.package import archive
 from msnb.package.model_folder import ModelFolder
 from msnb.session.reload import DEV_ENTRY, DevModel, checkpoint_identity, install, mark_current, refusal
 from msnb.spec import spec_from_source
-from msnb.templates import dev_reload, shared_handler_files
-from msnb.templates.msnb_names import CHECKPOINT
+from msnb.templates import shared_handler_files
+from msnb.templates.msnb_runtime.dev import reload
+from msnb.templates.msnb_runtime.handler.names import CHECKPOINT
 from msnb.trial.runner import predict_in_process
 
 SAMPLE = {"x": [1.0, -2.0, 0.5, 3.0]}
@@ -48,9 +49,9 @@ def test_a_built_mar_holds_no_reload_machinery(tmp_path, ckpt):
     with zipfile.ZipFile(mar) as zf:
         names = zf.namelist()
         text = b"".join(zf.read(n) for n in names if n.endswith((".py", ".json")))
-    assert DEV_ENTRY not in names and dev_reload.SECRET_FILE not in names
-    assert not any(n.startswith(dev_reload.GENERATIONS) for n in names)
-    assert b"dev_reload" not in text and dev_reload.RELOAD_HEADER.encode() not in text
+    assert DEV_ENTRY not in names and reload.SECRET_FILE not in names
+    assert not any(n.startswith(reload.GENERATIONS) for n in names)
+    assert b"dev_reload" not in text and reload.RELOAD_HEADER.encode() not in text
     assert all(p.name != DEV_ENTRY for p in shared_handler_files())
 
 
@@ -112,13 +113,13 @@ def served_dir(tmp_path, ckpt):
 @pytest.fixture
 def entry():
     """A dev entry loaded in this process; its generation's modules leave sys.modules afterwards."""
-    made = dev_reload.DevEntry()
+    made = reload.DevEntry()
     yield made
     if made.current is not None:
         for name, module in made.current.modules.items():
             if sys.modules.get(name) is module:
                 del sys.modules[name]
-        dev_reload.release(made.current)
+        reload.release(made.current)
 
 
 def test_the_dev_entry_swaps_generations_and_refuses_a_wrong_secret(served_dir, ckpt, entry):
@@ -126,12 +127,12 @@ def test_the_dev_entry_swaps_generations_and_refuses_a_wrong_secret(served_dir, 
     entry(None, context(folder, []))
     assert entry([{"body": SAMPLE}], context(folder, [{}]))[0]["tag"] == 1
     edited = spec_from_source("mlp", source(2), checkpoint=ckpt)
-    ModelFolder.stage(edited, folder / dev_reload.GENERATIONS / "2")
-    wrong = context(folder, [{dev_reload.RELOAD_HEADER: "guess"}, {}])
+    ModelFolder.stage(edited, folder / reload.GENERATIONS / "2")
+    wrong = context(folder, [{reload.RELOAD_HEADER: "guess"}, {}])
     refused = entry([{"body": {"generation": 2}}, {"body": SAMPLE}], wrong)
     assert wrong.get_response_status(0)[0] == 403 and "refused" in refused[0]["error"]
     assert refused[1]["tag"] == 1  # the rest of the batch is answered as usual
-    ok = entry([{"body": {"generation": 2}}], context(folder, [{dev_reload.RELOAD_HEADER: secret}]))
+    ok = entry([{"body": {"generation": 2}}], context(folder, [{reload.RELOAD_HEADER: secret}]))
     assert ok[0]["generation"] == 2
     assert entry([{"body": SAMPLE}], context(folder, [{}])) == predict_in_process(edited, [SAMPLE])
 
@@ -140,8 +141,8 @@ def test_a_generation_that_fails_to_load_leaves_the_old_one_serving(served_dir, 
     folder, secret = served_dir
     entry(None, context(folder, []))
     broken = spec_from_source("mlp", source(2, "    raise RuntimeError('no weights today')\n"), checkpoint=ckpt)
-    ModelFolder.stage(broken, folder / dev_reload.GENERATIONS / "2")
-    ctx = context(folder, [{dev_reload.RELOAD_HEADER: secret}])
+    ModelFolder.stage(broken, folder / reload.GENERATIONS / "2")
+    ctx = context(folder, [{reload.RELOAD_HEADER: secret}])
     failed = entry([{"body": {"generation": 2}}], ctx)[0]
     assert ctx.get_response_status(0)[0] == 500 and "no weights today" in failed["error"] and failed["hint"]
     assert entry([{"body": SAMPLE}], context(folder, [{}]))[0]["tag"] == 1
@@ -149,7 +150,7 @@ def test_a_generation_that_fails_to_load_leaves_the_old_one_serving(served_dir, 
 
 def test_a_restarted_worker_loads_the_current_generation(served_dir, ckpt, entry):
     folder, _ = served_dir
-    ModelFolder.stage(spec_from_source("mlp", source(7), checkpoint=ckpt), folder / dev_reload.GENERATIONS / "7")
+    ModelFolder.stage(spec_from_source("mlp", source(7), checkpoint=ckpt), folder / reload.GENERATIONS / "7")
     mark_current(folder, 7)
     entry(None, context(folder, []))
     assert entry([{"body": SAMPLE}], context(folder, [{}]))[0]["tag"] == 7

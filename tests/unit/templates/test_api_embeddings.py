@@ -9,8 +9,8 @@ import base64
 import numpy as np
 import pytest
 
-from msnb.templates import msnb_api_embeddings as embeddings
-from msnb.templates.msnb_api_openai import ApiError
+from msnb.templates.msnb_runtime.api import embeddings
+from msnb.templates.msnb_runtime.api.openai import ApiError
 
 
 def test_a_string_or_a_list_is_one_prediction_per_input_in_order():
@@ -26,9 +26,14 @@ def test_a_string_or_a_list_is_one_prediction_per_input_in_order():
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({"input": []}, "input"), ({"input": [[1, 2]]}, "input"), ({"input": "a", "encoding_format": "int8"},
-     "encoding_format"), ({"input": "a", "dimensions": 4}, "dimensions"), ({"input": ["a"] * 2049}, "input")],
-)  # fmt: skip
+    [
+        ({"input": []}, "input"),
+        ({"input": [[1, 2]]}, "input"),
+        ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+        ({"input": "a", "dimensions": 4}, "dimensions"),
+        ({"input": ["a"] * 2049}, "input"),
+    ],
+)
 def test_what_msnb_cannot_honour_is_a_400_naming_the_field(body, field):
     with pytest.raises(ApiError) as err:
         embeddings.parse({"model": "e", **body})

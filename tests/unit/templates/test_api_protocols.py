@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msnb.templates import msnb_api_mcp as mcp
-from msnb.templates.msnb_api_openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
-from msnb.templates.msnb_api_v1 import refused
-from msnb.templates.msnb_api_wire import DONE, Answer, models
+from msnb.templates.msnb_runtime.api import mcp
+from msnb.templates.msnb_runtime.api.openai import CHAT, TEXT, ApiError, Completion, parse, unauthorised
+from msnb.templates.msnb_runtime.api.v1 import refused
+from msnb.templates.msnb_runtime.api.wire import DONE, Answer, models
 
 CHAT_BODY = {"model": "gen", "messages": [{"role": "user", "content": "the cat"}]}
 
@@ -40,9 +40,16 @@ def run(body: dict, pieces: list[str], kind: str = CHAT) -> tuple[Answer, bytes]
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("n", 2), ("tools", [{"type": "function"}]), ("tool_choice", "auto"), ("logprobs", True), ("echo", True),
-     ("response_format", {"type": "json_object"}), ("best_of", 3)],
-)  # fmt: skip
+    [
+        ("n", 2),
+        ("tools", [{"type": "function"}]),
+        ("tool_choice", "auto"),
+        ("logprobs", True),
+        ("echo", True),
+        ("response_format", {"type": "json_object"}),
+        ("best_of", 3),
+    ],
+)
 def test_a_field_msnb_cannot_honour_is_a_400_naming_it(field, value):
     with pytest.raises(ApiError) as err:
         parse(CHAT, {**CHAT_BODY, field: value})
@@ -53,10 +60,16 @@ def test_a_field_msnb_cannot_honour_is_a_400_naming_it(field, value):
 
 @pytest.mark.parametrize(
     ("kind", "body", "field"),
-    [(CHAT, {"messages": []}, "model"), (CHAT, {"model": "gen"}, "messages"), (TEXT, {"model": "g"}, "prompt"),
-     (TEXT, {"model": "g", "prompt": ["a", "b"]}, "prompt"), (CHAT, {**CHAT_BODY, "max_tokens": 0}, "max_tokens"),
-     (CHAT, {**CHAT_BODY, "stop": ["a"] * 5}, "stop"), (CHAT, {**CHAT_BODY, "stream": "yes"}, "stream")],
-)  # fmt: skip
+    [
+        (CHAT, {"messages": []}, "model"),
+        (CHAT, {"model": "gen"}, "messages"),
+        (TEXT, {"model": "g"}, "prompt"),
+        (TEXT, {"model": "g", "prompt": ["a", "b"]}, "prompt"),
+        (CHAT, {**CHAT_BODY, "max_tokens": 0}, "max_tokens"),
+        (CHAT, {**CHAT_BODY, "stop": ["a"] * 5}, "stop"),
+        (CHAT, {**CHAT_BODY, "stream": "yes"}, "stream"),
+    ],
+)
 def test_a_malformed_request_names_its_field(kind, body, field):
     with pytest.raises(ApiError) as err:
         parse(kind, body)
@@ -128,8 +141,10 @@ def test_mcp_initialize_answers_the_clients_version_and_notifications_get_202():
 
 
 def test_mcp_a_call_names_its_tool_and_a_wrapped_input_is_its_one_argument():
-    step = mcp.step(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "gen", '
-                    b'"arguments": {"input": "the cat"}}}')  # fmt: skip
+    step = mcp.step(
+        b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "gen", '
+        b'"arguments": {"input": "the cat"}}}'
+    )
     assert (step.kind, step.name) == ("call", "gen")
     assert mcp.sample({"wrapped": True}, step.arguments) == "the cat"
     reply = mcp.call_reply(step, ["a", 1])
@@ -170,12 +185,20 @@ def test_mcp_2026_an_unknown_revision_a_header_mismatch_and_an_unknown_method_ar
 
 @pytest.mark.parametrize(
     ("arguments", "says"),
-    [({"prompt": 3}, "`prompt` must be of type string"), ({}, "`prompt` is missing"),
-     ({"prompt": "x", "n": True}, "`n` must be of type integer")],
-)  # fmt: skip
+    [
+        ({"prompt": 3}, "`prompt` must be of type string"),
+        ({}, "`prompt` is missing"),
+        ({"prompt": "x", "n": True}, "`n` must be of type integer"),
+    ],
+)
 def test_mcp_a_tool_argument_of_the_wrong_type_is_named_with_a_hint(arguments, says):
-    card = {"input_schema": {"type": "object", "properties": {"prompt": {"type": "string"}, "n": {"type": "integer"}},
-                             "required": ["prompt"]}}  # fmt: skip
+    card = {
+        "input_schema": {
+            "type": "object",
+            "properties": {"prompt": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["prompt"],
+        }
+    }
     problem = mcp.argument_problem(card, arguments)
     assert says in problem and "Hint:" in problem
     assert mcp.argument_problem(card, {"prompt": "x", "n": 2}) is None

@@ -10,8 +10,8 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from msnb.templates.msnb_api_openai import RESPONSES, ApiError
-from msnb.templates.msnb_api_v1 import answer, parse
+from msnb.templates.msnb_runtime.api.openai import RESPONSES, ApiError
+from msnb.templates.msnb_runtime.api.v1 import answer, parse
 
 BODY = {"model": "gen", "input": "the cat"}
 EVENTS = TypeAdapter(ResponseStreamEvent)
@@ -41,13 +41,19 @@ def events(raw: bytes) -> list:
 
 def test_input_and_instructions_reach_preprocess_as_the_chat_messages_they_stand_for():
     request = parse(RESPONSES, {**BODY, "instructions": "be brief", "temperature": 0.5})
-    assert request.sample["messages"] == [{"role": "system", "content": "be brief"},
-                                          {"role": "user", "content": "the cat"}]  # fmt: skip
+    assert request.sample["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "the cat"},
+    ]
     assert request.sample["temperature"] == 0.5 and json.loads(request.upstream(b"{}")) == request.sample
-    parts = [{"role": "user", "content": [{"type": "input_text", "text": "the "}, {"type": "input_text", "text": "cat"}]},
-             {"type": "message", "role": "assistant", "content": "sat"}]  # fmt: skip
+    parts = [
+        {"role": "user", "content": [{"type": "input_text", "text": "the "}, {"type": "input_text", "text": "cat"}]},
+        {"type": "message", "role": "assistant", "content": "sat"},
+    ]
     assert parse(RESPONSES, {**BODY, "input": parts}).sample["messages"] == [
-        {"role": "user", "content": "the cat"}, {"role": "assistant", "content": "sat"}]  # fmt: skip
+        {"role": "user", "content": "the cat"},
+        {"role": "assistant", "content": "sat"},
+    ]
 
 
 def test_a_whole_answer_is_a_completed_response_the_client_reads_with_its_usage():
@@ -68,9 +74,16 @@ def test_a_stream_is_the_semantic_events_in_order_with_each_piece_as_a_delta():
     _, raw = run({**BODY, "stream": True}, ["a", "b", "c"])
     got = events(raw)
     assert [e.type for e in got] == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        *["response.output_text.delta"] * 3, "response.output_text.done", "response.content_part.done",
-        "response.output_item.done", "response.completed"]  # fmt: skip
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 3,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert [e.sequence_number for e in got] == list(range(len(got)))
     assert [e.delta for e in got if e.type == "response.output_text.delta"] == ["a", "b", "c"]
     assert got[-1].response.output_text == "abc" and got[-1].response.usage.output_tokens == 3

@@ -1,9 +1,9 @@
-"""A stream msnb's front ended early, told to the TorchServe worker that runs its generator (msnb_cancel): only the
+"""A stream msnb's front ended early, told to the TorchServe worker that runs its generator (msnb_runtime.handler.cancel): only the
 request whose id the front marked, once, and nothing where the server gives no folder or the id is not one."""
 
 from __future__ import annotations
 
-from msnb.templates.msnb_cancel import CANCEL_DIR_VAR, CANCEL_HEADER, Cancels, mark, new_id
+from msnb.templates.msnb_runtime.handler.cancel import CANCEL_DIR_VAR, CANCEL_HEADER, Cancels, mark, new_id
 
 
 class Context:

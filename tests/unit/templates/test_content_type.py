@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ts.context import Context, RequestProcessor
 
-from msnb.templates.msnb_content_type import BYTES_TYPE, JSON_TYPE, TEXT_TYPE, content_type, label
+from msnb.templates.msnb_runtime.handler.content_type import BYTES_TYPE, JSON_TYPE, TEXT_TYPE, content_type, label
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from ts.context import RequestProcessor
 from ts.torch_handler.request_envelope.kserve import KServeEnvelope
 from ts.torch_handler.request_envelope.kservev2 import KServev2Envelope, _to_datatype
 
-sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the shared modules sit beside handler_model.py
+sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the runtime package sits beside handler_model.py
 
-import msnb_envelope
+from msnb_runtime.handler import envelope as msnb_envelope
 
 
 def quickstart_preprocess(sample):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msnb.templates.msnb_explain_budget import ExplainBudget
+from msnb.templates.msnb_runtime.handler.explain_budget import ExplainBudget
 
 
 class Clock:

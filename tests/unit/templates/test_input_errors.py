@@ -9,8 +9,8 @@ from test_shared_handler import loaded, predict, to_x
 from torch import nn
 from ts.context import RequestProcessor
 
-from msnb.engines.torchserve.logs import is_library_frame, library_files
-from msnb.templates import DEV_ENTRY, shared_handler_files
+from msnb.engines.tracebacks import is_library_frame
+from msnb.templates import ARCHIVE_ROOMS, DEV_ENTRY, DEV_ROOMS, runtime_files
 
 
 def test_a_wrong_shape_input_is_a_400_with_the_input_hint_and_the_rest_answer(tmp_path):
@@ -81,14 +81,14 @@ def test_the_default_explanation_s_failure_hint_names_integrated_gradients_not_a
 
 
 def test_traceback_folding_knows_every_shared_module():
-    names = {p.name for p in shared_handler_files()}
-    assert library_files() == names | {DEV_ENTRY} and len(names) >= 7
-    assert all(is_library_frame(f"/tmp/models/abc/{name}") for name in names)
+    names = [inside for _, inside in runtime_files(ARCHIVE_ROOMS + DEV_ROOMS)]
+    assert len(names) >= 7
+    assert all(is_library_frame(f"/tmp/models/abc/{name}") for name in [*names, DEV_ENTRY])
     assert not is_library_frame("/tmp/models/abc/handler_model.py")
 
 
 def test_a_raw_bytes_request_from_a_file_that_does_not_exist_is_refused_before_sending_naming_it(tmp_path):
-    from msnb.engines.torchserve.raw_request import from_options
+    from msnb.engines.raw_request import from_options
     from msnb.errors import OptionError
 
     with pytest.raises(OptionError) as err:
@@ -107,6 +107,6 @@ def test_a_raw_bytes_request_from_a_file_that_does_not_exist_is_refused_before_s
     ],
 )
 def test_a_cuda_call_without_a_gpu_is_recognised_from_either_torch_build(message):
-    from msnb.templates.msnb_faults import no_cuda
+    from msnb.templates.msnb_runtime.handler.faults import no_cuda
 
     assert no_cuda(message) and not no_cuda("RuntimeError: mat1 and mat2 shapes cannot be multiplied")

@@ -1,4 +1,4 @@
-"""Two model folders in one process, each in its own namespace (templates/msnb_ray_isolation.py): folders that ship a
+"""Two model folders in one process, each in its own namespace (the runtime's ray.isolation): folders that ship a
 ``model.py``, a ``handler.py`` and a package of the same names each see their own, imported at top level, inside a
 function at request time, by importlib and through a pickle, with their own cwd and variables; no Ray."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from msnb.templates.msnb_ray_isolation import Namespace, resident
+from msnb.templates.msnb_runtime.ray.isolation import Namespace, resident
 
 HANDLER = textwrap.dedent("""
     import os

@@ -1,4 +1,4 @@
-"""The Ray router's answers to TorchServe's management calls (templates/msnb_ray_manage.py): the list paged as
+"""The Ray router's answers to TorchServe's management calls (templates/msnb_runtime/ray/management.py): the list paged as
 TorchServe pages it, the describe entry in TorchServe's fields with the application's replicas as its workers, a
 version or model that does not exist, and every write call refused with TorchServe's 405 and a Hint. (The same
 calls compared with a plain TorchServe: tests/ray/test_ray_management.py.)"""
@@ -10,22 +10,30 @@ import json
 
 import pytest
 
-from msnb.templates import msnb_ray, msnb_ray_manage
+from msnb.templates.msnb_runtime.ray import app as ray_app
+from msnb.templates.msnb_runtime.ray import management
 
 MODELS = [("klass", "klass.mar"), ("desc", "desc.mar"), ("named", "named.mar")]
 
 
 def test_the_list_is_sorted_and_paged_as_torchserve_pages_it():
-    assert msnb_ray_manage.page(MODELS, {}) == (200, {"models": [
-        {"modelName": "desc", "modelUrl": "desc.mar"}, {"modelName": "klass", "modelUrl": "klass.mar"},
-        {"modelName": "named", "modelUrl": "named.mar"}]})  # fmt: skip
-    status, first = msnb_ray_manage.page(MODELS, {"limit": "2"})
+    assert management.page(MODELS, {}) == (
+        200,
+        {
+            "models": [
+                {"modelName": "desc", "modelUrl": "desc.mar"},
+                {"modelName": "klass", "modelUrl": "klass.mar"},
+                {"modelName": "named", "modelUrl": "named.mar"},
+            ]
+        },
+    )
+    status, first = management.page(MODELS, {"limit": "2"})
     assert first["nextPageToken"] == "2" and [m["modelName"] for m in first["models"]] == ["desc", "klass"]
-    _, last = msnb_ray_manage.page(MODELS, {"limit": "2", "next_page_token": first["nextPageToken"]})
+    _, last = management.page(MODELS, {"limit": "2", "next_page_token": first["nextPageToken"]})
     assert last == {"models": [{"modelName": "named", "modelUrl": "named.mar"}]}  # no token past the last model
-    assert msnb_ray_manage.page(MODELS, {"limit": "1", "next_page_token": "2"})[1]["nextPageToken"] == "3"
+    assert management.page(MODELS, {"limit": "1", "next_page_token": "2"})[1]["nextPageToken"] == "3"
     with pytest.raises(ValueError, match="Invalid limit value: x"):
-        msnb_ray_manage.page(MODELS, {"limit": "x"})
+        management.page(MODELS, {"limit": "x"})
 
 
 class Replica:
@@ -44,11 +52,12 @@ class Replica:
 def router(monkeypatch):
     """The router's class as an exported application runs it, its Serve calls answered here: application klass
     with two replicas running and one starting, desc with one running."""
-    monkeypatch.setattr(msnb_ray, "replica_states", lambda: {"klass": {"RUNNING": 2, "STARTING": 1},
-                                                             "desc": {"RUNNING": 1}})  # fmt: skip
+    monkeypatch.setattr(
+        ray_app, "replica_states", lambda: {"klass": {"RUNNING": 2, "STARTING": 1}, "desc": {"RUNNING": 1}}
+    )
     config = {"minWorkers": 2, "maxWorkers": 3, "batchSize": 4, "maxBatchDelay": 50}
-    entry = msnb_ray_manage.describe_entry("klass", "1.0", "klass.mar", config, [], True)
-    cls = msnb_ray.MsnbRouter.func_or_class
+    entry = management.describe_entry("klass", "1.0", "klass.mar", config, [], True)
+    cls = ray_app.MsnbRouter.func_or_class
     router = cls.__new__(cls)
     router.handles = {"klass": Replica(entry), "desc": Replica({**entry, "modelName": "desc"})}
     return router
@@ -62,17 +71,31 @@ def ask(router, method: str, path: str, query: dict | None = None) -> tuple[int,
 
 
 def test_the_router_lists_its_model_applications_paged(router):
-    assert ask(router, "GET", "/models") == (200, {"models": [{"modelName": "desc", "modelUrl": "desc.mar"},
-                                                              {"modelName": "klass", "modelUrl": "klass.mar"}]})  # fmt: skip
+    assert ask(router, "GET", "/models") == (
+        200,
+        {"models": [{"modelName": "desc", "modelUrl": "desc.mar"}, {"modelName": "klass", "modelUrl": "klass.mar"}]},
+    )
     assert ask(router, "GET", "/models", {"limit": "1"})[1]["nextPageToken"] == "1"
-    assert ask(router, "GET", "/models", {"limit": "x"}) == (400, {"code": 400, "type": "BadRequestException",
-                                                                   "message": "Invalid limit value: x"})  # fmt: skip
+    assert ask(router, "GET", "/models", {"limit": "x"}) == (
+        400,
+        {"code": 400, "type": "BadRequestException", "message": "Invalid limit value: x"},
+    )
 
 
 def test_the_router_describes_a_model_in_torchserves_fields_with_its_replicas_as_workers(router):
     status, (entry,) = ask(router, "GET", "/models/klass")
-    assert status == 200 and list(entry)[:10] == ["modelName", "modelVersion", "modelUrl", "runtime", "minWorkers",
-        "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout", "startupTimeout"]  # fmt: skip
+    assert status == 200 and list(entry)[:10] == [
+        "modelName",
+        "modelVersion",
+        "modelUrl",
+        "runtime",
+        "minWorkers",
+        "maxWorkers",
+        "batchSize",
+        "maxBatchDelay",
+        "responseTimeout",
+        "startupTimeout",
+    ]
     assert [w["status"] for w in entry["workers"]] == ["READY", "READY", "STARTING"]
     assert (entry["minWorkers"], entry["maxWorkers"], entry["batchSize"], entry["maxBatchDelay"]) == (2, 3, 4, 50)
     assert entry["responseTimeout"] == 120 and "customizedMetadata" not in entry  # TorchServe's default
@@ -80,29 +103,45 @@ def test_the_router_describes_a_model_in_torchserves_fields_with_its_replicas_as
 
 
 def test_a_model_or_version_that_does_not_exist_gets_torchserves_404(router):
-    assert ask(router, "GET", "/models/nope") == (404, {"code": 404, "type": "ModelNotFoundException",
-                                                        "message": "Model not found: nope"})  # fmt: skip
-    assert ask(router, "GET", "/models/klass/9.9") == (404, {"code": 404, "type": "ModelVersionNotFoundException",
-        "message": "Model version: 9.9 does not exist for model: klass"})  # fmt: skip
+    assert ask(router, "GET", "/models/nope") == (
+        404,
+        {"code": 404, "type": "ModelNotFoundException", "message": "Model not found: nope"},
+    )
+    assert ask(router, "GET", "/models/klass/9.9") == (
+        404,
+        {
+            "code": 404,
+            "type": "ModelVersionNotFoundException",
+            "message": "Model version: 9.9 does not exist for model: klass",
+        },
+    )
 
 
-@pytest.mark.parametrize("method, path", [("POST", "/models"), ("PUT", "/models/klass"),
-    ("PUT", "/models/klass/1.0"), ("PUT", "/models/klass/1.0/set-default"), ("DELETE", "/models/klass"),
-    ("DELETE", "/models/klass/1.0")])  # fmt: skip
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("POST", "/models"),
+        ("PUT", "/models/klass"),
+        ("PUT", "/models/klass/1.0"),
+        ("PUT", "/models/klass/1.0/set-default"),
+        ("DELETE", "/models/klass"),
+        ("DELETE", "/models/klass/1.0"),
+    ],
+)
 def test_every_write_call_is_refused_with_torchserves_405_and_a_hint_naming_the_rayservice(router, method, path):
     status, body = ask(router, method, path, {"min_worker": "3"})
     assert status == 405 and body["code"] == 405 and body["type"] == "MethodNotAllowedException"
-    assert body["message"].startswith(msnb_ray_manage.NOT_ALLOWED) and f"{method} {path}" in body["message"]
+    assert body["message"].startswith(management.NOT_ALLOWED) and f"{method} {path}" in body["message"]
     assert "\nHint: " in body["message"] and "serve_config.yaml" in body["message"]
 
 
 def test_the_management_reads_ask_for_the_routers_inference_key(router, tmp_path):
     from starlette.requests import Request
 
-    from msnb.templates.msnb_ray_http import Door
+    from msnb.templates.msnb_runtime.ray.ingress import IngressConfig
 
     (tmp_path / "key").write_text("s3cret")
-    router.door = Door({"key_file": str(tmp_path / "key")})
+    router.door = IngressConfig({"key_file": str(tmp_path / "key")})
 
     def get(path: str, key: str) -> tuple[int, dict]:
         headers = [(b"authorization", f"Bearer {key}".encode())]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from msnb.templates.msnb_ray_needs import REQUIREMENTS_DIR, RequirementsError, install_once
+from msnb.templates.msnb_runtime.ray.runtime_env import REQUIREMENTS_DIR, RequirementsError, install_once
 
 
 def test_a_lacking_requirement_is_installed_once_beside_the_models_and_what_the_node_has_never(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The shared handler (templates/msnb_handler.py) driven the way TorchServe drives it, with TorchServe's own Context."""
+"""The shared handler (templates/msnb_runtime/handler/handler.py) driven the way TorchServe drives it, with TorchServe's own Context."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from ts.metrics.metric_cache_yaml_impl import MetricsCacheYamlImpl
 from msnb.templates import shared_handler_files
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
-sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the shared modules sit beside handler_model.py
+sys.path.insert(0, str(TEMPLATES))  # as in a model dir: the runtime package sits beside handler_model.py
 
-import msnb_collate  # noqa: E402
-import msnb_handler  # noqa: E402
-import msnb_load  # noqa: E402
-import msnb_metrics  # noqa: E402
-from msnb_load import HandlerLoadError  # noqa: E402
+from msnb_runtime.handler import collate as msnb_collate  # noqa: E402
+from msnb_runtime.handler import handler as msnb_handler  # noqa: E402
+from msnb_runtime.handler import load as msnb_load  # noqa: E402
+from msnb_runtime.handler import metrics as msnb_metrics  # noqa: E402
+from msnb_runtime.handler.load import HandlerLoadError  # noqa: E402
 
 TS_METRICS_YAML = Path(sys.modules["ts"].__file__).parent / "configs" / "metrics.yaml"
 
@@ -223,7 +223,7 @@ def test_a_json_body_nested_deeper_than_the_parser_goes_is_its_own_400_and_the_b
 # ---------------------------------------------------------------- per-sample isolation
 def test_bad_input_gets_its_own_400_and_the_rest_of_the_batch_succeeds(tmp_path, caplog):
     handle, ctx, model = loaded(tmp_path, preprocess_function=to_x)
-    with caplog.at_level(logging.ERROR, logger="msnb_handler"):
+    with caplog.at_level(logging.ERROR, logger="msnb_runtime.handler.handler"):
         answers, codes = predict(handle, ctx, [{"x": [1, 2, 3, 4]}, {"pixels": []}, {"x": [0, 0, 0, 0]}])
     assert codes == [200, 400, 200]
     assert model.calls == [(2, 4)]
@@ -531,13 +531,12 @@ def test_split_undoes_collate_for_any_batch_of_same_shape_samples(n, shape, as_d
 
 
 def test_the_shipped_modules_import_only_torch_the_standard_library_and_each_other():
-    shipped = {path.stem for path in shared_handler_files()}
-    allowed = set(sys.stdlib_module_names) | {"torch", "ts", "__future__"} | shipped
+    allowed = set(sys.stdlib_module_names) | {"torch", "ts", "__future__"}  # each other: relative imports
     for path in shared_handler_files():
         # Captum (the optional extra) only where explanations are computed, imported when one is asked for
-        allowed_here = allowed | ({"captum"} if path.name == "msnb_explain.py" else set())
+        allowed_here = allowed | ({"captum"} if path.name == "explain.py" else set())
         # transformers (the hf extra) only where saved Hugging Face objects are loaded, when one is
-        allowed_here |= {"transformers"} if path.name == "msnb_hf.py" else set()
+        allowed_here |= {"transformers"} if path.name == "hf.py" else set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

@@ -1,17 +1,20 @@
-"""TorchServe's checks and wire format as the engines that are not TorchServe keep them (templates/msnb_ts_checks.py,
-msnb_ts_wire.py): its answer to a missing or wrong key, the body size limit, and a body too deep to decode forwarded
+"""TorchServe's checks and wire format as the engines that are not TorchServe keep them (templates/msnb_runtime/ts/checks.py,
+msnb_runtime/ts/wire.py): its answer to a missing or wrong key, the body size limit, and a body too deep to decode forwarded
 as TorchServe forwards it."""
 
 from __future__ import annotations
 
 import json
 
-from msnb.templates import msnb_ts_checks as checks
-from msnb.templates.msnb_ts_wire import decode_body, error_reply
+from msnb.templates.msnb_runtime.ts import checks
+from msnb.templates.msnb_runtime.ts.wire import decode_body, error_reply
 
 # TorchServe 0.12's own answer, word for word.
-KEY_ERROR = {"code": 400, "type": "InvalidKeyException",
-             "message": "Token Authorization failed. Token either incorrect, expired, or not provided correctly"}  # fmt: skip
+KEY_ERROR = {
+    "code": 400,
+    "type": "InvalidKeyException",
+    "message": "Token Authorization failed. Token either incorrect, expired, or not provided correctly",
+}
 
 
 def test_a_missing_or_wrong_key_gets_torchserves_400():

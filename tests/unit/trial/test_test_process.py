@@ -172,9 +172,12 @@ print(pid, read_signed(status), flush=True)  # its exit code, once it has ended
 
 def test_a_process_forked_for_a_kernel_killed_before_it_sent_the_work_ends_without_a_traceback(short_tmp):
     done = subprocess.run(
-        [sys.executable, "-c", ORPHANED_FORK], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", ORPHANED_FORK],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "TMPDIR": str(short_tmp)},
-    )  # fmt: skip
+    )
     assert done.returncode == 0 and len(done.stdout.split()) == 2, done.stdout + done.stderr
     assert done.stdout.split()[1] != "0"  # it did end on the EOF
     assert "Traceback" not in done.stderr and "EOFError" not in done.stderr, done.stderr

@@ -66,7 +66,11 @@ def test_checkpoint_descriptions():
 
 
 def test_status_shows_the_openai_and_mcp_urls_of_a_running_server():
-    server = {"running": True, "url": "http://127.0.0.1:1", "openai_base_url": "http://127.0.0.1:2/v1",
-              "mcp_url": "http://127.0.0.1:2/mcp"}  # fmt: skip
+    server = {
+        "running": True,
+        "url": "http://127.0.0.1:1",
+        "openai_base_url": "http://127.0.0.1:2/v1",
+        "mcp_url": "http://127.0.0.1:2/mcp",
+    }
     shown = repr(Status({"server": server, "handlers": {}}))
     assert "OpenAI API: http://127.0.0.1:2/v1" in shown and "MCP: http://127.0.0.1:2/mcp" in shown

@@ -1,0 +1,1 @@
+"""The protocols every engine answers beside TorchServe's: OpenAI's API (/v1) and MCP (/mcp)."""

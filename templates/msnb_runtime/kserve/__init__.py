@@ -1,0 +1,1 @@
+"""KServe's own Python model server over TorchServe model folders."""

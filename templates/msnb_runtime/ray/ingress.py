@@ -1,0 +1,132 @@
+"""The HTTP side of the adapter's doors, the router's and each model replica's own (msnb.engines.ray.ingress sends a
+prediction straight to a replica of its model): one prediction's way through either door on Starlette, with
+TorchServe's checks (msnb_runtime.ts.checks) and its wire format (msnb_runtime.ts.wire).
+
+Depends on starlette and the standard library, never on msnb.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..ts.checks import refused, too_large
+from ..ts.wire import Reply, error_reply
+from . import token_interceptor
+
+TARGETS_PATH = "/-/msnb-targets"  # the router's answer to the local front: which replica ports serve which route
+OWN_API = "-"  # /predictions/NAME/-/v1/...: model NAME's own replica answers OpenAI's API for it (the front's way)
+EXPLAIN = "/explanations"  # /predictions/NAME/-/explanations: model NAME's own replica explains (the front's way)
+
+
+def model_route(name: str) -> str:
+    """The route prefix of a model whose replicas answer its predictions themselves (ray.app.direct_route)."""
+    return f"/predictions/{name}"
+
+
+def version_app(name: str, version: str) -> str:
+    """The application of a version of model ``name`` served beside its default version (whose application is
+    ``name``), at ``model_route(name)/VERSION``: the local engine's management API serves other versions so."""
+    return f"{name}@{version}"
+
+
+def is_version_app(app: str) -> bool:
+    """Whether application ``app`` serves another version of a model (``version_app``: a name holds no '@')."""
+    return "@" in app
+
+
+def other_version(name: str, version: str, asked: list[str]) -> tuple[int, str, str] | None:
+    """TorchServe's 404 for a version ``asked`` (``/predictions/NAME/VERSION``) other than the ``version`` of ``name``
+    the replica serves (the front sends it there when no application of that version has the longer route)."""
+    if not asked or asked[0] == version:
+        return None
+    return 404, "ModelVersionNotFoundException", f"Model version: {asked[0]} does not exist for model: {name}"
+
+
+def explained(path: str) -> str | None:
+    """The model NAME of ``/explanations/NAME``, else None: the front sends it to NAME's own replica, at
+    ``own_api_path(NAME, EXPLAIN)``, which explains behind its own door."""
+    parts = path.split("/")
+    if len(parts) == 3 and parts[1] == "explanations" and parts[2]:
+        return parts[2]
+    return None
+
+
+def own_api_path(name: str, path: str) -> str:
+    """Where the front sends ``path`` (``/v1/chat/completions``...) of a request for model ``name``."""
+    return f"{model_route(name)}/{OWN_API}{path}"
+
+
+class IngressConfig:
+    """What a door asks of every request: the inference key (None: no check) and the body size limit (None: no
+    limit), from a builder's args (``key_file`` / ``auth`` / ``max_request_size``: see ray.app.router)."""
+
+    def __init__(self, args: dict):
+        self.key = token_interceptor.inference_key(args)
+        limit = args.get("max_request_size")
+        self.limit = int(limit) if limit else None
+
+
+def not_found(path: str) -> Response:
+    return reply(*error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {path}"))
+
+
+def reply(status: int, headers: dict, body: bytes) -> Response:
+    return Response(content=body, status_code=status, headers=headers)
+
+
+async def read_body(request: Request, headers: dict, limit: int | None) -> bytes | tuple[int, str, str]:
+    """The request body, or the 413 refusal once it is over ``limit`` (read no further than the limit)."""
+    declared = headers.get("content-length", "")
+    refusal = too_large(int(declared), limit) if declared.isdigit() else None
+    if refusal:
+        return refusal
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        refusal = too_large(len(body), limit)
+        if refusal:
+            return refusal
+    return bytes(body)
+
+
+async def prediction(
+    request: Request,
+    headers: dict,
+    limit: int | None,
+    stream: Callable[[bytes], Awaitable[Response | None]],
+    whole: Callable[[bytes], Awaitable[Reply]],
+) -> Response:
+    """One prediction (or explanation) whose key was checked: the body read within ``limit``, then ``stream(body)``'s
+    streamed answer, or, when it gives None, ``whole(body)``'s answer."""
+    body = await read_body(request, headers, limit)
+    if isinstance(body, tuple):
+        return reply(*error_reply(*body))
+    streamed = await stream(body)
+    if streamed is not None:
+        return streamed
+    return reply(*await whole(body))
+
+
+async def explanation(
+    request: Request, headers: dict, door: IngressConfig, infer: Callable[[bytes], Awaitable[Reply]]
+) -> Response:
+    """``/explanations/NAME`` at a replica of NAME (``explained``): its door's key and body limit, then
+    ``infer(body)``'s whole answer (an explanation is never streamed)."""
+    refusal = refused(headers, door.key)
+    return reply(*error_reply(*refusal)) if refusal else await prediction(request, headers, door.limit, _whole, infer)
+
+
+async def _whole(body: bytes) -> None:
+    return None
+
+
+def lower(headers: Any) -> dict:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def failed(what: str, err: BaseException) -> Reply:
+    return error_reply(503, "InternalServerException", f"{what} failed: {type(err).__name__}: {err}")

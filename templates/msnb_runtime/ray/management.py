@@ -1,0 +1,138 @@
+"""TorchServe's management read calls as the Ray router answers them: ``GET /models`` (TorchServe's pages: limit,
+next_page_token) and the describe entry of ``GET /models/NAME[?customized=true]``, in TorchServe's fields and order;
+a write call (register, scale, set-default, unregister) refused with a Hint: on a cluster, the RayService's
+config scales and changes the applications. The local Ray's management address (msnb.engines.ray.management) answers
+with the same shapes.
+
+Depends on the standard library and handler.serving, never on msnb.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..handler.serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S
+
+PAGE_LIMIT = 100  # TorchServe's default (and largest) page of GET /models
+STARTUP_TIMEOUT_S = DEFAULT_RESPONSE_TIMEOUT_S  # TorchServe's startupTimeout default is its responseTimeout's: 120 s
+# Fields TorchServe writes whose values are its own frontend's (retry, parallelism, sequences): its defaults.
+FIXED = {
+    "maxRetryTimeoutInSec": 300,
+    "clientTimeoutInMills": 0,
+    "parallelType": "",
+    "parallelLevel": 0,
+    "deviceType": "cpu",
+    "continuousBatching": False,
+    "useJobTicket": False,
+    "useVenv": False,
+}
+SEQUENCE = {"sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 0, "maxSequenceJobQueueSize": 0}
+# Serve's replica states as TorchServe's worker statuses
+TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
+# TorchServe's answer to a method a path does not take
+NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
+WRITE_HINT = (
+    "on a cluster the applications are the RayService's (serve_config.yaml): scale a model by its "
+    "num_replicas or autoscaling_config there, add or remove one by its application, and apply the config again "
+    "(`serve deploy serve_config.yaml` or `kubectl apply -f rayservice.yaml`)"
+)
+Answer = tuple[int, Any]
+
+
+def page(models: list[tuple[str, str]], query: dict[str, str]) -> Answer:
+    """``GET /models``: ``models`` (name, url), sorted by name, one page as TorchServe pages them."""
+    models = sorted(models)
+    limit = min(number(query, "limit") or PAGE_LIMIT, PAGE_LIMIT)
+    start = number(query, "next_page_token") or 0
+    body: dict[str, Any] = {}
+    if start + limit <= len(models):  # TorchServe gives a token when the page ends at the last model too
+        body["nextPageToken"] = str(start + limit)
+    body["models"] = [{"modelName": n, "modelUrl": u} for n, u in models[start : start + limit]]
+    return 200, body
+
+
+def number(query: dict[str, str], key: str) -> int | None:
+    """A whole-number query parameter; a ValueError in TorchServe's words when it is not one."""
+    value = query.get(key)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"Invalid {key} value: {value}") from None
+
+
+def describe_entry(name: str, version: str, url: str, config: dict, workers: list[dict], at_startup: bool) -> dict:
+    """TorchServe's describe entry (without ``customizedMetadata``) from the model's model-config ``config``."""
+    low = int(config.get("minWorkers") or 1)
+    return {
+        "modelName": name,
+        "modelVersion": version,
+        "modelUrl": url,
+        "runtime": "python",
+        "minWorkers": low,
+        "maxWorkers": int(config.get("maxWorkers") or low),
+        "batchSize": int(config.get("batchSize") or 1),
+        "maxBatchDelay": int(config.get("maxBatchDelay") or DEFAULT_BATCH_DELAY_MS),
+        "responseTimeout": int(config.get("responseTimeout") or DEFAULT_RESPONSE_TIMEOUT_S),
+        "startupTimeout": int(config.get("startupTimeout") or STARTUP_TIMEOUT_S),
+        **FIXED,
+        "stateful": bool(config.get("sequenceBatching")),
+        **SEQUENCE,
+        "loadedAtStartup": at_startup,
+        "workers": workers,
+        "jobQueueStatus": {"remainingCapacity": 100, "pendingRequests": 0},
+    }
+
+
+def worker(worker_id: str, status: str) -> dict:
+    """A replica as TorchServe's worker entry (Ray keeps no pid or start time a client may read here)."""
+    return {
+        "id": worker_id,
+        "startTime": "",
+        "status": status,
+        "memoryUsage": 0,
+        "pid": -1,
+        "gpu": False,
+        "gpuUsage": "N/A",
+    }
+
+
+def replica_workers(states: dict[str, int]) -> list[dict]:
+    """Serve's replica counts by state (``replica_states``) as TorchServe's workers."""
+    return [worker(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items() for i in range(n)]
+
+
+def archive_url(name: str) -> str:
+    """The ``modelUrl`` of an exported model: the archive torch-model-archiver names after the model."""
+    return f"{name}.mar"
+
+
+def metadata(answer: Any) -> dict:
+    """A describe answer as TorchServe's frontend turns it into customizedMetadata: JSON text parsed; anything
+    but a JSON object becomes ``{}`` (measured: a handler answering ``1`` is described with ``{}``); members whose
+    value is null are left out, as TorchServe's Gson writes them (found by ``msnb compare``)."""
+    if isinstance(answer, (bytes, bytearray, str)):
+        try:
+            answer = json.loads(answer)
+        except ValueError:
+            return {}
+    return without_nulls(answer) if isinstance(answer, dict) else {}
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null object member left out, at any depth (Gson's default; list items are kept)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return [without_nulls(v) for v in value] if isinstance(value, list) else value
+
+
+def write_refused(method: str, path: str) -> tuple[int, str, str]:
+    """A management write call sent to the router: TorchServe's 405, with the Hint of where the change is made."""
+    return 405, "MethodNotAllowedException", f"{NOT_ALLOWED} {method} {path} is not answered here.\nHint: {WRITE_HINT}."
+
+
+def is_write(method: str, parts: list[str]) -> bool:
+    """Whether ``method`` on ``/models[/...]`` is one of TorchServe's management write calls."""
+    return parts[:1] == ["models"] and len(parts) <= 4 and method in ("POST", "PUT", "DELETE")
