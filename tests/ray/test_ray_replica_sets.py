@@ -15,11 +15,9 @@ from pathlib import Path
 import pytest
 import requests
 import ts_archives
-from helpers import ARCHIVER
 
 from msnb.cli.serve_ray import deploy_archives, opener, started_models
 from msnb.engines import compare
-from msnb.engines.ray.nodes import free_port
 from msnb.engines.ray.packing import SET_PREFIX
 from msnb.engines.ray.ts_start import TorchServeApi
 from msnb.engines.torchserve import LocalServer
@@ -60,28 +58,9 @@ def clashing(root: Path, name: str, value: int) -> Path:
     (folder / "handler.py").write_text(CLASHING)
     (folder / "extra" / "clash_pkg" / "__init__.py").write_text("")
     (folder / "extra" / "clash_pkg" / "tag.py").write_text(f"NAME = {name!r}\n")
-    subprocess.run(
-        [
-            str(ARCHIVER),
-            "--model-name",
-            name,
-            "--version",
-            "1.0",
-            "--handler",
-            str(folder / "handler.py"),
-            "--model-file",
-            str(folder / "model.py"),
-            "--extra-files",
-            str(folder / "extra"),
-            "--export-path",
-            str(folder),
-            "-f",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=180,
-        env={**os.environ, "TMPDIR": str(folder)},
-    )
+    extra = ("--model-file", str(folder / "model.py"), "--extra-files", str(folder / "extra"))
+    command = ts_archives.archiver(folder, name, str(folder / "handler.py"), *extra)
+    subprocess.run(command, check=True, capture_output=True, timeout=180, env={**os.environ, "TMPDIR": str(folder)})
     return folder / f"{name}.mar"
 
 
@@ -123,21 +102,6 @@ def test_archives_with_clashing_module_names_share_a_replica_and_answer_as_on_pl
     assert answers == [{"value": 6, "late": 2, "tag": "ca"}, {"value": 15, "late": 5, "tag": "cb"}]
 
 
-def config_file(folder: Path, store: Path, inference_port: int) -> Path:
-    lines = {
-        "inference_address": f"http://127.0.0.1:{inference_port}",
-        "management_address": f"http://127.0.0.1:{free_port()}",
-        "metrics_address": f"http://127.0.0.1:{free_port()}",
-        "model_store": str(store),
-        "load_models": "ca.mar",
-        "default_workers_per_model": "1",
-        "enable_model_api": "true",
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-    return folder / "config.properties"
-
-
 @pytest.mark.timeout(900)
 def test_an_archive_registered_through_the_management_api_loads_into_the_running_replica(
     ray_engine, archives, tmp_path
@@ -146,7 +110,7 @@ def test_an_archive_registered_through_the_management_api_loads_into_the_running
     store.mkdir()
     for name in ("ca", "cb"):
         shutil.copy(archives[name], store / f"{name}.mar")
-    config = read(config_file(tmp_path / "conf", store, ray_engine.http_port))
+    config = read(ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="ca.mar"))
     api = TorchServeApi(ray_engine, config, opener(config))
     try:
         assert started_models(ray_engine, api, [], None, None) == ["ca"]
