@@ -226,3 +226,24 @@ def duplicate(mar: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(mar, dest)
     return dest
+
+
+def config_file(folder: Path, store: Path, inference_port: int, **more: str) -> Path:
+    """A TorchServe team's config.properties: loopback addresses (the inference one given, the others free), the
+    model store, the models loaded at start (``more`` overrides any key)."""
+    from msnb.engines.ray.nodes import free_port
+
+    lines = {
+        "inference_address": f"http://127.0.0.1:{inference_port}",
+        "management_address": f"http://127.0.0.1:{free_port()}",
+        "metrics_address": f"http://127.0.0.1:{free_port()}",
+        "model_store": str(store),
+        "load_models": "named.mar",
+        "default_workers_per_model": "1",
+        "enable_model_api": "true",
+        "metrics_mode": "prometheus",
+        **more,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    return folder / "config.properties"

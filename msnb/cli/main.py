@@ -10,7 +10,7 @@ from pathlib import Path
 from msnb.cli import ray_cmd, serve_state, shadow
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.cli.export_options import add_layout_options, sizing_of
-from msnb.cli.serve_ray import torchserve_arguments
+from msnb.cli.serve_ray import replica_set_arguments, torchserve_arguments
 from msnb.engines import registry
 from msnb.engines.env_vars import ENV_HELP
 from msnb.engines.models import LIMIT_OPTIONS, Limits
@@ -163,6 +163,7 @@ def _add_serve(sub) -> None:
     )
     _limit_arguments(srv, "of the server")
     torchserve_arguments(srv.add_argument_group("TorchServe's start options (with --engine ray)"))
+    replica_set_arguments(srv.add_argument_group("Models sharing a replica (with --engine ray)"))
     srv.set_defaults(run=_serve)
 
 

@@ -45,6 +45,20 @@ def torchserve_arguments(group) -> None:
         group.add_argument(flag, action="store_const", const=True, dest=key, help=f"{key}=true")
 
 
+def replica_set_arguments(group) -> None:
+    """How `msnb serve --engine ray` packs archives into shared replicas (msnb.engines.ray.packing)."""
+    from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA
+
+    group.add_argument(
+        "--models-per-replica",
+        type=int,
+        metavar="K",
+        help=f"at most K models in one replica process (default {DEFAULT_MODELS_PER_REPLICA}; 1: a "
+        "replica per model, as before)",
+    )
+    group.add_argument("--own-replica", action="append", metavar="NAME", help="model NAME gets a replica of its own")
+
+
 def ts_options(args, kind=None):
     """TorchServe's start options as its config (--ts-config's file, the others over it), or None when none is given;
     an OptionError when they are given to an engine that does not take them (``kind``: the registry's entry of

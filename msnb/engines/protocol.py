@@ -163,13 +163,16 @@ def mcp_url(ingress: str | None) -> str:
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """What `msnb serve` asks of the engine it starts: the body limits, TorchServe's ``service_envelope``, and
-    TorchServe's start options read as its config (``msnb.engines.ts_properties.TsConfig``, or None)."""
+    """What `msnb serve` asks of the engine it starts: the body limits, TorchServe's ``service_envelope``,
+    TorchServe's start options read as its config (``msnb.engines.ts_properties.TsConfig``, or None), and how many
+    models share a replica (an engine that cannot share one refuses them)."""
 
     max_request_size: int | None = None
     max_response_size: int | None = None
     envelope: str | None = None
     ts: TsConfig | None = None
+    models_per_replica: int | None = None  # Ray's replica sets: at most this many models share a replica
+    own_replica: tuple[str, ...] = ()  # ... and these models get one of their own
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,8 @@ def ray_engine(shared_ray):
     yield engine
     if not engine.running:  # the test stopped it (``last_ray_session``)
         return
+    for name in [m.name for m in engine.models() if engine.sets.status_app(m.name)]:
+        engine.unregister(name)  # a model packed into a replica set: the set goes with the last of its members
     names = set(serve.status().applications) - {ROUTER_APP}
     for name in names:  # every replica drains at once (each waits Serve's drain loop, 2 s)
         serve.delete(name, _blocking=False)

@@ -127,23 +127,6 @@ def call(url: str, key: str, method: str, path: str, query: dict) -> tuple[int, 
     return resp.status_code, resp.json()
 
 
-def config_file(folder: Path, store: Path, inference_port: int, **more: str) -> Path:
-    lines = {
-        "inference_address": f"http://127.0.0.1:{inference_port}",
-        "management_address": f"http://127.0.0.1:{free_port()}",
-        "metrics_address": f"http://127.0.0.1:{free_port()}",
-        "model_store": str(store),
-        "load_models": "named.mar",
-        "default_workers_per_model": "1",
-        "enable_model_api": "true",
-        "metrics_mode": "prometheus",
-        **more,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-    return folder / "config.properties"
-
-
 def for_torchserve(config: Path) -> Path:
     """The same file for TorchServe itself beside the Ray engine on one machine: its three addresses on ports of its
     own, and its gRPC ports (free ones: its defaults may be taken here)."""
@@ -178,7 +161,7 @@ def comparable(status: int, body: object) -> object:
 
 @pytest.mark.timeout(1200)
 def test_a_deploy_scripts_management_calls_answer_on_ray_as_on_plain_torchserve(ray_engine, store, tmp_path):
-    config = config_file(tmp_path / "conf", store, ray_engine.http_port)
+    config = ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port)
     plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
     api = TorchServeApi(ray_engine, read(config), opener(read(config)))
     try:
@@ -265,7 +248,7 @@ def _ready(plain: PlainTorchServe, name: str = "named") -> bool:
 
 @pytest.mark.timeout(300)
 def test_register_and_unregister_with_the_model_api_disabled_are_refused_as_torchserve_refuses_them(store, tmp_path):
-    config = config_file(tmp_path / "conf", store, free_port(), enable_model_api="false", load_models="")
+    config = ts_archives.config_file(tmp_path / "conf", store, free_port(), enable_model_api="false", load_models="")
     plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
     ours = Management(registry=None, model_api=False, key=None)
     try:
@@ -291,7 +274,7 @@ def test_msnb_serve_takes_torchserves_start_options_and_prints_the_management_ad
     monkeypatch.setattr(msnb.engines.ray.engine, "LocalRay", lambda *args, **kwargs: ray_engine)
     monkeypatch.setattr(ray_engine, "start", lambda: ray_engine)
     monkeypatch.setattr(ray_engine, "stop", lambda: None)
-    config = config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    config = ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
     seen: dict = {}
 
     def wait(engine) -> bool:  # while `msnb serve` runs: what a script on the management address sees
@@ -330,7 +313,9 @@ def test_an_exported_routers_list_and_describe_answer_as_plain_torchserve_servin
     from msnb.package.ray_layout import write_ray_archives
 
     outdir = write_ray_archives([store / f"{n}.mar" for n in EXPORTED], tmp_path / "out")
-    config = config_file(tmp_path / "conf", store, free_port(), load_models=",".join(f"{n}.mar" for n in EXPORTED))
+    config = ts_archives.config_file(
+        tmp_path / "conf", store, free_port(), load_models=",".join(f"{n}.mar" for n in EXPORTED)
+    )
     plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
     try:
         router = Router("exported-router")
@@ -411,7 +396,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
 
     inference, management = free_port(), free_port()
     config = read(
-        config_file(
+        ts_archives.config_file(
             tmp_path / "conf", store, inference, load_models="", management_address=f"http://0.0.0.0:{management}"
         )
     )
@@ -499,7 +484,7 @@ def klass_v2(store: Path, work: Path) -> None:
 @pytest.mark.timeout(1200)
 def test_two_versions_of_a_model_are_served_side_by_side_as_on_plain_torchserve(ray_engine, store, tmp_path):
     klass_v2(store, tmp_path / "built")
-    config = config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    config = ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
     plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
     api = TorchServeApi(ray_engine, read(config), opener(read(config)))
     try:

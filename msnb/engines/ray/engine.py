@@ -32,6 +32,8 @@ from msnb.engines.protocol import local_url, mcp_url, openai_url
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.metrics import ray_metrics
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, quiet_serve_log, started, use_token
+from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, own_route
+from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, ServingConfig
@@ -59,6 +61,8 @@ class LocalRay:
         replica_cpus: float = REPLICA_CPUS,
         max_request_size: int | None = None,
         host: str = LOOPBACK,
+        models_per_replica: int = DEFAULT_MODELS_PER_REPLICA,
+        own_replica: tuple[str, ...] = (),
     ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
@@ -70,6 +74,8 @@ class LocalRay:
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
+        # models that share replicas (msnb.engines.ray.packing: at most models_per_replica in one replica set)
+        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica), load_error)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -141,6 +147,7 @@ class LocalRay:
             self.http_port = self._requested_port
             self._folders.clear()
             self._env.clear()
+            self.sets.packing.clear()
 
     @property
     def running(self) -> bool:
@@ -207,9 +214,11 @@ class LocalRay:
         folder = Path(path)
         name = read_manifest(folder)[0]
         app = app or name
+        if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
+            return self.sets.replace(folder, app)
         self._refuse_unschedulable(app, folder)
         try:
-            serve.run(ray_app.model(self._model_args(folder, name)), name=app, route_prefix=_route(folder, app))
+            serve.run(ray_app.model(self._model_args(folder, name)), name=app, route_prefix=own_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()
@@ -243,29 +252,27 @@ class LocalRay:
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its
         ``requirements``, ``envelope``, ``app``: see ``redeploy``), in one Serve call so that their replicas start at
-        once; yields ``(name, ModelStatus)`` as each runs, ``(name, ServerError)`` as each fails (deleted: the rest
-        serve on)."""
-        import ray
+        once: each in a replica set with others (msnb.engines.ray.packing's rule: a set's running replicas load it in
+        place) or in an application of its own; yields ``(name, ModelStatus)`` as each runs, ``(name, ServerError)``
+        as each fails (deleted: the rest serve on)."""
         from ray import serve
 
-        from msnb.templates.msnb_runtime.ray import app as ray_app
-
-        targets, pending, free = [], {}, ray.available_resources().get("CPU", 0.0)
-        for folder, extra in models:
-            name = read_manifest(folder)[0]
-            app = extra.get("app") or name  # another version of a served name (model_registry)
-            try:
-                free -= self._refuse_unschedulable(app, folder, free)
-            except ServerError as err:
-                yield app, err
-                continue
-            args = {**self._model_args(folder, name), **{k: v for k, v in extra.items() if k != "app"}}
-            targets.append(serve.RunTarget(ray_app.model(args), name=app, route_prefix=_route(folder, app)))
-            pending[app] = folder
+        targets, pending, joined = [], {}, {}
+        for app, outcome in self.sets.plan(models):
+            if isinstance(outcome, ServerError):
+                yield app, outcome
+            elif isinstance(outcome, tuple):  # (folder, its own application's RunTarget)
+                pending[app] = outcome[0]
+                targets.append(outcome[1])
+            else:
+                joined[app] = outcome
+        targets += [self.sets.target(self.sets.packing.set_of(app)) for app in joined]
         if targets:
-            serve.run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+            unique = list({t.name: t for t in targets}.values())  # one target per set, as its members are now
+            serve.run_many(unique, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
             self._router_running()
         yield from self._settled(pending, timeout_s)
+        yield from self.sets.settle(joined, timeout_s) if joined else ()
 
     def _settled(self, pending: dict[str, Path], timeout_s: float) -> Iterator[tuple]:
         """Each pending application once it runs or has failed (or is still not running after ``timeout_s``)."""
@@ -301,7 +308,10 @@ class LocalRay:
         ``version`` is accepted for the same call and changes nothing."""
         from ray import serve
 
-        serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
+        if self.sets.status_app(name) is not None:  # a packed model: the router first, then its set unloads it
+            self.sets.leave(name)
+        else:
+            serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
         self._env.pop(name, None)
         self._drop_unserved(self._folders.pop(name, None))
 
@@ -357,10 +367,8 @@ class LocalRay:
         return [self.status(name) for name in self._folders]
 
     def status(self, name: str, version: str | None = None) -> ModelStatus:
-        from ray import serve
 
-        app = serve.status().applications.get(name)
-        states = app.deployments["MsnbModel"].replica_states if app else {}
+        states = self.sets.replica_states(name)
         workers = tuple(
             WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items() for i in range(n)
         )
@@ -396,24 +404,16 @@ class LocalRay:
 
     def model_log(self, name: str, lines: int = 40) -> list[str]:
         """The newest lines the replicas of ``name`` wrote (Serve's replica logs of that application)."""
+        return self.app_log(self.sets.status_app(name) or name, lines)  # a packed model's: its set's
+
+    def app_log(self, app: str, lines: int = 40) -> list[str]:
         found: list[str] = []
-        for log in sorted(self.log_dir.glob(f"serve/replica_{name}_*.log")):
+        for log in sorted(self.log_dir.glob(f"serve/replica_{app}_*.log")):
             found += log.read_text(errors="replace").splitlines()
         return found[-lines:]
 
 
 _LIVE: set[LocalRay] = set()
-
-
-def _route(folder: Path, app: str) -> str | None:
-    """The route at which the model's own replicas answer its predictions (the front sends them there): the model's
-    ``/predictions/NAME``, or ``/predictions/NAME/VERSION`` for another version's application
-    (msnb_runtime.ray.ingress.version_app)."""
-    from msnb.templates.msnb_runtime.ray.app import direct_route, read_folder
-
-    name, version = read_manifest(folder)
-    route = direct_route(name, read_folder(folder)[1])
-    return f"{route}/{version}" if route and app != name else route
 
 
 def _deployment_message(name: str) -> str:

@@ -95,9 +95,11 @@ class Ingress:
         client too."""
         path = request.path
         own = self.own_api(path, request.body)
-        wire = request.wire(own.encode() if own else request.url)
+        url = own.encode() if own else request.url
         for _ in range(TRIES):
-            base = self.routes.pick(own or path)
+            # a replica set's URL carries its route prefix as a path (msnb_ray_sets.set_targets): the path goes first
+            base, _, prefix = self.routes.pick(own or path).partition("/-/")
+            wire = request.wire(b"/-/" + prefix.encode() + url if prefix else url)
             try:
                 upstream = await self.pool.take(base)
             except OSError:

@@ -23,6 +23,9 @@ TS_LABELS = ("model_name", "model_version", "hostname")
 FROM_RAY = {
     "ray_serve_deployment_request_counter_total": ("ts_inference_requests_total", 1.0),
     "ray_serve_deployment_processing_latency_ms_sum": ("ts_inference_latency_microseconds", 1000.0),
+    # a replica set's members' own counts (the runtime's ray.multi_model_routes): Serve's count the set's application
+    "ray_msnb_set_requests_total": ("ts_inference_requests_total", 1.0),
+    "ray_msnb_set_latency_ms_total": ("ts_inference_latency_microseconds", 1000.0),
 }
 DECLARED = ("ts_inference_requests_total", "ts_inference_latency_microseconds", "ts_queue_latency_microseconds")
 HELP = {
@@ -39,8 +42,11 @@ def translate(ray_text: str, apps: dict[str, tuple[str, str]], hostname: str) ->
     own: dict[str, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
     for family in text_string_to_metric_families(ray_text):
         for sample in family.samples:
-            app = sample.labels.get("application") or sample.labels.get("model_name")
-            if app not in apps:
+            # the model's application, else (a replica set's member: the set's application) the model_name tag
+            app = next(
+                (a for a in (sample.labels.get("application"), sample.labels.get("model_name")) if a in apps), ""
+            )
+            if not app:
                 continue
             labels = (*apps[app], hostname)
             if sample.name in FROM_RAY:

@@ -246,7 +246,9 @@ class SharedRay(LocalRay):
     kind, label = ENGINE.kind, f"{ENGINE.label} (shared: msnb ray up)"
 
     def __init__(self, state: SharedState, max_request_size: int | None = None):
-        super().__init__(state.http_port, max_request_size=max_request_size)
+        # models_per_replica=1: the router is the owner's, whose user_config a user does not rewrite (replica sets'
+        # routes): each user's models keep a replica each
+        super().__init__(state.http_port, max_request_size=max_request_size, models_per_replica=1)
         self.shared, self._attached = state, False
 
     def start(self) -> SharedRay:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msnb.engines.models import ModelStatus
 from msnb.engines.protocol import local_url
@@ -23,8 +23,9 @@ ADDRESSES = ("inference_address", "management_address", "metrics_address")
 ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz", ".zip")
 
 
-def engine_for(config: TsConfig) -> LocalRay:
-    """A LocalRay on config.properties' inference address, with its request size limit and token setting."""
+def engine_for(config: TsConfig, **packing: Any) -> LocalRay:
+    """A LocalRay on config.properties' inference address, with its request size limit and token setting (``packing``:
+    LocalRay's models_per_replica and own_replica)."""
     from msnb.engines.ray.engine import LocalRay
 
     check_addresses(config, ADDRESSES)
@@ -35,7 +36,7 @@ def engine_for(config: TsConfig) -> LocalRay:
         )
     prometheus(config)
     host, port = config.address("inference_address")
-    engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host)
+    engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host, **packing)
     engine.auth = config.auth
     return engine
 

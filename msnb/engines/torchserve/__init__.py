@@ -10,6 +10,7 @@ import importlib
 from typing import Any
 
 from msnb.engines.protocol import Engine, EngineKind, ServeOptions
+from msnb.errors import OptionError
 
 _LAZY = {
     "LocalServer": "msnb.engines.torchserve.server",
@@ -44,6 +45,11 @@ def _command(options: ServeOptions) -> Engine:
     """`msnb serve`'s TorchServe: its body limits, TorchServe's service_envelope (not started)."""
     from msnb.engines.torchserve.server import LocalServer
 
+    if options.models_per_replica is not None or options.own_replica:
+        raise OptionError(
+            "--models-per-replica and --own-replica place models into Ray Serve's replicas.",
+            "add --engine ray, or leave them out: TorchServe gives each model workers of its own.",
+        )
     properties = {"service_envelope": options.envelope} if options.envelope else None
     return LocalServer(
         max_request_size=options.max_request_size, max_response_size=options.max_response_size, properties=properties

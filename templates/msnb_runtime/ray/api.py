@@ -121,8 +121,9 @@ class ApiRoutes:
         return card
 
     async def all_cards(self) -> dict[str, dict]:
-        own = serve.get_replica_context().app_name
-        names = sorted(n for n in serve.status().applications if n != own)
+        own, sets = serve.get_replica_context().app_name, getattr(self.router, "sets", {})
+        apps = {n for n in serve.status().applications if n != own and n not in sets.values()}  # a set: its models
+        names = sorted(apps | set(sets))
         return {n: card for n in names if (card := await self.card(n)) is not None}
 
     async def complete(self, kind: str, raw: bytes) -> Response:

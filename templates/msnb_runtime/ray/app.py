@@ -39,6 +39,7 @@ from .api import ApiRoutes, PerModelRoute, model_card
 from .deployment import batch_settings, deployment_options
 from .ingress import reply
 from .management import metadata
+from .multi_model_routes import SetHandle, SetRouting, members_of, model_states, set_targets, with_code_version
 from .replica import RayMetrics, replica_gpu_id, worker_logs
 from .streaming import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
 from .timeout import bounded, response_timeout, timed_out
@@ -235,7 +236,7 @@ class MsnbModel:
 
 
 @serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}, logging_config=QUIET)
-class MsnbRouter:
+class MsnbRouter(SetRouting):
     """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
     ``GET /models`` and ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's list and describe, the
     latter answered by a replica of NAME; a write call answers 405 with a Hint).
@@ -290,7 +291,8 @@ class MsnbRouter:
 
             self.controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
         groups = await self.controller.get_target_groups.remote()
-        return {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
+        found = {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
+        return set_targets(found, self.sets)
 
     def versioned(self, parts: list[str]) -> str:
         """The application of ``NAME[/VERSION]``: a version served beside the default one has its own
@@ -303,9 +305,10 @@ class MsnbRouter:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
         if name not in self.handles:
             try:
-                self.handles[name] = serve.get_app_handle(name)
+                handle = serve.get_app_handle(self.sets.get(name, name))
             except Exception:  # no such application
                 return None
+            self.handles[name] = SetHandle(handle, name) if name in self.sets else handle
         return self.handles[name]
 
     async def manage(self, method: str, parts: list[str], query: dict, headers: dict) -> tuple[int, dict, bytes]:
@@ -319,7 +322,7 @@ class MsnbRouter:
             return error_reply(
                 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document."
             )
-        states = await asyncio.to_thread(replica_states)
+        states = members_of(await asyncio.to_thread(replica_states), self.sets)  # a set: its models
         if len(parts) == 1:
             try:
                 models = [
@@ -377,12 +380,9 @@ class MsnbRouter:
     async def forward(self, name: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
         # A handle follows its application across redeploys; looking one up while the application is
         # redeploying fails (measured: 254 of ~1,000 requests got a 404 during a rolling update), so keep it.
-        if name not in self.handles:
-            try:
-                self.handles[name] = serve.get_app_handle(name)
-            except Exception:  # no such application
-                return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
-        handle = self.handles[name]
+        handle = self.app_handle(name)
+        if handle is None:
+            return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
         for attempt in range(1, REPLICA_TRIES + 1):
             try:
                 status, head, answer = await handle.infer.remote(explain, body, headers)
@@ -397,9 +397,8 @@ class MsnbRouter:
 
 
 def replica_states() -> dict[str, dict[str, int]]:
-    """Each model application's replicas by state (its MsnbModel deployment's), as Serve's controller has them."""
-    apps = serve.status().applications
-    return {name: dict(app.deployments[MODEL].replica_states) for name, app in apps.items() if MODEL in app.deployments}
+    """Each model application's replicas by state (its MsnbModel deployment's; a replica set's MsnbModels')."""
+    return model_states(serve.status().applications, MODEL)
 
 
 def json_reply(status: int, body: Any) -> tuple[int, dict, bytes]:
@@ -452,8 +451,8 @@ def direct_route(name: str, config: dict) -> str | None:
 
 def router(args: dict | None = None) -> Any:
     """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
-    it to the nodes that run an HTTP proxy; ``max_request_size`` in bytes (413 above it); the inference key:
-    ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
+    it to the nodes that run an HTTP proxy; ``sets``: which replica set serves each packed model (ray.multi_model);
+    ``max_request_size`` in bytes (413 above it); the inference key: ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
     door = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch") if k in args}
@@ -463,4 +462,7 @@ def router(args: dict | None = None) -> Any:
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
+    options = with_code_version(
+        {**options, "user_config": {"sets": dict(args.get("sets") or {})}}, door
+    )  # sets: no restart
     return MsnbRouter.options(**options).bind(door)

@@ -1,0 +1,273 @@
+"""A replica set: one Ray Serve deployment whose replicas each hold several TorchServe model folders, so that a model
+store costs on Ray what it costs on TorchServe (one process that has imported torch, not one per model).
+
+``ray.multi_model:models`` builds the application; its ``user_config`` lists the folders (``{"models": [{"app",
+"model_dir", "name", "env", "envelope", "install"}, ...]}``), so a folder added, replaced or removed reaches the
+running replicas (``reconfigure``) without a restart: registering a model on a Ray whose set is up loads it into
+the running process. Each folder is loaded by TorchServe's own loader (``LoadedModel``) in a namespace of its own
+(ray.isolation: its modules, ``sys.path`` entry, cwd and variables while it loads and handles), and answered
+by a ``ModelSlot``: MsnbModel's door, batching (its own ``@serve.batch`` queues with its batchSize and
+maxBatchDelay), responseTimeout, metrics labels and Context. A folder whose load fails fails alone: its requests
+get its error, the others answer (``loaded`` tells the engine which failed). The router calls a set through
+multi_model_routes.SetHandle (the model's application first); the local front sends ``/predictions/NAME`` to
+``SET_ROUTE/predictions/NAME`` at a replica of the set.
+Depends on ray[serve], starlette, pyyaml and the standard library, never on msnb.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from typing import Any
+
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..handler.serving import ServingConfig
+from ..ts.checks import refused
+from ..ts.model_loader import read_folder, requirements_of
+from ..ts.wire import error_reply
+from . import ingress
+from . import runtime_env as needs
+from .api import ApiRoutes, PerModelRoute
+from .app import QUIET, LoadedModel, MsnbModel, json_reply, resolve
+from .deployment import batch_settings, workers
+from .isolation import Namespace
+from .multi_model_routes import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route, with_code_version
+from .replica import replica_gpu_id, worker_logs
+from .streaming import WHOLE, StreamRoutes
+from .timeout import response_timeout
+
+logger = logging.getLogger("ray.serve")  # Serve's logger: its lines land in the replica's own log file
+
+
+class Within:
+    """A handler's entry point that runs inside its model's namespace (every ``handle`` call goes through it); its
+    other attributes are the entry's own (a dev entry's ``current`` generation, the shared handler's ``streaming``)."""
+
+    def __init__(self, entry: Any, space: Namespace):
+        self.__wrapped__, self.space = entry, space
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.space.entered():
+            return self.__wrapped__(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+
+class ModelSlot(MsnbModel.func_or_class):
+    """One model folder of a replica set: MsnbModel's door, OpenAI routes, batching and responseTimeout, for it
+    alone (Serve keeps one batch queue per decorated function, so each slot decorates its own)."""
+
+    def __init__(
+        self, app: str, model: LoadedModel, door: ingress.IngressConfig | None
+    ):  # no super().__init__: it is loaded
+        self.model, self.door = model, door
+        size, wait_s = batch_settings(model.config)
+        one = MsnbModel.func_or_class  # its batch methods' own bodies (``__wrapped__``: serve.batch keeps them)
+
+        async def whole(requests: list) -> list:
+            return await one._batch.__wrapped__(self, requests)
+
+        async def streamed(requests: list):
+            async for items in one._stream.__wrapped__(self, requests):
+                yield items
+
+        self._batch = serve.batch(max_batch_size=size, batch_wait_timeout_s=wait_s)(whole)
+        self._stream = serve.batch(max_batch_size=size, batch_wait_timeout_s=wait_s)(streamed)
+        self.timeout_s, self.stuck = response_timeout(model.config), ""
+        self.routes, self.api = StreamRoutes(), ApiRoutes(PerModelRoute(self))
+        self.app = app
+
+    async def infer(self, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        began = time.perf_counter()
+        try:
+            return await super().infer(explain, body, headers)
+        finally:
+            counted(self.app, time.perf_counter() - began)
+
+    async def infer_stream(self, body: bytes, headers: dict):
+        began = time.perf_counter()
+        try:
+            async for item in super().infer_stream(body, headers):
+                yield item
+        finally:
+            counted(self.app, time.perf_counter() - began)
+
+
+_COUNTERS: dict[str, Any] = {}  # one of each per process (ray.serve.metrics)
+
+
+def counted(app: str, seconds: float) -> None:
+    """One request of member ``app`` and its time, counted (REQUESTS_METRIC, LATENCY_METRIC)."""
+    if not _COUNTERS:
+        from ray.serve import metrics
+
+        for name in (REQUESTS_METRIC, LATENCY_METRIC):
+            _COUNTERS[name] = metrics.Counter(name, description=f"msnb {name}", tag_keys=("model_name",))
+    _COUNTERS[REQUESTS_METRIC].inc(1, tags={"model_name": app})
+    _COUNTERS[LATENCY_METRIC].inc(seconds * 1000, tags={"model_name": app})
+
+
+@serve.deployment(name=MODELS, logging_config=QUIET)
+class MsnbModels:
+    """A replica holding the model folders its ``user_config`` lists, each in a slot of its own (``door``: the
+    router's args, when the local front sends predictions straight here)."""
+
+    def __init__(self, door: dict | None = None):
+        import ray
+
+        worker_logs()
+        self.gpu_id = replica_gpu_id(ray.get_gpu_ids())
+        self.door = ingress.IngressConfig(door) if door is not None else None
+        self.slots: dict[str, ModelSlot] = {}  # model application -> its slot
+        self.specs: dict[str, dict] = {}  # model application -> what its slot was loaded from
+        self.failed: dict[str, tuple[dict, str]] = {}  # model application -> what did not load, and why
+        self.spaces: dict[str, Namespace] = {}
+
+    async def reconfigure(self, config: dict) -> None:
+        """Load what ``config["models"]`` adds or changes (one after another, off the event loop; the others' calls
+        wait for each load, which holds the process's modules), unload what it leaves out."""
+        wanted = {str(spec["app"]): spec for spec in (config or {}).get("models") or []}
+        for app in [a for a in {*self.specs, *self.failed} if a not in wanted]:
+            self.unload(app)
+        for app, spec in wanted.items():
+            if spec not in (self.specs.get(app), self.failed.get(app, ({},))[0]):  # a failed one: not again
+                await asyncio.to_thread(self.load, app, spec)
+
+    def load(self, app: str, spec: dict) -> None:
+        """Load one folder in a namespace of its own; a failure is kept as its answer (a slot serving an older
+        folder of the same application keeps serving)."""
+        folder = resolve(str(spec["model_dir"]))
+        try:
+            space = Namespace(folder, spec.get("env"), installed(folder, spec.get("install") or []))
+            with space.entered():
+                model = LoadedModel(folder, spec.get("name"), self.gpu_id, envelope=spec.get("envelope"))
+        except Exception as err:
+            self.failed[app] = (spec, "".join(traceback.format_exception(err)))
+            logger.error("%s did not load in this replica set (the others serve on):\n%s", app, self.failed[app][1])
+            return
+        model.entry = Within(model.entry, space)
+        old = self.spaces.get(app)
+        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(app, model, self.door), space, spec
+        self.failed.pop(app, None)
+        if old is not None:
+            old.close()
+
+    def unload(self, app: str) -> None:
+        self.slots.pop(app, None)
+        self.specs.pop(app, None)
+        self.failed.pop(app, None)
+        space = self.spaces.pop(app, None)
+        if space is not None:
+            space.close()
+
+    def loaded(self) -> dict[str, dict]:
+        """Each model application's last load: its ``model_dir`` and ``error`` (None: it serves that folder)."""
+        served = {app: {"model_dir": spec["model_dir"], "error": None} for app, spec in self.specs.items()}
+        return served | {
+            app: {"model_dir": spec["model_dir"], "error": why} for app, (spec, why) in self.failed.items()
+        }
+
+    def check_health(self) -> None:
+        for slot in list(self.slots.values()):  # a stuck model asks for a new replica (ray.timeout)
+            slot.check_health()
+
+    def missing(self, app: str) -> tuple[int, dict, bytes]:
+        """The answer for a model this replica does not serve: its load error, else TorchServe's 404."""
+        if app in self.failed:
+            said = self.failed[app][1].strip().splitlines()[-1]
+            return error_reply(503, "ServiceUnavailableException", f"{app} did not load: {said}")
+        return error_reply(404, "ModelNotFoundException", f"Model not found: {app.partition('@')[0]}")
+
+    async def __call__(self, request: Request) -> Response:
+        """A prediction the local front sent to this set (``SET_ROUTE/predictions/NAME...``): its model's door."""
+        path = strip_set_route(request.url.path)
+        parts = [p for p in path.split("/") if p]
+        if path == LOADED_PATH and self.door is not None:  # the local engine asks, with the key
+            refusal = refused(ingress.lower(request.headers), self.door.key)
+            return ingress.reply(*(error_reply(*refusal) if refusal else json_reply(200, self.loaded())))
+        if parts[:1] != ["predictions"] or len(parts) < 2:
+            return ingress.not_found(path)
+        versioned = ingress.version_app(*parts[1:3]) if len(parts) > 2 else ""
+        app = versioned if versioned in self.slots else parts[1]
+        if app not in self.slots:
+            return ingress.reply(*self.missing(app))
+        return await self.slots[app](Request({**request.scope, "path": path}, request.receive))
+
+    async def infer(self, app: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+        slot = self.slots.get(app)
+        return await slot.infer(explain, body, headers) if slot else self.missing(app)
+
+    async def infer_stream(self, app: str, body: bytes, headers: dict):
+        slot = self.slots.get(app)
+        if slot is None:
+            yield (WHOLE, *self.missing(app))
+            return
+        async for item in slot.infer_stream(body, headers):
+            yield item
+
+    async def describe(self, app: str, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
+        slot = self.slots.get(app)
+        return await slot.describe(customized, headers) if slot else self.missing(app)
+
+    def streams(self, app: str, card: bool = False) -> bool | dict:
+        if app in self.slots:
+            return self.slots[app].streams(card)
+        if app in self.failed and not card:
+            return False  # answered whole: with its load error
+        raise LookupError(f"no model {app} in this replica set")
+
+
+def installed(folder: Any, requirements: list[str]) -> tuple:
+    """Where this node installed what it lacks of a model's requirements (runtime_env.install_once), as one more
+    root of the model's namespace rather than an entry of every model's ``sys.path``."""
+    import sys
+
+    target = needs.install_once(folder, requirements)
+    if target is None:
+        return ()
+    sys.path.remove(str(target))
+    return (target,)
+
+
+def member(spec: dict, args: dict) -> dict:
+    """A set member's entry in the user_config: what its slot loads (``install``: what the node lacks of its
+    requirements, unless the set's ``install_requirements`` is false)."""
+    entry = {k: spec[k] for k in ("app", "model_dir", "name", "env", "envelope") if spec.get(k) is not None}
+    entry.setdefault("app", spec.get("name") or str(spec["model_dir"]))
+    if str(args.get("install_requirements", True)).lower() != "false":
+        entry["install"] = needs.missing(requirements_of(resolve(str(spec["model_dir"]))))
+    return entry
+
+
+def models(args: dict) -> Any:
+    """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
+    envelope), and as ray.app:model takes them num_cpus, num_gpus, memory, check_resources, install_requirements,
+    max_replicas_per_node, max_surge_percent and door. Its replicas are as many as its members' workers ask for
+    (the most any asks); the set is refused when no node can hold a replica (ray.runtime_env)."""
+    specs = [member(spec, args) for spec in args.get("models") or []]
+    configs = [read_folder(resolve(str(spec["model_dir"])))[1] for spec in specs]
+    low, high = max((workers(ServingConfig.from_model_config(c)) for c in configs), default=(1, 1))
+    batch = sum(batch_settings(c)[0] for c in configs) or 1
+    actor = needs.sized({"num_cpus": float(args.get("num_cpus", 1.0))}, args)
+    options: dict[str, Any] = {
+        "ray_actor_options": actor,
+        "max_ongoing_requests": max(16, 2 * batch),
+        "max_constructor_retry_count": 1,
+        "user_config": {"models": specs},
+    }
+    if high > low:
+        options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": batch}
+    else:
+        options["num_replicas"] = low
+    if str(args.get("check_resources", True)).lower() != "false":
+        needs.check(str(args.get("name") or "replica set"), options)
+    for key in ("max_replicas_per_node", "max_surge_percent"):
+        if args.get(key) is not None:
+            options[key] = int(args[key])
+    return MsnbModels.options(**with_code_version(options, args.get("door"))).bind(args.get("door"))

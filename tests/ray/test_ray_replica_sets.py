@@ -1,0 +1,135 @@
+"""Many archives in one Ray replica (a replica set, the runtime's ray.multi_model) on the kernel's Ray: two archives made
+by torch-model-archiver that each ship a ``model.py``, a ``handler.py`` and a package of the same name answer from one
+process as a plain TorchServe answers them, beside an archive whose initialize raises (it fails alone, with its
+error); and an archive registered through TorchServe's management API loads into the running replica."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+import requests
+import ts_archives
+
+from msnb.cli.serve_ray import deploy_archives, opener, started_models
+from msnb.engines import compare
+from msnb.engines.ray.packing import SET_PREFIX
+from msnb.engines.ray.ts_start import TorchServeApi
+from msnb.engines.torchserve import LocalServer
+from msnb.engines.ts_properties import read
+
+# One handler text for both archives: what it answers comes from the archive's own model.py and package.
+CLASHING = textwrap.dedent("""
+    import os
+
+    import model
+    from clash_pkg import tag
+
+
+    def handle(data, context):
+        if data is None:
+            return None
+        import model as late  # at request time too, as some TorchServe handlers import
+
+        out = []
+        for row in data:
+            body = row.get("body") or {}
+            answer = {"value": model.VALUE * body.get("x", 1), "late": late.VALUE, "tag": tag.NAME}
+            out.append({"pid": os.getpid()} if body.get("pid") else answer)
+        return out
+""")
+REQUESTS = [
+    {"model": "ca", "body": {"x": 3}},
+    {"model": "cb", "body": {"x": 3}},
+    {"model": "ca", "path": "describe"},
+]
+
+
+def clashing(root: Path, name: str, value: int) -> Path:
+    """An archive with model.py (VALUE), handler.py and a package clash_pkg (its tag) of its own."""
+    folder = root / name
+    (folder / "extra" / "clash_pkg").mkdir(parents=True)
+    (folder / "model.py").write_text(f"VALUE = {value}\n")
+    (folder / "handler.py").write_text(CLASHING)
+    (folder / "extra" / "clash_pkg" / "__init__.py").write_text("")
+    (folder / "extra" / "clash_pkg" / "tag.py").write_text(f"NAME = {name!r}\n")
+    extra = ("--model-file", str(folder / "model.py"), "--extra-files", str(folder / "extra"))
+    command = ts_archives.archiver(folder, name, str(folder / "handler.py"), *extra)
+    subprocess.run(command, check=True, capture_output=True, timeout=180, env={**os.environ, "TMPDIR": str(folder)})
+    return folder / f"{name}.mar"
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("clash")
+    built = {name: clashing(root, name, value) for name, value in (("ca", 2), ("cb", 5))}
+    return built | ts_archives.build_all(root / "ts", ("broken",))
+
+
+def sets(engine) -> set[str]:
+    from ray import serve
+
+    return {name for name in serve.status().applications if name.startswith(SET_PREFIX)}
+
+
+def pid(engine, name: str) -> int:
+    return engine.predict(name, {"pid": True})["pid"]
+
+
+@pytest.mark.timeout(900)
+def test_archives_with_clashing_module_names_share_a_replica_and_answer_as_on_plain_torchserve(
+    ray_engine, archives, tmp_path, capsys
+):
+    served = deploy_archives(ray_engine, [archives["ca"], archives["cb"], archives["broken"]])
+    out, err = capsys.readouterr()
+    assert served == ["ca", "cb"], err
+    assert "broken.mar: broken did not load on Ray" in err and "user error 42: weights do not match" in err
+    assert "Hint:" in err and "serving ca 1.0" in out and "serving cb 1.0" in out
+    assert len(sets(ray_engine)) == 1 and pid(ray_engine, "ca") == pid(ray_engine, "cb")  # one process holds both
+
+    with LocalServer(tmp_path / "ts") as torchserve:
+        for name in ("ca", "cb"):
+            torchserve.register(archives[name])
+        lines = [compare.parse_request(json.dumps(r), n, ["ca", "cb"], tmp_path) for n, r in enumerate(REQUESTS, 1)]
+        rows = compare.compare(torchserve, ray_engine, lines)
+    assert [diff for *_, diff in rows] == [None] * len(REQUESTS), compare.table(rows)
+    answers = [json.loads(a.body) for _, a, _, _ in rows[:2]]
+    assert answers == [{"value": 6, "late": 2, "tag": "ca"}, {"value": 15, "late": 5, "tag": "cb"}]
+
+
+@pytest.mark.timeout(900)
+def test_an_archive_registered_through_the_management_api_loads_into_the_running_replica(
+    ray_engine, archives, tmp_path
+):
+    store = tmp_path / "store"
+    store.mkdir()
+    for name in ("ca", "cb"):
+        shutil.copy(archives[name], store / f"{name}.mar")
+    config = read(ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="ca.mar"))
+    api = TorchServeApi(ray_engine, config, opener(config))
+    try:
+        assert started_models(ray_engine, api, [], None, None) == ["ca"]
+        before, running = sets(ray_engine), pid(ray_engine, "ca")
+        key = json.loads(Path(ray_engine.key_file).read_text())["management"]["key"]
+        auth = {"Authorization": f"Bearer {key}"}
+        params = {"url": "cb.mar", "synchronous": "true"}
+        answer = requests.post(f"{api.management_url}/models", params=params, headers=auth, timeout=600)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"status": 'Model "cb" Version: 1.0 registered with 1 initial workers'}
+        assert ray_engine.predict("cb", {"x": 2}) == {"value": 10, "late": 5, "tag": "cb"}
+        assert pid(ray_engine, "cb") == running and sets(ray_engine) == before  # no new replica, no new application
+        gone = requests.delete(f"{api.management_url}/models/cb", headers=auth, timeout=600)
+        assert gone.status_code == 200, gone.text
+        key = json.loads(Path(ray_engine.key_file).read_text())["inference"]["key"]
+        url = f"{ray_engine.inference_url}/predictions/cb"
+        missing = requests.post(url, json={"x": 1}, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        assert (missing.status_code, missing.json()["type"]) == (404, "ModelNotFoundException")
+        assert ray_engine.predict("ca", {"x": 1}) == {"value": 2, "late": 2, "tag": "ca"}
+        assert pid(ray_engine, "ca") == running
+    finally:
+        api.stop()

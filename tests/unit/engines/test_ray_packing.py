@@ -1,0 +1,108 @@
+"""Which model folders share a Ray replica (msnb.engines.ray.packing) and how the router reaches a packed model
+(the runtime's ray.multi_model_routes), without Ray: the rule a user reads, in the order models are served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msnb.engines.ray.packing import Packing, streams, workers
+from msnb.templates.msnb_runtime.ray.multi_model_routes import (
+    SetHandle,
+    members_of,
+    set_route,
+    set_targets,
+    strip_set_route,
+)
+
+
+def folder(root: Path, name: str, config: str = "", handler: str = "def handle(data, context):\n    return data\n"):
+    path = root / name
+    (path / "MAR-INF").mkdir(parents=True)
+    manifest = {"model": {"modelName": name, "modelVersion": "1.0", "handler": "h.py", "configFile": "c.yaml"}}
+    (path / "MAR-INF" / "MANIFEST.json").write_text(json.dumps(manifest))
+    (path / "c.yaml").write_text(config)
+    (path / "h.py").write_text(handler)
+    return path
+
+
+def test_at_most_k_models_share_a_set_and_a_full_set_is_followed_by_a_new_one(tmp_path):
+    packing = Packing(models_per_replica=2)
+    placed = [packing.place(f"m{n}", {"app": f"m{n}"}, (1, 1)) for n in range(5)]
+    assert [(rs.app, new) for rs, new in placed] == [
+        ("msnb-models-1", True),
+        ("msnb-models-1", False),
+        ("msnb-models-2", True),
+        ("msnb-models-2", False),
+        ("msnb-models-3", True),
+    ]
+    assert packing.routes() == {
+        "m0": "msnb-models-1",
+        "m1": "msnb-models-1",
+        "m2": "msnb-models-2",
+        "m3": "msnb-models-2",
+        "m4": "msnb-models-3",
+    }
+
+
+def test_models_of_other_workers_go_to_another_set_and_a_set_goes_with_its_last_member():
+    packing = Packing()
+    one, _ = packing.place("a", {"app": "a"}, (1, 1))
+    two, new = packing.place("b", {"app": "b"}, (2, 2))
+    assert new and one is not two
+    assert packing.remove("b") is two and two.app not in packing.sets and packing.set_of("a") is one
+    assert packing.remove("nope") is None
+
+
+@pytest.mark.parametrize(
+    ("config", "handler", "extra", "why"),
+    [
+        ("deviceType: gpu\n", None, {}, "it asks for a GPU"),
+        ("sequenceBatching: true\n", None, {}, "it is stateful (sequenceBatching)"),
+        ("", "def handle(d, c):\n    send_intermediate_predict_response(['x'], [0], 'ok', 200, c)\n", {}, "it streams"),
+        ("", None, {"requirements": ["numpy"]}, "Ray installs its requirements per replica (runtime_env)"),
+    ],
+)
+def test_a_model_that_cannot_share_a_process_gets_a_replica_of_its_own(tmp_path, config, handler, extra, why):
+    path = folder(tmp_path, "m", config, *([handler] if handler else []))
+    assert Packing().own_replica(path, "m", extra).startswith(why)
+
+
+def test_a_model_named_or_every_model_with_k_of_one_gets_its_own_and_the_rest_share(tmp_path):
+    path = folder(tmp_path, "m", "minWorkers: 2\nmaxWorkers: 3\n")
+    assert Packing(own=("m",)).own_replica(path, "m", {}) == "--own-replica"
+    assert Packing(models_per_replica=1).own_replica(path, "m", {}) == "--models-per-replica 1"
+    assert Packing().own_replica(path, "m", {}) is None
+    assert workers(path) == (2, 3) and not streams(path)
+
+
+def test_the_router_sends_a_packed_models_routes_to_its_sets_replicas_with_the_sets_prefix():
+    groups = {"/": ["http://r:1"], set_route("msnb-models-1"): ["http://a:2", "http://b:3"]}
+    routes = set_targets(groups, {"m": "msnb-models-1", "m@2.0": "msnb-models-1", "gone": "msnb-models-9"})
+    assert routes["/predictions/m"] == ["http://a:2/-/msnb-sets/msnb-models-1", "http://b:3/-/msnb-sets/msnb-models-1"]
+    assert routes["/predictions/m/2.0"] == routes["/predictions/m"] and "/predictions/gone" not in routes
+    assert strip_set_route("/-/msnb-sets/msnb-models-1/predictions/m/-/v1/x") == "/predictions/m/-/v1/x"
+    assert strip_set_route("/predictions/m") == "/predictions/m"
+
+
+def test_a_sets_replica_states_are_each_members_and_a_set_handle_names_its_model():
+    states = {"own": {"RUNNING": 1}, "msnb-models-1": {"RUNNING": 2}}
+    assert members_of(states, {"a": "msnb-models-1", "b": "msnb-models-1"}) == {
+        "own": {"RUNNING": 1},
+        "a": {"RUNNING": 2},
+        "b": {"RUNNING": 2},
+    }
+
+    class Method:
+        def remote(self, *args):
+            return args
+
+    class Handle:
+        infer = Method()
+
+        def options(self, **kwargs):
+            return self
+
+    assert SetHandle(Handle(), "a").options(stream=True).infer.remote(False, b"{}", {}) == ("a", False, b"{}", {})
