@@ -2,7 +2,8 @@
 
 IPython syntax (``%magic``, ``!cmd``, ``x = !cmd``) is rewritten with IPython's own
 ``TransformerManager`` (pure text work, no running shell); cells that start with a cell magic
-are skipped. Line numbers count from the first line of each cell's source as given.
+are skipped. Line numbers are the cell's as the notebook shows them and tracebacks count them: another cell's from its first
+line, the handler cell's from its ``%%ms_handler`` line (``body_line=2``: the body starts on the cell's line 2).
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ def capture(
     cell_origin: str = "handler cell",
     search_path: Sequence[str] | None = None,
     namespace: Mapping[str, Any] | None = None,
+    body_line: int = 1,
     **config: Any,
 ) -> HandlerSpec:
     """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
+
+    ``body_line`` is the cell line of ``cell``'s first line (2 under the ``%%ms_handler`` line): every message and
+    traceback then names the handler cell's lines as the notebook numbers them.
 
     For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
     straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
@@ -43,6 +48,7 @@ def capture(
     by a literal changed later) are snapshotted from ``namespace`` (the kernel's); without one they are refused.
     """
     include = config.pop("include_files", ())  # package data named to travel (see local_code.make_hermetic)
+    cell = "\n" * (body_line - 1) + cell  # blank lines standing for the magic line: the AST counts cell lines
     text, tree = _parse_handler(cell, cell_origin)
     others = Pool(pool)
     named = config.pop("handler", None)

@@ -63,13 +63,13 @@ class Session:
     def capture(
         self, name: str, cell: str, pool: Any, origin: Any, namespace: Mapping[str, Any], cwd: Path, **config: Any
     ) -> HandlerSpec:
-        """Capture a handler cell run in this kernel (``pool``: the cells run before it) and keep its spec."""
+        """Capture a handler cell run in this kernel (``cell``: its body under the ``%%ms_handler`` line; ``pool``:
+        the cells run before it) and keep its spec."""
         from msnb.capture.cells import capture
         from msnb.capture.local_code import search_path
 
-        spec = capture(
-            name, cell, pool, cell_origin=origin, search_path=search_path(cwd), namespace=namespace, **config
-        )
+        where = {"cell_origin": origin, "search_path": search_path(cwd), "body_line": 2}
+        spec = capture(name, cell, pool, namespace=namespace, **where, **config)
         return self.add(spec, namespace)
 
     def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:

@@ -133,5 +133,5 @@ def test_export_names_a_misspelt_role_above_its_table(tmp_path, capsys):
     code, out, err = run(capsys, "export", nb, "-o", tmp_path / "out")
     assert code == 0 and "mlp" in out
     assert (
-        "warning: mlp: line 10: `postprocesss` is not a role and nothing calls it: did you mean `postprocess`?" in err
+        "warning: mlp: line 11: `postprocesss` is not a role and nothing calls it: did you mean `postprocess`?" in err
     )
