@@ -27,7 +27,8 @@ from msnb.forms import (
     model_file_source,
 )
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
-from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
+from msnb.roles import ROLES, SIGNATURES, NearMiss, check_init_kwargs, form_and_roles, streaming_roles
+from msnb.roles import near_misses as find_near_misses
 from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
 from msnb.templates.msnb_runtime.handler.serving import ServingConfig
 
@@ -245,6 +246,14 @@ class HandlerSpec:
                 return f"line {block.cell_line(line - at + 1)} of {block.origin.phrase}"
             at += count + 1  # the blank line between two blocks
         return f"line {line} of the handler code"
+
+    @property
+    def near_misses(self) -> tuple[NearMiss, ...]:
+        """The handler cell's functions that nothing calls, named like a role it lacks (``msnb.roles.NearMiss``)."""
+        if self.form != ROLES_FORM or not self.blocks:
+            return ()
+        cell = self.blocks[-1]
+        return find_near_misses(ast.parse(cell.source), self.form, self.roles, cell.cell_line)
 
     @property
     def streaming(self) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from msnb.capture.runtime_names import RUNTIME_HINT, Changes, Needed, values_of
 from msnb.capture.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, origin_phrase
 from msnb.errors import CaptureError, SpecError
 from msnb.forms import ROLES_FORM, Form, default_handler_import, handler_class_names
-from msnb.roles import SIGNATURES, did_you_mean, form_and_roles, typo_warnings
+from msnb.roles import SIGNATURES, did_you_mean, form_and_roles
 from msnb.spec import HandlerSpec, SourceBlock
 
 __all__ = ["RUNTIME_HINT", "Pool", "capture", "transform"]
@@ -59,7 +59,7 @@ def capture(
     )
     defined = {n for block in (*pulled, handler) for n in block.names}
     config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind, defined)  # values.pt, hf_objects/
-    warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
+    warnings += tuple(config.pop("warnings", ()))  # (a misspelt role is the spec's near_misses, shown first)
     warnings += _secrets_let_through(name, (*pulled, handler), config, needed, namespace)
     config.setdefault("origin", cell_origin)
     default = default_handler_import(named) if named and form.entry not in handler.names else None

@@ -271,7 +271,7 @@ def _notebook_export_options(args: argparse.Namespace) -> dict:
 def _print_export(report, table: str) -> None:
     """Each exported handler's warnings and check answer, the table, then the export's own warnings."""
     for item in report.exported:
-        for warning in item.spec.warnings:
+        for warning in (*(m.warning() for m in item.spec.near_misses), *item.spec.warnings):  # a misspelt role first
             print(shown(f"warning: {item.spec.name}: {warning}", lines=True), file=sys.stderr)
         if item.spec.name in report.checked:
             print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")

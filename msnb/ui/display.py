@@ -91,6 +91,13 @@ class SpecSummary(View):
         rows += [("warning", w) for w in spec.warnings]
         rows.append(("next", f"%ms_test {spec.name}, %ms_build {spec.name}, %ms_serve {spec.name}"))
         super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)
+        self.first = [WarningView(miss.warning()) for miss in spec.near_misses]  # a misspelt role: said first
+
+    def text(self) -> str:
+        return "\n".join([*(w.text() for w in self.first), super().text()])
+
+    def _repr_html_(self) -> str:
+        return "".join([*(w._repr_html_() for w in self.first), super()._repr_html_()])
 
 
 class Note(View):

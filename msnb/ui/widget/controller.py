@@ -243,7 +243,8 @@ class Controller:
         answers = self.actions.test(spec, None if payload is fields.NO_PAYLOAD else [payload])
         took = elapsed()
         self._log(f"[test] {spec.name} answered in its test process in {took}")
-        return f"Test · test process, no server · {took}\n" + "\n".join(fields.pretty(a) for a in answers)
+        answer = "\n".join(fields.pretty(a) for a in answers)
+        return f"Test · test process, no server · {took}\n{answer}" + _near_misses(spec)
 
     def _do_build(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
@@ -257,7 +258,8 @@ class Controller:
         took = elapsed()
         serving = self.actions.served(spec.name) or f"{spec.name} v{spec.version} (digest {spec.digest()})"
         self._log(f"[serve] serving {serving}, the cell as the kernel holds it now, in {took}")
-        return f"Serving {serving} (took {took}): click Predict to ask it (the status line says where it runs)."
+        said = f"Serving {serving} (took {took}): click Predict to ask it (the status line says where it runs)."
+        return said + _near_misses(spec)
 
     def _do_predict(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         heading = f"Predict · served {self.actions.served(self.served) or self.served}"
@@ -351,6 +353,11 @@ class Controller:
         served = f" serving {self.actions.served(name)};" if running and name else ""
         stale = self.actions.stale(name) if running and name else None
         return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
+
+
+def _near_misses(spec: Any) -> str:
+    """What a misspelt role changed in the answer, one warning line each (as %ms_test and %ms_serve say it)."""
+    return "".join(f"\nWarning: {miss.beside_answer()}" for miss in spec.near_misses)
 
 
 def chunks_text(chunks: list) -> str:

@@ -74,3 +74,14 @@ def test_status_shows_the_openai_and_mcp_urls_of_a_running_server():
     }
     shown = repr(Status({"server": server, "handlers": {}}))
     assert "OpenAI API: http://127.0.0.1:2/v1" in shown and "MCP: http://127.0.0.1:2/mcp" in shown
+
+
+def test_a_misspelt_role_is_shown_first_as_a_warning_box_above_the_summary():
+    from msnb.capture.cells import capture
+
+    cell = "import torch\n\ndef init_function():\n    return torch.nn.Identity()\n\ndef postprocesss(out):\n    return out\n"
+    summary = SpecSummary(capture("typo", cell, [], body_line=2))
+    text, html = summary.text(), summary._repr_html_()
+    assert text.startswith("Warning: line 7: `postprocesss` is not a role and nothing calls it: did you mean")
+    assert html.startswith("<div class='msnb-warning'") and html.index("msnb-warning") < html.index("captured")
+    assert text.count("postprocesss") == 2  # said once: its name and its Hint; no summary row repeats it
