@@ -36,22 +36,17 @@ def capture(
     body_line: int = 1,
     **config: Any,
 ) -> HandlerSpec:
-    """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
+    """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs); ``body_line``
+    is the cell line of ``cell``'s first (2 under ``%%ms_handler``): messages count lines as tracebacks do.
 
-    ``body_line`` is the cell line of ``cell``'s first line (2 under the ``%%ms_handler`` line): every message and
-    traceback then names the handler cell's lines as the notebook numbers them.
-
-    For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
-    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
-    ``search_path`` (see ``local_code.search_path``) the local modules the code imports are bundled and
-    its third-party imports pinned as requirements. Names the code uses that are bound at run time (or
-    by a literal changed later) are snapshotted from ``namespace`` (the kernel's); without one they are refused.
+    For each free name the latest top-level definition in ``pool`` wins; ``config`` goes straight to ``HandlerSpec``
+    (version, checkpoint, ...). With a ``search_path`` (``local_code.search_path``) local modules are bundled and
+    third-party imports pinned. Names bound at run time (or by a literal changed later) are snapshotted from
+    ``namespace`` (the kernel's); without one they are refused.
     """
-    include = config.pop("include_files", ())  # package data named to travel (see local_code.make_hermetic)
-    cell = "\n" * (body_line - 1) + cell  # blank lines standing for the magic line: the AST counts cell lines
-    text, tree = _parse_handler(cell, cell_origin)
+    include, named = config.pop("include_files", ()), config.pop("handler", None)  # (include: package data)
+    cell, text, tree = _parse_handler(cell, cell_origin, body_line)
     others = Pool(pool)
-    named = config.pop("handler", None)
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees), named)
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     handler, pulled, needed, warnings = _handler_and_closure(
@@ -301,7 +296,9 @@ def joined(parts: list[tuple[str, int]], origin: Any, names: tuple[str, ...]) ->
     return SourceBlock("\n\n".join(text for text, _ in parts), origin, names, tuple(lines))
 
 
-def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
+def _parse_handler(cell: str, origin: str, body_line: int = 1) -> tuple[str, str, ast.Module]:
+    """The cell as numbered in the notebook (blank lines for the lines above ``body_line``), as Python, and parsed."""
+    cell = "\n" * (body_line - 1) + cell
     text = transform(cell)
     if text is None:
         raise CaptureError(
@@ -309,7 +306,7 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
             "put the handler code directly under the %%ms_handler line.",
         )
     try:
-        return text, ast.parse(text)
+        return cell, text, ast.parse(text)
     except SyntaxError as err:
         raise CaptureError(
             f"{_cap(origin_phrase(origin))} does not parse: line {err.lineno}: {err.msg}.",

@@ -47,11 +47,9 @@ def export_notebook(
 ) -> Report:
     """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel that ran the cells they
     need, ``"all"``: every cell, ``timeout`` s per cell) and write one archive each; a failing one is reported.
-
-    ``check`` runs each handler on its ``--example`` first; without it no user code runs and ``check_imports``
-    refuses imports the archive would not satisfy. ``kserve`` (DIR/model-store + DIR/config with ``limits``) and
-    ``ray`` (msnb.package.ray_layout, HTTP on ``ray_host``:``ray_port``, replicas sized by ``ray_sizing``) are written only when every handler succeeded.
-    """
+    ``check`` runs each handler on its ``--example`` first; without it no user code runs (``check_imports``).
+    ``kserve`` (DIR/model-store + DIR/config with ``limits``) and ``ray`` (msnb.package.ray_layout, HTTP on
+    ``ray_host``:``ray_port``, replicas sized by ``ray_sizing``) are written only when every handler succeeded."""
     _refuse_early(fmt, kserve, ray)
     targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
     created: list[Path] = []
