@@ -545,3 +545,34 @@ def test_the_shipped_modules_import_only_torch_the_standard_library_and_each_oth
             else:
                 continue
             assert {n.split(".")[0] for n in names} <= allowed_here, (path.name, names)
+
+
+# ---------------------------------------------------------------- a role's return said as the role's doing
+def test_a_preprocess_returning_a_list_is_named_as_preprocess_with_the_type_and_no_fallback_is_counted(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, model=nn.Linear(4, 2), preprocess_function=lambda s: s["x"])
+    answers, codes = predict(handle, ctx, [{"x": [1.0, 2.0, 3.0, 4.0]}] * 3)
+    assert codes == [500] * 3 and all(a["stage"] == "preprocess" for a in answers)
+    said = answers[0]["error"]
+    assert said.startswith("preprocess returned a list of 4 floats, not a tensor, and the model cannot take it")
+    assert "must be Tensor, not list" in said and "return a tensor from preprocess" in answers[0]["hint"]
+    assert handle.fallbacks.count == 0  # no batch was lost: there was none to form
+
+
+def test_a_preprocess_returning_tensors_still_fails_as_the_model_with_its_own_hint(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, model=nn.Linear(4, 2), preprocess_function=to_x)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3]}])  # a shape the model cannot take: the request's fault
+    assert codes == [400] and answers[0]["stage"] == "inference"
+
+
+def test_a_postprocess_answer_json_cannot_carry_names_postprocess_the_type_and_where(tmp_path):
+    def post(out):
+        return {"label": 1, "tags": {"a", "b"}, "scores": out}  # the tensor converts; the set cannot
+
+    handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x, postprocess_function=post)
+    answers, codes = predict(handle, ctx, [{"x": [0] * 4}])
+    assert codes == [500] and answers[0]["stage"] == "serialise"
+    assert answers[0]["error"] == (
+        "postprocess returned a dict with keys 'label', 'tags', 'scores', holding a set at ['tags'], which JSON "
+        "cannot carry"
+    )
+    assert "JSON-serialisable" in answers[0]["hint"]
