@@ -104,6 +104,10 @@ class Engine(Protocol):
 
     def log_tail(self, lines: int = 40) -> str: ...
 
+    def metrics(self) -> dict[str, list[tuple[dict, float]]]:
+        """TorchServe's metrics as this engine serves them, its handlers' own (``context.metrics``) among them,
+        parsed: sample name -> [(labels, value), ...] (what ``msnb.engines.batching`` reads)."""
+
     def progress_detail(self, name: str) -> Callable[[], str]:
         """While ``name`` loads: a call that says what its worker does now (for the progress bar)."""
 

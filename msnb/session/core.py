@@ -16,7 +16,7 @@ from typing import Any
 
 from msnb.capture.kernel_values import values_changed
 from msnb.engines import env_vars, registry
-from msnb.engines.fallbacks import batch_fallbacks
+from msnb.engines.batching import Batching, batching
 from msnb.engines.protocol import Engine
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.package import archive, build_inputs, formats, model_folder
@@ -256,6 +256,13 @@ class Session:
             f"cell again, then %ms_serve {name}, to serve the new one."
         )
 
+    def batching(self, name: str) -> str:
+        """What the server's batching of the served ``name`` did, in one line (empty when nothing is known)."""
+        server = self.server(create=False)
+        if name not in self.served or server is None or not server.running:
+            return ""
+        return batching(server).get(name, Batching()).line()
+
     def logs(self, name: str, lines: int = 40) -> str:
         """The last ``lines`` lines the workers of ``name`` wrote to model_log.log."""
         server = self.server(create=False)
@@ -347,9 +354,10 @@ class Session:
         models = server.models() if running else []
         info = _server_info(server, running)
         handlers = {n: self._handler_status(s, models, info) for n, s in self.specs.items()}
-        fell_back = batch_fallbacks(server) if running else {}
-        for name, handler in handlers.items():  # batched forwards the server retried one sample at a time
-            handler["batch_fallbacks"] = fell_back.get(name, 0)
+        batched = batching(server) if running else {}
+        for name, handler in handlers.items():  # the batches the server formed, and those it retried one by one
+            done = batched.get(name, Batching())
+            handler |= {"batches": {str(k): v for k, v in done.sizes.items()}, "batch_fallbacks": done.fallbacks}
         return {
             "specs": {n: {"version": s.version, "digest": s.digest()} for n, s in self.specs.items()},
             "archives": {n: str(p) for n, p in self.archives.items()},

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from msnb.capture.requirement_rules import LISTED, summarise
+from msnb.engines.batching import Batching
 from msnb.errors import MsnbError, shown
 from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
@@ -223,8 +224,9 @@ def _handler_cells(name: str, h: dict[str, Any]) -> tuple[str, ...]:
         + _generation(m)
         for m in h["served"]
     )
-    if h.get("batch_fallbacks"):  # batching lost: the server retried batches one sample at a time
-        served += f" ({h['batch_fallbacks']} batch fallbacks: see %ms_logs)"
+    batched = Batching({int(k): v for k, v in h.get("batches", {}).items()}, h.get("batch_fallbacks", 0)).line()
+    if batched:  # the batches the server formed, and those it retried one sample at a time
+        served += f" ({batched})"
     return name, f"v{h['version']} digest {h['digest']}", built or "none", served or "not served", h["url"] or ""
 
 

@@ -194,6 +194,9 @@ class StandIn:
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(line for name in self._workers for line in self.model_log(name, lines))
 
+    def metrics(self) -> dict:
+        return {}  # its workers report no metrics (status shows no batching)
+
     def progress_detail(self, name: str) -> Callable[[], str]:
         return lambda: "loading in its worker"
 

@@ -167,6 +167,25 @@ class LocalRay:
         """The newest lines of every replica's log (what a failing load or request wrote)."""
         return "\n".join(line for name in self._folders for line in self.model_log(name, lines))[-20000:]
 
+    def metrics(self) -> dict[str, list[tuple[dict, float]]]:
+        """TorchServe's metrics as this Ray serves them (msnb.engines.ray.metrics), read from every node's metrics
+        port: the handlers' own (``context.metrics``) and Serve's request counters, parsed as TorchServe's are."""
+        import socket
+
+        import ray
+
+        from msnb.engines.batching import parse_metrics
+        from msnb.engines.ray import metrics
+
+        apps = {app: read_manifest(folder) for app, folder in self._folders.items()}
+        found: dict[str, list[tuple[dict, float]]] = {}
+        for node in ray.nodes():
+            if node.get("Alive") and node.get("MetricsExportPort"):
+                text = metrics.translate(metrics.ray_metrics(node["MetricsExportPort"]), apps, socket.gethostname())
+                for name, rows in parse_metrics(text).items():
+                    found.setdefault(name, []).extend(rows)
+        return found
+
     @property
     def metrics_port(self) -> int | None:
         """The head node's Prometheus port: Ray's and Serve's metrics, and the handlers' own (``context.metrics``)."""
@@ -231,9 +250,16 @@ class LocalRay:
         }
 
     def _door(self) -> dict[str, Any]:
-        """What the router and the replicas that answer predictions themselves ask of each request."""
+        """What the router and the replicas that answer predictions themselves ask of each request (and, on a shared
+        Ray, where the key that opens a model is: said with a refused key)."""
         door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        hint = self.key_hint()
+        door = {**door, "key_hint": hint} if hint else door
         return door if self.auth else {**door, "auth": False}
+
+    def key_hint(self) -> str | None:
+        """Where the key that opens this Ray's models is, beyond the session's own key file (None: only there)."""
+        return None
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its

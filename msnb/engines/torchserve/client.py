@@ -12,9 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from msnb.engines.auth import Keys
+from msnb.engines.batching import parse_metrics
 from msnb.engines.inference_api import InferenceClient, hint_for, log_details
 from msnb.engines.models import Limits, ModelStatus, error_body
 from msnb.engines.store import next_version
@@ -181,12 +180,7 @@ class TorchServeClient(InferenceClient):
 
     def metrics(self) -> dict[str, list[tuple[dict, float]]]:
         """The metrics endpoint, parsed: sample name -> [(labels, value), ...]."""
-        resp = self.call("GET", f"{self.metrics_url}/metrics", "none")
-        out: dict[str, list[tuple[dict, float]]] = {}
-        for family in text_string_to_metric_families(resp.text):
-            for sample in family.samples:
-                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-        return out
+        return parse_metrics(self.call("GET", f"{self.metrics_url}/metrics", "none").text)
 
     def _manage(self, method: str, path: str, doing: str, *, allow: tuple[int, ...] = (), **kwargs):
         """A management call; an answer that is neither 2xx nor in ``allow`` is a ServerError naming the step."""

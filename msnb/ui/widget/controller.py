@@ -47,6 +47,7 @@ class Actions:
     served: Callable[[str], str | None] = lambda name: None  # name -> "NAME vV (digest D)" while served
     stale: Callable[[str], str | None] = lambda name: None  # name -> why the served model is older than its cell
     logs: Callable[[str], str] = lambda name: ""  # name -> the newest lines of its worker log
+    batching: Callable[[str], str] = lambda name: ""  # name -> the batches the server formed, its fallbacks
     subscribe: Callable[[Callable], Callable[[], None]] = lambda callback: lambda: None  # session events
     explain: Callable[[str, Any], Any] | None = None  # (name, data) -> explanation; None: no Explain action
     predict_stream: Callable[[str, Any], Any] | None = None  # (name, data) -> the answer's chunks as they arrive
@@ -72,6 +73,7 @@ class Actions:
             ),
             stale=session.stale,
             logs=session.logs,
+            batching=session.batching,
             subscribe=session.subscribe,
             explain=session.explain,
             predict_stream=session.predict_stream,
@@ -351,8 +353,10 @@ class Controller:
         running, line = self.actions.server_state()
         name = self.served
         served = f" serving {self.actions.served(name)};" if running and name else ""
+        batched = self.actions.batching(name) if running and name else ""
         stale = self.actions.stale(name) if running and name else None
-        return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
+        line = f"Server:{served} {line}" + (f" {batched[:1].upper()}{batched[1:]}." if batched else "")
+        return line + (f" Warning: {stale}" if stale else "")
 
 
 def _near_misses(spec: Any) -> str:

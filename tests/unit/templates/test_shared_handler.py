@@ -324,6 +324,22 @@ def test_under_load_metrics_are_the_means_of_a_window_reported_once_per_interval
         assert len(inference) == 1
 
 
+def test_every_batch_formed_is_counted_by_its_size_when_the_model_batches(tmp_path, caplog):
+    handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x)  # (the context's batch size is 8)
+    handle.metrics = msnb_metrics.MetricsWindow(interval_s=60.0)  # a window holds no batch count back
+    with caplog.at_level(logging.INFO):
+        for size in (3, 1, 3):
+            predict(handle, ctx, [{"x": [0] * 4}] * size)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[METRICS]MsnbBatches")]
+    assert [line.split("|")[0] for line in lines] == ["[METRICS]MsnbBatches.Count:1"] * 3
+    assert ["BatchSize:3" in lines[0], "BatchSize:1" in lines[1], "ModelName:m" in lines[2]] == [True] * 3
+    ctx.system_properties["batch_size"] = 1  # a model that does not batch: every batch is one request, not counted
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        predict(handle, ctx, [{"x": [0] * 4}])
+    assert not [r for r in caplog.records if r.getMessage().startswith("[METRICS]MsnbBatches")]
+
+
 def test_broken_metrics_never_fail_a_request(tmp_path):
     class Broken:
         def __getattr__(self, name):

@@ -320,3 +320,10 @@ def test_an_unedited_form_serves_exactly_the_kernels_spec(fake):
     new = fake.specs["mlp"].replace(version="2.0")
     fake.specs["mlp"] = new  # even without the event (a spec replaced by hand), the action asks the kernel
     assert c.run("serve") and fake.calls[-1][1][0] is new
+
+
+def test_the_status_line_says_the_batches_the_server_formed(fake):
+    actions = dataclasses.replace(fake.actions(), batching=lambda name: "batches formed: size 4 ×2")
+    c = Controller("mlp", actions, CPU_ONLY)
+    assert c.run("serve") and c.run("predict")
+    assert "serving mlp v1.0 (digest abc); " in c.status and "Batches formed: size 4 ×2." in c.status
