@@ -9,6 +9,7 @@ import ast
 import difflib
 import json
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from msnb.errors import SpecError
@@ -163,19 +164,50 @@ def did_you_mean(name: str) -> str | None:
     return close[0] if close else None
 
 
-def typo_warnings(tree: ast.Module, form: str, roles: Mapping[str, str]) -> tuple[str, ...]:
-    """A warning per top-level function that nothing calls and whose name is close to a role the cell lacks."""
+# What the handler does instead of a role the cell lacks, said beside an answer a misspelt role changed.
+WITHOUT = {
+    "preprocess": "the model was given each request's body as it came",
+    "postprocess": "this is the model's raw output",
+    "inference": "the model's own forward ran (model(batch))",
+    "explain": "explanations are Captum's Integrated Gradients of the model",
+}
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A top-level function nothing calls whose name is close to a role the cell lacks: most likely a misspelt role."""
+
+    name: str  # what the cell defines (``postprocesss``)
+    role: str  # the role it is close to (``postprocess``)
+    line: int  # its line in the cell, as the notebook numbers it
+
+    @property
+    def hint(self) -> str:
+        return f"rename `{self.name}` to `{self.role}`."
+
+    def warning(self) -> str:
+        """What capture says."""
+        return (
+            f"line {self.line}: `{self.name}` is not a role and nothing calls it: did you mean `{self.role}`? "
+            f"(as written, the handler runs without a {self.role}) Hint: {self.hint}"
+        )
+
+    def beside_answer(self) -> str:
+        """What ``%ms_test`` and ``%ms_serve`` say beside their answer."""
+        without = WITHOUT.get(self.role, f"the handler ran without a {self.role}")
+        return f"no {self.role} role (`{self.name}` on line {self.line} is none): {without}. Hint: {self.hint}"
+
+
+def near_misses(tree: ast.Module, form: str, roles: Mapping[str, str], line: Any = None) -> tuple[NearMiss, ...]:
+    """Each top-level function of ``tree`` that nothing calls and whose name is close to a role the cell lacks;
+    ``line`` maps a line of ``tree`` to the cell's (default: the same)."""
     if form != ROLES_FORM:
         return ()
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    warnings = []
+    found = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in used:
             role = did_you_mean(node.name)
             if role is not None and role not in roles:
-                warnings.append(
-                    f"line {node.lineno}: `{node.name}` is not a role and nothing calls it: "
-                    f"did you mean `{role}`? (as written, the handler runs without a {role}) "
-                    f"Hint: rename `{node.name}` to `{role}`."
-                )
-    return tuple(warnings)
+                found.append(NearMiss(node.name, role, line(node.lineno) if line else node.lineno))
+    return tuple(found)

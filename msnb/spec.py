@@ -27,7 +27,8 @@ from msnb.forms import (
     model_file_source,
 )
 from msnb.options import DEFAULTS, DEVICES, INT_OPTIONS, OPTION, check_gpu_memory
-from msnb.roles import ROLES, SIGNATURES, check_init_kwargs, form_and_roles, streaming_roles
+from msnb.roles import ROLES, SIGNATURES, NearMiss, check_init_kwargs, form_and_roles, streaming_roles
+from msnb.roles import near_misses as find_near_misses
 from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
 from msnb.templates.msnb_runtime.handler.serving import ServingConfig
 
@@ -59,6 +60,11 @@ class Origin:
     def short(self) -> str:
         """``cell 5`` for a notebook cell, else the label."""
         return f"cell {self.cell}" if self.cell is not None and self.notebook else self.label
+
+    @property
+    def phrase(self) -> str:
+        """The origin in a sentence: ``handler cell`` reads as "the handler cell"; ``cell In[3]`` stays as it is."""
+        return f"the {self.label}" if self.label == "handler cell" else self.label
 
     def __str__(self) -> str:
         return self.label
@@ -230,6 +236,24 @@ class HandlerSpec:
     def source(self) -> str:
         """The user's code as one module body (pulled-in definitions first)."""
         return "\n\n".join(b.source.rstrip() for b in self.blocks) + "\n"
+
+    def where(self, line: int) -> str:
+        """Line ``line`` of ``source`` as a person finds it: ``line 9 of cell In[5]`` (its block's cell and line)."""
+        at = 1
+        for block in self.blocks:
+            count = block.source.rstrip().count("\n") + 1
+            if line < at + count:
+                return f"line {block.cell_line(line - at + 1)} of {block.origin.phrase}"
+            at += count + 1  # the blank line between two blocks
+        return f"line {line} of the handler code"
+
+    @property
+    def near_misses(self) -> tuple[NearMiss, ...]:
+        """The handler cell's functions that nothing calls, named like a role it lacks (``msnb.roles.NearMiss``)."""
+        if self.form != ROLES_FORM or not self.blocks:
+            return ()
+        cell = self.blocks[-1]
+        return find_near_misses(ast.parse(cell.source), self.form, self.roles, cell.cell_line)
 
     @property
     def streaming(self) -> tuple[str, ...]:

@@ -2,7 +2,8 @@
 
 IPython syntax (``%magic``, ``!cmd``, ``x = !cmd``) is rewritten with IPython's own
 ``TransformerManager`` (pure text work, no running shell); cells that start with a cell magic
-are skipped. Line numbers count from the first line of each cell's source as given.
+are skipped. Line numbers are the cell's as the notebook shows them and tracebacks count them: another cell's from its first
+line, the handler cell's from its ``%%ms_handler`` line (``body_line=2``: the body starts on the cell's line 2).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from msnb.capture.runtime_names import RUNTIME_HINT, Changes, Needed, values_of
 from msnb.capture.scope import BUILTINS, IPYTHON_NAMES, Stmt, import_only, origin_phrase
 from msnb.errors import CaptureError, SpecError
 from msnb.forms import ROLES_FORM, Form, default_handler_import, handler_class_names
-from msnb.roles import SIGNATURES, did_you_mean, form_and_roles, typo_warnings
+from msnb.roles import SIGNATURES, did_you_mean, form_and_roles
 from msnb.spec import HandlerSpec, SourceBlock
 
 __all__ = ["RUNTIME_HINT", "Pool", "capture", "transform"]
@@ -32,20 +33,20 @@ def capture(
     cell_origin: str = "handler cell",
     search_path: Sequence[str] | None = None,
     namespace: Mapping[str, Any] | None = None,
+    body_line: int = 1,
     **config: Any,
 ) -> HandlerSpec:
-    """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs).
+    """Turn a handler cell into a spec, pulling in what it uses from ``pool`` ((origin, source) pairs); ``body_line``
+    is the cell line of ``cell``'s first (2 under ``%%ms_handler``): messages count lines as tracebacks do.
 
-    For each free name the latest top-level definition in ``pool`` wins; ``config`` goes
-    straight to ``HandlerSpec`` (version, checkpoint, init_kwargs, batch_size, ...). With a
-    ``search_path`` (see ``local_code.search_path``) the local modules the code imports are bundled and
-    its third-party imports pinned as requirements. Names the code uses that are bound at run time (or
-    by a literal changed later) are snapshotted from ``namespace`` (the kernel's); without one they are refused.
+    For each free name the latest top-level definition in ``pool`` wins; ``config`` goes straight to ``HandlerSpec``
+    (version, checkpoint, ...). With a ``search_path`` (``local_code.search_path``) local modules are bundled and
+    third-party imports pinned. Names bound at run time (or by a literal changed later) are snapshotted from
+    ``namespace`` (the kernel's); without one they are refused.
     """
-    include = config.pop("include_files", ())  # package data named to travel (see local_code.make_hermetic)
-    text, tree = _parse_handler(cell, cell_origin)
+    include, named = config.pop("include_files", ()), config.pop("handler", None)  # (include: package data)
+    cell, text, tree = _parse_handler(cell, cell_origin, body_line)
     others = Pool(pool)
-    named = config.pop("handler", None)
     form, roles = _form(tree, cell_origin, handler_class_names(others.trees), named)
     stmts = [Stmt(cell_origin, (len(pool), i), node, text) for i, node in enumerate(tree.body)]
     handler, pulled, needed, warnings = _handler_and_closure(
@@ -53,7 +54,7 @@ def capture(
     )
     defined = {n for block in (*pulled, handler) for n in block.names}
     config |= values_of(needed, namespace, config.get("max_value_mb"), form.kind, defined)  # values.pt, hf_objects/
-    warnings += typo_warnings(tree, form.kind, roles) + tuple(config.pop("warnings", ()))
+    warnings += tuple(config.pop("warnings", ()))  # (a misspelt role is the spec's near_misses, shown first)
     warnings += _secrets_let_through(name, (*pulled, handler), config, needed, namespace)
     config.setdefault("origin", cell_origin)
     default = default_handler_import(named) if named and form.entry not in handler.names else None
@@ -295,7 +296,9 @@ def joined(parts: list[tuple[str, int]], origin: Any, names: tuple[str, ...]) ->
     return SourceBlock("\n\n".join(text for text, _ in parts), origin, names, tuple(lines))
 
 
-def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
+def _parse_handler(cell: str, origin: str, body_line: int = 1) -> tuple[str, str, ast.Module]:
+    """The cell as numbered in the notebook (blank lines for the lines above ``body_line``), as Python, and parsed."""
+    cell = "\n" * (body_line - 1) + cell
     text = transform(cell)
     if text is None:
         raise CaptureError(
@@ -303,7 +306,7 @@ def _parse_handler(cell: str, origin: str) -> tuple[str, ast.Module]:
             "put the handler code directly under the %%ms_handler line.",
         )
     try:
-        return text, ast.parse(text)
+        return cell, text, ast.parse(text)
     except SyntaxError as err:
         raise CaptureError(
             f"{_cap(origin_phrase(origin))} does not parse: line {err.lineno}: {err.msg}.",

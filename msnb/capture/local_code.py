@@ -7,7 +7,7 @@ import importlib.machinery
 import os
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +61,7 @@ def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str]
     """``spec`` with the local modules its code imports bundled and its third-party imports pinned; ``include``
     names package data files that travel although they look like secrets."""
     given = requirement_rules.check(spec.requirements, spec.max_requirements)
-    found = collect(spec.source + (spec.objects.imports if spec.objects else ""), path, include)
+    found = collect(spec.source + (spec.objects.imports if spec.objects else ""), path, include, spec.where)
     requirements, warnings = reqs.pin(found.third_party, found.missing, given)
     warnings += secret_rules.left_out_lines(found.left_out)
     tops = dict.fromkeys(f.top for f in found.files.values() if f.module)
@@ -79,22 +79,26 @@ def make_hermetic(spec: HandlerSpec, path: Sequence[str], include: Sequence[str]
     )
 
 
-def collect(source: str, path: Sequence[str], include: Sequence[str] = ()) -> Bundle:
-    """Follow the imports of ``source`` through local modules (transitively) and sort every import."""
+def collect(
+    source: str, path: Sequence[str], include: Sequence[str] = (), locate: Callable[[int], str] | None = None
+) -> Bundle:
+    """Follow the imports of ``source`` through local modules (transitively) and sort every import; ``locate``
+    names a line of ``source`` as a person finds it (``HandlerSpec.where``: ``line 9 of cell In[5]``)."""
     out, seen = Bundle(include=frozenset(os.path.abspath(p) for p in include)), set()
-    queue: list[tuple[Imported, str]] = [(imp, "the handler") for imp in imports_of(source)]
+    here = locate or (lambda line: f"the handler, line {line}")
+    queue: list[tuple[Imported, str]] = [(imp, here(imp.line)) for imp in imports_of(source)]
     while queue:
         imp, where = queue.pop(0)
         if imp.dynamic:
             out.warnings.append(
-                f"{where}, line {imp.line}: a module imported by a computed name ({imp.module}) cannot be found "
+                f"{where}: a module imported by a computed name ({imp.module}) cannot be found "
                 "statically, so it is not bundled; import it by name (or ship it with --extra-files)."
             )
             continue
         kind = classify(imp.top, tuple(path))
         if kind in (THIRD_PARTY, MISSING):
             (out.third_party if kind == THIRD_PARTY else out.missing).setdefault(
-                imp.top, f"{where}, line {imp.line}" + (CONDITIONAL if imp.conditional else "")
+                imp.top, where + (CONDITIONAL if imp.conditional else "")
             )
         elif kind == LOCAL and imp.module not in seen:
             seen.add(imp.module)
@@ -198,7 +202,7 @@ def _add_file(spec, parts: list[str], out: Bundle) -> list[tuple[Imported, str]]
     text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
     _refuse_secret(text, spec.origin, arcname, out)
     try:
-        return [(imp, arcname) for imp in imports_of(text, package)]
+        return [(imp, f"{arcname}, line {imp.line}") for imp in imports_of(text, package)]
     except SyntaxError as err:
         raise CaptureError(f"Local module {arcname} does not parse: {err}.", f"fix {spec.origin}.") from None
 

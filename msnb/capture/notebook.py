@@ -187,6 +187,7 @@ def capture_cell(
             dependency_pool(nb, path.name, cell.number),
             cell_origin=cell.origin,
             search_path=search_path(path.resolve().parent),
+            body_line=2,
             **config,
         )
     except CaptureError as err:
@@ -196,9 +197,8 @@ def capture_cell(
 def _below_hint(err: CaptureError, nb, path: Path, cell: HandlerCell, name: str, config: dict) -> CaptureError:
     """When the missing definitions exist below the handler cell, say so: export reads cells as Run All runs them."""
     try:
-        spec = capture(
-            name, cell.body, dependency_pool(nb, path.name, cell.number, below=True), cell_origin=cell.origin, **config
-        )
+        pool = dependency_pool(nb, path.name, cell.number, below=True)
+        spec = capture(name, cell.body, pool, cell_origin=cell.origin, body_line=2, **config)
     except MsnbError:
         return err
     late = [b for b in spec.pulled_in if (b.origin.cell or 0) > cell.number]

@@ -16,11 +16,9 @@ from msnb.errors import CaptureError
 from msnb.forms import CLASS_FORM, FUNCTION_FORM, ROLES_FORM
 
 RUNTIME_HINT = (
-    "run `msnb export --execute` to run the notebook in a fresh kernel and ship these values as data; or compute "
-    "them inside a function: a data file shipped with --extra-files is read by its bare name inside "
-    "init_function, preprocess or a cached helper (`@functools.cache def labels(): return json.load(open("
-    "'labels.json'))`); the handler's working directory is the model dir, on the server and in %ms_test. "
-    "Weights go in --checkpoint, values in --init-kwargs"
+    "run `msnb export --execute` (it runs the cells that compute them in a fresh kernel and ships the values as "
+    "data); or build them inside init_function: weights from --checkpoint, a file shipped with --extra-files read by "
+    "its bare name (the working directory is the model dir), e.g. in a `@functools.cache` helper"
 )
 
 # Where an own TorchServe handler builds what it needs once (it has no init_function).
@@ -78,15 +76,13 @@ class Changes:
 
 
 def refuse_without_kernel(needed: Mapping[str, Needed], form: str = ROLES_FORM) -> None:
-    """Without a kernel there is no value to copy: every such name is refused, in one error."""
+    """Without a kernel there is no value to copy: every such name is refused, in one error of one line per value."""
     if not needed:
         return
-    listed = "; ".join(n.line() for n in needed.values())
+    count = f"{len(needed)} values" if len(needed) > 1 else "a value"
+    lines = "".join(f"\n  {n.line()}" for n in needed.values())
     raise CaptureError(
-        f"{listed}: the notebook file holds only the code, not the value"
-        f"{'s' if len(needed) > 1 else ''} the kernel computed, and msnb copies only imports, def, class and "
-        "literal constants that are never changed, and rebuilds a logger, a lock or a compiled pattern by the "
-        "statement that binds it.",
+        f"The handler uses {count} the kernel computes; the notebook file holds only the code:{lines}",
         hint_for(form, RUNTIME_HINT),
     )
 

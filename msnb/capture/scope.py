@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from msnb.spec import Origin
+
 # Names an IPython kernel provides that a TorchServe worker does not, with what to do instead.
 IPYTHON_NAMES = {
     "get_ipython": "the handler runs inside TorchServe, not IPython; drop the call (magics and `!` lines too).",
@@ -212,5 +214,5 @@ class Stmt:
 
 
 def origin_phrase(origin: Any) -> str:
-    """``handler cell`` reads as "the handler cell" in messages; ``cell 3`` stays as it is."""
-    return f"the {origin}" if origin == "handler cell" else origin
+    """``handler cell`` reads as "the handler cell" in messages; ``cell 3`` stays as it is (``Origin.phrase``)."""
+    return Origin.of(origin).phrase

@@ -1,8 +1,10 @@
-"""`msnb export --execute`: run the notebook top to bottom in a fresh kernel and take the handlers it captured.
+"""`msnb export --execute`: run the notebook's needed cells in a fresh kernel and take the handlers it captured.
 
-The ``%%ms_handler`` cells capture in that kernel as they do in Jupyter (runtime values snapshotted,
-live checkpoints saved), then one more cell hands the kernel's specs to this process through a
-private temp folder; the archives are built here, by the same code as a plain export.
+The cells run in notebook order are those the handler cells need (``msnb.capture.needed_cells``: the cells binding
+the runtime values, names and files they use; never one that serves, predicts or stops), or every cell with
+``--execute all``. The ``%%ms_handler`` cells capture in that kernel as they do in Jupyter (runtime values
+snapshotted, live checkpoints saved), then one more cell hands the kernel's specs to this process through a private
+temp folder; the archives are built here, by the same code as a plain export.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ if TYPE_CHECKING:  # nbformat and nbclient load when a notebook runs: `msnb --he
     from msnb.spec import HandlerSpec
 
 DEFAULT_TIMEOUT_S = 600  # per cell, as nbclient counts it
+NEEDED, ALL = "needed", "all"  # `--execute` (the cells the handler cells need) and `--execute all`
 HANDOFF_PREFIX = "msnb-execute-"  # the temp folder the kernel hands its specs and live checkpoints over in
 SPECS_FILE = "specs.pkl"
 _SETUP = "get_ipython().run_line_magic('load_ext', 'msnb')"
@@ -33,18 +36,27 @@ class ExecuteError(MsnbError):
 
 
 @contextmanager
-def executed_specs(notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S) -> Iterator[list[HandlerSpec]]:
-    """Run ``notebook`` in a fresh kernel (its folder as the cwd); yields the specs its handler cells captured.
+def executed_specs(
+    notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S, cells: str = NEEDED, names: Iterable[str] | None = None
+) -> Iterator[tuple[list[HandlerSpec], str]]:
+    """Run ``notebook``'s cells (``cells``: those the handler cells of ``names`` need, or all) in a fresh kernel (its
+    folder as the cwd); yields the specs its handler cells captured and which cells ran, in words.
 
     Live checkpoints are saved in a temp folder that lasts as long as the ``with`` block.
     """
     import nbformat
     from nbclient import NotebookClient
 
+    from msnb.capture.needed_cells import needed_cells
     from msnb.capture.notebook import read_notebook
 
     path = Path(notebook).resolve()
     nb = read_notebook(path)
+    ran = f"ran every cell of {path.name}"
+    if cells != ALL:
+        selection = needed_cells(nb, path.name, names)
+        _stub_out(nb, selection.run)
+        ran = selection.summary(path.name)
     client = NotebookClient(
         nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(path.parent)}}
     )
@@ -60,9 +72,18 @@ def executed_specs(notebook: str | Path, timeout: int = DEFAULT_TIMEOUT_S) -> It
             _run(client, len(nb.cells) - 1, path, "hand-off")
         with (handoff / SPECS_FILE).open("rb") as f:
             specs = pickle.load(f)  # written just now by msnb's own code in the kernel (a private folder)
-        yield specs
+        yield specs, ran
     finally:
         shutil.rmtree(handoff, ignore_errors=True)
+
+
+def _stub_out(nb, run: Iterable[int]) -> None:
+    """Each code cell not in ``run`` becomes a comment: it runs nothing, and In[N] still counts the notebook's cells
+    (the kernel's origins read as in a full run)."""
+    keep = set(run)
+    for number, cell in enumerate(nb.cells, start=1):
+        if cell.get("cell_type") == "code" and number not in keep:
+            cell.source = f"# msnb export --execute: cell {number} is not run (`--execute all` runs it)"
 
 
 def _run(client: NotebookClient, index: int, path: Path, label: str, store_history: bool = True) -> None:

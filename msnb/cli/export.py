@@ -10,7 +10,7 @@ from pathlib import Path
 from msnb.capture import named_files
 from msnb.capture.kernel_values import human
 from msnb.capture.notebook import Captured, load_handlers
-from msnb.cli.execute import DEFAULT_TIMEOUT_S, executed_specs, saved_by_msnb, select
+from msnb.cli.execute import ALL, DEFAULT_TIMEOUT_S, NEEDED, executed_specs, saved_by_msnb, select
 from msnb.engines.models import Limits
 from msnb.engines.ray import require as require_ray
 from msnb.errors import BuildError, OptionError
@@ -37,7 +37,7 @@ def export_notebook(
     kserve: str | Path | None = None,
     overrides: dict | None = None,
     limits: Limits | None = None,
-    execute: bool = False,
+    execute: bool | str = False,
     timeout: int = DEFAULT_TIMEOUT_S,
     ray: str | Path | None = None,
     ray_host: str | None = None,
@@ -45,23 +45,22 @@ def export_notebook(
     ray_sizing=None,
     allow_files: Iterable[str | Path] = (),
 ) -> Report:
-    """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel run with ``timeout``
-    s per cell) and write one archive each; a failing handler is reported and skipped.
-
-    ``check`` runs each handler on its ``--example`` first; without it no user code runs and ``check_imports``
-    refuses imports the archive would not satisfy. ``kserve`` (DIR/model-store + DIR/config with ``limits``) and
-    ``ray`` (msnb.package.ray_layout, HTTP on ``ray_host``:``ray_port``, replicas sized by ``ray_sizing``) are written only when every handler succeeded.
-    """
+    """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel that ran the cells they
+    need, ``"all"``: every cell, ``timeout`` s per cell) and write one archive each; a failing one is reported.
+    ``check`` runs each handler on its ``--example`` first; without it no user code runs (``check_imports``).
+    ``kserve`` (DIR/model-store + DIR/config with ``limits``) and ``ray`` (msnb.package.ray_layout, HTTP on
+    ``ray_host``:``ray_port``, replicas sized by ``ray_sizing``) are written only when every handler succeeded."""
     _refuse_early(fmt, kserve, ray)
     targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
     created: list[Path] = []
     try:
         created += [t for t in targets if archive.ensure_writable(t)]
         with ExitStack() as stack:
-            items = _captured(notebook, handlers, overrides, (execute, timeout, allow_files), stack)
+            items, ran = _captured(notebook, handlers, overrides, (execute, timeout, allow_files), stack)
             paths = (None if t is None else Path(t) for t in (outdir, kserve, ray))
             where = Targets(*paths, limits, ray_host, ray_port, ray_sizing)
             report = export(items, where, fmt, check)
+        report.executed = ran
     finally:
         for folder in created:  # nothing written there: leave no empty folder behind
             if folder.is_dir() and not any(folder.iterdir()):
@@ -79,16 +78,18 @@ def _refuse_early(fmt: str, kserve, ray) -> None:
         raise BuildError("--kserve needs archives, not --format no-archive.", "use --format mar (or zip-store).")
 
 
-def _captured(notebook, handlers, overrides, how: tuple, stack: ExitStack) -> list[Captured]:
-    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook; ``how`` is
-    (execute, timeout, allow_files)."""
+def _captured(notebook, handlers, overrides, how: tuple, stack: ExitStack) -> tuple[list[Captured], str | None]:
+    """Each handler captured from the file, or (``execute``) from a fresh kernel that ran the notebook's cells they
+    need (``execute="all"``: every cell), and which cells ran, in words; ``how`` is (execute, timeout, allow_files)."""
     execute, timeout, allow_files = how
     if not execute:
-        return _own_files_only(load_handlers(notebook, handlers, overrides), notebook, allow_files)
-    specs = select(stack.enter_context(executed_specs(notebook, timeout)), handlers, notebook)
+        return _own_files_only(load_handlers(notebook, handlers, overrides), notebook, allow_files), None
+    cells = ALL if execute == ALL else NEEDED
+    kernel_specs, ran = stack.enter_context(executed_specs(notebook, timeout, cells, handlers))
+    specs = select(kernel_specs, handlers, notebook)
     items = [Captured(None, spec=s.replace(**overrides) if overrides else s) for s in specs]
     handoff = [folder for s in specs if (folder := saved_by_msnb(s)) is not None]  # live checkpoints msnb saved
-    return _own_files_only(items, notebook, [*allow_files, *handoff])
+    return _own_files_only(items, notebook, [*allow_files, *handoff]), ran
 
 
 def _own_files_only(items: list[Captured], notebook, allow_files: Iterable) -> list[Captured]:

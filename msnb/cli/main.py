@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from msnb.cli import ray_cmd, serve_state, shadow
+from msnb.cli.execute import ALL as EXECUTE_ALL
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
+from msnb.cli.execute import NEEDED as EXECUTE_NEEDED
 from msnb.cli.export_options import add_layout_options, sizing_of
 from msnb.cli.serve_ray import replica_set_arguments, torchserve_arguments
 from msnb.engines import registry
@@ -30,8 +32,10 @@ cell, the latest one winning, as a fresh "Run All" would have them; cells below 
 one archive per handler into OUTDIR. Relative paths in the options (--checkpoint, --requirements,
 --extra-files, --example @file) resolve against the notebook's folder, not the current directory.
 Names bound at run time (a vocabulary built by a loop, a literal changed later) are refused there; with
---execute the notebook first runs top to bottom in a fresh kernel (its folder as the cwd) and its
-handlers are exported as that kernel captured them, runtime values snapshotted as data."""
+--execute the cells the handler cells need (those binding the values, names and files they use, never one
+that serves, predicts or stops) first run in notebook order in a fresh kernel (its folder as the cwd), and
+its handlers are exported as that kernel captured them, runtime values snapshotted as data; it says which
+cells ran. --execute all runs every cell."""
 SERVE_HELP = """Start a private TorchServe (or with --engine ray a local Ray Serve) on 127.0.0.1 (free ports, token auth on), register every archive
 found in PATH (a .mar, a no-archive model folder, a model store folder of .mar files, or a
 `msnb export --kserve` folder) and serve in the foreground until Ctrl-C. An archive that does not load is
@@ -130,12 +134,16 @@ def _add_export(sub) -> None:
 
 
 def _add_execute(exp: argparse.ArgumentParser) -> None:
-    """`--execute`: capture from a fresh kernel that ran the notebook, not from the file."""
+    """`--execute [all]`: capture from a fresh kernel that ran the cells the handlers need (or all), not from the file."""
     exp.add_argument(
         "--execute",
-        action="store_true",
-        help="run the notebook top to bottom in a fresh kernel first and export the handlers it captured "
-        "(runtime values such as a vocabulary built by a loop travel as data)",
+        nargs="?",
+        const=EXECUTE_NEEDED,
+        default=False,
+        type=_execute_cells,
+        metavar="all",
+        help="run the cells the handler cells need (every cell with `--execute all`) in a fresh kernel first and "
+        "export the handlers it captured (runtime values such as a vocabulary built by a loop travel as data)",
     )
     exp.add_argument(
         "--timeout",
@@ -144,6 +152,15 @@ def _add_execute(exp: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"with --execute: the longest one cell may run (default {EXECUTE_TIMEOUT_S})",
     )
+
+
+def _execute_cells(text: str) -> str:
+    """`--execute`'s value: only `all` (argparse passes the bare option's own value through here too)."""
+    if text not in (EXECUTE_ALL, EXECUTE_NEEDED):
+        raise argparse.ArgumentTypeError(
+            f"takes no value but `all`, got {text!r}. Hint: put the notebook first: `msnb export nb.ipynb --execute`."
+        )
+    return text
 
 
 def _add_serve(sub) -> None:
@@ -271,9 +288,12 @@ def _notebook_export_options(args: argparse.Namespace) -> dict:
 
 
 def _print_export(report, table: str) -> None:
-    """Each exported handler's warnings and check answer, the table, then the export's own warnings."""
+    """Which cells --execute ran, each exported handler's warnings and check answer, the table, then the export's own
+    warnings."""
+    if report.executed:
+        print(f"execute: {report.executed}")
     for item in report.exported:
-        for warning in item.spec.warnings:
+        for warning in (*(m.warning() for m in item.spec.near_misses), *item.spec.warnings):  # a misspelt role first
             print(shown(f"warning: {item.spec.name}: {warning}", lines=True), file=sys.stderr)
         if item.spec.name in report.checked:
             print(f"check: {item.spec.name} answered {json.dumps(report.checked[item.spec.name], default=repr)}")

@@ -4,7 +4,7 @@ A worker (or a test process) runs the rendered file, so its tracebacks name ``/t
 file's line numbers; the renderer put each block of user code under a marker line, and each block knows its cell's
 line of every line (``SourceBlock.lines``). ``in_cells`` rewrites such frames as IPython names a cell's frames:
 ``cell In[5], line 9, in preprocess``. The handler cell's lines count its ``%%ms_handler`` line as line 1, as the
-notebook shows them.
+notebook shows them (capture numbered them so: ``body_line``).
 """
 
 from __future__ import annotations
@@ -82,9 +82,8 @@ def _line_map(spec: HandlerSpec) -> dict[int, tuple[str, int]]:
         if at == len(rendered):
             break
         if block.origin.cell is not None or block.origin == "handler cell":
-            magic_line = 1 if block is spec.blocks[-1] and block.origin == spec.origin else 0
             for line in range(1, block.source.rstrip().count("\n") + 2):
                 if not block.lines or (line <= len(block.lines) and block.lines[line - 1]):
-                    found[at + 1 + line] = (str(block.origin), block.cell_line(line) + magic_line)
+                    found[at + 1 + line] = (str(block.origin), block.cell_line(line))
         at += 1
     return found

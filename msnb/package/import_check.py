@@ -23,7 +23,8 @@ def check_imports(spec: HandlerSpec) -> None:
             if imp.dynamic or top in bundled or top in sys.builtin_module_names or top in sys.stdlib_module_names:
                 continue
             if not reqs.provided(top, names):
-                problems.append(f"`{imp.module.split('.')[0]}` ({where}, line {imp.line})")
+                place = spec.where(imp.line) if where is None else f"{where}, line {imp.line}"
+                problems.append(f"`{imp.module.split('.')[0]}` ({place})")
     if problems:
         listed = ", ".join(dict.fromkeys(problems))
         raise BuildError(
@@ -34,7 +35,7 @@ def check_imports(spec: HandlerSpec) -> None:
 
 
 def _sources(spec: HandlerSpec):
-    yield "the handler code", spec.source, None
+    yield None, spec.source, None  # the user's code: its lines named by their cells (HandlerSpec.where)
     for item in spec.bundle:
         if item.module and item.arcname.endswith(".py"):
             package = item.module if item.arcname.endswith("/__init__.py") else item.module.rpartition(".")[0]

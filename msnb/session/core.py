@@ -16,7 +16,7 @@ from typing import Any
 
 from msnb.capture.kernel_values import values_changed
 from msnb.engines import env_vars, registry
-from msnb.engines.model_metrics import batch_fallbacks
+from msnb.engines.model_metrics import ModelMetrics, served_metrics
 from msnb.engines.protocol import Engine
 from msnb.errors import Interrupted, MsnbError, SpecError
 from msnb.package import archive, build_inputs, formats, model_folder
@@ -63,13 +63,13 @@ class Session:
     def capture(
         self, name: str, cell: str, pool: Any, origin: Any, namespace: Mapping[str, Any], cwd: Path, **config: Any
     ) -> HandlerSpec:
-        """Capture a handler cell run in this kernel (``pool``: the cells run before it) and keep its spec."""
+        """Capture a handler cell run in this kernel (``cell``: its body under the ``%%ms_handler`` line; ``pool``:
+        the cells run before it) and keep its spec."""
         from msnb.capture.cells import capture
         from msnb.capture.local_code import search_path
 
-        spec = capture(
-            name, cell, pool, cell_origin=origin, search_path=search_path(cwd), namespace=namespace, **config
-        )
+        where = {"cell_origin": origin, "search_path": search_path(cwd), "body_line": 2}
+        spec = capture(name, cell, pool, namespace=namespace, **where, **config)
         return self.add(spec, namespace)
 
     def add(self, spec: HandlerSpec, namespace: Mapping[str, Any] | None = None) -> HandlerSpec:
@@ -256,6 +256,13 @@ class Session:
             f"cell again, then %ms_serve {name}, to serve the new one."
         )
 
+    def batching(self, name: str) -> str:
+        """What the server's batching of the served ``name`` did, in one line (empty when nothing is known)."""
+        server = self.server(create=False)
+        if name not in self.served or server is None or not server.running:
+            return ""
+        return served_metrics(server).get(name, ModelMetrics()).line()
+
     def logs(self, name: str, lines: int = 40) -> str:
         """The last ``lines`` lines the workers of ``name`` wrote to model_log.log."""
         server = self.server(create=False)
@@ -347,9 +354,10 @@ class Session:
         models = server.models() if running else []
         info = _server_info(server, running)
         handlers = {n: self._handler_status(s, models, info) for n, s in self.specs.items()}
-        fell_back = batch_fallbacks(server) if running else {}
-        for name, handler in handlers.items():  # batched forwards the server retried one sample at a time
-            handler["batch_fallbacks"] = fell_back.get(name, 0)
+        batched = served_metrics(server) if running else {}
+        for name, handler in handlers.items():  # the batches the server formed, and those it retried one by one
+            done = batched.get(name, ModelMetrics())
+            handler |= {"batches": {str(k): v for k, v in done.sizes.items()}, "batch_fallbacks": done.fallbacks}
         return {
             "specs": {n: {"version": s.version, "digest": s.digest()} for n, s in self.specs.items()},
             "archives": {n: str(p) for n, p in self.archives.items()},

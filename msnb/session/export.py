@@ -45,6 +45,7 @@ class Report:
     ray: Path | None = None  # the `--ray` folder, when written
     checked: dict = field(default_factory=dict)  # name -> the example's answer when --check ran it
     warnings: list[str] = field(default_factory=list)  # about the export as a whole (e.g. the KServe config)
+    executed: str | None = None  # with --execute: which cells ran in the fresh kernel, in words
 
     @property
     def ok(self) -> bool:

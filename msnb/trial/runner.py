@@ -8,9 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from msnb.errors import HandlerRunError
-from msnb.forms import ROLES_FORM
 from msnb.package.model_folder import ModelFolder, staged_or
-from msnb.roles import did_you_mean
 from msnb.spec import HandlerSpec
 from msnb.trial import batches, processes
 from msnb.trial.worker import DESCRIBE, Answer, LoadedHandler, customized_metadata, last_traceback
@@ -106,13 +104,11 @@ def _streamed(answer: Answer) -> str:
 
 def missing_role(spec: HandlerSpec) -> tuple[str, str] | None:
     """A role the handler cell misspelled (``preprocces``): what that did, and the fix; None when none is."""
-    defined = spec.blocks[-1].names if spec.blocks and spec.form == ROLES_FORM else ()
-    for name in defined:
-        role = did_you_mean(name)
-        if role is not None and role not in spec.roles:
-            return (
-                f"Role `{role}` was not found: the cell defines `{name}`, which is no role, so the handler ran "
-                f"without a {role}.",
-                f"rename `{name}` to `{role}` in the %%ms_handler cell and run it again.",
-            )
-    return None
+    miss = next(iter(spec.near_misses), None)
+    if miss is None:
+        return None
+    return (
+        f"Role `{miss.role}` was not found: the cell defines `{miss.name}` (line {miss.line}), which is no role, "
+        f"so the handler ran without a {miss.role}.",
+        f"rename `{miss.name}` to `{miss.role}` in the %%ms_handler cell and run it again.",
+    )

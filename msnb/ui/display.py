@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from msnb.capture.requirement_rules import LISTED, summarise
+from msnb.engines.model_metrics import ModelMetrics
 from msnb.errors import MsnbError, shown
 from msnb.forms import ROLES_FORM
 from msnb.spec import HandlerSpec
@@ -91,6 +92,13 @@ class SpecSummary(View):
         rows += [("warning", w) for w in spec.warnings]
         rows.append(("next", f"%ms_test {spec.name}, %ms_build {spec.name}, %ms_serve {spec.name}"))
         super().__init__(f"Handler {spec.name!r} v{spec.version} captured (digest {spec.digest()})", rows)
+        self.first = [WarningView(miss.warning()) for miss in spec.near_misses]  # a misspelt role: said first
+
+    def text(self) -> str:
+        return "\n".join([*(w.text() for w in self.first), super().text()])
+
+    def _repr_html_(self) -> str:
+        return "".join([*(w._repr_html_() for w in self.first), super()._repr_html_()])
 
 
 class Note(View):
@@ -216,8 +224,10 @@ def _handler_cells(name: str, h: dict[str, Any]) -> tuple[str, ...]:
         + _generation(m)
         for m in h["served"]
     )
-    if h.get("batch_fallbacks"):  # batching lost: the server retried batches one sample at a time
-        served += f" ({h['batch_fallbacks']} batch fallbacks: see %ms_logs)"
+    sizes = {int(k): v for k, v in h.get("batches", {}).items()}
+    batched = ModelMetrics(fallbacks=h.get("batch_fallbacks", 0), sizes=sizes).line()
+    if batched:  # the batches the server formed, and those it retried one sample at a time
+        served += f" ({batched})"
     return name, f"v{h['version']} digest {h['digest']}", built or "none", served or "not served", h["url"] or ""
 
 

@@ -147,6 +147,7 @@ class MsnbMagics(Magics):
         data = self._request(args)
         samples = None if data is None else [data]
         answer = current().test(args.name, samples, explain=args.explain)[0]
+        _say_near_misses(args.name)
         return Explanation(answer) if args.explain else answer
 
     @line_magic
@@ -195,6 +196,7 @@ class MsnbMagics(Magics):
         reloaded = current().reloads.note(args.name)
         where = f"{server.inference_url}/predictions/{args.name}"
         report(f"ready: {served.line()}{reloaded} at {where} (took {views.took(time.perf_counter() - started)})", 1.0)
+        _say_near_misses(args.name)
         return server  # shown by its ready line above, not as an Out (see load_ipython_extension)
 
     @line_magic
@@ -334,6 +336,12 @@ class MsnbMagics(Magics):
 
     def _data(self, text: str) -> Any:
         return options.parse_data(text, self.shell.user_ns, Path.cwd())
+
+
+def _say_near_misses(name: str) -> None:
+    """Beside an answer: what a misspelt role changed in it ("no postprocess role: this is the model's raw output")."""
+    for miss in current().get(name).near_misses:
+        display(views.WarningView(miss.beside_answer()))
 
 
 def _parse_handler_line(line: str):

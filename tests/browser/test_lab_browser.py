@@ -35,11 +35,13 @@ def lab(tmp_path):
 
 
 def _loop_notebook():
-    """quickstart's setup and handler cells, then the widget, a serve and a stop by magic, and an edit."""
+    """quickstart's setup and handler cells, then the widget, a serve and a stop by magic, an edit the widget serves,
+    and another the magics serve."""
     cells = nbformat.read(QUICKSTART, 4).cells
     setup = [c.source for c in cells if c.cell_type == "code"][:5]  # imports, MLP, training, load_ext, handler
     edited = setup[4].replace('return {"label"', 'return {"edited": True, "label"')
-    sources = setup + ["%ms_widget quickstart", "%ms_serve quickstart", "%ms_stop", edited]
+    again = setup[4].replace('return {"label"', 'return {"edited": "again", "label"')
+    sources = setup + ["%ms_widget quickstart", "%ms_serve quickstart", "%ms_stop", edited, again]
     sources += ["%ms_serve quickstart", "answer = %ms_predict quickstart\nprint('answer', answer)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -109,11 +111,23 @@ def test_the_widget_and_the_magics_share_one_state(lab):
     predict.click()
     assert poll(lambda: '"label"' in page.locator(".msnb-result").inner_text(), 60)
     _shot(page, "6-widget-predict")
+    run_cell(page, 8, timeout=120)  # the handler cell edited and run again: the widget serves it as it now is
+    before = page.locator(".msnb-result").inner_text()
     began = time.monotonic()
-    run_cell(page, 8, timeout=120)  # the edited handler cell
-    assert "reloaded in the live worker" in run_cell(page, 9, timeout=300)  # a code-only edit
-    answer = run_cell(page, 10, timeout=60)
+    page.locator(".msnb-serve").click()
+    assert poll(lambda: page.locator(".msnb-result").inner_text() != before and predict.is_enabled(), 300, interval=0.2)
+    served = page.locator(".msnb-result").inner_text()
+    assert served.startswith("Serving quickstart v1.0 (digest") and "already serving" not in served, served
+    assert "ran again: the form uses it" in page.locator(".msnb-log").inner_text()
+    predict.click()
+    assert poll(lambda: '"edited": true' in page.locator(".msnb-result").inner_text(), 60), served
+    _record("widget_edit_serve_predict_s", time.monotonic() - began)
+    _shot(page, "7-widget-serves-the-edit")
+    began = time.monotonic()
+    run_cell(page, 9, timeout=120)  # edited again, served by the magic this time
+    assert "reloaded in the live worker" in run_cell(page, 10, timeout=300)  # a code-only edit
+    answer = run_cell(page, 11, timeout=60)
     _record("edit_redeploy_predict_s", time.monotonic() - began)
-    assert "'edited': True" in answer and "Traceback" not in answer
-    assert poll(lambda: "generation 2" in page.locator(".msnb-status").inner_text(), 30)
-    _shot(page, "7-edited-redeployed")
+    assert "'edited': 'again'" in answer and "Traceback" not in answer
+    assert poll(lambda: "generation 3" in page.locator(".msnb-status").inner_text(), 30)
+    _shot(page, "8-edited-redeployed")

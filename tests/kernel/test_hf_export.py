@@ -25,7 +25,8 @@ from msnb.templates.msnb_runtime.handler.names import HF_DIR
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.kernel
 NAME = "bert_sentiment"
-# The notebook's own answers, written by one more cell: plain transformers on the kernel's objects.
+# The notebook's own answers, written by one more cell above the handler cell (it reads the kernel's answers, so
+# `--execute` runs it among the cells the handler needs): plain transformers on the kernel's objects.
 SERVING = ("%ms_serve", "%ms_predict", "%ms_stop")
 SAVE_EXPECTED = 'json.dump({"texts": texts, "logits": expected.tolist()}, open("expected.json", "w"))'
 
@@ -34,7 +35,8 @@ def example(folder: Path) -> Path:
     """The example notebook, without its own serving cells (tests/kernel/test_notebooks.py runs those)."""
     nb = nbformat.read(NOTEBOOKS / "hf_text_classifier.ipynb", as_version=4)
     nb.cells = [c for c in nb.cells if not any(m in c.source for m in SERVING)]
-    nb.cells.append(nbformat.v4.new_code_cell(SAVE_EXPECTED))
+    at = next(i for i, c in enumerate(nb.cells) if "%load_ext msnb" in c.source)
+    nb.cells.insert(at, nbformat.v4.new_code_cell(SAVE_EXPECTED))
     folder.mkdir(parents=True)
     nbformat.write(nb, str(folder / "hf_text_classifier.ipynb"))
     return folder / "hf_text_classifier.ipynb"

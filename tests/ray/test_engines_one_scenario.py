@@ -1,5 +1,6 @@
 """One session scenario over both engines, no fakes (the ``Engine`` protocol, msnb.engines.protocol): add a handler,
-serve it, predict and explain, read its status and its workers' log, change the cell and redeploy, predict again,
+serve it, predict and explain, read its status and its workers' log, see the batches a batching model's server
+formed (the engine's metrics), change the cell and redeploy, predict again,
 stop (on TorchServe; the shared Ray's stop is test_ray_notebook.py's). The folder served is the folder %ms_build
 tested and packed, byte for byte; every answer is the notebook's own (plain torch on the same weights), whichever
 engine serves it."""
@@ -14,6 +15,7 @@ from msnb.engines.protocol import Engine
 from msnb.engines.store import safe_name
 from msnb.package import model_folder
 from msnb.spec import spec_from_source
+from msnb.ui.display import Status
 
 INPUTS = [[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]]
 SHIFTED = MLP_SOURCE.replace(
@@ -61,6 +63,7 @@ def scenario(session, engine: str, tmp_path):
         poll(lambda: text in session.logs("mlp", 400), 30, text, log=lambda: session.logs("mlp"))
 
     logged("msnb handler: MLP loaded on cpu")  # the shared handler's own log line (Java writes the log)
+    batches_formed(session, server, model)
 
     session.add(spec_from_source("mlp", SHIFTED, init_kwargs={"hidden": 8}, example={"x": INPUTS[0]}))
     assert session.stale("mlp")  # the cell changed since it was served
@@ -69,3 +72,19 @@ def scenario(session, engine: str, tmp_path):
     assert session.predict("mlp", {"x": INPUTS[0]})["label"] == label + 10
     logged(f"postprocess printed {label}")  # the handler's prints, as its log lines
     return server
+
+
+def batches_formed(session, server, model) -> None:
+    """A model served with --batch-size 4: concurrent requests form batches, which status reads from the metrics."""
+    batched = spec_from_source("batched", MLP_SOURCE, init_kwargs={"hidden": 8}, batch_size=4, max_batch_delay=300)
+    session.serve(session.add(batched))
+    inputs = [{"x": [float(i), 1.0, 2.0, 3.0]} for i in range(8)]
+
+    def formed() -> dict[int, int]:  # Ray exports its metrics every few seconds: poll, with a bound
+        assert server.client.predict_many("batched", inputs) == [notebook_answer(model, x["x"]) for x in inputs]
+        found = session.status()["handlers"]["batched"]["batches"]
+        return {int(size): n for size, n in found.items() if int(size) > 1}
+
+    sizes = poll(formed, 180, "a batch of more than one request in the engine's metrics")
+    assert all(size <= 4 for size in sizes)
+    assert "batches formed: size " in Status(session.status()).text() and session.batching("batched")

@@ -17,6 +17,7 @@ import psutil
 import pytest
 import requests
 import torch
+from api_clients import mcp_tools
 from helpers import build_mar, poll, processes_naming
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
@@ -135,6 +136,13 @@ def session(env: dict, name: str, folder: Path) -> tuple[subprocess.Popen, dict]
     return proc, {**said, "key": json.loads(Path(said["key_file"]).read_text())["inference"]["key"]}
 
 
+def listed_models(url: str, key: str) -> list[str]:
+    """GET /v1/models with ``key``: the model ids it lists."""
+    answer = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return sorted(m["id"] for m in answer.json()["data"])
+
+
 def post(url: str, name: str, key: str) -> requests.Response:
     return requests.post(
         f"{url}/predictions/{name}", json={"x": X}, headers={"Authorization": f"Bearer {key}"}, timeout=60
@@ -174,6 +182,17 @@ def test_two_sessions_and_a_cli_serve_share_it_keys_apart_and_a_killed_session_i
         why = explain(a["url"], "alpha", a["key"])  # an explanation too asks for the session's own key, not the owner's
         assert why.status_code == 200 and sum(why.json()["attributions"]) == pytest.approx(completeness(), abs=1e-2)
         assert explain(b["url"], "alpha", b["key"]).status_code in (400, 401)
+        owner_key = json.loads((Path(state["root"]) / "key_file.json").read_text())["inference"]["key"]
+        for own, mine in ((a, "alpha"), (b, "beta")):  # /v1 and /mcp answer each session's key with its models
+            assert listed_models(own["url"], own["key"]) == []  # (/v1/models lists the models that stream or embed)
+            tools, (called,) = mcp_tools(own["url"] + "/mcp", own["key"], [(mine, {"x": X})])
+            assert [t.name for t in tools] == [mine] and not called.is_error, called
+            assert called.structured_content["result"] == pytest.approx(expected(), abs=1e-5)
+        tools, _ = mcp_tools(a["url"] + "/mcp", owner_key, [])
+        assert sorted(t.name for t in tools) == ["alpha", "beta"]  # the shared Ray's own key: every model
+        refused = requests.get(f"{a['url']}/v1/models", headers={"Authorization": "Bearer wrong"}, timeout=60)
+        said = refused.json()["error"]["message"]
+        assert refused.status_code == 401 and f"{state['root']}/users/PID/key_file.json" in said, said
         listed = msnb(env, "ray", "status").stdout
         assert f"pid {first.pid}: alpha" in listed and f"pid {second.pid}: beta" in listed, listed
         first.kill()  # a kernel that dies: its model is taken off, the Ray and the other session's model stay
@@ -218,12 +237,16 @@ def test_a_notebook_serves_on_the_shared_ray_after_ms_ray_up(shared, tmp_path, m
     env, state, _ = shared
     monkeypatch.setenv("MSNB_STATE_DIR", env["MSNB_STATE_DIR"])  # the kernel inherits it
     sources = (
-        "%load_ext msnb\nimport json, os\nprint('kernel pid:', os.getpid())",
+        "%load_ext msnb\nimport json, os\nimport msnb.session\nprint('kernel pid:', os.getpid())",
         "%ms_ray up",
         f"%%ms_handler kalpha\n{HANDLER}",
         "%ms_serve kalpha --engine ray",
         f"answer = %ms_predict kalpha --data '{json.dumps({'x': X})}'\nprint('answer:', json.dumps(answer))",
         "%ms_ray status",
+        "from openai import OpenAI\nserver = msnb.session.current().server()\n"
+        "key = json.load(open(server.key_file))['inference']['key']\n"
+        "client = OpenAI(base_url=server.openai_base_url, api_key=key, max_retries=0)\n"
+        "print('openai models:', [m.id for m in client.models.list()])",
     )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
     (tmp_path / "shared.ipynb").write_text(nbformat.writes(nb))
@@ -233,6 +256,7 @@ def test_a_notebook_serves_on_the_shared_ray_after_ms_ray_up(shared, tmp_path, m
     answer = json.loads(printed.split("answer:")[1].splitlines()[0])
     assert answer == pytest.approx(expected(), abs=1e-5), printed
     assert f"pid {pid}: kalpha" in printed, printed
+    assert "openai models: []" in printed, printed  # the kernel's own key is taken (no 401; kalpha does not stream)
     poll(lambda: f"pid {pid}" not in msnb(env, "ray", "status").stdout, 120, "the ended kernel's model taken off")
 
 

@@ -1,4 +1,5 @@
-"""On a real TorchServe: a batch fallback is counted, shown in status and logged; explanations over their share of
+"""On a real TorchServe: the batches the server formed are counted by size, and a batch fallback is counted, both
+shown in status, the fallback logged; explanations over their share of
 the worker are refused at once (503 + Retry-After) while predictions are answered."""
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def test_a_forward_that_breaks_on_a_batch_is_counted_in_status_and_its_traceback
             return session.status()["handlers"]["batchbug"]["batch_fallbacks"] and session.status()
 
         status = poll(fell_back, 60, "a batch fallback counted on /metrics", log=lambda: session.logs("batchbug"))
-        assert "batch fallbacks: see %ms_logs" in Status(status).text()
+        row = status["handlers"]["batchbug"]
+        shown = Status(status).text()
+        assert f"{row['batch_fallbacks']} batch fallback" in shown and "(see %ms_logs)" in shown
+        formed = {int(size): n for size, n in row["batches"].items()}  # the batches TorchServe formed, by size
+        assert all(1 <= size <= 4 for size in formed) and any(size > 1 for size in formed), formed
+        assert "batches formed: size " in session.batching("batchbug")
         logs = session.logs("batchbug", 400)
         assert "the batched forward of" in logs and "retrying one sample at a time, batching is lost" in logs
         assert "Traceback (most recent call last)" in logs and "mat1 and mat2 shapes cannot be multiplied" in logs

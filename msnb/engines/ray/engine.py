@@ -26,11 +26,11 @@ from typing import Any
 from msnb.engines import watchdog
 from msnb.engines.auth import Keys, write_key_file
 from msnb.engines.inference_api import InferenceClient
-from msnb.engines.model_metrics import ModelMetrics, parse, per_model
+from msnb.engines.model_metrics import ModelMetrics, per_model
 from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.protocol import local_url, mcp_url, openai_url
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
-from msnb.engines.ray.metrics import ray_metrics
+from msnb.engines.ray.metrics import nodes_metrics
 from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, quiet_serve_log, started, use_token
 from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, own_route
 from msnb.engines.ray.replica_sets import ReplicaSets
@@ -185,8 +185,9 @@ class LocalRay:
         return local_url(self.host, self.http_port)
 
     def metrics(self) -> dict[str, ModelMetrics]:
-        """Model name -> what its replicas counted (the Ray metrics they export); {} while Ray is not running."""
-        return per_model(parse(ray_metrics(self.metrics_port))) if self._cluster else {}
+        """Model name -> what its replicas counted, on every node (msnb.engines.ray.metrics); {} before Ray runs."""
+        apps = {app: read_manifest(folder) for app, folder in self._folders.items()}
+        return per_model(nodes_metrics(apps)) if self._cluster else {}
 
     @property
     def openai_base_url(self) -> str:
@@ -245,9 +246,16 @@ class LocalRay:
         }
 
     def _door(self) -> dict[str, Any]:
-        """What the router and the replicas that answer predictions themselves ask of each request."""
+        """What the router and the replicas that answer predictions themselves ask of each request (and, on a shared
+        Ray, where the key that opens a model is: said with a refused key)."""
         door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        hint = self.key_hint()
+        door = {**door, "key_hint": hint} if hint else door
         return door if self.auth else {**door, "auth": False}
+
+    def key_hint(self) -> str | None:
+        """Where the key that opens this Ray's models is, beyond the session's own key file (None: only there)."""
+        return None
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:
         """Serve new model folders side by side (``models``: each folder and more builder args, e.g. its

@@ -18,7 +18,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from msnb.templates.msnb_runtime.handler.metrics import SIZE_DIMENSION
+
 TS_LABELS = ("model_name", "model_version", "hostname")
+KEPT_LABELS = (SIZE_DIMENSION,)  # a handler metric's own dimensions kept beside them (Ray's own labels are not)
 # Ray Serve's replica metric (its Prometheus sample) -> TorchServe's counter, and the factor to its unit.
 FROM_RAY = {
     "ray_serve_deployment_request_counter_total": ("ts_inference_requests_total", 1.0),
@@ -53,7 +56,12 @@ def translate(ray_text: str, apps: dict[str, tuple[str, str]], hostname: str) ->
                 name, factor = FROM_RAY[sample.name]
                 totals[name][labels] += sample.value * factor
             elif not sample.name.startswith("ray_serve_") and "model_name" in sample.labels:
-                own[sample.name.removeprefix("ray_")][labels] = sample.value
+                kept = tuple((k, sample.labels[k]) for k in KEPT_LABELS if k in sample.labels)
+                values = own[sample.name.removeprefix("ray_")]
+                if family.type == "counter" or sample.name.endswith("_total"):  # each replica counts its own: summed
+                    values[(*labels, *kept)] += sample.value
+                else:
+                    values[(*labels, *kept)] = sample.value
     return "".join(_family(name, "counter", totals.get(name, {})) for name in DECLARED) + "".join(
         _family(name, "gauge", values) for name, values in sorted(own.items())
     )
@@ -62,9 +70,25 @@ def translate(ray_text: str, apps: dict[str, tuple[str, str]], hostname: str) ->
 def _family(name: str, kind: str, values: dict[tuple, float]) -> str:
     lines = [f"# HELP {name} {HELP.get(name, name)}", f"# TYPE {name} {kind}"]
     for labels, value in sorted(values.items()):
-        shown = ",".join(f'{k}="{v}"' for k, v in zip(TS_LABELS, labels))
+        named = [*zip(TS_LABELS, labels), *labels[len(TS_LABELS) :]]  # TorchServe's labels, then the kept ones
+        shown = ",".join(f'{k}="{v}"' for k, v in named)
         lines.append(f"{name}{{{shown}}} {value!r}")
     return "\n".join(lines) + "\n"
+
+
+def nodes_metrics(apps: dict[str, tuple[str, str]]) -> dict[str, list[tuple[dict, float]]]:
+    """Every live node's metrics in TorchServe's names (``translate``), parsed: sample name -> [(labels, value)]."""
+    import ray
+
+    from msnb.engines.model_metrics import parse
+
+    samples: dict[str, list[tuple[dict, float]]] = {}
+    for node in ray.nodes():
+        if node.get("Alive") and node.get("MetricsExportPort"):
+            text = translate(ray_metrics(node["MetricsExportPort"]), apps, socket.gethostname())
+            for name, rows in parse(text).items():
+                samples.setdefault(name, []).extend(rows)
+    return samples
 
 
 def ray_metrics(port: int) -> str:

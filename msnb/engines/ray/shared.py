@@ -240,10 +240,29 @@ def command(action: str, port: int | None = None, say=print) -> None:
         )
 
 
+def key_hint(root: str | Path) -> str:
+    """What a refused key on the shared Ray is told: each process's models open with that process's own key."""
+    return (
+        "on the shared Ray (msnb ray up) each notebook or command's models open with its own inference key: "
+        f"`server.key_file` in that notebook (%ms_status shows it), {root}/{USERS}/PID/{KEY_FILE} for process PID; "
+        f"the shared Ray's own key, {root}/{KEY_FILE}, opens every model"
+    )
+
+
+class SharedOwner(LocalRay):
+    """The shared Ray's own engine, run by its owner process: a refused key is told where each user's key is."""
+
+    def key_hint(self) -> str | None:
+        return key_hint(self.root)
+
+
 class SharedRay(LocalRay):
     """This process's models on the shared Ray, with a key of their own; ``stop`` takes them off, not the Ray."""
 
     kind, label = ENGINE.kind, f"{ENGINE.label} (shared: msnb ray up)"
+
+    def key_hint(self) -> str | None:
+        return key_hint(self.shared.root)
 
     def __init__(self, state: SharedState, max_request_size: int | None = None):
         # models_per_replica=1: the router is the owner's, whose user_config a user does not rewrite (replica sets'
@@ -365,7 +384,7 @@ def own(state_path: Path, port: int | None) -> None:
     """The owner: start the Ray, write the state file, take dead users' models off until told to stop."""
     stop = threading.Event()
     _stop_on_signals(stop)
-    engine = LocalRay(port).start()
+    engine = SharedOwner(port).start()
     _stop_on_signals(stop)  # again: Ray's core worker put a handler on SIGTERM that prints a stack trace first
     try:
         state = SharedState(os.getpid(), str(engine.root), _gcs_address(), engine.inference_url, engine.http_port)

@@ -47,6 +47,7 @@ class Actions:
     served: Callable[[str], str | None] = lambda name: None  # name -> "NAME vV (digest D)" while served
     stale: Callable[[str], str | None] = lambda name: None  # name -> why the served model is older than its cell
     logs: Callable[[str], str] = lambda name: ""  # name -> the newest lines of its worker log
+    batching: Callable[[str], str] = lambda name: ""  # name -> the batches the server formed, its fallbacks
     subscribe: Callable[[Callable], Callable[[], None]] = lambda callback: lambda: None  # session events
     explain: Callable[[str, Any], Any] | None = None  # (name, data) -> explanation; None: no Explain action
     predict_stream: Callable[[str, Any], Any] | None = None  # (name, data) -> the answer's chunks as they arrive
@@ -72,6 +73,7 @@ class Actions:
             ),
             stale=session.stale,
             logs=session.logs,
+            batching=session.batching,
             subscribe=session.subscribe,
             explain=session.explain,
             predict_stream=session.predict_stream,
@@ -91,6 +93,7 @@ class Controller:
         self.actions, self.inventory = actions, inventory or list_devices()
         self.on_change = on_change or (lambda: None)
         self.base, self.values, self.errors = None, fields.empty_values(), {}
+        self.shown: dict[str, str] = {}  # the text each field showed for ``base``: what differs is the form's edit
         self.running: str | None = None
         self.progress: tuple[str, float] = ("", 0.0)
         self.log: list[str] = []
@@ -111,7 +114,10 @@ class Controller:
         return name if name and self.actions.served(name) else None
 
     def _session_changed(self, event: str, name: str | None) -> None:
-        """The session changed (a magic, another widget, this one): show it unless an action of ours runs."""
+        """The session changed (a magic, another widget, this one): show it unless an action of ours runs; a
+        handler cell of this form's name run again refills the fields the user did not edit."""
+        if event == "defined" and self.base is not None and name == self.base.name:
+            self._reload(name)
         if self.running is None:
             self.status = self._server_line()
             if event == "stopped" and not self.result_ok:  # an error about the stopped server is stale now
@@ -125,7 +131,21 @@ class Controller:
         except MsnbError as err:
             self._finish_error(err)
             return
-        self.values.update(fields.values_from_spec(self.base, self.inventory))
+        self.shown = fields.values_from_spec(self.base, self.inventory)
+        self.values.update(self.shown)
+
+    def _reload(self, name: str) -> None:
+        """The kernel holds a new spec of ``name``: the fields show it, except those the user edited."""
+        old, edited = self.base, self.edited()
+        self.base = self.actions.get(name)
+        self.shown = fields.values_from_spec(self.base, self.inventory)
+        self.values.update({f: v for f, v in self.shown.items() if f not in edited})
+        if old is None or old.digest() != self.base.digest():
+            self._log(f"[cell] {name} v{self.base.version} (digest {self.base.digest()}) ran again: the form uses it")
+
+    def edited(self) -> set[str]:
+        """The spec fields whose text the user changed from what the spec shows."""
+        return {f for f in fields.SPEC_FIELDS if f in self.shown and str(self.values.get(f)) != self.shown[f]}
 
     # ------------------------------------------------------------ form
     def set(self, field: str, value: Any) -> None:
@@ -212,8 +232,12 @@ class Controller:
             self.on_change()
 
     def _spec(self, parsed: dict[str, Any]) -> Any:
-        base = self.base or self.actions.get(parsed["name"])
-        return base.replace(**fields.spec_changes(parsed, self.inventory))
+        """The handler as the kernel holds it now (what ``%ms_serve NAME`` serves), with the form's edits on top."""
+        if self.base is None:  # a form opened without a name: every field is the user's
+            return self.actions.get(parsed["name"]).replace(**fields.spec_changes(parsed, self.inventory))
+        now = self.actions.get(self.base.name)
+        edited = {f: v for f, v in parsed.items() if f in self.edited()}
+        return now.replace(**fields.spec_changes(edited, self.inventory)) if edited else now
 
     def _do_test(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         payload = parsed.get("payload", fields.NO_PAYLOAD)
@@ -221,7 +245,8 @@ class Controller:
         answers = self.actions.test(spec, None if payload is fields.NO_PAYLOAD else [payload])
         took = elapsed()
         self._log(f"[test] {spec.name} answered in its test process in {took}")
-        return f"Test · test process, no server · {took}\n" + "\n".join(fields.pretty(a) for a in answers)
+        answer = "\n".join(fields.pretty(a) for a in answers)
+        return f"Test · test process, no server · {took}\n{answer}" + _near_misses(spec)
 
     def _do_build(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         path = self.actions.build(self._spec(parsed), parsed["export_path"], parsed["format"], self._progress)
@@ -232,7 +257,11 @@ class Controller:
     def _do_serve(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         spec = self._spec(parsed)
         self.actions.serve(spec, self._progress, parsed.get("engine"))
-        return f"Serve done in {elapsed()}: click Predict to ask {spec.name} (the status line says where it runs)."
+        took = elapsed()
+        serving = self.actions.served(spec.name) or f"{spec.name} v{spec.version} (digest {spec.digest()})"
+        self._log(f"[serve] serving {serving}, the cell as the kernel holds it now, in {took}")
+        said = f"Serving {serving} (took {took}): click Predict to ask it (the status line says where it runs)."
+        return said + _near_misses(spec)
 
     def _do_predict(self, parsed: dict[str, Any], elapsed: Callable[[], str]) -> str:
         heading = f"Predict · served {self.actions.served(self.served) or self.served}"
@@ -324,8 +353,15 @@ class Controller:
         running, line = self.actions.server_state()
         name = self.served
         served = f" serving {self.actions.served(name)};" if running and name else ""
+        batched = self.actions.batching(name) if running and name else ""
         stale = self.actions.stale(name) if running and name else None
-        return f"Server:{served} {line}" + (f" Warning: {stale}" if stale else "")
+        line = f"Server:{served} {line}" + (f" {batched[:1].upper()}{batched[1:]}." if batched else "")
+        return line + (f" Warning: {stale}" if stale else "")
+
+
+def _near_misses(spec: Any) -> str:
+    """What a misspelt role changed in the answer, one warning line each (as %ms_test and %ms_serve say it)."""
+    return "".join(f"\nWarning: {miss.beside_answer()}" for miss in spec.near_misses)
 
 
 def chunks_text(chunks: list) -> str:

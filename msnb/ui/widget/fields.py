@@ -103,8 +103,9 @@ def parse(field: str, text: Any, base: Any = None, required: bool = False) -> An
 def spec_changes(parsed: dict[str, Any], inventory: Inventory) -> dict[str, Any]:
     """The ``HandlerSpec.replace`` arguments for the parsed fields."""
     changes = {f: parsed[f] for f in SPEC_FIELDS if f in parsed}
-    device = inventory.get(changes["device"])
-    changes["device"] = device.kind if device else "auto"
+    if "device" in changes:
+        device = inventory.get(changes["device"])
+        changes["device"] = device.kind if device else "auto"
     return changes
 
 

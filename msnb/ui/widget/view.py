@@ -113,9 +113,13 @@ class BuildWidget(widgets.VBox):
         return self.controller.running is None
 
     def refresh(self) -> None:
-        """Show the controller's state: buttons, field errors, progress, status, result, log."""
+        """Show the controller's state: fields (a handler cell run again refills them), buttons, field errors,
+        progress, status, result, log."""
         c = self.controller
         with self._lock:
+            for field, widget in getattr(self, "fields", {}).items():
+                if widget.value != c.values[field]:
+                    widget.value = c.values[field]
             for action, enabled in c.enabled().items():
                 self.buttons[action].disabled = not enabled
             for field, label in self.field_errors.items():

@@ -73,12 +73,17 @@ class ApiError(Exception):
         return {"content-type": "application/json", **({"www-authenticate": CHALLENGE} if self.status == 401 else {})}
 
 
-def unauthorised() -> ApiError:
-    """A missing or wrong key: 401, as OpenAI answers one."""
+def unauthorised(hint: str | None = None) -> ApiError:
+    """A missing or wrong key: 401, as OpenAI answers one; ``hint``: where the key that works is (a shared Ray's)."""
     return ApiError(
         401,
-        "Incorrect API key provided. Hint: the API key is the server's inference key "
-        '(msnb: server.key_file, its "inference" key; Ray: the router\'s key).',
+        "Incorrect API key provided. Hint: "
+        + (
+            hint
+            or 'the API key is the server\'s inference key (msnb: server.key_file, its "inference" key; Ray: the '
+            "router's key)"
+        )
+        + ".",
         "invalid_request_error",
         None,
         "invalid_api_key",

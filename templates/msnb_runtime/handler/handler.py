@@ -21,7 +21,17 @@ from typing import Any
 
 import torch
 
-from .collate import CollateError, collate, json_safe, not_json, request_body, split, takes_keywords, to_device
+from .collate import (
+    CollateError,
+    collate,
+    has_tensor,
+    json_safe,
+    not_json,
+    request_body,
+    split,
+    takes_keywords,
+    to_device,
+)
 from .content_type import content_type
 from .envelope import V1, envelope_of, request_error_answer, request_problem, v2_output, v2_sample
 from .explain import Explainer, ExplainError, wants_explanation
@@ -39,6 +49,7 @@ from .load import (
     unpack_extra_files,
 )
 from .metrics import MetricsWindow
+from .returns import PREPROCESS_HINT, ReturnError, preprocess_fault, unencodable
 from .stream import Failure, is_streaming, stream_batch
 
 logger = logging.getLogger(__name__)
@@ -321,7 +332,7 @@ class BatchHandler:
         except CollateError as err:
             logger.info("msnb handler: %d samples cannot be batched (%s); one forward each", len(samples), err)
         except Exception as err:
-            if len(samples) == 1:
+            if len(samples) == 1 or not any(has_tensor(s) for s in samples):  # (no tensor: preprocess's doing)
                 return {idx: _Failed("inference", err) for idx in inputs}
             self.fallbacks.record(context, err, len(samples))
         return {idx: self._forward_one(sample) for idx, sample in inputs.items()}
@@ -338,6 +349,10 @@ class BatchHandler:
 
     def _answer(self, idx: int, output: Any, encode: Callable[[int, Any], Any], model_input=None, sample=None) -> Any:
         if isinstance(output, _Failed):
+            own = self.preprocess is not _identity
+            wrong = preprocess_fault(model_input, output.error, own) if output.stage == "inference" else None
+            if wrong is not None:  # preprocess returned what no model takes: the code's fault, said as its own
+                return self.error(idx, "preprocess", wrong, hint=PREPROCESS_HINT, status=500)
             if output.stage == "inference" and input_fault(output.error):  # the request is at fault: 400
                 return self.error(idx, output.stage, output.error, hint=HINTS["input"], status=400)
             return self.error(idx, output.stage, output.error, HINTS["no-cuda"] if no_cuda(output.error) else None)
@@ -353,7 +368,8 @@ class BatchHandler:
             hint = HINTS["non-finite preprocess" if non_finite(model_input) else "non-finite"]
             return self.error(idx, "serialise", err, hint=hint)
         except (TypeError, ValueError) as err:
-            return self.error(idx, "serialise", err)
+            role = "postprocess" if self.postprocess is not _identity else "the model (there is no postprocess role)"
+            return self.error(idx, "serialise", unencodable(json_safe(result), role) or err)
 
     def _explanation(self, idx: int, explanation: Any, encode: Callable[[int, Any], Any]) -> Any:
         """An explanation goes out as it is (encoded like an answer); postprocess is for predictions only."""
@@ -372,12 +388,14 @@ class BatchHandler:
     def error(
         self, idx: int, stage: str, err: BaseException, hint: str | None = None, status: int | None = None
     ) -> dict:
-        # An ExplainError is a refusal with its own hint (the input cannot be explained), not a crash: no traceback.
-        trace = None if isinstance(err, ExplainError) else err
-        logger.error("msnb handler: request %d failed in %s: %s", idx, stage, err, exc_info=trace)
-        message = f"{type(err).__name__}: {err}"[:2000]
+        # An ExplainError is a refusal with its own hint (the input cannot be explained), not a crash: no traceback;
+        # nor a ReturnError, which says what the role returned (its traceback is the next step's, not the role's).
+        said = isinstance(err, ReturnError)
+        shown = None if said or isinstance(err, ExplainError) else err
+        logger.error("msnb handler: request %d failed in %s: %s", idx, stage, err, exc_info=shown)
+        message = str(err)[:2000] if said else f"{stage} failed: {type(err).__name__}: {err}"[:2000]
         hint = hint or (err.hint if isinstance(err, ExplainError) else HINTS[stage])
-        answer = _ErrorAnswer(error=f"{stage} failed: {message}", hint=hint, stage=stage, type=type(err).__name__)
+        answer = _ErrorAnswer(error=message, hint=hint, stage=stage, type=type(err).__name__)
         answer.status = status or (
             err.status if isinstance(err, ExplainError) else 400 if stage == "preprocess" else 500
         )

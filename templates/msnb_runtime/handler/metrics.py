@@ -1,4 +1,10 @@
-"""msnb's custom TorchServe metrics: per-stage times and batch sizes, reported over a window (shared handler).
+"""msnb's custom TorchServe metrics: per-stage times and batch sizes, reported over a window, and the batches formed
+(shared handler).
+
+``MsnbBatches`` counts the batches the server formed, by their size (its ``BatchSize`` dimension), for a model whose
+batch size is above 1: what ``%ms_status`` shows as the batches formed. It is reported with every batch (a window
+would hold the last batches of a burst back until the next one), which costs one metric line per batch, not per
+request.
 
 Depends only on the standard library and (optionally) TorchServe, never on msnb.
 """
@@ -13,7 +19,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 METRICS = {"preprocess": "MsnbPreprocessTime", "inference": "MsnbInferenceTime", "postprocess": "MsnbPostprocessTime"}
 BATCH_SIZE_METRIC = "MsnbBatchSize"
-ALL_METRICS = (*METRICS.values(), BATCH_SIZE_METRIC)
+BATCHES_METRIC, SIZE_DIMENSION = "MsnbBatches", "BatchSize"
+ALL_METRICS = (*METRICS.values(), BATCH_SIZE_METRIC, BATCHES_METRIC)
 
 
 def record_metrics(context: Any, timings: dict[str, float], batch_size: float) -> None:
@@ -49,6 +56,8 @@ class MetricsWindow:
         self.stage_ms = dict.fromkeys(METRICS, 0.0)
 
     def add(self, context: Any, timings: dict[str, float], batch_size: int) -> None:
+        if _configured_batch_size(context) > 1:
+            record_batch(context, batch_size)
         self.batches += 1
         self.samples += batch_size
         for stage, ms in timings.items():
@@ -64,6 +73,42 @@ class MetricsWindow:
             int(mean_size) if mean_size.is_integer() else round(mean_size, 2),
         )
         self._reset()
+
+
+def record_batch(context: Any, size: int) -> None:
+    """Count one batch of ``size`` samples the server formed (``MsnbBatches``, dimension ``BatchSize``); never raises."""
+    metrics = getattr(context, "metrics", None)
+    if metrics is None:
+        return
+    try:
+        metrics.add_metric(BATCHES_METRIC, 1, "count", None, [_dimension(SIZE_DIMENSION, str(size))], *_counter())
+    except Exception:  # metrics are best effort
+        logger.warning("could not record the batch metric", exc_info=True)
+
+
+def _configured_batch_size(context: Any) -> int:
+    try:
+        return int((getattr(context, "system_properties", None) or {}).get("batch_size") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _dimension(name: str, value: str) -> Any:
+    try:
+        from ts.metrics.dimension import Dimension
+    except ImportError:  # no TorchServe here: the same two fields
+        from collections import namedtuple
+
+        Dimension = namedtuple("Dimension", "name value")
+    return Dimension(name, value)
+
+
+def _counter() -> tuple:
+    try:
+        from ts.metrics.metric_type_enum import MetricTypes
+    except ImportError:
+        return ()
+    return (MetricTypes.COUNTER,)
 
 
 def _gauge() -> tuple:

@@ -4,16 +4,21 @@ msnb_api_*); and /v1 for one model in a replica of its own (``PerModelRoute``: w
 A completion streams the pieces a replica's handler sends (ray.streaming's items: each piece as the handler sent it),
 closed early once max_tokens or a stop string ends it (the replica then closes the generator no request reads). A
 model's API card (msnb_api.json in its folder, and whether it streams) comes from one of its replicas, kept for
-CARD_TTL_S. The inference key as OpenAI's 401 and MCP's bearer. Depends on ray[serve], starlette and the standard
-library, never on msnb.
+CARD_TTL_S. The inference key as OpenAI's 401 and MCP's bearer: the router's key opens every model; on a shared Ray
+(`msnb ray up`) each process's models have a key of their own, and that key opens its models (a card carries its
+model's key hashed, ``KEY_FIELD``): the listings and calls answer with those models only. Depends on ray[serve],
+starlette and the standard library, never on msnb.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import time
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,10 @@ from ..ts.checks import refused
 from .streaming import CUT, WHOLE, streams
 
 CARD_TTL_S = 10.0  # a card older than this is read again (in the background: a replica call costs ms)
+KEY_FIELD = "key_sha256"  # a card's model's key, hashed: which key opens it (the key itself never leaves its replica)
+# The models the request's key opens, when it is a model's key and not the router's (None: every model). Set per
+# request by ApiRoutes.answer; asyncio gives each request's task its own value.
+_OPENED: ContextVar[frozenset[str] | None] = ContextVar("msnb_opened", default=None)
 ERROR_KEYS = {"error", "hint", "stage", "type"}  # the shared handler's error line ending a stream
 
 
@@ -69,10 +78,12 @@ class ApiRoutes:
             return Response(b"", status_code=405, headers={"allow": "POST"})
         if path not in ("/v1/models", "/mcp", embeddings.ROUTE) and path not in ROUTES:
             return error_reply(ApiError(404, f"Unknown path {path}.", code="not_found"))
-        if refused(headers, self.router.key) and path == "/mcp":
-            return reply(mcp.unauthorised(unauthorised().message, CHALLENGE))
         if refused(headers, self.router.key):
-            return error_reply(unauthorised())
+            opened = await self.opened_by(headers)  # a model's own key (a shared Ray's user): its models only
+            if not opened:
+                refusal = unauthorised(getattr(self.router, "key_hint", None))
+                return reply(mcp.unauthorised(refusal.message, CHALLENGE)) if path == "/mcp" else error_reply(refusal)
+            _OPENED.set(opened)
         try:
             if path == "/v1/models":
                 return json_reply(200, models(await self.all_cards()))
@@ -95,9 +106,22 @@ class ApiRoutes:
                 )
             )
 
+    async def opened_by(self, headers: dict) -> frozenset[str]:
+        """The models whose own key the request carries (none: the key opens nothing here)."""
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return frozenset()
+        digest = key_digest(token.strip())
+        cards = await self.all_cards(every=True)
+        return frozenset(n for n, c in cards.items() if hmac.compare_digest(str(c.get(KEY_FIELD)), digest))
+
     async def card(self, name: str) -> dict | None:
         """``name``'s card: the one kept, read again in the background once older than CARD_TTL_S (no replica call
-        on a request's way to its first token); None when there is no such model."""
+        on a request's way to its first token); None when there is no such model, or the request's key does not
+        open it."""
+        opened = _OPENED.get()
+        if opened is not None and name not in opened:
+            return None
         kept = self.cards.get(name)
         if kept is None:
             return await self.read_card(name)
@@ -120,11 +144,18 @@ class ApiRoutes:
         self.cards[name] = (time.monotonic(), card)
         return card
 
-    async def all_cards(self) -> dict[str, dict]:
+    async def all_cards(self, every: bool = False) -> dict[str, dict]:
+        """The served models' cards: those the request's key opens (``every``: all of them); a replica set's
+        application stands for its models."""
         own, sets = serve.get_replica_context().app_name, getattr(self.router, "sets", {})
         apps = {n for n in serve.status().applications if n != own and n not in sets.values()}  # a set: its models
-        names = sorted(apps | set(sets))
-        return {n: card for n in names if (card := await self.card(n)) is not None}
+        opened = None if every else _OPENED.get()
+        names = sorted(n for n in apps | set(sets) if opened is None or n in opened)
+        token = _OPENED.set(None)  # (the names are chosen: read each card as the router)
+        try:
+            return {n: card for n in names if (card := await self.card(n)) is not None}
+        finally:
+            _OPENED.reset(token)
 
     async def complete(self, kind: str, raw: bytes) -> Response:
         request = parse(kind, body_of(raw))
@@ -261,6 +292,10 @@ class PerModelRoute:
     def key(self) -> str | None:
         return self.replica.door.key
 
+    @property
+    def key_hint(self) -> str | None:
+        return self.replica.door.key_hint
+
     def app_handle(self, name: str) -> Any:
         return OwnHandle(self.replica) if name == self.replica.model.name else None
 
@@ -310,11 +345,18 @@ def _decoded(body: Any) -> Any:
         return bytes(raw).decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
 
 
-def model_card(model: Any) -> dict:
-    """A replica's model as /v1 and /mcp show it: its folder's card, and whether it streams (asked of the loaded
-    handler, so that an own handler sending TorchServe's intermediate responses streams too)."""
+def model_card(model: Any, key: str | None = None) -> dict:
+    """A replica's model as /v1 and /mcp show it: its folder's card, whether it streams (asked of the loaded
+    handler, so that an own handler sending TorchServe's intermediate responses streams too) and its door's ``key``,
+    hashed (``KEY_FIELD``)."""
     folder = Path(model.context.system_properties.get("model_dir") or ".")
     path = folder / API_CARD
     card = mcp.read_card(path.read_text() if path.is_file() else None, model.name)
     card["streams"] = streams(model)
+    card[KEY_FIELD] = key_digest(key)
     return card
+
+
+def key_digest(key: str | None) -> str | None:
+    """A key as a card carries it: its SHA-256 (None without a key)."""
+    return hashlib.sha256(key.encode()).hexdigest() if key else None

@@ -215,7 +215,7 @@ class MsnbModel:
         return await asyncio.to_thread(locked, self.model, self.model.describe, customized, headers)
 
     def streams(self, card: bool = False) -> bool | dict:  # card: how /v1 and /mcp show the model (ray.api)
-        return model_card(self.model) if card else streams(self.model)
+        return model_card(self.model, self.door and self.door.key) if card else streams(self.model)
 
     async def infer_stream(self, body: bytes, headers: dict):
         """One prediction's answer as items of ray.streaming (called with ``handle.options(stream=True)``)."""
@@ -272,7 +272,7 @@ class MsnbRouter(SetRouting):
         self.handles: dict[str, Any] = {}
         self.controller = None  # Serve's controller, once ``targets`` asks it
         self.door = ingress.IngressConfig(args or {})
-        self.key = self.door.key  # /v1 and /mcp ask for it too (ray.api)
+        self.key, self.key_hint = self.door.key, self.door.key_hint  # /v1 and /mcp ask for it too (ray.api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (ray.streaming)
         self.api = ApiRoutes(self)  # /v1 and /mcp
         if (args or {}).get("watch"):  # an export: a replica Serve cannot place is said, with a Hint
@@ -455,7 +455,7 @@ def router(args: dict | None = None) -> Any:
     ``max_request_size`` in bytes (413 above it); the inference key: ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
-    door = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch") if k in args}
+    door = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch", "key_hint") if k in args}
     token_interceptor.inference_key(door)  # a cluster without the key: refused here, not by a replica retried in a loop
     options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):

@@ -62,10 +62,11 @@ def own_api_path(name: str, path: str) -> str:
 
 class IngressConfig:
     """What a door asks of every request: the inference key (None: no check) and the body size limit (None: no
-    limit), from a builder's args (``key_file`` / ``auth`` / ``max_request_size``: see ray.app.router)."""
+    limit), from a builder's args (``key_file`` / ``auth`` / ``max_request_size``: see ray.app.router); ``key_hint``:
+    where the key that opens a model is (a shared Ray's, said with a refused key)."""
 
     def __init__(self, args: dict):
-        self.key = token_interceptor.inference_key(args)
+        self.key, self.key_hint = token_interceptor.inference_key(args), args.get("key_hint")
         limit = args.get("max_request_size")
         self.limit = int(limit) if limit else None
 

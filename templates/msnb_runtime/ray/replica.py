@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 logger = logging.getLogger("ray.serve")  # Serve's logger: its lines land in the replica's own log file
+_OWN_DIMENSIONS = ("model_name", "ModelName", "Level")  # the model's name is its tag; Ray has no level
 
 
 def replica_gpu_id(assigned_gpus: list) -> int | None:
@@ -31,27 +32,52 @@ class RayMetrics:
         """TorchServe's loader names the load's request (a metrics cache API); Ray's metrics have no request."""
         self.request_ids = request_ids
 
-    def _metric(self, name: str, kind: str) -> Any:
+    def _metric(self, name: str, kind: str, dimensions: Any = None) -> Any:
+        """The Ray metric ``name``, its tags the model's name and the names of the ``dimensions`` it was first given
+        (TorchServe's own dimensions, ModelName and Level, are the model's name here)."""
         if (name, kind) not in self._metrics:
             factory = self._factory
             if factory is None:
                 from ray.serve import metrics as factory
             cls = factory.Counter if kind == "counter" else factory.Gauge
-            self._metrics[name, kind] = cls(name, description=f"msnb handler metric {name}", tag_keys=("model_name",))
-        return self._metrics[name, kind]
+            keys = ("model_name", *(d.name for d in dimensions or () if d.name not in _OWN_DIMENSIONS))
+            self._metrics[name, kind] = cls(name, description=f"msnb handler metric {name}", tag_keys=keys), keys
+        return self._metrics[name, kind][0]
+
+    def _tags(self, name: str, kind: str, dimensions: Any) -> dict:
+        """The model's name, and each dimension's value for the tags the metric was made with."""
+        keys, given = self._metrics[name, kind][1], {d.name: str(d.value) for d in dimensions or ()}
+        return {"model_name": self.model_name, **{k: given[k] for k in keys[1:] if k in given}}
 
     def add_time(self, name: str, value: float, idx: Any = None, unit: str = "ms", dimensions: Any = None, *_, **__):
         self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
 
     def add_metric(
-        self, name: str, value: float, unit: str = "count", idx: Any = None, dimensions: Any = None, *_, **__
+        self,
+        name: str,
+        value: float,
+        unit: str = "count",
+        idx: Any = None,
+        dimensions: Any = None,
+        metric_type: Any = "counter",  # TorchServe's default
+        *_,
+        **__,
     ):
-        self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
+        kind = _kind(metric_type)
+        metric = self._metric(name, kind, dimensions)
+        tags = self._tags(name, kind, dimensions)
+        if kind == "counter":
+            metric.inc(float(value), tags=tags)
+        else:
+            metric.set(float(value), tags=tags)
 
     def add_counter(self, name: str, value: float = 1, idx: Any = None, dimensions: Any = None, *_: Any, **__: Any):
         self._metric(name, "counter").inc(float(value), tags={"model_name": self.model_name})
 
-    add_size = add_percent = add_metric
+    def add_size(self, name: str, value: float, idx: Any = None, unit: str = "MB", dimensions: Any = None, *_, **__):
+        self._metric(name, "gauge").set(float(value), tags={"model_name": self.model_name})
+
+    add_percent = add_size
 
     def add_metric_to_cache(
         self, metric_name: str, unit: str = "count", dimension_names: Any = None, metric_type: Any = "counter"
@@ -61,8 +87,13 @@ class RayMetrics:
         return self.get_metric(metric_name, metric_type)
 
     def get_metric(self, metric_name: str, metric_type: Any = "counter") -> "CachedMetric":
-        kind = "counter" if str(getattr(metric_type, "value", metric_type)).lower().endswith("counter") else "gauge"
+        kind = _kind(metric_type)
         return CachedMetric(self._metric(metric_name, kind), kind, self.model_name)
+
+
+def _kind(metric_type: Any) -> str:
+    """A ``ts.metrics.metric_type_enum.MetricTypes`` (or its name) as a Ray metric's kind: counter or gauge."""
+    return "counter" if str(getattr(metric_type, "value", metric_type)).lower().endswith("counter") else "gauge"
 
 
 class CachedMetric:

@@ -397,3 +397,18 @@ def test_rendered_module_compiles_and_defines_the_roles():
     namespace = loaded(spec)
     assert namespace["init_function"]().emb.num_embeddings == 1
     assert namespace["preprocess"](["a"]).tolist() == [0]
+
+
+# ------------------------------------------------------------------ one line-number convention
+def test_every_capture_message_counts_the_handler_cells_lines_from_its_ms_handler_line(tmp_path):
+    from msnb.capture.local_code import search_path
+    from msnb.spec import Origin
+
+    cell = "import torch\nimport nosuchmod_xyz\n\ndef init_function():\n    return torch.nn.Linear(4, 2)\n"
+    cell += "\nprint('hi')\n\ndef postprocesss(out):\n    return out\n"
+    where = {"cell_origin": Origin("cell In[2]", cell=2), "body_line": 2, "search_path": search_path(tmp_path)}
+    spec = capture("m", cell, [], **where)
+    said = "\n".join(spec.warnings)  # the cell as the notebook numbers it: line 1 is `%%ms_handler m`
+    assert "`import nosuchmod_xyz` (line 3 of cell In[2])" in said
+    assert "line 8: `print('hi')` is not kept" in said and spec.near_misses[0].line == 10
+    assert spec.where(1) == "line 2 of cell In[2]" and spec.where(3) == "line 3 of cell In[2]"

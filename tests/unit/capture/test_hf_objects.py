@@ -164,7 +164,7 @@ def test_a_plain_module_returned_by_init_function_gets_the_two_lines_to_write():
 
 
 def test_without_a_kernel_the_objects_are_refused_with_the_hint_to_execute():
-    with pytest.raises(CaptureError, match=r"`model` .*`tokenizer`") as err:
+    with pytest.raises(CaptureError, match=r"(?s)`model` .*`tokenizer`") as err:
         capture("cls", HANDLER, POOL)
     assert err.value.hint == RUNTIME_HINT and "msnb export --execute" in err.value.hint
 

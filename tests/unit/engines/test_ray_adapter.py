@@ -41,7 +41,10 @@ class FakeMetrics:
         def set(self, value, tags=None):
             FakeMetrics.values[self.name] = value
 
-    Counter = Gauge
+    class Counter(Gauge):
+        def inc(self, value, tags=None):
+            key = (self.name, *sorted((tags or {}).items()))
+            FakeMetrics.values[key] = FakeMetrics.values.get(key, 0) + value
 
 
 @pytest.fixture
@@ -80,6 +83,10 @@ def test_a_bad_sample_in_a_batch_of_8_gets_its_own_400_and_the_other_7_are_answe
     error = json.loads(replies[5][2])
     assert error["stage"] == "preprocess" and "expected a JSON object" in error["error"] and error["hint"]
     assert FakeMetrics.values["MsnbBatchSize"] == 8  # the Msnb metrics go to Ray's metrics
+    formed = ("MsnbBatches", ("BatchSize", "8"), ("model_name", "mlp"))
+    before = FakeMetrics.values.get(formed, 0)
+    model.answer(batch)
+    assert FakeMetrics.values[formed] == before + 1  # a counter, by batch size: the batches the replica formed
 
 
 def test_a_str_answer_keeps_its_text_content_type(loaded):

@@ -14,7 +14,7 @@ HANDLER = "import torch\n\ndef init_function():\n    return Net()\n\ndef preproc
 
 def spec():
     pool = [(Origin("cell In[1]", cell=1), NET)]
-    return capture("frames", HANDLER, pool, cell_origin=Origin("cell In[2]", cell=2))
+    return capture("frames", HANDLER, pool, cell_origin=Origin("cell In[2]", cell=2), body_line=2)
 
 
 def frame(rendered: str, code: str, function: str) -> str:

@@ -128,6 +128,15 @@ def test_the_401_and_the_models_list_have_openais_shape_and_the_list_holds_the_e
     listed = models(cards)
     assert [m["id"] for m in listed["data"]] == ["emb", "gen"] and listed["object"] == "list"
     assert set(listed["data"][0]) == {"id", "object", "created", "owned_by"}
+    assert set(models({"gen": {"streams": True, "key_sha256": "ab12"}})["data"][0]) == set(listed["data"][0])
+
+
+def test_a_refused_key_is_told_where_the_key_that_works_is():
+    shared = unauthorised("each process's models open with its own key: /tmp/r/users/PID/key_file.json").message
+    assert shared == (
+        "Incorrect API key provided. Hint: each process's models open with its own key: /tmp/r/users/PID/key_file.json."
+    )
+    assert "server.key_file" in unauthorised().message  # one server: its own key file
 
 
 def test_mcp_initialize_answers_the_clients_version_and_notifications_get_202():

@@ -324,6 +324,22 @@ def test_under_load_metrics_are_the_means_of_a_window_reported_once_per_interval
         assert len(inference) == 1
 
 
+def test_every_batch_formed_is_counted_by_its_size_when_the_model_batches(tmp_path, caplog):
+    handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x)  # (the context's batch size is 8)
+    handle.metrics = msnb_metrics.MetricsWindow(interval_s=60.0)  # a window holds no batch count back
+    with caplog.at_level(logging.INFO):
+        for size in (3, 1, 3):
+            predict(handle, ctx, [{"x": [0] * 4}] * size)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[METRICS]MsnbBatches")]
+    assert [line.split("|")[0] for line in lines] == ["[METRICS]MsnbBatches.Count:1"] * 3
+    assert ["BatchSize:3" in lines[0], "BatchSize:1" in lines[1], "ModelName:m" in lines[2]] == [True] * 3
+    ctx.system_properties["batch_size"] = 1  # a model that does not batch: every batch is one request, not counted
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        predict(handle, ctx, [{"x": [0] * 4}])
+    assert not [r for r in caplog.records if r.getMessage().startswith("[METRICS]MsnbBatches")]
+
+
 def test_broken_metrics_never_fail_a_request(tmp_path):
     class Broken:
         def __getattr__(self, name):
@@ -545,3 +561,34 @@ def test_the_shipped_modules_import_only_torch_the_standard_library_and_each_oth
             else:
                 continue
             assert {n.split(".")[0] for n in names} <= allowed_here, (path.name, names)
+
+
+# ---------------------------------------------------------------- a role's return said as the role's doing
+def test_a_preprocess_returning_a_list_is_named_as_preprocess_with_the_type_and_no_fallback_is_counted(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, model=nn.Linear(4, 2), preprocess_function=lambda s: s["x"])
+    answers, codes = predict(handle, ctx, [{"x": [1.0, 2.0, 3.0, 4.0]}] * 3)
+    assert codes == [500] * 3 and all(a["stage"] == "preprocess" for a in answers)
+    said = answers[0]["error"]
+    assert said.startswith("preprocess returned a list of 4 floats, not a tensor, and the model cannot take it")
+    assert "must be Tensor, not list" in said and "return a tensor from preprocess" in answers[0]["hint"]
+    assert handle.fallbacks.count == 0  # no batch was lost: there was none to form
+
+
+def test_a_preprocess_returning_tensors_still_fails_as_the_model_with_its_own_hint(tmp_path):
+    handle, ctx, _ = loaded(tmp_path, model=nn.Linear(4, 2), preprocess_function=to_x)
+    answers, codes = predict(handle, ctx, [{"x": [1, 2, 3]}])  # a shape the model cannot take: the request's fault
+    assert codes == [400] and answers[0]["stage"] == "inference"
+
+
+def test_a_postprocess_answer_json_cannot_carry_names_postprocess_the_type_and_where(tmp_path):
+    def post(out):
+        return {"label": 1, "tags": {"a", "b"}, "scores": out}  # the tensor converts; the set cannot
+
+    handle, ctx, _ = loaded(tmp_path, preprocess_function=to_x, postprocess_function=post)
+    answers, codes = predict(handle, ctx, [{"x": [0] * 4}])
+    assert codes == [500] and answers[0]["stage"] == "serialise"
+    assert answers[0]["error"] == (
+        "postprocess returned a dict with keys 'label', 'tags', 'scores', holding a set at ['tags'], which JSON "
+        "cannot carry"
+    )
+    assert "JSON-serialisable" in answers[0]["hint"]

@@ -51,7 +51,8 @@ def test_inference_with_the_wrong_arity_or_async_is_refused_with_the_signature(d
 @pytest.mark.parametrize("name", ["forward", "predict", "infer"])
 def test_other_frameworks_names_for_the_step_get_did_you_mean_inference(name):
     spec = run(f"def init_function():\n    return 1\ndef {name}(model, batch):\n    return model(batch)\n")
-    assert any(f"`{name}` is not a role" in w and "did you mean `inference`?" in w for w in spec.warnings)
+    assert [(m.name, m.role) for m in spec.near_misses] == [(name, "inference")]
+    assert "did you mean `inference`?" in spec.near_misses[0].warning()
 
 
 def test_a_plain_inference_role_replaces_the_forward_and_its_output_is_split_per_sample():

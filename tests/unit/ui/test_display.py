@@ -74,3 +74,21 @@ def test_status_shows_the_openai_and_mcp_urls_of_a_running_server():
     }
     shown = repr(Status({"server": server, "handlers": {}}))
     assert "OpenAI API: http://127.0.0.1:2/v1" in shown and "MCP: http://127.0.0.1:2/mcp" in shown
+
+
+def test_a_misspelt_role_is_shown_first_as_a_warning_box_above_the_summary():
+    from msnb.capture.cells import capture
+
+    cell = "import torch\n\ndef init_function():\n    return torch.nn.Identity()\n\ndef postprocesss(out):\n    return out\n"
+    summary = SpecSummary(capture("typo", cell, [], body_line=2))
+    text, html = summary.text(), summary._repr_html_()
+    assert text.startswith("Warning: line 7: `postprocesss` is not a role and nothing calls it: did you mean")
+    assert html.startswith("<div class='msnb-warning'") and html.index("msnb-warning") < html.index("captured")
+    assert text.count("postprocesss") == 2  # said once: its name and its Hint; no summary row repeats it
+
+
+def test_status_says_the_batches_the_server_formed_and_its_fallbacks_beside_the_served_version():
+    row = {"version": "1.0", "digest": "d", "archives": [], "stale": False, "why": None, "url": "u"}
+    row |= {"served": [{"version": "1.0", "default": True}], "batches": {"4": 3, "1": 2}, "batch_fallbacks": 1}
+    shown = repr(Status({"server": {"running": True, "url": "u"}, "handlers": {"churn": row}}))
+    assert "served: v1.0 (default) (batches formed: size 4 ×3, size 1 ×2; 1 batch fallback (see %ms_logs))" in shown

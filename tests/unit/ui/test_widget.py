@@ -142,3 +142,14 @@ def test_a_new_handler_starts_from_defaults_and_says_what_is_missing(fake):
     assert "No handler named" in w.result.value and "Hint:" in w.result.value
     click(w, "test")
     assert "Version is empty" in w.field_errors["version"].value
+
+
+def test_the_handler_cell_run_again_refills_the_fields_the_user_did_not_type_in(fake):
+    w = make(fake)
+    type_(w, "batch_size", "4")
+    fake.define_by_magic(fake.specs["mlp"].replace(example={"x": [9, 9, 9, 9]}, workers=2, batch_size=2))
+    assert w.fields["payload"].value == '{"x": [9, 9, 9, 9]}' and w.fields["workers"].value == "2"
+    assert w.fields["batch_size"].value == "4"  # typed: the form's edit on top of the cell
+    click(w, "serve")
+    served = fake.calls[-1][1][0]
+    assert (served.workers, served.batch_size, served.example) == (2, 4, {"x": [9, 9, 9, 9]})

@@ -281,7 +281,7 @@ def test_a_bad_json_is_said_once_under_its_field_and_a_cut_input_is_not_blamed_o
 def test_test_predict_and_stop_each_log_a_line_and_results_say_which_and_how_long(fake):
     c = make(fake)
     assert c.run("test") and re.match(r"Test · test process, no server · \d+ ms\n", c.result)
-    assert c.run("serve") and re.match(r"Serve done in \d+ ms: click Predict", c.result)
+    assert c.run("serve") and re.match(r"Serving mlp v1\.0 \(digest abc\) \(took \d+ ms\): click Predict", c.result)
     assert "pid 4242" not in c.result and "pid 4242" in c.status  # the server's line once, in the status
     assert c.run("predict") and re.match(r"Predict · served mlp v1\.0 \(digest abc\) · \d+ ms\n", c.result)
     assert c.run("stop")
@@ -297,3 +297,33 @@ def test_an_error_about_a_server_stopped_elsewhere_is_cleared_from_the_result(fa
     fake.fail = None
     fake.stop_by_magic()  # %ms_stop in another cell
     assert c.result == "" and c.result_ok and "predict failed" not in c.result
+
+
+# ------------------------------------------------------------------ the cell as the kernel holds it now
+def test_the_cell_run_again_is_what_serve_test_and_build_use_with_the_forms_edits_on_top(fake):
+    c = make(fake)
+    c.set("batch_size", "4")  # the form's own edit
+    edited = fake.specs["mlp"].replace(example={"x": [4, 3, 2, 1]}, response_timeout=7, max_batch_delay=9)
+    fake.define_by_magic(edited)  # the handler cell edited and run again
+    assert c.values["payload"] == '{"x": [4, 3, 2, 1]}' and c.values["response_timeout"] == "7"  # refilled
+    assert c.values["batch_size"] == "4"  # the user's edit stays
+    assert "ran again: the form uses it" in "\n".join(c.log)
+    for action in ("serve", "test", "build"):
+        assert c.run(action), c.result
+        spec = fake.calls[-1][1][0]
+        assert (spec.response_timeout, spec.max_batch_delay, spec.batch_size) == (7, 9, 4), action
+        assert spec.digest() == edited.replace(batch_size=4).digest()
+
+
+def test_an_unedited_form_serves_exactly_the_kernels_spec(fake):
+    c = make(fake)
+    new = fake.specs["mlp"].replace(version="2.0")
+    fake.specs["mlp"] = new  # even without the event (a spec replaced by hand), the action asks the kernel
+    assert c.run("serve") and fake.calls[-1][1][0] is new
+
+
+def test_the_status_line_says_the_batches_the_server_formed(fake):
+    actions = dataclasses.replace(fake.actions(), batching=lambda name: "batches formed: size 4 ×2")
+    c = Controller("mlp", actions, CPU_ONLY)
+    assert c.run("serve") and c.run("predict")
+    assert "serving mlp v1.0 (digest abc); " in c.status and "Batches formed: size 4 ×2." in c.status
