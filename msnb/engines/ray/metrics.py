@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -72,19 +73,35 @@ def ray_metrics(port: int) -> str:
         return answer.read().decode()
 
 
+def only(text: str, names: list[str]) -> str:
+    """The families of a scrape TorchServe's ``name[]`` parameters name (a counter by its sample's name too, as
+    ``ts_inference_requests_total``); all of them when none is named."""
+    if not names:
+        return text
+    kept = []
+    for block in text.split("# HELP ")[1:]:
+        family = block.split(" ", 1)[0]
+        if family in names or f"{family}_total" in names or family.removesuffix("_total") in names:
+            kept.append("# HELP " + block)
+    return "".join(kept)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:
-        if self.path.split("?")[0] != "/metrics":
+    def do_GET(self) -> None:  # TorchServe's metrics address answers any method
+        path, _, query = self.path.partition("?")
+        if path != "/metrics":
             self.send_error(404)
             return
-        data = self.server.scrape().encode()
+        data = only(self.server.scrape(), parse_qs(query).get("name[]", [])).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    do_POST = do_PUT = do_DELETE = do_GET
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -43,7 +43,10 @@ LOADING = textwrap.dedent("""
             return None
         return [{"loaded": True} for _ in data]
 """)
-V2_FACTOR = 5  # klass_v2.mar's factor (klass.mar's: 3)
+V2_FACTOR = 5
+NO_SAMPLES = (
+    "ts_queue_latency_microseconds"  # Ray Serve keeps no queue time per model  # klass_v2.mar's factor (klass.mar's: 3)
+)
 
 
 def archives(root: Path) -> Path:
@@ -234,14 +237,16 @@ def read_keys(status: int, content_type: str, body: bytes) -> object:
 
 
 def read_families(status: int, content_type: str, body: bytes) -> object:
-    """TorchServe's metric families in a scrape and their labels (the values are each server's own timings)."""
+    """TorchServe's metric families in a scrape and their samples' labels (the values are each server's own timings;
+    ``ts_queue_latency_microseconds`` is declared only, without samples, on Ray: docs/ray-management.md)."""
     try:
         families = list(text_string_to_metric_families(body.decode()))
     except (ValueError, UnicodeDecodeError):
         return status, "not prometheus text"
-    return status, sorted(
-        (f.name, tuple(sorted({k for s in f.samples for k in s.labels}))) for f in families if f.name.startswith("ts_")
-    )
+    labels = {f.name: sorted({k for s in f.samples for k in s.labels}) for f in families if f.name.startswith("ts_")}
+    if NO_SAMPLES in labels:
+        labels[NO_SAMPLES] = ["declared"]
+    return status, sorted(labels.items())
 
 
 def read_refusal(status: int, content_type: str, body: bytes) -> object:
