@@ -102,6 +102,8 @@ def say_where(engine: Engine, api: StartOptions | None, state: Path) -> None:
     shown = f"management {where['management']}  metrics {where['metrics']}" if where["management"] else ""
     print(f"inference {where['inference']}  {shown or '(no management API)'}")
     print(f"openai {where['openai']}  mcp {where['mcp']}  (the same key)")
+    if getattr(api, "hosts_note", ""):
+        print(api.hosts_note)
     print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
     print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops {engine.label}.", flush=True)
 

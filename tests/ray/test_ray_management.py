@@ -397,7 +397,12 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
     inference, management = free_port(), free_port()
     config = read(
         ts_archives.config_file(
-            tmp_path / "conf", store, inference, load_models="", management_address=f"http://0.0.0.0:{management}"
+            tmp_path / "conf",
+            store,
+            inference,
+            load_models="",
+            management_address=f"http://0.0.0.0:{management}",
+            allowed_hosts="models.example.com",
         )
     )
     ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
@@ -429,6 +434,17 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
         models = call(api.management_url, _key(ray_engine.key_file, "management"), "GET", "/models", {})
         assert models == (200, {"models": []})  # this API's own registry: nothing registered through it
         assert call(api.management_url, "wrong-key", "GET", "/models", {})[1]["type"] == "InvalidKeyException"
+        # off loopback: the allowed host is answered, another host or a foreign web page refused (api.hosts)
+        headers = {"Authorization": f"Bearer {_key(ray_engine.key_file, 'management')}"}
+        named = requests.get(
+            f"{api.management_url}/models", headers={**headers, "Host": "models.example.com"}, timeout=60
+        )
+        assert named.status_code == 200, named.text
+        for foreign in ({"Host": "evil.example.com"}, {"Origin": "http://evil.example.com"}):
+            for where in (f"{api.management_url}/models", url):
+                refused = requests.get(where, headers={**headers, **foreign}, timeout=60)
+                assert refused.status_code == 403 and "Hint:" in refused.json()["message"], (where, refused.text)
+        assert "0.0.0.0" in api.hosts_note and "models.example.com" in api.hosts_note
     finally:
         api.stop()
         ingress.stop(door)

@@ -36,6 +36,7 @@ from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, own_ro
 from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, ServingConfig
 from msnb.templates.msnb_runtime.ray.management import TS_STATE
 
@@ -65,6 +66,7 @@ class LocalRay:
         own_replica: tuple[str, ...] = (),
     ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
+        self.allowed_hosts = ""  # config.properties' allowed_hosts
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
@@ -107,7 +109,7 @@ class LocalRay:
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
         self._front = ingress.launch(
-            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host
+            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host, self.allowed_hosts
         )
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
@@ -246,7 +248,8 @@ class LocalRay:
 
     def _door(self) -> dict[str, Any]:
         """What the router and the replicas that answer predictions themselves ask of each request."""
-        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
+        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size, "host": self.host}
+        door[hosts.ARGS_KEY] = self.allowed_hosts  # the names it answers besides loopback's (api.hosts)
         return door if self.auth else {**door, "auth": False}
 
     def deploy_many(self, models: list[tuple[Path, dict]], timeout_s: float = ROUTER_WAIT_S) -> Iterator[tuple]:

@@ -17,6 +17,7 @@ from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
 from msnb.engines.ray.ts_params import RUNTIMES, java_flag, register_request, scale_request
 from msnb.errors import MsnbError
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.ray.management import NOT_ALLOWED, page
 
 NOT_FOUND = "Requested resource is not found, please refer to API document."
@@ -44,10 +45,10 @@ class Management:
         call = self.route(method, parts)
         if call is None:
             return error(405, "MethodNotAllowedException", NOT_ALLOWED)
-        if (call is self.register or method == "DELETE") and not self.model_api:
+        if (call == self.register or method == "DELETE") and not self.model_api:
             return error(405, "MethodNotAllowedException", NOT_ALLOWED)
         try:
-            if call is self.register:
+            if call == self.register:
                 return self.register(query, body, content_type)
             return call(parts[1:], query)
         except RegistryError as err:  # TorchServe's words; msnb's own with their Hint
@@ -175,7 +176,10 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         length = int(self.headers.get("Content-Length") or 0)
-        sent = self.rfile.read(length) if length else b""  # a register call's JSON body, as TorchServe reads it
+        sent = self.rfile.read(length) if length else b""
+        refusal = hosts.refused(self.server.allowed, {k.lower(): v for k, v in self.headers.items()})
+        if refusal:
+            return self._send(refusal[0], error(*refusal)[1])  # a register call's JSON body, as TorchServe reads it
         status, body = self.server.api.answer(
             self.command,
             parts.path,
@@ -184,6 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
             sent,
             self.headers.get("Content-Type", ""),
         )
+        self._send(status, body)
+
+    def _send(self, status: int, body: Any) -> None:
         data = (json.dumps(body, indent=2) + "\n").encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -200,12 +207,14 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     api: Management
+    allowed: hosts.AllowedHosts
 
 
-def serve(api: Management, host: str, port: int) -> _Server:
-    """``api`` answering on ``host:port`` in a thread until ``.shutdown()``."""
+def serve(api: Management, host: str, port: int, allowed: str = "") -> _Server:
+    """``api`` answering on ``host:port`` in a thread until ``.shutdown()``, to requests that name a host it
+    ``allowed`` (api.hosts: loopback's names, and those of the list off loopback)."""
     server = _Server((host, port), _Handler)
-    server.api = api
+    server.api, server.allowed = api, hosts.for_address(host, allowed)
     threading.Thread(target=server.serve_forever, name="msnb-management", daemon=True).start()
     return server
 

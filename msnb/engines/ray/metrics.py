@@ -8,6 +8,7 @@ metrics. Ray keeps no queue time per model: ``ts_queue_latency_microseconds`` is
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import urllib.request
@@ -18,6 +19,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from msnb.templates.msnb_runtime.api import hosts
 
 TS_LABELS = ("model_name", "model_version", "hostname")
 # Ray Serve's replica metric (its Prometheus sample) -> TorchServe's counter, and the factor to its unit.
@@ -91,12 +94,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # TorchServe's metrics address answers any method
         path, _, query = self.path.partition("?")
+        refusal = hosts.refused(self.server.allowed, {k.lower(): v for k, v in self.headers.items()})
+        if refusal:
+            body = {"code": refusal[0], "type": refusal[1], "message": refusal[2]}
+            return self._send(refusal[0], "application/json", json.dumps(body).encode())
         if path != "/metrics":
             self.send_error(404)
             return
         data = only(self.server.scrape(), parse_qs(query).get("name[]", [])).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self._send(200, "text/plain; version=0.0.4; charset=utf-8", data)
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -110,14 +120,21 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     scrape: Callable[[], str]
+    allowed: hosts.AllowedHosts
 
 
 def serve(
-    ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str, port: int
+    ray_port: int,
+    apps: Callable[[], dict[str, tuple[str, str]]],
+    prometheus: bool,
+    host: str,
+    port: int,
+    allowed: str = "",
 ) -> _Server:
     """TorchServe's metrics address on ``host:port`` (``.shutdown()`` ends it): each scrape reads Ray's metrics
     port ``ray_port`` and the serving applications' ``apps()`` (model name and version)."""
     server = _Server((host, port), _Handler)
+    server.allowed = hosts.for_address(host, allowed)
     hostname = socket.gethostname()
     server.scrape = (lambda: translate(ray_metrics(ray_port), apps(), hostname)) if prometheus else (lambda: "")
     threading.Thread(target=server.serve_forever, name="msnb-metrics", daemon=True).start()

@@ -6,9 +6,12 @@ and what msnb refuses on purpose checked as msnb's refusal with its Hint."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import requests
 from differential_known import DIFFERS
 from differential_runner import archives, properties, ready, run_all, start_ours, start_plain
 from differential_sequences import all_calls
@@ -20,7 +23,9 @@ CALLS = all_calls()
 
 def _param(call):
     why = DIFFERS.get(call.id)
-    return pytest.param(call, id=call.id, marks=[pytest.mark.xfail(reason=why, strict=True)] if why else [])
+    return pytest.param(
+        call, id=call.id, marks=[pytest.mark.xfail(reason=why, strict=True, raises=AssertionError)] if why else []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +61,31 @@ def test_a_call_is_answered_on_ray_as_plain_torchserve_answers_it(served, call):
 def test_the_state_file_holds_every_address_msnb_serve_prints_and_each_answers(served):
     assert reach_recorded(served.state) == dict.fromkeys(RECORDED, 200), served.state
     assert all(served.state[field] in served.printed for field in RECORDED), (served.state, served.printed)
+
+
+# Every door `msnb serve --engine ray` opens, as (state file field, method, path under it, body).
+DOORS = [
+    ("inference_url", "POST", "/predictions/named", {"x": [1.0, 2.0, 3.0]}),
+    ("management_url", "GET", "/models", None),
+    ("metrics_url", "GET", "/metrics", None),
+    ("openai_url", "GET", "/models", None),
+    ("mcp_url", "POST", "", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+]
+
+
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("field,method,path,body", DOORS, ids=[d[0] for d in DOORS])
+def test_every_door_refuses_a_foreign_host_or_origin_with_403_and_a_hint_and_answers_loopback_names(
+    served, field, method, path, body
+):
+    url, port = served.state[field] + path, served.state[field].split(":")[2].split("/")[0]
+    keys = json.loads(Path(served.state["key_file"]).read_text())
+    kind = "management" if field == "management_url" else "inference"
+    headers = {"Authorization": f"Bearer {keys[kind]['key']}", "Accept": "application/json, text/event-stream"}
+    for foreign in ({"Host": "evil.example.com"}, {"Origin": "http://evil.example.com"}):
+        resp = requests.request(method, url, json=body, headers={**headers, **foreign}, timeout=60)
+        assert resp.status_code == 403 and "Hint:" in resp.text and "not allowed" in resp.text, (foreign, resp.text)
+    for host in ("localhost", "127.0.0.1", "[::1]"):
+        named = {"Host": f"{host}:{port}", "Origin": f"http://{host}:3000"}
+        resp = requests.request(method, url, json=body, headers={**headers, **named}, timeout=60)
+        assert resp.status_code == 200, (host, resp.text)

@@ -154,3 +154,32 @@ def test_the_management_reads_ask_for_the_routers_inference_key(router, tmp_path
     assert get("/models", "wrong")[1]["type"] == "InvalidKeyException"  # TorchServe 0.12's 400
     assert get("/models/klass", "wrong")[0] == 400
     assert get("/models", "s3cret")[1]["models"][0]["modelName"] == "desc"
+
+
+def knock(router, host: str, origin: str | None = None) -> tuple[int, bytes]:
+    """``GET /ping`` sent to an exported router's HTTP entry with these ``Host`` and ``Origin`` headers."""
+    from starlette.requests import Request
+
+    headers = [(b"host", host.encode())] + ([(b"origin", origin.encode())] if origin else [])
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/ping",
+        "raw_path": b"/ping",
+        "query_string": b"",
+        "headers": headers,
+    }
+    answer = asyncio.run(router(Request(scope)))
+    return answer.status_code, answer.body
+
+
+@pytest.mark.parametrize("bound", ["127.0.0.1", "0.0.0.0"])
+def test_an_exported_router_refuses_a_foreign_host_or_origin_and_answers_loopback_and_its_allowed_hosts(router, bound):
+    from msnb.templates.msnb_runtime.ray.ingress import IngressConfig
+
+    router.door = IngressConfig({"auth": False, "host": bound, "allowed_hosts": ["models.example.com"]})
+    for host, origin in (("evil.example.com", None), ("127.0.0.1:8000", "http://evil.example.com")):
+        status, body = knock(router, host, origin)
+        assert status == 403 and b"Hint:" in body and json.loads(body)["type"] == "ForbiddenException", body
+    for host in ("localhost:8000", "127.0.0.1", "[::1]:8000", "models.example.com:8000"):
+        assert knock(router, host, "http://localhost:3000")[0] == 200, host
