@@ -36,6 +36,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert sorted(p.name for p in (runtime / "api").glob("*.py")) == [
         "__init__.py",
         "embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "hosts.py",  # the Host and Origin check of its door
         "mcp.py",
         "openai.py",
         "responses.py",
