@@ -167,18 +167,10 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def spawn(
-    port: int,
-    proxy_port: int,
-    max_request_size: int,
-    key_file: Path,
-    log: Path,
-    timeout_s: float,
-    host: str = LOOPBACK,
-    allowed_hosts: str = "",
+    port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float, host: str = LOOPBACK
 ) -> subprocess.Popen:
     """The front, listening on ``host:port`` when this returns; closing its stdin (``stop``) ends it."""
-    started = launch(port, proxy_port, max_request_size, key_file, log, host, allowed_hosts)
-    return ready(started, port, log, timeout_s, host)
+    return ready(launch(port, proxy_port, max_request_size, key_file, log, host), port, log, timeout_s, host)
 
 
 def launch(

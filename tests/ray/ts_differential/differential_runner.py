@@ -17,23 +17,13 @@ import ts_archives
 from differential_cases import Call
 from helpers import poll
 from prometheus_client.parser import text_string_to_metric_families
-from ts_plain import PlainTorchServe, free_port, key_of
+from ts_plain import PlainTorchServe, key_of
+
+from msnb.engines.ray.nodes import free_port
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
-# What a script reads of a describe entry (worker ids, pids and start times are each server's own).
-DESCRIBED = (
-    "modelName",
-    "modelVersion",
-    "modelUrl",
-    "runtime",
-    "minWorkers",
-    "maxWorkers",
-    "batchSize",
-    "maxBatchDelay",
-    "responseTimeout",
-    "loadedAtStartup",
-    "customizedMetadata",
-)
+# A describe entry's fields that are each server's own (its workers are compared by their statuses).
+OWN = ("workers",)
 LOADING = textwrap.dedent("""
     import time
 
@@ -78,25 +68,11 @@ def archives(root: Path) -> Path:
     return store
 
 
-def properties(store: Path, **more: str) -> dict[str, str]:
-    """config.properties of a team's TorchServe on ports of its own: the management API on, one model at start."""
-    return {
-        "inference_address": f"http://127.0.0.1:{free_port()}",
-        "management_address": f"http://127.0.0.1:{free_port()}",
-        "metrics_address": f"http://127.0.0.1:{free_port()}",
-        "model_store": str(store),
-        "load_models": "named.mar",
-        "default_workers_per_model": "1",
-        "enable_model_api": "true",
-        "metrics_mode": "prometheus",
-        **more,
-    }
-
-
-def write_properties(path: Path, values: dict[str, str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
-    return path
+def properties(store: Path, root: Path, **more: str) -> dict[str, str]:
+    """config.properties of a team's TorchServe on ports of its own (ts_archives.config_file: the management API on,
+    named.mar at start), as its keys and values."""
+    path = ts_archives.config_file(root, store, free_port(), **more)
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
 class Server:
@@ -217,7 +193,7 @@ def read_answer(status: int, content_type: str, body: bytes) -> object:
 
 def described(entry: dict) -> dict:
     return {
-        **{k: entry.get(k) for k in DESCRIBED},
+        **{k: v for k, v in entry.items() if k not in OWN},
         "workers": [w.get("status") for w in entry.get("workers", [])],
         "keys": sorted(entry),
     }
@@ -286,19 +262,19 @@ def _sent(server: Server, call: Call, outside: Path, read) -> object:
         return "no answer", type(err).__name__
 
 
-def start_plain(store: Path, values: dict[str, str], work: Path) -> tuple[PlainTorchServe, Server]:
-    config = write_properties(
-        work / "torchserve.properties",
-        {**values, "grpc_inference_port": str(free_port()), "grpc_management_port": str(free_port())},
-    )
-    plain = PlainTorchServe(config, work / "ts")
+def start_plain(store: Path, work: Path) -> tuple[PlainTorchServe, Server]:
+    """TorchServe started from a team's config.properties (its gRPC ports free ones too: its defaults may be taken)."""
+    grpc = {"grpc_inference_port": str(free_port()), "grpc_management_port": str(free_port())}
+    values = properties(store, work / "torchserve", **grpc)
+    plain = PlainTorchServe(work / "torchserve" / "config.properties", work / "ts")
     doors = {door: values[f"{door}_address"] for door in ("inference", "management", "metrics")}
     return plain, Server("torchserve", doors, plain.work / "key_file.json")
 
 
-def start_ours(values: dict[str, str], work: Path) -> tuple[MsnbServe, Server]:
-    config = write_properties(work / "ray.properties", values)
-    ours = MsnbServe(config, work)
+def start_ours(store: Path, work: Path) -> tuple[MsnbServe, Server]:
+    """`msnb serve --engine ray` started from the same file on ports of its own."""
+    values = properties(store, work / "ray")
+    ours = MsnbServe(work / "ray" / "config.properties", work)
     doors = {
         "inference": ours.state["inference_url"],
         "management": ours.state["management_url"],

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 from differential_known import DIFFERS
-from differential_runner import archives, properties, ready, run_all, start_ours, start_plain
+from differential_runner import archives, ready, run_all, start_ours, start_plain
 from differential_sequences import all_calls
 from helpers import RAY_GROUP, RECORDED, poll, reach_recorded
 
@@ -34,10 +34,10 @@ def served(tmp_path_factory):
     `msnb serve` wrote to its state file and printed."""
     root = tmp_path_factory.mktemp("differential")
     store = archives(root)
-    plain, truth = start_plain(store, properties(store), root)
+    plain, truth = start_plain(store, root)
     ours = None
     try:
-        ours, ray = start_ours(properties(store), root)  # the same file on ports of its own
+        ours, ray = start_ours(store, root)
         poll(lambda: ready(truth, "named") and ready(ray, "named"), 240, "named's workers to be READY", interval=0.5)
         answers = run_all(CALLS, truth, ray, root / "outside")
         yield SimpleNamespace(answers=answers, state=ours.state, printed=ours.out.read_text())
