@@ -858,3 +858,27 @@ def files_holding(root: Path, secret: str, skip: Path | None = None) -> list[Pat
         if any(n in data for n in needles):
             found.append(path)
     return found
+
+
+# ---------------------------------------------------------------- `msnb serve`'s state file
+RECORDED = ("inference_url", "management_url", "metrics_url", "openai_url", "mcp_url")  # every address it prints
+
+
+def reach_recorded(state: dict) -> dict[str, int]:
+    """Each address a `msnb serve` state file holds, asked as a client asks it (its key where it needs one): the
+    status of each (inference /ping, management /models, metrics /metrics, OpenAI's /models, MCP's tools/list)."""
+    import requests
+
+    keys = json.loads(Path(state["key_file"]).read_text())
+    bearer = {kind: {"Authorization": f"Bearer {keys[kind]['key']}"} for kind in ("inference", "management")}
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    asks = {
+        "inference_url": lambda url: requests.get(f"{url}/ping", headers=bearer["inference"], timeout=60),
+        "management_url": lambda url: requests.get(f"{url}/models", headers=bearer["management"], timeout=60),
+        "metrics_url": lambda url: requests.get(f"{url}/metrics", timeout=60),
+        "openai_url": lambda url: requests.get(f"{url}/models", headers=bearer["inference"], timeout=60),
+        "mcp_url": lambda url: requests.post(
+            url, json=rpc, timeout=60, headers={**bearer["inference"], "Accept": "application/json, text/event-stream"}
+        ),
+    }
+    return {field: ask(state[field]).status_code for field, ask in asks.items()}

@@ -97,25 +97,44 @@ def register_each(engine: Engine, archives: list[Path], env: dict[str, str]) -> 
 
 
 def say_where(engine: Engine, api: StartOptions | None, state: Path) -> None:
-    """The addresses, the key, and how to ask."""
-    apis = api or engine  # TorchServe's own management and metrics APIs, or its start options' on Ray
-    management = apis.management_url
-    shown = f"management {management}  metrics {apis.metrics_url}" if management else "(no management API)"
-    print(f"inference {engine.inference_url}  {shown}")
-    print(f"openai {engine.openai_base_url}  mcp {engine.mcp_url}  (the same key)")
+    """The addresses (those the state file holds), the key, and how to ask."""
+    where = addresses(engine, api)
+    shown = f"management {where['management']}  metrics {where['metrics']}" if where["management"] else ""
+    print(f"inference {where['inference']}  {shown or '(no management API)'}")
+    print(f"openai {where['openai']}  mcp {where['mcp']}  (the same key)")
+    if getattr(api, "hosts_note", ""):
+        print(api.hosts_note)
     print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
     print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops {engine.label}.", flush=True)
 
 
+def addresses(engine: Engine, api: StartOptions | None = None) -> dict[str, str]:
+    """Every address `msnb serve` prints: inference, management and metrics (TorchServe's own, or its start options'
+    on Ray; empty without them), OpenAI's base URL and MCP's endpoint."""
+    apis = api or engine  # TorchServe's own management and metrics APIs, or its start options' on Ray
+    management = apis.management_url or ""
+    return {
+        "inference": engine.inference_url,
+        "management": management,
+        "metrics": (apis.metrics_url or "") if management else "",
+        "openai": engine.openai_base_url,
+        "mcp": engine.mcp_url,
+    }
+
+
 def record(engine: Engine, names: list[str], api: StartOptions | None = None) -> serve_state.ServerRecord:
-    """What `msnb predict` reads of this serve: its process, URLs, key file and models."""
-    management = (api or engine).management_url or ""
+    """What `msnb predict` (and any tool) reads of this serve: its process, every address it prints, key file and
+    models."""
+    where = addresses(engine, api)
     return serve_state.ServerRecord(
         os.getpid(),
         str(Path.cwd().resolve()),
-        engine.inference_url,
-        management,
+        where["inference"],
+        where["management"],
         str(engine.key_file),
         names,
         engine.kind,
+        metrics_url=where["metrics"],
+        openai_url=where["openai"],
+        mcp_url=where["mcp"],
     )

@@ -13,7 +13,7 @@ from msnb.engines.ts_properties import START_KEYS
 from msnb.errors import MsnbError, OptionError
 
 # argparse's names of `torchserve --start`'s options (msnb.cli.main): the TorchServe config's keys but the first two
-TS_OPTIONS = ("ts_config", "models", *START_KEYS)
+TS_OPTIONS = ("ts_config", "models", *START_KEYS, "allowed_hosts")  # the last: msnb's own (api.hosts)
 
 
 def started_models(engine, api, archives: list[Path], envelope, env) -> list[str]:
@@ -43,6 +43,13 @@ def torchserve_arguments(group) -> None:
         ("--enable-model-api", "enable_model_api"),
     ):
         group.add_argument(flag, action="store_const", const=True, dest=key, help=f"{key}=true")
+    group.add_argument(
+        "--allowed-host",
+        action="append",
+        dest="allowed_hosts",
+        metavar="HOST",
+        help="a host name the addresses off loopback answer besides localhost (allowed_hosts; * for any)",
+    )
 
 
 def replica_set_arguments(group) -> None:
@@ -65,7 +72,7 @@ def ts_options(args, kind=None):
     ``args.engine``), or when nothing at all is to be served."""
     from msnb.engines import registry, ts_properties
 
-    given = {key: getattr(args, key) for key in TS_OPTIONS}
+    given = {key: getattr(args, key, None) for key in TS_OPTIONS}
     if all(value is None for value in given.values()):
         if not args.paths:
             raise OptionError("msnb serve needs a PATH to serve.", "give a .mar, a model folder or a model store.")

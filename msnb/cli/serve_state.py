@@ -19,7 +19,8 @@ START_HINT = "start one with `msnb serve model_store/`, or give --url (and --tok
 
 @dataclass(frozen=True)
 class ServerRecord:
-    """One running `msnb serve`: its process, the folder it was started in, its URLs, key file and models."""
+    """One running `msnb serve`: its process, the folder it was started in, every address it prints (inference,
+    management, metrics, OpenAI's base URL, MCP's endpoint; empty where it has none), its key file and models."""
 
     pid: int
     project: str
@@ -27,7 +28,10 @@ class ServerRecord:
     management_url: str
     key_file: str
     models: list[str] = field(default_factory=list)
-    engine: str = "torchserve"  # or "ray": `msnb serve --engine ray` (no management URL)
+    engine: str = "torchserve"  # or "ray": `msnb serve --engine ray` (a management URL with TorchServe's options)
+    metrics_url: str = ""
+    openai_url: str = ""
+    mcp_url: str = ""
 
     def describe(self) -> str:
         models = ", ".join(self.models) or "no models"

@@ -31,6 +31,8 @@ DEFAULTS: dict[str, str] = {
     "enable_model_api": "false",
     "install_py_dep_per_model": "false",
     "models": "",
+    # msnb's own (TorchServe ignores it): the host names a door off loopback answers besides loopback's (api.hosts)
+    "allowed_hosts": "",
     "metrics_mode": "log",  # log: /metrics answers nothing (TorchServe 0.12's default); prometheus: the metrics
 }
 # The keys `torchserve --start` sets from its own options (--model-store, --disable-token-auth, --enable-model-api)

@@ -20,6 +20,7 @@ from msnb.package import archive, formats
 from msnb.package.model_folder import ModelFolder
 from msnb.spec import HandlerSpec
 from msnb.templates import RAY_ROOMS, RUNTIME, copy_runtime, runtime_files
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
 from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
@@ -43,7 +44,8 @@ def serve_config(
     ``sizing`` (a small CPU share by default: ``ray_sizing``), and the router at ``/``.
 
     The version is an argument so that a new export of a changed handler is a changed config: Serve rolls it out.
-    The router refuses bodies over TorchServe's default max_request_size and asks for an inference key, which it
+    The router answers only requests naming loopback (and, off loopback, the host names its ``allowed_hosts``
+    argument lists), refuses bodies over TorchServe's default max_request_size and asks for an inference key, which it
     reads where it runs ($MSNB_INFERENCE_KEY, $MSNB_INFERENCE_KEY_FILE or a ``key_file`` argument; ``auth: false``
     turns the check off): the config itself holds no secret.
     """
@@ -59,6 +61,9 @@ def serve_config(
         for n, v in models.items()
     ]
     router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}  # watch: a replica that cannot be placed is said
+    router["host"] = host  # its Host and Origin check (api.hosts): off loopback, the names listed in allowed_hosts
+    if hosts.off_loopback(host):
+        router[hosts.ARGS_KEY] = []
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import BROKEN_INIT, EXAMPLE, build_mar, handler, poll, run, standard
+from helpers import BROKEN_INIT, EXAMPLE, RECORDED, build_mar, handler, poll, reach_recorded, run, standard
 
 from msnb.capture.notebook import load_handlers
 from msnb.cli.main import main
@@ -83,6 +83,12 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _said(log: Path, line: str) -> str:
+    """The output so far of a `msnb serve` once it holds ``line`` (else empty)."""
+    text = log.read_text()
+    return text if line in text else ""
+
+
 def _wait_for(state_dir: Path, proc: subprocess.Popen, timeout: float = 180) -> dict:
     """The state file of the `msnb serve` process ``proc`` (STATE_DIR/servers/PID.json), once it is written."""
     path = state_dir / "servers" / f"{proc.pid}.json"
@@ -109,6 +115,10 @@ def test_serve_then_predict_from_another_process_then_ctrl_c(tmp_path, capsys, s
     try:
         state = _wait_for(tmp_path / "state", proc)
         java = [p for p in psutil.Process(proc.pid).children(recursive=True) if "java" in p.name()]
+        # every address it prints is in its state file, and each answers there
+        assert reach_recorded(state) == dict.fromkeys(RECORDED, 200), state
+        printed = poll(lambda: _said(tmp_path / "serve.out", "Ctrl-C stops"), 30, "msnb serve's addresses")
+        assert all(state[field] in printed for field in RECORDED), (state, printed)
         done = subprocess.run(
             [MSNB, "predict", "beta", "--data", EXAMPLE], env=env, capture_output=True, text=True, timeout=120
         )

@@ -36,6 +36,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     assert sorted(p.name for p in (runtime / "api").glob("*.py")) == [
         "__init__.py",
         "embeddings.py",  # OpenAI's /v1 and MCP's /mcp, answered by the router
+        "hosts.py",  # the Host and Origin check of its door
         "mcp.py",
         "openai.py",
         "responses.py",
@@ -82,7 +83,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     )
     assert apps["msnb-router"]["route_prefix"] == "/"
     # the router asks for a key read on the cluster (no secret in the config) and refuses TorchServe's large bodies
-    assert apps["msnb-router"]["args"] == {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}
+    assert apps["msnb-router"]["args"] == {"max_request_size": DEFAULT_MAX_BYTES, "watch": True, "host": "127.0.0.1"}
     service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
     assert service["kind"] == "RayService"
     cluster = service["spec"]["rayClusterConfig"]

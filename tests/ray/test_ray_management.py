@@ -20,6 +20,8 @@ import requests
 import ts_archives
 from helpers import poll, run
 from prometheus_client.parser import text_string_to_metric_families
+from ts_plain import PlainTorchServe
+from ts_plain import key_of as _key
 
 import msnb.cli.main
 import msnb.engines.ray.engine
@@ -30,7 +32,6 @@ from msnb.engines.ray.nodes import free_port
 from msnb.engines.ray.ts_start import TorchServeApi
 from msnb.engines.ts_properties import read
 
-TORCHSERVE = Path(sys.executable).parent / "torchserve"
 # The calls of a deploy script, in order: (method, path, query).
 CALLS = [
     ("GET", "/models", {}),
@@ -88,38 +89,6 @@ READ = (
     "loadedAtStartup",
     "customizedMetadata",
 )
-
-
-class PlainTorchServe:
-    """``torchserve --start --ts-config FILE`` in a folder of its own (its pid file, sockets, logs and key file)."""
-
-    def __init__(self, config: Path, work: Path):
-        self.work = work
-        (work / "tmp").mkdir(parents=True)
-        self.env = {
-            **os.environ,
-            "TMPDIR": str(work / "tmp"),
-            "LOG_LOCATION": str(work / "logs"),
-            "METRICS_LOCATION": str(work / "logs"),
-        }
-        with open(work / "launcher.log", "wb") as out:  # never a pipe: Java inherits it
-            subprocess.run(
-                [TORCHSERVE, "--start", "--ts-config", config, "--ncs"],
-                cwd=work,
-                env=self.env,
-                stdout=out,
-                stderr=out,
-                check=True,
-            )
-        address = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
-        self.url, self.inference_url = address["management_address"], address["inference_address"]
-        self.metrics_url = address["metrics_address"]
-
-    def key(self, kind: str = "management") -> str:
-        return _key(self.work / "key_file.json", kind)
-
-    def stop(self) -> None:
-        subprocess.run([TORCHSERVE, "--stop"], cwd=self.work, env=self.env, capture_output=True, timeout=120)
 
 
 def call(url: str, key: str, method: str, path: str, query: dict) -> tuple[int, object]:
@@ -232,10 +201,6 @@ def requests_counted(scraped: dict | str) -> float:
             for sample in family.samples:
                 scraped.setdefault(sample.name, {})[sample.labels.get("model_name")] = sample.value
     return scraped.get("ts_inference_requests_total", {}).get("named", 0)
-
-
-def _key(key_file: Path, kind: str) -> str:
-    return json.loads(Path(key_file).read_text())[kind]["key"]
 
 
 def _ready(plain: PlainTorchServe, name: str = "named") -> bool:
@@ -397,7 +362,12 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
     inference, management = free_port(), free_port()
     config = read(
         ts_archives.config_file(
-            tmp_path / "conf", store, inference, load_models="", management_address=f"http://0.0.0.0:{management}"
+            tmp_path / "conf",
+            store,
+            inference,
+            load_models="",
+            management_address=f"http://0.0.0.0:{management}",
+            allowed_hosts="models.example.com",
         )
     )
     ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
@@ -429,6 +399,17 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
         models = call(api.management_url, _key(ray_engine.key_file, "management"), "GET", "/models", {})
         assert models == (200, {"models": []})  # this API's own registry: nothing registered through it
         assert call(api.management_url, "wrong-key", "GET", "/models", {})[1]["type"] == "InvalidKeyException"
+        # off loopback: the allowed host is answered, another host or a foreign web page refused (api.hosts)
+        headers = {"Authorization": f"Bearer {_key(ray_engine.key_file, 'management')}"}
+        named = requests.get(
+            f"{api.management_url}/models", headers={**headers, "Host": "models.example.com"}, timeout=60
+        )
+        assert named.status_code == 200, named.text
+        for foreign in ({"Host": "evil.example.com"}, {"Origin": "http://evil.example.com"}):
+            for where in (f"{api.management_url}/models", url):
+                refused = requests.get(where, headers={**headers, **foreign}, timeout=60)
+                assert refused.status_code == 403 and "Hint:" in refused.json()["message"], (where, refused.text)
+        assert "0.0.0.0" in api.hosts_note and "models.example.com" in api.hosts_note
     finally:
         api.stop()
         ingress.stop(door)

@@ -17,7 +17,8 @@ def describe(engine: LocalRay, entry: Entry, customized: bool) -> dict:
     from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     _, config = read_folder(entry.folder)
-    workers = [worker(w.id, w.status) for w in engine.status(entry.app or entry.name).workers]
+    running = engine.status(entry.app or entry.name).workers if entry.running else ()
+    workers = [worker(w.id, w.status) for w in running]
     body = describe_entry(entry.name, entry.version, entry.url, config, workers, entry.at_startup)
     if customized:
         body["customizedMetadata"] = _customized(engine, entry.app or entry.name)
@@ -28,12 +29,16 @@ def _customized(engine: LocalRay, name: str) -> Any:
     """The handler's own describe answer, as the router asks application ``name``'s replica (TorchServe's
     customizedMetadata)."""
     resp = engine.client.call("GET", f"{engine.inference_url}/models/{name}?customized=true", "inference")
-    if not resp.ok:  # the handler failed its describe: TorchServe answers with the handler's error
+    if not resp.ok:  # the handler failed its describe: TorchServe's words, the handler's error in the Hint
         from msnb.engines.ray.model_registry import RegistryError
 
         body = _json(resp)
+        said = body.get("message")
         raise RegistryError(
-            resp.status_code, body.get("type", "InternalServerException"), body.get("message", "Prediction failed")
+            resp.status_code,
+            body.get("type", "InternalServerException"),
+            "Prediction failed",
+            f"fix the handler's describe, which answered: {said}" if said else "",
         )
     answer = resp.json()
     return answer[0].get("customizedMetadata", {}) if isinstance(answer, list) and answer else {}

@@ -1,13 +1,11 @@
 """A local Ray Serve owned by this process: the notebook's second engine (``%ms_serve NAME --engine ray``).
 
-It offers what the session asks of an engine, as ``LocalServer`` does for TorchServe: ``start``, ``stop``,
-``running``, ``pid``, ``inference_url``, ``log_dir``, ``store``, ``client`` (an InferenceClient: Ray's router
-answers TorchServe's inference URLs), ``redeploy(folder)``, ``unregister(name)``, ``models``, ``predict``, ``explain``,
-``model_log``. Ray runs on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token
-authentication on; msnb's front (msnb.engines.ray.ingress) holds the one port and sends each prediction straight to a
-replica of its model, and the router and every replica's own door ask each request for the session's inference key
-(``key_file``, TorchServe's format); ``stop()``, interpreter exit and, when this process is killed, msnb's watchdog
-(and the front itself, when its owner's pipe closes) leave no process and no file behind.
+It is the Engine protocol (msnb.engines.protocol) over Ray Serve, as ``LocalServer`` is over TorchServe. Ray runs
+on loopback in a private temp dir (no dashboard, no usage stats) with Ray's token authentication on; msnb's ingress
+(msnb.engines.ray.ingress) holds the one port and sends each prediction straight to a replica of its model, and the
+router and every replica ask each request for the session's inference key (``key_file``, TorchServe's format);
+``stop()``, interpreter exit and, when this process is killed, msnb's watchdog (and the ingress itself, when its
+owner's pipe closes) leave no process and no file behind.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, own_ro
 from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
 from msnb.errors import ServerError
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES, ServingConfig
 from msnb.templates.msnb_runtime.ray.management import TS_STATE
 
@@ -65,6 +64,7 @@ class LocalRay:
         own_replica: tuple[str, ...] = (),
     ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
+        self.allowed_hosts = ""  # config.properties' allowed_hosts
         self.max_request_size = max_request_size or DEFAULT_MAX_BYTES  # the router's 413 above it
         self._requested_port = http_port  # None: a free port at each start
         self.root: Path | None = None
@@ -107,7 +107,7 @@ class LocalRay:
         write_key_file(self.key_file)
         # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
         self._front = ingress.launch(
-            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host
+            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host, self.allowed_hosts
         )
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
@@ -246,11 +246,11 @@ class LocalRay:
         }
 
     def _door(self) -> dict[str, Any]:
-        """What the router and the replicas that answer predictions themselves ask of each request (and, on a shared
-        Ray, where the key that opens a model is: said with a refused key)."""
-        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size}
-        hint = self.key_hint()
-        door = {**door, "key_hint": hint} if hint else door
+        """What the router and the replicas answering predictions ask of each request (``key_hint``: shared Ray)."""
+        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size, "host": self.host}
+        door[hosts.ARGS_KEY] = self.allowed_hosts  # the names it answers besides loopback's (api.hosts)
+        if hint := self.key_hint():  # where the key that opens a model is, said with a refused key
+            door["key_hint"] = hint
         return door if self.auth else {**door, "auth": False}
 
     def key_hint(self) -> str | None:

@@ -29,6 +29,7 @@ import uvloop
 from msnb.engines import proxy
 from msnb.engines.ray.nodes import LOOPBACK  # where the front listens unless told otherwise
 from msnb.errors import ServerError
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.api.openai import ROUTES as API_ROUTES
 from msnb.templates.msnb_runtime.api.v1 import refused
 from msnb.templates.msnb_runtime.ray.ingress import EXPLAIN, TARGETS_PATH, explained, model_route, own_api_path
@@ -66,8 +67,9 @@ class Routes:
 class Ingress:
     """``start`` listens on ``host:port`` and keeps the routes fresh; ``forward`` passes each request on."""
 
-    def __init__(self, proxy_url: str, max_request_size: int, key: str):
+    def __init__(self, proxy_url: str, max_request_size: int, key: str, allowed: hosts.AllowedHosts | None = None):
         self.routes, self.limit, self.key, self.pool = Routes(proxy_url), max_request_size, key, proxy.Pool()
+        self.allowed = allowed or hosts.AllowedHosts()  # the Host and Origin it answers (api.hosts)
 
     async def start(self, port: int, host: str = LOOPBACK) -> None:
         await self.refresh()
@@ -94,6 +96,10 @@ class Ingress:
         any of the answer (a replica gone) is tried again on fresh routes; an answer cut midway is cut for the
         client too."""
         path = request.path
+        why = self.allowed.refusal(_header(request, b"host"), _header(request, b"origin"))
+        if why is not None:  # another host, or a web page of another origin (DNS rebinding)
+            reply = refused(path, 403, why) or error_reply(403, hosts.FORBIDDEN, hosts.hinted(why))
+            return client.transport.write(proxy.answer(*reply))
         own = self.own_api(path, request.body)
         url = own.encode() if own else request.url
         for _ in range(TRIES):
@@ -122,6 +128,10 @@ class Ingress:
         return own_api_path(name, path) if isinstance(name, str) and self.routes.serves(model_route(name)) else None
 
 
+def _header(request: proxy.Request, name: bytes) -> str | None:
+    return request.header(name).decode("latin-1") or None
+
+
 def body_model(body: bytes) -> object:
     """The ``model`` a completion's body names (None when it is not a JSON object)."""
     try:
@@ -144,7 +154,10 @@ def fetch(url: str, key: str) -> dict:
 
 async def serve(args: argparse.Namespace) -> None:
     """Listen until the owner's pipe (stdin) closes: the owner stopped, or died."""
-    front = Ingress(f"http://{LOOPBACK}:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)))
+    allowed = hosts.for_address(args.host, args.allowed_hosts)
+    front = Ingress(
+        f"http://{LOOPBACK}:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)), allowed
+    )
     await front.start(args.port, args.host)
     print(READY, flush=True)
     loop, reader = asyncio.get_running_loop(), asyncio.StreamReader()
@@ -161,7 +174,13 @@ def spawn(
 
 
 def launch(
-    port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, host: str = LOOPBACK
+    port: int,
+    proxy_port: int,
+    max_request_size: int,
+    key_file: Path,
+    log: Path,
+    host: str = LOOPBACK,
+    allowed_hosts: str = "",
 ) -> subprocess.Popen:
     """The front's process, started and not waited for (``ready`` waits): it starts while Ray's nodes do. ``host``:
     loopback unless config.properties' inference_address says otherwise (with the key on: the replicas ask it)."""
@@ -176,6 +195,8 @@ def launch(
         key_file,
         "--host",
         host,
+        "--allowed-hosts",
+        allowed_hosts,
     ]
     with open(log, "ab") as errors:  # what it says when it fails (a port taken, a traceback)
         return subprocess.Popen(
@@ -218,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, required=True)
     parser.add_argument("--key-file", required=True)
     parser.add_argument("--host", default=LOOPBACK)
+    parser.add_argument("--allowed-hosts", default="")
     try:
         uvloop.run(serve(parser.parse_args(argv)))
     except OSError as err:  # the port taken meanwhile

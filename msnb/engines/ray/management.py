@@ -15,11 +15,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from msnb.engines.ray.describe import describe
 from msnb.engines.ray.model_registry import Registry, RegistryError
+from msnb.engines.ray.ts_params import RUNTIMES, java_flag, register_request, scale_request
 from msnb.errors import MsnbError
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.ray.management import NOT_ALLOWED, page
-from msnb.templates.msnb_runtime.ray.management import number as _number
 
 NOT_FOUND = "Requested resource is not found, please refer to API document."
+NO_WORKERS = ". Use scale workers API to add workers for the model."
 AUTH_FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
 Answer = tuple[int, Any]
 
@@ -30,70 +32,109 @@ class Management:
     def __init__(self, registry: Registry, model_api: bool, key: str | None):
         self.registry, self.model_api, self.key = registry, model_api, key
 
-    def answer(self, method: str, path: str, query: dict[str, str], token: str) -> Answer:
+    def answer(
+        self, method: str, path: str, query: dict[str, str], token: str, body: bytes = b"", content_type: str = ""
+    ) -> Answer:
+        """TorchServe's ``ManagementRequestHandler``: its routes, in its order, and its refusals."""
         if self.key is not None and token != f"Bearer {self.key}":
             return error(400, "InvalidKeyException", AUTH_FAILED)  # TorchServe 0.12 answers 400, not 401
         parts = [p for p in path.split("/") if p]
-        if not parts or parts[0] != "models" or len(parts) > 4:
-            return error(404, "ResourceNotFoundException", NOT_FOUND)
-        route = {
-            ("GET", 1): self.list,
-            ("POST", 1): self.register,
-            ("GET", 2): self.describe,
-            ("GET", 3): self.describe,
-            ("PUT", 2): self.scale,
-            ("PUT", 3): self.scale,
-            ("PUT", 4): self.set_default,
-            ("DELETE", 2): self.unregister,
-            ("DELETE", 3): self.unregister,
-        }
-        call = route.get((method, len(parts)))
-        if call is None or (len(parts) == 4 and parts[3] != "set-default"):
-            if call is None and len(parts) <= 3:
-                return error(405, "MethodNotAllowedException", NOT_ALLOWED)
-            return error(404, "ResourceNotFoundException", NOT_FOUND)
-        if call in (self.register, self.unregister) and not self.model_api:
+        other = self.other(method, parts)
+        if other is not None:
+            return other
+        call = self.route(method, parts)
+        if call is None:
+            return error(405, "MethodNotAllowedException", NOT_ALLOWED)
+        if (call == self.register or method == "DELETE") and not self.model_api:
             return error(405, "MethodNotAllowedException", NOT_ALLOWED)
         try:
+            if call == self.register:
+                return self.register(query, body, content_type)
             return call(parts[1:], query)
         except RegistryError as err:  # TorchServe's words; msnb's own with their Hint
             return error(err.status, err.kind, err.render(details=False))
-        except ValueError as err:
-            return error(400, "BadRequestException", str(err))
         except MsnbError as err:  # replicas that did not start (a scale, a set-default): TorchServe's 500
             return error(500, "InternalServerException", err.render(details=False))
+
+    def other(self, method: str, parts: list[str]) -> Answer | None:
+        """The answers outside ``/models``: the API's description, KServe v1's readiness, the (empty) workflow list,
+        TorchServe's 404 for any other path; None for a models call."""
+        if method == "OPTIONS" and not parts or parts == ["api-description"]:
+            return 200, api_description()
+        if len(parts) == 3 and parts[:2] == ["v1", "models"]:
+            return (
+                self.ready(parts[2].split(":")[0])
+                if method == "GET"
+                else error(405, "MethodNotAllowedException", NOT_ALLOWED)
+            )
+        if parts == ["workflows"] and method == "GET":
+            return 200, {"workflows": []}  # msnb serves no workflow
+        models = parts[:1] == ["models"] and len(parts) <= 3 or len(parts) == 4 and parts[3] == "set-default"
+        return None if models or not parts else error(404, "ResourceNotFoundException", NOT_FOUND)
+
+    def route(self, method: str, parts: list[str]):
+        """The call a models path takes, as TorchServe routes it (GET on ``.../set-default`` describes the default
+        version, DELETE on it unregisters it); None: a method it does not take."""
+        if len(parts) <= 1:
+            return {"GET": self.list, "POST": self.register}.get(method) if parts else None
+        if len(parts) == 4 and method == "PUT":
+            return self.set_default
+        calls = {"GET": self.describe, "PUT": self.scale, "DELETE": self.unregister, "OPTIONS": self.openapi}
+        call = calls.get(method)
+        if call is not None and len(parts) == 4:  # TorchServe reads no version from a path this long
+            return lambda parts, query: call(parts[:1], query)
+        return call
 
     def list(self, _: list[str], query: dict[str, str]) -> Answer:
         return page([(n, e.url) for n, e in self.registry.entries.items()], query)
 
     def describe(self, parts: list[str], query: dict[str, str]) -> Answer:
-        entries = self.registry.versions(parts[0], parts[1] if len(parts) > 1 else None)
-        customized = query.get("customized", "false").lower() == "true"
+        version = parts[1] if len(parts) > 1 else None
+        entries = self.registry.versions(parts[0], version)
+        customized = version != "all" and java_flag(query.get("customized"))  # TorchServe's /all ignores it
         return 200, [describe(self.registry.engine, entry, customized) for entry in entries]
 
-    def register(self, _: list[str], query: dict[str, str]) -> Answer:
-        url = query.get("url")
-        if not url:
+    def openapi(self, parts: list[str], _: dict[str, str]) -> Answer:
+        self.registry.entry(parts[0], parts[1] if len(parts) > 1 else None)  # 404 for a model not registered
+        return 200, api_description()
+
+    def ready(self, name: str) -> Answer:
+        """KServe v1's model readiness, as TorchServe answers it on the management address."""
+        try:
+            entry = self.registry.entry(name)
+        except RegistryError:
+            return error(404, "ModelNotFoundException", f"Model not found: {name}")
+        return 200, {"name": name, "ready": entry.running}
+
+    def register(self, query: dict[str, str], body: bytes = b"", content_type: str = "") -> Answer:
+        workers = self.registry.config.number("default_workers_per_model")
+        request = register_request(query, body, content_type, workers)
+        if request.url is None:
             return error(400, "BadRequestException", "Parameter url is required.")
-        settings = {
-            k: _number(query, k) for k in ("initial_workers", "batch_size", "max_batch_delay", "response_timeout")
-        }
-        status = self.registry.register(url, query.get("model_name") or None, settings)
+        if request.runtime is not None and request.runtime not in RUNTIMES:
+            return error(400, "BadRequestException", f"Invalid RuntimeType value: {request.runtime}")
+        status = self.registry.register(request.url, request.model_name or None, request)
+        if status is None:  # not synchronous: its replicas start in the background
+            return 202, {"status": "Processing worker updates..."}
         workers = len(status.workers)
-        return 200, {
-            "status": f'Model "{status.name}" Version: {status.version} registered with {workers} initial workers'
-        }
+        said = f'Model "{status.name}" Version: {status.version} registered with {workers} initial workers'
+        return 200, {"status": said + (NO_WORKERS if not workers else "")}
 
     def scale(self, parts: list[str], query: dict[str, str]) -> Answer:
-        name, version = parts[0], parts[1] if len(parts) > 1 else None
-        low, high = _number(query, "min_worker"), _number(query, "max_worker")
+        """TorchServe's ``handleScaleModel`` and ``ApiUtils.updateModelWorkers``, their checks in their order."""
+        name, version = parts[0], parts[1] if len(parts) > 1 else query.get("model_version")
+        low, high, synchronous = scale_request(query)
+        if high < low:
+            return error(400, "BadRequestException", "max_worker cannot be less than min_worker.")
         self.registry.entry(name, version)  # 404 before anything starts
-        if query.get("synchronous", "false").lower() != "true":
+        if low < 0:  # TorchServe's WorkLoadManager indexes its worker list with it
+            return error(500, "IndexOutOfBoundsException", f"Index {low} out of bounds for length 0")
+        if not synchronous:
             threading.Thread(target=self.registry.scale, args=(name, version, low, high), daemon=True).start()
             return 202, {"status": "Processing worker updates..."}
-        status = self.registry.scale(name, version, low, high)
+        self.registry.scale(name, version, low, high)
         named = f"{name}, version: {version}" if version else name  # TorchServe names the version asked for
-        return 200, {"status": f"Workers scaled to {len(status.workers)} for model: {named}"}
+        return 200, {"status": f"Workers scaled to {low} for model: {named}"}
 
     def set_default(self, parts: list[str], _: dict[str, str]) -> Answer:
         try:
@@ -109,6 +150,20 @@ class Management:
         return 200, {"status": f'Model "{entry.name}" unregistered'}
 
 
+def api_description() -> dict:
+    """The management API's description, as TorchServe's ``OPTIONS /`` (OpenAPI 3): its calls' paths."""
+    paths = {
+        p: {}
+        for p in (
+            "/models",
+            "/models/{model_name}",
+            "/models/{model_name}/{model_version}",
+            "/models/{model_name}/{model_version}/set-default",
+        )
+    }
+    return {"openapi": "3.0.1", "info": {"title": "TorchServe APIs", "version": "0.12.0"}, "paths": paths}
+
+
 def error(status: int, kind: str, message: str) -> Answer:
     """TorchServe's error body."""
     return status, {"code": status, "type": kind, "message": message}
@@ -121,9 +176,21 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)  # TorchServe takes the register parameters from the query
-        status, body = self.server.api.answer(self.command, parts.path, query, self.headers.get("Authorization", ""))
+        sent = self.rfile.read(length) if length else b""
+        refusal = hosts.refused(self.server.allowed, {k.lower(): v for k, v in self.headers.items()})
+        if refusal:
+            return self._send(refusal[0], error(*refusal)[1])  # a register call's JSON body, as TorchServe reads it
+        status, body = self.server.api.answer(
+            self.command,
+            parts.path,
+            query,
+            self.headers.get("Authorization", ""),
+            sent,
+            self.headers.get("Content-Type", ""),
+        )
+        self._send(status, body)
+
+    def _send(self, status: int, body: Any) -> None:
         data = (json.dumps(body, indent=2) + "\n").encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -131,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_DELETE = _answer
+    do_GET = do_POST = do_PUT = do_DELETE = do_OPTIONS = do_PATCH = do_HEAD = _answer
 
     def log_message(self, *args: Any) -> None:  # no access log on the owner's terminal
         pass
@@ -140,12 +207,14 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     api: Management
+    allowed: hosts.AllowedHosts
 
 
-def serve(api: Management, host: str, port: int) -> _Server:
-    """``api`` answering on ``host:port`` in a thread until ``.shutdown()``."""
+def serve(api: Management, host: str, port: int, allowed: str = "") -> _Server:
+    """``api`` answering on ``host:port`` in a thread until ``.shutdown()``, to requests that name a host it
+    ``allowed`` (api.hosts: loopback's names, and those of the list off loopback)."""
     server = _Server((host, port), _Handler)
-    server.api = api
+    server.api, server.allowed = api, hosts.for_address(host, allowed)
     threading.Thread(target=server.serve_forever, name="msnb-management", daemon=True).start()
     return server
 

@@ -8,6 +8,7 @@ metrics. Ray keeps no queue time per model: ``ts_queue_latency_microseconds`` is
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import urllib.request
@@ -15,9 +16,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.handler.metrics import SIZE_DIMENSION
 
 TS_LABELS = ("model_name", "model_version", "hostname")
@@ -96,19 +99,42 @@ def ray_metrics(port: int) -> str:
         return answer.read().decode()
 
 
+def only(text: str, names: list[str]) -> str:
+    """The families of a scrape TorchServe's ``name[]`` parameters name (a counter by its sample's name too, as
+    ``ts_inference_requests_total``); all of them when none is named."""
+    if not names:
+        return text
+    kept = []
+    for block in text.split("# HELP ")[1:]:
+        family = block.split(" ", 1)[0]
+        if family in names or f"{family}_total" in names or family.removesuffix("_total") in names:
+            kept.append("# HELP " + block)
+    return "".join(kept)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:
-        if self.path.split("?")[0] != "/metrics":
+    def do_GET(self) -> None:  # TorchServe's metrics address answers any method
+        path, _, query = self.path.partition("?")
+        refusal = hosts.refused(self.server.allowed, {k.lower(): v for k, v in self.headers.items()})
+        if refusal:
+            body = {"code": refusal[0], "type": refusal[1], "message": refusal[2]}
+            return self._send(refusal[0], "application/json", json.dumps(body).encode())
+        if path != "/metrics":
             self.send_error(404)
             return
-        data = self.server.scrape().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        data = only(self.server.scrape(), parse_qs(query).get("name[]", [])).encode()
+        self._send(200, "text/plain; version=0.0.4; charset=utf-8", data)
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    do_POST = do_PUT = do_DELETE = do_GET
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -117,14 +143,21 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     scrape: Callable[[], str]
+    allowed: hosts.AllowedHosts
 
 
 def serve(
-    ray_port: int, apps: Callable[[], dict[str, tuple[str, str]]], prometheus: bool, host: str, port: int
+    ray_port: int,
+    apps: Callable[[], dict[str, tuple[str, str]]],
+    prometheus: bool,
+    host: str,
+    port: int,
+    allowed: str = "",
 ) -> _Server:
     """TorchServe's metrics address on ``host:port`` (``.shutdown()`` ends it): each scrape reads Ray's metrics
     port ``ray_port`` and the serving applications' ``apps()`` (model name and version)."""
     server = _Server((host, port), _Handler)
+    server.allowed = hosts.for_address(host, allowed)
     hostname = socket.gethostname()
     server.scrape = (lambda: translate(ray_metrics(ray_port), apps(), hostname)) if prometheus else (lambda: "")
     threading.Thread(target=server.serve_forever, name="msnb-metrics", daemon=True).start()

@@ -15,36 +15,24 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from msnb.engines.models import ModelStatus
+from msnb.engines.ray.ts_params import NO_BATCH_DELAY, NO_BATCH_SIZE, NO_TIMEOUT
+from msnb.engines.ray.ts_refusals import RegistryError, archive_path, failed_workers
 from msnb.engines.store import safe_name
 from msnb.engines.ts_properties import TsConfig
-from msnb.errors import MsnbError, ServerError
+from msnb.errors import MsnbError
 from msnb.templates.msnb_runtime.handler.names import SEGMENT_RULE, valid_segment
 from msnb.templates.msnb_runtime.ray.ingress import version_app
 
 if TYPE_CHECKING:
     from msnb.engines.ray.engine import LocalRay
 
-# The register call's parameters and config.properties' models={...} keys, as model-config.yaml keys.
-REGISTER_PARAMS = {
-    "initial_workers": "minWorkers",
-    "batch_size": "batchSize",
-    "max_batch_delay": "maxBatchDelay",
-    "response_timeout": "responseTimeout",
-}
+# config.properties' models={...} keys, as model-config.yaml keys.
 PER_MODEL_KEYS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
-
-
-class RegistryError(ServerError):
-    """A management call TorchServe refuses too: its HTTP ``status`` and TorchServe's exception ``kind``."""
-
-    def __init__(self, status: int, kind: str, message: str, hint: str = ""):
-        super().__init__(message, hint)
-        self.status, self.kind = status, kind
 
 
 @dataclass
@@ -58,6 +46,7 @@ class Entry:
     folder: Path
     at_startup: bool
     app: str = ""
+    running: bool = True  # its application deployed (False: registered with 0 workers, as TorchServe registers it)
 
 
 class Registry:
@@ -99,29 +88,18 @@ class Registry:
 
     def apps(self) -> dict[str, tuple[str, str]]:
         """Each serving application: (model name, version)."""
-        return {e.app: (e.name, e.version) for versions in list(self.served.values()) for e in versions.values()}
+        served = [e for versions in list(self.served.values()) for e in versions.values() if e.running]
+        return {e.app: (e.name, e.version) for e in served}
 
     # ------------------------------------------------------------------ register
     def archive(self, url: str, anywhere: bool = False) -> Path:
-        """``url`` in the model store (TorchServe takes a file name there; msnb fetches no remote URL); ``anywhere``:
-        an absolute path too (the archives given on the command line)."""
-        if anywhere and Path(url).is_absolute() and Path(url).exists():
-            return Path(url)
-        store = self.config.model_store
-        if "://" in url:
-            raise RegistryError(
-                400,
-                "BadRequestException",
-                f"Remote model URLs are not fetched by msnb: {url}",
-                "copy the archive into the model store and register it by its file name.",
-            )
-        path = (store / url) if store else Path(url)
-        if store is None or not path.exists() or Path(url).name != url:
-            raise RegistryError(404, "ModelNotFoundException", f"Model not found at: {url}")
-        return path
+        """``url``'s archive, as TorchServe finds it (ts_refusals.archive_path)."""
+        return archive_path(url, self.config.model_store, anywhere)
 
-    def register(self, url: str, name: str | None = None, settings: dict | None = None, at_startup: bool = False):
-        """Open ``url`` from the store, write its settings, deploy it; the ModelStatus once it serves."""
+    def register(self, url: str, name: str | None = None, request: Any = None, at_startup: bool = False):
+        """Open ``url`` from the store, write its settings (``request``: the register call's ts_params
+        .RegisterRequest; None: a model loaded at start), deploy it unless it has 0 workers; the ModelStatus once it
+        serves (not ``synchronous``: at once, its replicas started in the background)."""
         if name and not valid_segment(name):  # it names URLs and Serve applications (version_app)
             raise RegistryError(
                 400, "BadRequestException", f"Model name {name!r} is not valid.", f"give model_name {SEGMENT_RULE}."
@@ -130,22 +108,42 @@ class Registry:
             folder, version, requirements = self._opened(self.archive(url, at_startup), name)
             name = name or read_name(folder)
             app = version_app(name, version) if name in self.served else name
+            entry = Entry(name, version, url, folder, at_startup, app, running=False)
             try:
-                write_settings(folder, name, self._settings(folder, name, version, settings or {}))
-                for _, outcome in self.engine.deploy_many([(folder, {"requirements": requirements, "app": app})]):
-                    if isinstance(outcome, MsnbError):
-                        raise RegistryError(
-                            500,
-                            "InternalServerException",
-                            f"Failed to start workers for model {name} version: {version} ({outcome.message})",
-                            outcome.hint or "",
-                        ) from outcome
+                write_settings(folder, name, self._settings(folder, name, version, request))
+                workers = read_settings(folder).get("minWorkers", 1)
+                self.served.setdefault(name, {})[version] = entry
+                self.defaults.setdefault(name, version)
+                if workers <= 0:
+                    return ModelStatus(name, version, is_default=app == name, workers=())
+                if request is not None and not request.synchronous:
+                    threading.Thread(target=self._deploy, args=(entry, requirements), daemon=True).start()
+                    return None
+                return self._deploy(entry, requirements)
             except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
+                self._forget(entry)
                 raise
-            self.served.setdefault(name, {})[version] = Entry(name, version, url, folder, at_startup, app)
-            self.defaults.setdefault(name, version)
-            return replace(outcome, name=name, is_default=app == name)
+
+    def _deploy(self, entry: Entry, requirements: list[str]) -> ModelStatus:
+        """``entry``'s replicas started; a handler that does not load is TorchServe's 500 and the model unregistered
+        (TorchServe's ``onError``)."""
+        for _, outcome in self.engine.deploy_many([(entry.folder, {"requirements": requirements, "app": entry.app})]):
+            if isinstance(outcome, MsnbError):
+                self.engine.unregister(entry.app)  # its failed application (Serve keeps one that failed to deploy)
+                with self.lock:
+                    self._forget(entry)
+                raise failed_workers(entry.name, entry.version, outcome)
+        entry.running = True
+        return replace(outcome, name=entry.name, is_default=entry.app == entry.name)
+
+    def _forget(self, entry: Entry) -> None:
+        versions = self.served.get(entry.name, {})
+        if versions.get(entry.version) is entry:
+            del versions[entry.version]
+            if not versions:
+                self.served.pop(entry.name, None)
+                self.defaults.pop(entry.name, None)
+        shutil.rmtree(entry.folder, ignore_errors=True)
 
     def _opened(self, path: Path, name: str | None) -> tuple[Path, str, list[str]]:
         """The archive unpacked and checked beside the store, then moved to its folder unless its name is taken."""
@@ -175,33 +173,46 @@ class Registry:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def _settings(self, folder: Path, name: str, version: str, given: dict) -> dict[str, int]:
-        """What config.properties says of this model (default workers, models={...}), the call's ``given`` over it."""
+    def _settings(self, folder: Path, name: str, version: str, request: Any) -> dict[str, int]:
+        """What config.properties says of this model (default workers, models={...}) and the register call's
+        ``request`` over it, as TorchServe's ``ModelManager.createModel`` weighs them: a batch size or delay given
+        wins (0 and negative values too), the archive's responseTimeout wins over the one given."""
         own, out = read_settings(folder), {}
-        if "minWorkers" not in own:  # 0: as many workers as CPUs, as TorchServe's getDefaultWorkers
+        if request is None and "minWorkers" not in own:  # 0: as many workers as CPUs, as TorchServe's getDefaultWorkers
             out["minWorkers"] = out["maxWorkers"] = self.config.number("default_workers_per_model") or os.cpu_count()
-        if "responseTimeout" not in own:
-            out["responseTimeout"] = self.config.number("default_response_timeout")
+        given = NO_TIMEOUT if request is None else request.response_timeout
+        if int(own.get("responseTimeout") or 0) <= 0:
+            out["responseTimeout"] = self.config.number("default_response_timeout") if given == NO_TIMEOUT else given
         model = self.config.per_model().get(name, {})
         per = model.get(version) or next(iter(model.values()), {})
         out |= {k: int(per[k]) for k in PER_MODEL_KEYS if k in per}
-        called = {REGISTER_PARAMS[k]: int(v) for k, v in given.items() if k in REGISTER_PARAMS and v is not None}
-        if "minWorkers" in called:  # TorchServe's initial_workers sets both (measured: minWorkers = maxWorkers = it)
-            called["maxWorkers"] = called["minWorkers"]
-        out |= called
+        if request is not None:  # TorchServe's initial_workers sets both (measured: minWorkers = maxWorkers = it)
+            out["minWorkers"] = out["maxWorkers"] = max(request.initial_workers, 0)
+            if request.batch_size != NO_BATCH_SIZE:
+                out["batchSize"] = request.batch_size
+            if request.max_batch_delay != NO_BATCH_DELAY:
+                out["maxBatchDelay"] = request.max_batch_delay
         if "minWorkers" in out:
             out["maxWorkers"] = max(out.get("maxWorkers", 0), out["minWorkers"])
         return out
 
     # ------------------------------------------------------------------ change
-    def scale(self, name: str, version: str | None, low: int | None, high: int | None) -> ModelStatus:
-        """TorchServe's ``min_worker`` / ``max_worker`` as the application's replicas (a rolling update of its size)."""
+    def scale(self, name: str, version: str | None, low: int, high: int) -> ModelStatus:
+        """TorchServe's ``min_worker`` / ``max_worker`` as the application's replicas (a rolling update of its size; the
+        first deploy of a model registered with 0 workers, which stays registered when its handler does not load)."""
         with self.lock:
             entry = self.entry(name, version)
-            low = low if low is not None else read_settings(entry.folder).get("minWorkers", 1)
-            high = max(high if high is not None else low, low)
-            write_settings(entry.folder, name, {"minWorkers": low, "maxWorkers": high})
-            return self.engine.redeploy(entry.folder, app=entry.app)
+            write_settings(entry.folder, name, {"minWorkers": low, "maxWorkers": max(high, low)})
+            if low <= 0 and not entry.running:
+                return ModelStatus(name, entry.version, is_default=entry.app == name, workers=())
+            try:
+                status = self.engine.redeploy(entry.folder, app=entry.app)
+            except MsnbError as err:
+                if not entry.running:
+                    self.engine.unregister(entry.app)  # its failed application (the folder is the entry's)
+                raise failed_workers(name, version or "null", err) from None
+            entry.running = True
+            return status
 
     def set_default(self, name: str, version: str) -> Entry:
         """``version`` becomes what ``/predictions/NAME`` reaches: the application named after the model takes its
@@ -227,7 +238,9 @@ class Registry:
                 raise RegistryError(
                     403, "InvalidModelVersionException", f"Cannot remove default version for model {name}"
                 )
-            self.engine.unregister(entry.app)
+            if entry.running:
+                self.engine.unregister(entry.app)
+            shutil.rmtree(entry.folder, ignore_errors=True)
             del versions[entry.version]
             if not versions:
                 del self.served[name], self.defaults[name]

@@ -13,8 +13,9 @@ from msnb.engines.protocol import local_url
 from msnb.engines.ray import metrics
 from msnb.engines.ray.management import Management, serve
 from msnb.engines.ray.model_registry import Registry
-from msnb.engines.ts_properties import DEFAULTS, TsConfig, check_addresses
+from msnb.engines.ts_properties import DEFAULTS, LOOPBACK_HOSTS, TsConfig, check_addresses
 from msnb.errors import MsnbError, ServerError
+from msnb.templates.msnb_runtime.api import hosts
 
 if TYPE_CHECKING:
     from msnb.engines.ray.engine import LocalRay
@@ -37,7 +38,7 @@ def engine_for(config: TsConfig, **packing: Any) -> LocalRay:
     prometheus(config)
     host, port = config.address("inference_address")
     engine = LocalRay(port, max_request_size=config.number("max_request_size"), host=host, **packing)
-    engine.auth = config.auth
+    engine.auth, engine.allowed_hosts = config.auth, config.text("allowed_hosts")
     return engine
 
 
@@ -49,15 +50,28 @@ class TorchServeApi:
         self.registry = Registry(engine, config, opener)
         key = _management_key(engine.key_file) if config.auth else None
         api = Management(self.registry, config.flag("enable_model_api"), key)
-        self.server = serve(api, *config.address("management_address"))
+        allowed = config.text("allowed_hosts")
+        self.server = serve(api, *config.address("management_address"), allowed)
         try:
             self.metrics = metrics.serve(
-                engine.metrics_port, self.registry.apps, prometheus(config), *config.address("metrics_address")
+                engine.metrics_port, self.registry.apps, prometheus(config), *config.address("metrics_address"), allowed
             )
         except BaseException:
             self.server.shutdown()
             self.server.server_close()
             raise
+
+    @property
+    def hosts_note(self) -> str:
+        """What `msnb serve` says at start of the addresses off loopback: the host names they answer (api.hosts)."""
+        off = sorted({self.config.address(k)[0] for k in ADDRESSES} - set(LOOPBACK_HOSTS))
+        if not off:
+            return ""
+        allowed = hosts.for_address(off[0] if len(off) == 1 else "0.0.0.0", self.config.text("allowed_hosts"))
+        return (
+            f"{', '.join(off)}: requests must name {allowed.listing()} (Host and Origin; more with "
+            "allowed_hosts=NAME,... or --allowed-host NAME, * for any)"
+        )
 
     @property
     def management_url(self) -> str:

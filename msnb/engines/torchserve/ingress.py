@@ -22,7 +22,7 @@ from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.sse_stream import SseStream, Unanswered
 from msnb.engines.torchserve.upstream import UpstreamConnection, post
 from msnb.errors import ServerError
-from msnb.templates.msnb_runtime.api import embeddings, mcp
+from msnb.templates.msnb_runtime.api import embeddings, hosts, mcp
 from msnb.templates.msnb_runtime.api.openai import (
     CHALLENGE,
     ROUTES,
@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover
     from asyncio import new_event_loop
 
 SERVED = {("GET", "/v1/models"), ("POST", "/mcp"), ("POST", embeddings.ROUTE), *(("POST", path) for path in ROUTES)}
+LOOPBACK_ONLY = hosts.AllowedHosts()  # it listens on 127.0.0.1 only: loopback's names and pages
 MAX_BODY = 64 << 20  # a request body over this is refused here (LocalServer gives TorchServe's max_request_size)
 STOP_TIMEOUT_S = 10.0
 
@@ -145,6 +146,9 @@ class Ingress:
 
     async def answer(self, request: proxy.Request, client: proxy.Client) -> None:
         path, method = request.path, request.method
+        why = LOOPBACK_ONLY.refusal(*(request.header(h).decode("latin-1") or None for h in (b"host", b"origin")))
+        if why is not None:  # another host, or a web page of another origin (DNS rebinding): api.hosts
+            return client.transport.write(proxy.answer(*(refused(path, 403, why) or refused("/v1/", 403, why))))
         if path == "/mcp" and method != "POST":
             return client.transport.write(proxy.answer(*mcp.NOT_ALLOWED))
         if (method, path) not in SERVED:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import mcp
+from . import hosts, mcp
 from .openai import RESPONSES, ApiError, Request
 from .openai import parse as parse_completion
 from .responses import ResponseAnswer
@@ -28,6 +28,7 @@ def answer(request: Request) -> Answer | ResponseAnswer:
 
 
 HINTS = {
+    403: hosts.HINT,
     413: "send less per request, or raise the server's max_request_size",
     400: "send one well-formed HTTP/1.1 request (the official clients do)",
 }

@@ -167,6 +167,9 @@ class MsnbModel:
         """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.ingress):
         the router's door and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], ingress.lower(request.headers)
+        forbidden = self.door.forbidden(request.url.path, headers) if self.door is not None else None
+        if forbidden is not None:
+            return forbidden
         if self.door is not None and parts[2:] == [ingress.OWN_API, ingress.EXPLAIN[1:]]:  # its /explanations/NAME
             return await ingress.explanation(request, headers, self.door, lambda body: self.infer(True, body, headers))
         if self.door is not None and parts[2:3] == [ingress.OWN_API]:  # OpenAI's API for this model (ray.api)
@@ -245,6 +248,9 @@ class MsnbRouter(SetRouting):
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
         headers = ingress.lower(request.headers)
+        forbidden = self.door.forbidden(request.url.path, headers)  # another host or web origin: 403 (api.hosts)
+        if forbidden is not None:
+            return forbidden
         if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (ray.api), their own 401
             return await self.api.answer(request, "/" + "/".join(parts), headers)
         refusal = refused(headers, self.door.key)

@@ -13,6 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..api import hosts
+from ..api.v1 import refused as api_refused
 from ..ts.checks import refused, too_large
 from ..ts.wire import Reply, error_reply
 from . import token_interceptor
@@ -69,6 +71,16 @@ class IngressConfig:
         self.key, self.key_hint = token_interceptor.inference_key(args), args.get("key_hint")
         limit = args.get("max_request_size")
         self.limit = int(limit) if limit else None
+        # the Host and Origin it answers: loopback's, and off loopback (``host``) the allowed-hosts list (api.hosts)
+        self.hosts = hosts.for_address(args.get("host") or "127.0.0.1", args.get(hosts.ARGS_KEY))
+
+    def forbidden(self, path: str, headers: dict) -> Response | None:
+        """403 with a Hint for a request naming another host or sent from a foreign web origin, in the shape of the
+        protocol its path asks (/v1: OpenAI's, /mcp: JSON-RPC's, else TorchServe's); None when it may pass."""
+        why = self.hosts.refusal(headers.get("host"), headers.get("origin"))
+        if why is None:
+            return None
+        return reply(*(api_refused(path, 403, why) or error_reply(403, hosts.FORBIDDEN, hosts.hinted(why))))
 
 
 def not_found(path: str) -> Response:

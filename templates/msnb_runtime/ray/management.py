@@ -10,10 +10,12 @@ Depends on the standard library and handler.serving, never on msnb.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..handler.serving import DEFAULT_BATCH_DELAY_MS, DEFAULT_RESPONSE_TIMEOUT_S
 
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 PAGE_LIMIT = 100  # TorchServe's default (and largest) page of GET /models
 STARTUP_TIMEOUT_S = DEFAULT_RESPONSE_TIMEOUT_S  # TorchServe's startupTimeout default is its responseTimeout's: 120 s
 # Fields TorchServe writes whose values are its own frontend's (retry, parallelism, sequences): its defaults.
@@ -41,41 +43,52 @@ Answer = tuple[int, Any]
 
 
 def page(models: list[tuple[str, str]], query: dict[str, str]) -> Answer:
-    """``GET /models``: ``models`` (name, url), sorted by name, one page as TorchServe pages them."""
+    """``GET /models``: ``models`` (name, url), sorted by name, one page as TorchServe's ``ApiUtils.getModelList``
+    pages them: a limit over 100 or below 0 is 100, a token below 0 is 0, a value that is not a number its default;
+    a ``nextPageToken`` whenever the page ends at or before the last model."""
     models = sorted(models)
-    limit = min(number(query, "limit") or PAGE_LIMIT, PAGE_LIMIT)
-    start = number(query, "next_page_token") or 0
+    limit = java_int(query.get("limit"), PAGE_LIMIT)
+    limit = PAGE_LIMIT if limit > PAGE_LIMIT or limit < 0 else limit
+    start = max(java_int(query.get("next_page_token"), 0), 0)
     body: dict[str, Any] = {}
-    if start + limit <= len(models):  # TorchServe gives a token when the page ends at the last model too
+    if start + limit <= len(models):
         body["nextPageToken"] = str(start + limit)
     body["models"] = [{"modelName": n, "modelUrl": u} for n, u in models[start : start + limit]]
     return 200, body
 
 
-def number(query: dict[str, str], key: str) -> int | None:
-    """A whole-number query parameter; a ValueError in TorchServe's words when it is not one."""
-    value = query.get(key)
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"Invalid {key} value: {value}") from None
+def java_int(value: object, default: int) -> int:
+    """A query parameter as TorchServe's ``NettyUtils.getIntParameter`` reads it (Java's ``Integer.parseInt``): an
+    optional sign and digits within 32 bits, else ``default`` (TorchServe answers no 400 for a bad number)."""
+    if isinstance(value, bool) or value is None:
+        return default
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    if not _JAVA_INT.fullmatch(text) or not -(2**31) <= int(text) < 2**31:
+        return default
+    return int(text)
+
+
+def _given(config: dict, key: str, default: int) -> int:
+    """A model-config value as TorchServe keeps it (0 and negative values too), ``default`` when it is not set."""
+    value = config.get(key)
+    return default if value is None else int(value)
 
 
 def describe_entry(name: str, version: str, url: str, config: dict, workers: list[dict], at_startup: bool) -> dict:
     """TorchServe's describe entry (without ``customizedMetadata``) from the model's model-config ``config``."""
-    low = int(config.get("minWorkers") or 1)
+    low = _given(config, "minWorkers", 1)
     return {
         "modelName": name,
         "modelVersion": version,
         "modelUrl": url,
         "runtime": "python",
         "minWorkers": low,
-        "maxWorkers": int(config.get("maxWorkers") or low),
-        "batchSize": int(config.get("batchSize") or 1),
-        "maxBatchDelay": int(config.get("maxBatchDelay") or DEFAULT_BATCH_DELAY_MS),
-        "responseTimeout": int(config.get("responseTimeout") or DEFAULT_RESPONSE_TIMEOUT_S),
+        "maxWorkers": _given(config, "maxWorkers", low),
+        "batchSize": _given(config, "batchSize", 1),
+        "maxBatchDelay": _given(config, "maxBatchDelay", DEFAULT_BATCH_DELAY_MS),
+        "responseTimeout": _given(config, "responseTimeout", DEFAULT_RESPONSE_TIMEOUT_S),
         "startupTimeout": int(config.get("startupTimeout") or STARTUP_TIMEOUT_S),
         **FIXED,
         "stateful": bool(config.get("sequenceBatching")),

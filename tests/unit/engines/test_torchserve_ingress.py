@@ -169,12 +169,42 @@ def test_a_wrong_key_an_unknown_path_and_a_malformed_request_get_openais_error_s
     with pytest.raises(openai.AuthenticationError):
         openai_client(f"{front[0].url}/v1", "wrong").completions.create(model="lm", prompt="hi")
     port = int(front[0].url.rsplit(":", 1)[1])
-    for request, status in ((b"GET /v2/models HTTP/1.1\r\nHost: x\r\n\r\n", b"404"), (b"NOT HTTP\r\n\r\n", b"400")):
+    for request, status in (
+        (b"GET /v2/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"404"),
+        (b"NOT HTTP\r\n\r\n", b"400"),
+    ):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(request)
             answer = sock.recv(65536)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.split()[1] == status and "message" in json.loads(body)["error"]
+
+
+def raw(port: int, request: bytes) -> tuple[bytes, object]:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head.split()[1], json.loads(body)
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/mcp"])
+def test_a_foreign_host_or_origin_is_refused_with_403_and_a_hint_and_loopback_names_pass(front, path):
+    port = int(front[0].url.rsplit(":", 1)[1])
+    method = b"GET" if path == "/v1/models" else b"POST"
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}' if path == "/mcp" else b""
+    key = f"Authorization: Bearer {KEY}\r\n".encode()
+
+    def ask(host: bytes, origin: bytes = b"") -> tuple[bytes, object]:
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s%s" % (method, path.encode(), host, origin, key)
+        return raw(port, head + b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+
+    for host, origin in ((b"evil.example.com", b""), (b"127.0.0.1:%d" % port, b"Origin: http://evil.example.com\r\n")):
+        status, answer = ask(host, origin)
+        said = answer["error"]["message"]
+        assert status == b"403" and "is not allowed at this address" in said and "Hint:" in said, answer
+    for host in (b"localhost:%d" % port, b"127.0.0.1", b"[::1]:%d" % port):
+        assert ask(host, b"Origin: http://localhost:3000\r\n")[0] != b"403", host  # past the door
 
 
 def test_a_torchserve_that_is_not_there_is_a_503_naming_how_to_start_it(tmp_path):

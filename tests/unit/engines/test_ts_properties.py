@@ -198,6 +198,7 @@ def test_msnb_serves_own_body_limit_option_wins_over_the_file_on_ray(tmp_path):
 
 def test_a_models_settings_come_from_the_call_then_models_json_then_its_model_config_then_the_defaults(tmp_path):
     from msnb.engines.ray.model_registry import Registry
+    from msnb.engines.ray.ts_params import register_request
 
     folder = tmp_path / "klass"
     (folder / "MAR-INF").mkdir(parents=True)
@@ -206,13 +207,17 @@ def test_a_models_settings_come_from_the_call_then_models_json_then_its_model_co
     per_model = 'models={"klass": {"1.0": {"minWorkers": 3, "maxBatchDelay": 7}}}\n'
     config = read(written(tmp_path, "default_workers_per_model=2\ndefault_response_timeout=60\n" + per_model))
     registry = Registry(engine=None, config=config, opener=None)
-    assert registry._settings(folder, "klass", "1.0", {}) == {"minWorkers": 3, "maxWorkers": 3, "maxBatchDelay": 7}
-    given = {"initial_workers": 1, "batch_size": 8, "max_batch_delay": None}
+    assert registry._settings(folder, "klass", "1.0", None) == {"minWorkers": 3, "maxWorkers": 3, "maxBatchDelay": 7}
+    given = register_request({"initial_workers": "1", "batch_size": "8", "max_batch_delay": "j"}, b"", "", 2)
     assert registry._settings(folder, "klass", "1.0", given) == {
         "minWorkers": 1,
         "maxWorkers": 1,
         "maxBatchDelay": 7,
         "batchSize": 8,
     }
+    # as TorchServe's createModel: a batch size given as it is, the archive's responseTimeout over the one given
+    odd = register_request({"initial_workers": "0", "batch_size": "0", "response_timeout": "77"}, b"", "", 2)
+    expected = {"minWorkers": 0, "maxWorkers": 0, "maxBatchDelay": 7, "batchSize": 0}
+    assert registry._settings(folder, "klass", "1.0", odd) == expected
     (folder / "model-config.yaml").write_text("minWorkers: 1\n")  # its own workers win over the default ...
-    assert registry._settings(folder, "other", "1.0", {}) == {"responseTimeout": 60}  # ... and the file's timeout
+    assert registry._settings(folder, "other", "1.0", None) == {"responseTimeout": 60}  # ... and the file's timeout
