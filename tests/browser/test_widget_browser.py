@@ -210,7 +210,7 @@ def test_the_whole_loop_from_the_widget_in_chromium(voila, page):
         assert '"score"' in local and local.startswith("Test · test process, no server · ")
         built = _click_and_wait(page, "build", "Built ")
         assert "widget_mlp.mar" in built
-        _click_and_wait(page, "serve", "Serve done in ", while_running="starting TorchServe (Java)")
+        _click_and_wait(page, "serve", "Serving widget_mlp v2.0 (digest ", while_running="starting TorchServe (Java)")
         status = page.locator(".msnb-status").inner_text()
         assert "serving widget_mlp v2.0 (digest " in status
         workdir = Path(re.search(r"workdir (\S+?)\)", status).group(1))

@@ -259,7 +259,6 @@ class Controller:
         self.actions.serve(spec, self._progress, parsed.get("engine"))
         took = elapsed()
         serving = self.actions.served(spec.name) or f"{spec.name} v{spec.version} (digest {spec.digest()})"
-        self._log(f"[serve] serving {serving}, the cell as the kernel holds it now, in {took}")
         said = f"Serving {serving} (took {took}): click Predict to ask it (the status line says where it runs)."
         return said + _near_misses(spec)
 
