@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import requests
-from differential_known import DIFFERS
+from differential_known import DIFFERS, LOOSE
 from differential_runner import archives, ready, run_all, start_ours, start_plain
 from differential_sequences import all_calls
 from helpers import RAY_GROUP, RECORDED, poll, reach_recorded
@@ -24,7 +24,9 @@ CALLS = all_calls()
 def _param(call):
     why = DIFFERS.get(call.id)
     return pytest.param(
-        call, id=call.id, marks=[pytest.mark.xfail(reason=why, strict=True, raises=AssertionError)] if why else []
+        call,
+        id=call.id,
+        marks=[pytest.mark.xfail(reason=why, strict=call.id not in LOOSE, raises=AssertionError)] if why else [],
     )
 
 
