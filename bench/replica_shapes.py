@@ -29,6 +29,7 @@ COMMON = textwrap.dedent("""
     from msnb.templates.msnb_runtime.ray.app import LoadedModel  # ray.serve, starlette, ts: what a replica imports
     from msnb.templates.msnb_runtime.ray.isolation import Namespace
     from msnb.templates.msnb_runtime.ts.model_loader import enter
+    import ts.model_loader  # TorchServe's loader too: a fork's children share it rather than each importing it
 
     SAMPLE = json.dumps({sample!r}).encode()
 
@@ -50,6 +51,9 @@ SHAPES = {
     """),
     "a fork per archive": COMMON
     + textwrap.dedent("""
+        import gc
+
+        gc.freeze()  # the parent's objects out of the collector's reach: the children's collections dirty no page of them
         pipes = []
         for folder in sys.argv[1:]:
             done, told = os.pipe()
@@ -136,15 +140,35 @@ def run(settings: Settings) -> dict:
 class OneRun(Settings):
     @property
     def reps(self) -> int:
-        return 3
+        return 1
+
+
+RESULTS = Path(__file__).parent / "REPLICA_SHAPES.md"
 
 
 def main() -> None:
-    """`python -m bench.replica_shapes`: three interleaved runs, printed."""
+    """`python -m bench.replica_shapes`: one interleaved run, printed and appended to bench/REPLICA_SHAPES.md."""
     import json
 
     with tempfile.TemporaryDirectory(prefix="msnb-bench-") as tmp:
-        print(json.dumps(run(OneRun(quick=True, workdir=Path(tmp))), indent=1))
+        result = run(OneRun(quick=True, workdir=Path(tmp)))
+    print(json.dumps(result, indent=1))
+    append(result)
+
+
+def append(result: dict) -> None:
+    """The run's table, appended to bench/REPLICA_SHAPES.md under its date and load average."""
+    from bench.report import machine
+
+    lines = [
+        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+        "| measurement | median |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
+    lines += ["", result["notes"]]
+    head = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
+    RESULTS.write_text(head + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
