@@ -26,6 +26,8 @@ from msnb.templates.msnb_runtime.handler.names import CHECKPOINT
 from msnb.trial import fork_server
 
 TAIL_LINES = 20  # how many of a crashed test process's last lines each stream shows
+FATAL_LINES = 60  # ... and of the stack Python dumps on a crash (faulthandler), from its headline on
+FATAL_HEADLINE = "Fatal Python error"
 Streams = namedtuple("Streams", "out err log")  # a test process's stdout, stderr and handler log files
 _LOCK = threading.Lock()
 _WORKERS: dict[str, "TestWorker"] = {}  # handler name -> the process testing its latest generation
@@ -160,7 +162,7 @@ class TestWorker:
     def _tails(self) -> str | None:
         parts = []
         for stream, title in (("err", "stderr"), ("log", "handler log"), ("out", "stdout")):
-            lines = Path(getattr(self.streams, stream)).read_text(errors="replace").splitlines()[-TAIL_LINES:]
+            lines = last_lines(Path(getattr(self.streams, stream)).read_text(errors="replace").splitlines())
             if lines:
                 parts.append(f"--- last lines of the test process's {title}:\n" + "\n".join(lines))
         return "\n".join(parts) or None
@@ -177,3 +179,12 @@ class TestWorker:
                 self.process.kill()
                 self.process.join(timeout=5)
         self.tmp.cleanup()
+
+
+def last_lines(lines: list[str]) -> list[str]:
+    """A stream's last TAIL_LINES lines; from its last ``Fatal Python error`` on, when the stack Python dumped on a
+    crash is longer (its headline and the user's frame come first in that dump, at most FATAL_LINES lines)."""
+    fatal = [i for i, line in enumerate(lines) if line.startswith(FATAL_HEADLINE)]
+    if fatal and len(lines) - fatal[-1] > TAIL_LINES:
+        return lines[fatal[-1] : fatal[-1] + FATAL_LINES]
+    return lines[-TAIL_LINES:]
