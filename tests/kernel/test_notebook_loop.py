@@ -13,7 +13,13 @@ import pytest
 import torch
 from nbrun import execute_notebook
 
-pytestmark = [pytest.mark.kernel, pytest.mark.server, pytest.mark.timeout(900)]
+# One notebook run for the module (its tests read it): one worker runs them all.
+pytestmark = [
+    pytest.mark.kernel,
+    pytest.mark.server,
+    pytest.mark.timeout(900),
+    pytest.mark.xdist_group("notebook-loop"),
+]
 
 HANDLER = textwrap.dedent(
     """\
