@@ -16,7 +16,7 @@ from msnb.capture.notebook import load_handlers
 from msnb.cli.main import main
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.config import parse_properties
-from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
+from msnb.templates.msnb_runtime.handler.metrics import WINDOW_METRICS
 from msnb.trial.runner import predict_in_process
 
 TORCHSERVE = str(Path(sys.executable).with_name("torchserve"))
@@ -203,10 +203,10 @@ def test_kserve_v1_bad_empty_and_malformed_requests_are_200s_and_metrics_reach_p
         assert '"instances" is empty' in predictions["empty"][0]["error"]
         assert 'no "instances"' in predictions["no instances"][0]["error"]
         found = poll(lambda: _msnb_metrics(ts.server, "alpha"), 30, "msnb metrics on /metrics", log=ts.log)
-    assert set(found) == set(ALL_METRICS)
+    assert set(found) == set(WINDOW_METRICS)
 
 
 def _msnb_metrics(server: LocalServer, model: str) -> dict | None:
     metrics = server.client.metrics()
-    found = {n: [v for labels, v in metrics.get(n, []) if labels.get("ModelName") == model] for n in ALL_METRICS}
+    found = {n: [v for labels, v in metrics.get(n, []) if labels.get("ModelName") == model] for n in WINDOW_METRICS}
     return found if all(found.values()) else None

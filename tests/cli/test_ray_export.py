@@ -49,7 +49,10 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "app.py",  # the model and router applications' builders (serve_config's import_path)
         "deployment.py",  # TorchServe's model-config as Serve deployment options
         "ingress.py",  # a prediction's way through an ingress (the router's, a replica's own)
+        "isolation.py",  # each packed model's own modules, cwd and sys.path in a shared replica
         "management.py",  # the management API's read calls (list, describe) on the router
+        "multi_model.py",  # a replica holding several model folders (packing)
+        "multi_model_routes.py",  # which packed replica set answers which model
         "replica.py",  # what a replica gives a handler in place of a worker: GPU id, metrics, log lines
         "runtime_env.py",  # what the application asks of its cluster, checked when it is built
         "sequences.py",

@@ -9,7 +9,7 @@ from msnb.engines.torchserve import LocalServer, PredictionError
 from msnb.package import archive
 from msnb.session.deployment import deploy
 from msnb.spec import spec_from_source
-from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
+from msnb.templates.msnb_runtime.handler.metrics import BATCHES_METRIC, SIZE_DIMENSION, WINDOW_METRICS
 from msnb.trial.runner import run_handler
 
 UNSERIALISABLE = (
@@ -97,11 +97,16 @@ def test_msnb_metrics_reach_the_prometheus_endpoint_after_traffic(served):
     spec, server = served
     server.predict_many("mlp", SAMPLES)
 
+    # Prometheus names a counter NAME_total; the batches formed are one (mlp is served with batchSize 4).
+    names = (*WINDOW_METRICS, f"{BATCHES_METRIC}_total")
+
     def msnb_metrics():
-        found = {name: server.client.metrics().get(name, []) for name in ALL_METRICS}
+        found = {name: server.client.metrics().get(name, []) for name in names}
         return found if all(any(labels.get("ModelName") == "mlp" for labels, _ in s) for s in found.values()) else None
 
     found = poll(msnb_metrics, 30, "every msnb metric for mlp on /metrics", log=lambda: server.log_tail(40))
     batch_sizes = [value for labels, value in found["MsnbBatchSize"] if labels["ModelName"] == "mlp"]
     assert all(1 <= size <= 4 for size in batch_sizes)
     assert all(value >= 0 for samples in found.values() for _, value in samples)
+    formed = [labels for labels, _ in found[f"{BATCHES_METRIC}_total"] if labels["ModelName"] == "mlp"]
+    assert all(1 <= int(labels[SIZE_DIMENSION]) <= 4 for labels in formed)

@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 METRICS = {"preprocess": "MsnbPreprocessTime", "inference": "MsnbInferenceTime", "postprocess": "MsnbPostprocessTime"}
 BATCH_SIZE_METRIC = "MsnbBatchSize"
 BATCHES_METRIC, SIZE_DIMENSION = "MsnbBatches", "BatchSize"
-ALL_METRICS = (*METRICS.values(), BATCH_SIZE_METRIC, BATCHES_METRIC)
+# What every model reports (over a window); BATCHES_METRIC only where batches form (batch size above 1).
+WINDOW_METRICS = (*METRICS.values(), BATCH_SIZE_METRIC)
 
 
 def record_metrics(context: Any, timings: dict[str, float], batch_size: float) -> None:
