@@ -258,18 +258,9 @@ def main() -> None:
 
 def append(result: dict) -> None:
     """The run's table, appended to bench/RAY_ARCHIVES.md under its date and load average."""
-    from bench.report import machine
+    from bench.report import append_run
 
-    lines = [
-        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
-        "| measurement | median |",
-        "|---|---|",
-    ]
-    lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
-    lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
-    lines += ["", result["notes"]]
-    head = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
-    RESULTS.write_text(head + "\n".join(lines) + "\n")
+    append_run(RESULTS, result, __doc__)
 
 
 if __name__ == "__main__":

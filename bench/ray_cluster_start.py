@@ -217,18 +217,10 @@ def plot(result: dict, path: Path = PLOT) -> None:
 
 
 def append(result: dict) -> None:
-    """The run's table, appended to bench/RAY_CLUSTER_START.md under its date and load average."""
-    from bench.report import machine
+    """The run's table, appended to bench/RAY_CLUSTER_START.md under its date and load average, and its plot."""
+    from bench.report import append_run
 
-    text = RESULTS.read_text() if RESULTS.exists() else f"# {result['title']}\n\n{__doc__}\n"
-    lines = [
-        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
-        "| measurement | median |",
-        "|---|---|",
-    ]
-    lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
-    lines += [f"| {name} | **{value:.2f}** |" for name, value in result["ratios"].items()]
-    RESULTS.write_text(text + "\n".join(lines) + f"\n\n{result['notes']}\n\n![the last run]({PLOT.name})\n")
+    append_run(RESULTS, result, __doc__, tail=f"\n![the last run]({PLOT.name})\n")
     plot(result)
 
 

@@ -167,3 +167,18 @@ def plot(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def append_run(results: Path, result: dict, doc: str, tail: str = "") -> None:
+    """A run's table (``result``: title, rows of medians, optional ratios, notes), appended to ``results`` (a
+    bench/*.md) under its date and load average; a new file opens with the title and the benchmark's ``doc``."""
+    lines = [
+        f"\n## {machine()['date']} (load average at start {machine()['load_average_at_start']})\n",
+        "| measurement | median |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {row['median']:.3g} |" for name, row in result["rows"].items()]
+    lines += [f"| {name} | **{value:.2f}** |" for name, value in result.get("ratios", {}).items()]
+    lines += ["", result["notes"]]
+    head = results.read_text() if results.exists() else f"# {result['title']}\n\n{doc}\n"
+    results.write_text(head + "\n".join(lines) + "\n" + tail)

@@ -1,6 +1,7 @@
-"""A plain TorchServe, as a team runs one: `torchserve --start --ncs --ts-config FILE` over a model store (load_models
-all), every address on a free loopback port, token auth on, in a folder of its own (pid file, sockets, logs, key
-file); ready once each model answers its describe call with a READY worker."""
+"""A plain TorchServe 0.12, as a team runs one: `torchserve --start --ncs --ts-config FILE` in a folder of its own
+(pid file, sockets, logs, key file), token auth on — over a model store (load_models all, every address on a free
+loopback port) or from a team's own config.properties (``PlainServer.from_config``); ready once each model asked
+for answers its describe call with a READY worker. The truth msnb's engines are compared with."""
 
 from __future__ import annotations
 
@@ -22,26 +23,44 @@ from msnb.engines.torchserve.config import QUIET_LOG4J2, free_port
 TORCHSERVE = Path(sys.executable).parent / "torchserve"
 
 
+def key_of(key_file: Path, kind: str) -> str:
+    """The ``kind`` key (management, inference) of a TorchServe key file."""
+    return json.loads(Path(key_file).read_text())[kind]["key"]
+
+
 class PlainServer:
     """A plain TorchServe serving every archive of ``store``; ``nice``: its processes at that niceness (a benchmark's
     candidate that only takes the cores the rest leaves idle)."""
 
     def __init__(self, store: Path, work: Path, nice: int = 0, **properties: str):
-        self.store, self.work, self.nice = Path(store), Path(work), nice
-        (self.work / "tmp").mkdir(parents=True, exist_ok=True)
         ports = {name: free_port() for name in ("inference", "management", "metrics")}
-        self.inference_url = f"http://127.0.0.1:{ports['inference']}"
-        self.management_url = f"http://127.0.0.1:{ports['management']}"
         lines = {
             **{f"{name}_address": f"http://127.0.0.1:{port}" for name, port in ports.items()},
             "grpc_inference_port": free_port(),
             "grpc_management_port": free_port(),
-            "model_store": self.store,
+            "model_store": store,
             "load_models": "all",
             "default_workers_per_model": 1,
             **properties,
         }
-        (self.work / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        Path(work).mkdir(parents=True, exist_ok=True)
+        config = Path(work) / "config.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        self._use(config, Path(work), nice)
+
+    @classmethod
+    def from_config(cls, config: Path, work: Path) -> PlainServer:
+        """A plain TorchServe started from a team's own ``config`` (its addresses, store and settings as written)."""
+        server = cls.__new__(cls)
+        server._use(Path(config), Path(work), 0)
+        return server
+
+    def _use(self, config: Path, work: Path, nice: int) -> None:
+        self.config, self.work, self.nice = config, work, nice
+        (self.work / "tmp").mkdir(parents=True, exist_ok=True)
+        address = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line)
+        self.inference_url, self.management_url = address["inference_address"], address["management_address"]
+        self.metrics_url = address["metrics_address"]
         (self.work / "log4j2.xml").write_text(QUIET_LOG4J2)
         self.env = {
             **os.environ,
@@ -55,18 +74,18 @@ class PlainServer:
         return self.work / "key_file.json"
 
     def key(self, kind: str = "inference") -> str:
-        return json.loads(self.key_file.read_text())[kind]["key"]
+        return key_of(self.key_file, kind)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key()}"}
 
-    def start(self, models: list[str], timeout: float = 240) -> PlainServer:
+    def start(self, models: tuple[str, ...] | list[str] = (), timeout: float = 240) -> PlainServer:
         argv = [
             str(TORCHSERVE),
             "--start",
             "--ncs",
             "--ts-config",
-            str(self.work / "config.properties"),
+            str(self.config),
             "--log-config",
             str(self.work / "log4j2.xml"),
         ]

@@ -19,9 +19,9 @@ import pytest
 import requests
 import ts_archives
 from helpers import poll, run
+from plain_ts import PlainServer
+from plain_ts import key_of as _key
 from prometheus_client.parser import text_string_to_metric_families
-from ts_plain import PlainTorchServe
-from ts_plain import key_of as _key
 
 import msnb.cli.main
 import msnb.engines.ray.engine
@@ -131,21 +131,21 @@ def comparable(status: int, body: object) -> object:
 @pytest.mark.timeout(1200)
 def test_a_deploy_scripts_management_calls_answer_on_ray_as_on_plain_torchserve(ray_engine, store, tmp_path):
     config = ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port)
-    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    plain = PlainServer.from_config(for_torchserve(config), tmp_path / "ts").start()
     api = TorchServeApi(ray_engine, read(config), opener(read(config)))
     try:
         assert started_models(ray_engine, api, [], None, None) == ["named"]  # `msnb serve`'s start: load_models
         poll(lambda: _ready(plain), 300, "the plain TorchServe's named worker to be ready", interval=0.5)
         ray_key = json.loads(Path(ray_engine.key_file).read_text())["management"]["key"]
         for method, path, query in CALLS:
-            truth = comparable(*call(plain.url, plain.key(), method, path, query))
+            truth = comparable(*call(plain.management_url, plain.key("management"), method, path, query))
             ours = comparable(*call(api.management_url, ray_key, method, path, query))
             if query.get("url") == "corrupt.mar":  # msnb words it (with its Hint); TorchServe's status and type
                 assert ours[0] == truth[0] and ours[1]["type"] == truth[1]["type"], ours
                 assert "not a readable model archive" in ours[1]["message"] and "Hint:" in ours[1]["message"]
                 continue
             assert ours == truth, (method, path, query)
-        wrong = (call(u, "wrong-key", "GET", "/models", {}) for u in (plain.url, api.management_url))
+        wrong = (call(u, "wrong-key", "GET", "/models", {}) for u in (plain.management_url, api.management_url))
         assert next(wrong) == next(wrong)
         truth = metrics_after(plain.inference_url, plain.key("inference"), plain.metrics_url, lambda got: True)
         # counters are cumulative, as TorchServe's are: an earlier `named` on the shared Ray (another test's) counts too
@@ -203,9 +203,9 @@ def requests_counted(scraped: dict | str) -> float:
     return scraped.get("ts_inference_requests_total", {}).get("named", 0)
 
 
-def _ready(plain: PlainTorchServe, name: str = "named") -> bool:
+def _ready(plain: PlainServer, name: str = "named") -> bool:
     try:
-        status, body = call(plain.url, plain.key(), "GET", f"/models/{name}", {})
+        status, body = call(plain.management_url, plain.key("management"), "GET", f"/models/{name}", {})
     except (requests.ConnectionError, OSError, ValueError):  # not listening yet, or its key file not written yet
         return False
     return status == 200 and [w["status"] for w in body[0]["workers"]] == ["READY"]
@@ -214,19 +214,21 @@ def _ready(plain: PlainTorchServe, name: str = "named") -> bool:
 @pytest.mark.timeout(300)
 def test_register_and_unregister_with_the_model_api_disabled_are_refused_as_torchserve_refuses_them(store, tmp_path):
     config = ts_archives.config_file(tmp_path / "conf", store, free_port(), enable_model_api="false", load_models="")
-    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    plain = PlainServer.from_config(for_torchserve(config), tmp_path / "ts").start()
     ours = Management(registry=None, model_api=False, key=None)
     try:
         poll(lambda: _answers(plain), 120, "the plain TorchServe's management API", interval=0.5)
         for method, path, query in [("POST", "/models", {"url": "klass.mar"}), ("DELETE", "/models/named", {})]:
-            assert ours.answer(method, path, query, "") == call(plain.url, plain.key(), method, path, query)
+            assert ours.answer(method, path, query, "") == call(
+                plain.management_url, plain.key("management"), method, path, query
+            )
     finally:
         plain.stop()
 
 
-def _answers(plain: PlainTorchServe) -> bool:
+def _answers(plain: PlainServer) -> bool:
     try:
-        return call(plain.url, plain.key(), "GET", "/models", {})[0] == 200
+        return call(plain.management_url, plain.key("management"), "GET", "/models", {})[0] == 200
     except (requests.ConnectionError, OSError, ValueError):  # not up yet, or its key file half written
         return False
 
@@ -281,14 +283,14 @@ def test_an_exported_routers_list_and_describe_answer_as_plain_torchserve_servin
     config = ts_archives.config_file(
         tmp_path / "conf", store, free_port(), load_models=",".join(f"{n}.mar" for n in EXPORTED)
     )
-    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    plain = PlainServer.from_config(for_torchserve(config), tmp_path / "ts").start()
     try:
         router = Router("exported-router")
         deploy_export(outdir, router.name)
         poll(lambda: all(_ready(plain, n) for n in EXPORTED), 300, "the plain TorchServe's workers", interval=0.5)
         poll(lambda: served_export(router), 600, "the exported applications' replicas", interval=1)
         for path, query in EXPORT_READS:
-            truth = comparable(*call(plain.url, plain.key(), "GET", path, query))
+            truth = comparable(*call(plain.management_url, plain.key("management"), "GET", path, query))
             assert router.ask(path, query) == truth, (path, query)
     finally:
         plain.stop()
@@ -466,7 +468,7 @@ def klass_v2(store: Path, work: Path) -> None:
 def test_two_versions_of_a_model_are_served_side_by_side_as_on_plain_torchserve(ray_engine, store, tmp_path):
     klass_v2(store, tmp_path / "built")
     config = ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
-    plain = PlainTorchServe(for_torchserve(config), tmp_path / "ts")
+    plain = PlainServer.from_config(for_torchserve(config), tmp_path / "ts").start()
     api = TorchServeApi(ray_engine, read(config), opener(read(config)))
     try:
         poll(lambda: _answers(plain), 120, "the plain TorchServe's management API", interval=0.5)
@@ -477,7 +479,7 @@ def test_two_versions_of_a_model_are_served_side_by_side_as_on_plain_torchserve(
                 assert query is None or truth == (200, {"y": [query * 1.0, query * 2.0], "batch_size": 4}), truth
                 assert predicted(ray_engine.inference_url, ray_keys["inference"], path) == truth, path
                 continue
-            truth = comparable(*call(plain.url, plain.key(), method, path, query))
+            truth = comparable(*call(plain.management_url, plain.key("management"), method, path, query))
             ours = comparable(*call(api.management_url, ray_keys["management"], method, path, query))
             assert ours == truth, (method, path, query)
             if (method, path) == ("GET", "/models") and truth[1]["models"]:  # the router's read on the inference URL

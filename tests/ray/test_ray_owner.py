@@ -68,11 +68,8 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-# Killed with piped output, as Jupyter starts a kernel: tests/ray/test_ray_notebook.py kills a real kernel.
-def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path):
-    owner, root, started = start_owner(tmp_path)
-    os.kill(owner.pid, signal.SIGKILL)
-    owner.wait(30)
+def wait_gone(started: list[psutil.Process], root: Path) -> None:
+    """Poll until none of the session's Ray processes and none of its temp dir are left (failing with what is)."""
     poll(
         lambda: not left(started, root),
         GONE_WITHIN_S,
@@ -80,16 +77,18 @@ def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path):
         interval=0.2,
         log=lambda: "\n".join(left(started, root)),
     )
+
+
+# Killed with piped output, as Jupyter starts a kernel: tests/ray/test_ray_notebook.py kills a real kernel.
+def test_a_killed_owner_leaves_no_ray_process_and_no_temp_dir(tmp_path):
+    owner, root, started = start_owner(tmp_path)
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait(30)
+    wait_gone(started, root)
 
 
 def test_an_owner_that_exits_normally_leaves_nothing(tmp_path):
     owner, root, started = start_owner(tmp_path)
     owner.stdin.close()
     owner.wait(120)
-    poll(
-        lambda: not left(started, root),
-        GONE_WITHIN_S,
-        "the session's Ray processes and temp dir to go",
-        interval=0.2,
-        log=lambda: "\n".join(left(started, root)),
-    )
+    wait_gone(started, root)

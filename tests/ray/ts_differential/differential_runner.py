@@ -16,8 +16,8 @@ import requests
 import ts_archives
 from differential_cases import Call
 from helpers import poll
+from plain_ts import PlainServer, key_of
 from prometheus_client.parser import text_string_to_metric_families
-from ts_plain import PlainTorchServe, key_of
 
 from msnb.engines.ray.nodes import free_port
 
@@ -262,11 +262,11 @@ def _sent(server: Server, call: Call, outside: Path, read) -> object:
         return "no answer", type(err).__name__
 
 
-def start_plain(store: Path, work: Path) -> tuple[PlainTorchServe, Server]:
+def start_plain(store: Path, work: Path) -> tuple[PlainServer, Server]:
     """TorchServe started from a team's config.properties (its gRPC ports free ones too: its defaults may be taken)."""
     grpc = {"grpc_inference_port": str(free_port()), "grpc_management_port": str(free_port())}
     values = properties(store, work / "torchserve", **grpc)
-    plain = PlainTorchServe(work / "torchserve" / "config.properties", work / "ts")
+    plain = PlainServer.from_config(work / "torchserve" / "config.properties", work / "ts").start()
     doors = {door: values[f"{door}_address"] for door in ("inference", "management", "metrics")}
     return plain, Server("torchserve", doors, plain.work / "key_file.json")
 
