@@ -298,7 +298,8 @@ class MsnbRouter(SetRouting):
     async def targets(self) -> dict[str, list[str]]:
         """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each
         application's ingress replicas at their own ports (the local front reads them every 0.2 s), else Serve's
-        proxies. The controller's handle is looked up once (it follows the controller across restarts)."""
+        proxies; none for an application scaled to 0 workers (its predictions come here: TorchServe's 503). The
+        controller's handle is looked up once (it follows the controller across restarts)."""
         if self.controller is None:
             import ray
             from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
@@ -306,7 +307,8 @@ class MsnbRouter(SetRouting):
             self.controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
         groups = await self.controller.get_target_groups.remote()
         found = {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
-        return set_targets(found, self.sets)
+        idle = {ingress.model_route(app.replace("@", "/")) for app in self.idle}  # (ingress.version_app's '@')
+        return {route: urls for route, urls in set_targets(found, self.sets).items() if route not in idle}
 
     def versioned(self, name: str, version: str | None) -> str:
         """The application of ``NAME[/VERSION]``: a version served beside the default one has its own
