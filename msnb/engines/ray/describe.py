@@ -5,21 +5,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from msnb.templates.msnb_runtime.ray.management import describe_entry, worker
+from msnb.templates.msnb_runtime.ray.management import describe_entry, no_worker, worker
 
 if TYPE_CHECKING:
     from msnb.engines.ray.engine import LocalRay
     from msnb.engines.ray.model_registry import Entry
 
 
-def describe(engine: LocalRay, entry: Entry, customized: bool) -> dict:
-    """The describe entry of a registered model."""
+def describe(engine: LocalRay, entry: Entry, customized: bool, idle: bool = False) -> dict:
+    """The describe entry of a registered model (``idle``: it has no worker, model_registry's ``idle``)."""
     from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     _, config = read_folder(entry.folder)
     running = engine.status(entry.app or entry.name).workers if entry.running else ()
     workers = [worker(w.id, w.status) for w in running]
     body = describe_entry(entry.name, entry.version, entry.url, config, workers, entry.at_startup)
+    if customized and idle:  # no replica to ask: TorchServe's 503
+        from msnb.engines.ray.model_registry import RegistryError
+
+        raise RegistryError(*no_worker(entry.name, describe=True))
     if customized:
         body["customizedMetadata"] = _customized(engine, entry.app or entry.name)
     return body

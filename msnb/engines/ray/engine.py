@@ -206,8 +206,8 @@ class LocalRay:
     # ------------------------------------------------------------------ models
     def redeploy(self, path: str | Path, app: str | None = None, **params: Any) -> ModelStatus:
         """Serve the model folder ``path`` as its application (``app``: the model's name, or another version's
-        application: msnb_runtime.ray.ingress.version_app): the first time a deploy, later a rolling update (Serve starts the new
-        replicas before it drains the old ones: no request is lost)."""
+        application: msnb_runtime.ray.ingress.version_app; ``params``: more of ray.app.model's args): the first time a
+        deploy, later a rolling update (Serve starts the new replicas before it drains the old ones: no request is lost)."""
         from ray import serve
 
         from msnb.templates.msnb_runtime.ray import app as ray_app
@@ -218,8 +218,9 @@ class LocalRay:
         if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
             return self.sets.replace(folder, app)
         self._refuse_unschedulable(app, folder)
+        args = self._model_args(folder, name) | params
         try:
-            serve.run(ray_app.model(self._model_args(folder, name)), name=app, route_prefix=own_route(folder, app))
+            serve.run(ray_app.model(args), name=app, route_prefix=own_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()

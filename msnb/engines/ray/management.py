@@ -18,9 +18,9 @@ from msnb.engines.ray.model_registry import Registry, RegistryError
 from msnb.engines.ray.ts_params import RUNTIMES, java_flag, register_request, scale_request
 from msnb.errors import MsnbError
 from msnb.templates.msnb_runtime.api import hosts
-from msnb.templates.msnb_runtime.ray.management import NOT_ALLOWED, page
+from msnb.templates.msnb_runtime.ray.management import MANAGEMENT_PATHS, NOT_ALLOWED, NOT_FOUND, page
+from msnb.templates.msnb_runtime.ray.management import api_description as described_api
 
-NOT_FOUND = "Requested resource is not found, please refer to API document."
 NO_WORKERS = ". Use scale workers API to add workers for the model."
 AUTH_FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
 Answer = tuple[int, Any]
@@ -92,7 +92,8 @@ class Management:
         version = parts[1] if len(parts) > 1 else None
         entries = self.registry.versions(parts[0], version)
         customized = version != "all" and java_flag(query.get("customized"))  # TorchServe's /all ignores it
-        return 200, [describe(self.registry.engine, entry, customized) for entry in entries]
+        idle = self.registry.idle() if customized else frozenset()
+        return 200, [describe(self.registry.engine, entry, customized, entry.app in idle) for entry in entries]
 
     def openapi(self, parts: list[str], _: dict[str, str]) -> Answer:
         self.registry.entry(parts[0], parts[1] if len(parts) > 1 else None)  # 404 for a model not registered
@@ -152,16 +153,7 @@ class Management:
 
 def api_description() -> dict:
     """The management API's description, as TorchServe's ``OPTIONS /`` (OpenAPI 3): its calls' paths."""
-    paths = {
-        p: {}
-        for p in (
-            "/models",
-            "/models/{model_name}",
-            "/models/{model_name}/{model_version}",
-            "/models/{model_name}/{model_version}/set-default",
-        )
-    }
-    return {"openapi": "3.0.1", "info": {"title": "TorchServe APIs", "version": "0.12.0"}, "paths": paths}
+    return described_api(MANAGEMENT_PATHS)
 
 
 def error(status: int, kind: str, message: str) -> Answer:

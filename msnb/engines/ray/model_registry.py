@@ -115,6 +115,7 @@ class Registry:
                 self.served.setdefault(name, {})[version] = entry
                 self.defaults.setdefault(name, version)
                 if workers <= 0:
+                    self._tell_idle()
                     return ModelStatus(name, version, is_default=app == name, workers=())
                 if request is not None and not request.synchronous:
                     threading.Thread(target=self._deploy, args=(entry, requirements), daemon=True).start()
@@ -202,17 +203,41 @@ class Registry:
         first deploy of a model registered with 0 workers, which stays registered when its handler does not load)."""
         with self.lock:
             entry = self.entry(name, version)
+            workers = self.engine.status(entry.app).workers if entry.running else ()
+            running = sum(w.status != "STOPPING" for w in workers)
             write_settings(entry.folder, name, {"minWorkers": low, "maxWorkers": max(high, low)})
+            # to 0 workers: its predictions are TorchServe's 503 before its replicas go; from 0: they wait for the
+            # replicas starting, as TorchServe queues them for its workers starting
+            self._tell_idle()
             if low <= 0 and not entry.running:
                 return ModelStatus(name, entry.version, is_default=entry.app == name, workers=())
-            try:
-                status = self.engine.redeploy(entry.folder, app=entry.app)
+            try:  # the replicas running now kept within min..max, as TorchServe keeps its workers
+                status = self.engine.redeploy(entry.folder, app=entry.app, running=running)
             except MsnbError as err:
                 if not entry.running:
                     self.engine.unregister(entry.app)  # its failed application (the folder is the entry's)
                 raise failed_workers(name, version or "null", err) from None
             entry.running = True
             return status
+
+    def idle(self) -> frozenset[str]:
+        """The applications of the versions with no worker: registered with 0 workers, or scaled to 0 (a model whose
+        replicas are starting has workers: TorchServe queues its predictions)."""
+        from msnb.templates.msnb_runtime.handler.serving import ServingConfig
+        from msnb.templates.msnb_runtime.ray.deployment import workers
+
+        served = [e for versions in list(self.served.values()) for e in versions.values()]
+        return frozenset(
+            e.app for e in served if not workers(ServingConfig.from_model_config(read_settings(e.folder)))[1]
+        )
+
+    def _tell_idle(self) -> None:
+        """The router told which applications have no worker (it answers their predictions with TorchServe's 503),
+        when that changed."""
+        idle, sets = self.idle(), self.engine.sets
+        if idle != sets.idle:
+            sets.idle = idle
+            sets.tell_router()
 
     def set_default(self, name: str, version: str) -> Entry:
         """``version`` becomes what ``/predictions/NAME`` reaches: the application named after the model takes its
@@ -244,6 +269,7 @@ class Registry:
             del versions[entry.version]
             if not versions:
                 del self.served[name], self.defaults[name]
+            self._tell_idle()
             return entry
 
 

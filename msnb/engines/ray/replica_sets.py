@@ -25,6 +25,7 @@ class ReplicaSets:
     def __init__(self, engine: Any, packing: Packing, failure: Callable[[str, str], ServerError]):
         self.engine, self.packing, self.failure = engine, packing, failure
         self._before: dict[str, dict | None] = {}  # a joining app -> its set's entry before (a replacement's)
+        self.idle: frozenset[str] = frozenset()  # the model applications scaled to 0 workers (model_registry's)
 
     def plan(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
         """Each model's place (``models``: as LocalRay.deploy_many takes them): its folder when it joins a set,
@@ -192,12 +193,13 @@ class ReplicaSets:
             serve.delete(rs.app)
 
     def tell_router(self) -> None:
-        """The router's user_config: which set serves each packed model (a lightweight update: no restart)."""
+        """The router's user_config: which set serves each packed model and which applications are scaled to 0
+        workers, ``idle`` (a lightweight update: no restart)."""
         from ray import serve
 
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
-        router = ray_app.router({**self.engine._door(), "sets": self.packing.routes()})
+        router = ray_app.router({**self.engine._door(), "sets": self.packing.routes(), "idle": self.idle})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:

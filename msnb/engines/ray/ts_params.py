@@ -12,6 +12,9 @@ from msnb.templates.msnb_runtime.ray.management import java_int
 
 # TorchServe's "not given" register values (RegisterModelRequest: -1 * DEFAULT_BATCH_SIZE, -1 * DEFAULT_MAX_BATCH_DELAY)
 NO_BATCH_SIZE, NO_BATCH_DELAY, NO_TIMEOUT = -1, -100, -1
+# A JSON body's max_batch_delay when it gives none: Gson builds RegisterModelRequest by its no-argument constructor,
+# whose -100 * DEFAULT_MAX_BATCH_DELAY is not the "not given" value, so the model is described (and runs) with it
+JSON_BATCH_DELAY = -10000
 RUNTIMES = ("python", "python3")  # Manifest.RuntimeType's values a Python worker serves (LSP: not on Ray)
 
 
@@ -39,20 +42,21 @@ class RegisterRequest:
 
 def register_request(query: dict[str, str], body: bytes, content_type: str, workers: int) -> RegisterRequest:
     """The register call's parameters: its JSON body's when it is sent as ``application/json`` (then the query is
-    not read, as TorchServe's ``parseRequest``), else its query's."""
+    not read, as TorchServe's ``parseRequest``; a delay not given is ``JSON_BATCH_DELAY``), else its query's."""
     given: dict = query
+    delay = NO_BATCH_DELAY
     if content_type.split(";")[0].strip().lower() == "application/json":
         try:
             given = json.loads(body or b"{}")
         except ValueError:
             given = {}
-        given = given if isinstance(given, dict) else {}
+        given, delay = (given if isinstance(given, dict) else {}), JSON_BATCH_DELAY
     return RegisterRequest(
         url=_text(given.get("url")),
         model_name=_text(given.get("model_name")),
         runtime=_text(given.get("runtime")),
         batch_size=java_int(given.get("batch_size"), NO_BATCH_SIZE),
-        max_batch_delay=java_int(given.get("max_batch_delay"), NO_BATCH_DELAY),
+        max_batch_delay=java_int(given.get("max_batch_delay"), delay),
         initial_workers=java_int(given.get("initial_workers"), workers),
         response_timeout=java_int(given.get("response_timeout"), NO_TIMEOUT),
         synchronous=java_flag(given.get("synchronous"), True),

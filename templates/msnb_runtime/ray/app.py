@@ -46,8 +46,6 @@ from .timeout import bounded, response_timeout, timed_out
 
 token_interceptor.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
-# TorchServe answers an inference call sent with PUT as with POST (its READMEs' `curl URL -T FILE` sends a PUT).
-INFERENCE_METHODS = ("POST", "PUT")
 REPLICA_TRIES = 3  # a call whose replica was lost (its node gone) is sent again, to another replica
 # What a call gets when its replica's process or node went: the actor dead or unreachable, the worker or node
 # gone, its answer lost with it. Never the model's own errors: those come back as answers (``LoadedModel.answer``).
@@ -164,8 +162,8 @@ class MsnbModel:
         self.api = ApiRoutes(PerModelRoute(self))  # OpenAI's API for this model alone, sent here by the front
 
     async def __call__(self, request: Request) -> Response:
-        """``POST /predictions/NAME[/VERSION]``, sent straight to this replica by the local front (msnb.engines.ray.ingress):
-        the router's door and answer, without the router's hop."""
+        """``/predictions/NAME[/VERSION[/...]]`` (by any method, as TorchServe), sent straight to this replica by the local
+        front (msnb.engines.ray.ingress): the router's door and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], ingress.lower(request.headers)
         forbidden = self.door.forbidden(request.url.path, headers) if self.door is not None else None
         if forbidden is not None:
@@ -174,14 +172,15 @@ class MsnbModel:
             return await ingress.explanation(request, headers, self.door, lambda body: self.infer(True, body, headers))
         if self.door is not None and parts[2:3] == [ingress.OWN_API]:  # OpenAI's API for this model (ray.api)
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
-        if self.door is None or len(parts) not in (2, 3) or request.method not in INFERENCE_METHODS:
-            return ingress.not_found(request.url.path)
+        call = ingress.inference_call(request.url.path)
+        if self.door is None or call is None or request.method == "OPTIONS":
+            return ingress.not_found()
         refusal = refused(headers, self.door.key) or ingress.other_version(
-            self.model.name, self.model.version, parts[2:]
+            self.model.name, self.model.version, call.version
         )
         if refusal:
             return reply(*error_reply(*refusal))
-        name = self.model.name
+        name, headers = self.model.name, call.headers(headers)
         return await ingress.prediction(
             request,
             headers,
@@ -251,7 +250,8 @@ class MsnbRouter(SetRouting):
         forbidden = self.door.forbidden(request.url.path, headers)  # another host or web origin: 403 (api.hosts)
         if forbidden is not None:
             return forbidden
-        if parts[:1] in (["v1"], ["mcp"]):  # OpenAI's API and MCP (ray.api), their own 401
+        call = ingress.inference_call(request.url.path)  # KServe v1's /v1/models/NAME:predict is TorchServe's
+        if parts[:1] in (["v1"], ["mcp"]) and call is None:  # OpenAI's API and MCP (ray.api), their own 401
             return await self.api.answer(request, "/" + "/".join(parts), headers)
         refusal = refused(headers, self.door.key)
         if refusal:
@@ -262,17 +262,25 @@ class MsnbRouter(SetRouting):
             return reply(200, {"content-type": JSON_TYPE}, json.dumps(await self.targets()).encode())
         if parts[:1] == ["models"] and len(parts) <= 4:  # TorchServe's management API: reads answered here
             return reply(*await self.manage(request.method, parts, dict(request.query_params), headers))
-        predicts = len(parts) in (2, 3) and parts[0] in ("predictions", "explanations")
-        if not predicts or request.method not in INFERENCE_METHODS:
-            return ingress.not_found(request.url.path)
-        name, explain = self.versioned(parts[1:]), parts[0] == "explanations"
+        if call is None or request.method == "OPTIONS":  # TorchServe's OpenAPI description, else its 404
+            return ingress.description(request.method, request.url.path) or ingress.not_found()
+        name, headers = self.versioned(call.name, call.version), call.headers(headers)
+        if name in self.idle:  # scaled to 0 workers
+            return reply(*error_reply(*management.no_worker(call.name, call.version)))
         return await ingress.prediction(
             request,
             headers,
             self.door.limit,
-            lambda body: self.stream(name, explain, body, headers),
-            lambda body: self.forward(name, explain, body, headers),
+            lambda body: self.stream(name, call.explain, body, headers),
+            lambda body: self.forward(name, call.explain, body, headers),
         )
+
+    idle: frozenset[str] = frozenset()  # the model applications scaled to 0 workers (user_config: TorchServe's 503)
+
+    def reconfigure(self, config: dict | None) -> None:
+        """The router's user_config: the replica sets (SetRouting) and the applications scaled to 0 workers."""
+        super().reconfigure(config)
+        self.idle = frozenset((config or {}).get("idle") or ())
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
@@ -290,7 +298,8 @@ class MsnbRouter(SetRouting):
     async def targets(self) -> dict[str, list[str]]:
         """Serve's HTTP target groups, ``{route prefix: [replica URL, ...]}``: with direct ingress on, each
         application's ingress replicas at their own ports (the local front reads them every 0.2 s), else Serve's
-        proxies. The controller's handle is looked up once (it follows the controller across restarts)."""
+        proxies; none for an application scaled to 0 workers (its predictions come here: TorchServe's 503). The
+        controller's handle is looked up once (it follows the controller across restarts)."""
         if self.controller is None:
             import ray
             from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
@@ -298,14 +307,14 @@ class MsnbRouter(SetRouting):
             self.controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
         groups = await self.controller.get_target_groups.remote()
         found = {g.route_prefix: [f"http://{t.ip}:{t.port}" for t in g.targets] for g in groups if g.protocol == "HTTP"}
-        return set_targets(found, self.sets)
+        idle = {ingress.model_route(app.replace("@", "/")) for app in self.idle}  # (ingress.version_app's '@')
+        return {route: urls for route, urls in set_targets(found, self.sets).items() if route not in idle}
 
-    def versioned(self, parts: list[str]) -> str:
+    def versioned(self, name: str, version: str | None) -> str:
         """The application of ``NAME[/VERSION]``: a version served beside the default one has its own
         (``ingress.version_app``: the local engine's management API), else NAME's own serves it."""
-        if len(parts) == 2 and self.app_handle(ingress.version_app(*parts)) is not None:
-            return ingress.version_app(*parts)
-        return parts[0]
+        app = ingress.version_app(name, version) if version is not None else name
+        return app if app in self.idle or self.app_handle(app) is not None else name
 
     def app_handle(self, name: str) -> Any:
         """Application ``name``'s handle, kept (see ``forward``); None when there is no such application."""
@@ -325,9 +334,7 @@ class MsnbRouter(SetRouting):
                 return error_reply(*management.write_refused(method, "/" + "/".join(parts)))
             return error_reply(405, "MethodNotAllowedException", management.NOT_ALLOWED)
         if len(parts) == 4:
-            return error_reply(
-                404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document."
-            )
+            return error_reply(404, "ResourceNotFoundException", management.NOT_FOUND)
         states = members_of(await asyncio.to_thread(replica_states), self.sets)  # a set: its models
         if len(parts) == 1:
             try:
@@ -345,6 +352,8 @@ class MsnbRouter(SetRouting):
     ) -> tuple[int, dict, bytes]:
         """TorchServe's ``GET /models/NAME[/VERSION][?customized=true]``: a replica's entry, with the
         application's replicas as its workers."""
+        if name in self.idle:  # no replica to describe it
+            return error_reply(*management.no_worker(name, describe=True))
         handle = self.app_handle(name) if name in states else None
         if handle is None:
             return error_reply(404, "ModelNotFoundException", f"Model not found: {name}")
@@ -424,7 +433,8 @@ def model(args: dict) -> Any:
     """Application builder for one model folder: ``args`` = model_dir, and optionally name, num_cpus, num_gpus,
     memory (bytes), check_resources (default true: refuse what no node can hold, ray.runtime_env), gpu_memory_mb
     (to turn maxGPUMemory into a GPU fraction), install_requirements (default true: what the node lacks) or the
-    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent,
+    requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent, running
+    (the replicas running now: a scale keeps them within minWorkers..maxWorkers),
     env_vars (the variables its replicas get, set before the folder loads) and door (the router's args: when the
     application has its ``direct_route``, its replicas answer its predictions themselves)."""
     folder = resolve(str(args["model_dir"]))
@@ -434,7 +444,8 @@ def model(args: dict) -> Any:
     # installed once beside the model folders by the first replica of the node (ray.runtime_env.install_once)
     runtime = list(args["requirements"]) if "requirements" in args else []
     install = [] if "requirements" in args else runtime_env.missing(wanted)
-    options = deployment_options(config, runtime, float(args.get("num_cpus", 1.0)), args.get("gpu_memory_mb"))
+    cpus, running = float(args.get("num_cpus", 1.0)), args.get("running")  # running: a scale's (deployment_options)
+    options = deployment_options(config, runtime, cpus, args.get("gpu_memory_mb"), running)
     runtime_env.sized(options["ray_actor_options"], args)  # num_gpus and memory as the export sized them
     if str(args.get("check_resources", True)).lower() != "false":  # never a silent wait for an unplaceable replica
         runtime_env.check(str(args.get("name") or args["model_dir"]), options)
@@ -458,6 +469,7 @@ def direct_route(name: str, config: dict) -> str | None:
 def router(args: dict | None = None) -> Any:
     """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
     it to the nodes that run an HTTP proxy; ``sets``: which replica set serves each packed model (ray.multi_model);
+    ``idle``: the model applications scaled to 0 workers (TorchServe's 503 for their predictions);
     ``max_request_size`` in bytes (413 above it); the inference key: ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
@@ -469,6 +481,6 @@ def router(args: dict | None = None) -> Any:
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
     options = with_code_version(
-        {**options, "user_config": {"sets": dict(args.get("sets") or {})}}, door
-    )  # sets: no restart
+        {**options, "user_config": {"sets": dict(args.get("sets") or {}), "idle": sorted(args.get("idle") or ())}}, door
+    )  # sets and idle: no restart
     return MsnbRouter.options(**options).bind(door)

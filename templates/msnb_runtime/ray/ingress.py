@@ -7,7 +7,9 @@ Depends on starlette and the standard library, never on msnb.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -16,8 +18,9 @@ from starlette.responses import Response
 from ..api import hosts
 from ..api.v1 import refused as api_refused
 from ..ts.checks import refused, too_large
-from ..ts.wire import Reply, error_reply
+from ..ts.wire import JSON_TYPE, Reply, error_reply
 from . import token_interceptor
+from .management import INFERENCE_PATHS, NOT_ALLOWED, NOT_FOUND, api_description
 
 TARGETS_PATH = "/-/msnb-targets"  # the router's answer to the local front: which replica ports serve which route
 OWN_API = "-"  # /predictions/NAME/-/v1/...: model NAME's own replica answers OpenAI's API for it (the front's way)
@@ -40,12 +43,53 @@ def is_version_app(app: str) -> bool:
     return "@" in app
 
 
-def other_version(name: str, version: str, asked: list[str]) -> tuple[int, str, str] | None:
+def other_version(name: str, version: str, asked: str | None) -> tuple[int, str, str] | None:
     """TorchServe's 404 for a version ``asked`` (``/predictions/NAME/VERSION``) other than the ``version`` of ``name``
     the replica serves (the front sends it there when no application of that version has the longer route)."""
-    if not asked or asked[0] == version:
+    if asked is None or asked == version:
         return None
-    return 404, "ModelVersionNotFoundException", f"Model version: {asked[0]} does not exist for model: {name}"
+    return 404, "ModelVersionNotFoundException", f"Model version: {asked} does not exist for model: {name}"
+
+
+@dataclass(frozen=True)
+class InferenceCall:
+    """A prediction as TorchServe's inference address reads its path: the model, its version (None: the default
+    one), whether it explains, and the segments after the version, which TorchServe hands the handler as the request
+    header ``url_path``."""
+
+    name: str
+    version: str | None = None
+    explain: bool = False
+    url_path: str = ""
+
+    def headers(self, headers: dict) -> dict:
+        return {**headers, "url_path": self.url_path}
+
+
+def inference_call(path: str) -> InferenceCall | None:
+    """``path`` as TorchServe's ``InferenceRequestHandler`` routes it (split as Java's ``String.split``: trailing
+    empty segments dropped): ``/predictions/NAME[/VERSION[/MORE...]]``, ``/explanations/...``, KServe v1's
+    ``/v1/models/NAME:predict`` (``:explain``) and v2's ``/v2/models/NAME/infer`` (``/explain``), by any method; None
+    for any other path, ``/predictions`` without a name included (TorchServe's 404)."""
+    parts = path.split("/")
+    while parts and not parts[-1]:
+        parts.pop()
+    if len(parts) >= 3 and parts[1] in ("predictions", "explanations"):
+        version = parts[3] if len(parts) > 3 else None
+        return InferenceCall(parts[2], version, parts[1] == "explanations", "/".join(parts[4:]))
+    if len(parts) == 4 and parts[1:3] == ["v1", "models"] and (":predict" in parts[3] or ":explain" in parts[3]):
+        return InferenceCall(parts[3].split(":")[0], explain=":predict" not in parts[3])
+    if len(parts) == 5 and parts[1:3] == ["v2", "models"] and parts[4] in ("infer", "explain"):
+        return InferenceCall(parts[3].split(":")[0], explain=parts[4] == "explain")
+    return None
+
+
+def description(method: str, path: str) -> Response | None:
+    """TorchServe's OpenAPI description of the inference address for ``OPTIONS /`` and ``/api-description`` (any
+    method), its 405 for another method on ``/``; None for any other path."""
+    if path.strip("/") == "api-description" or (path == "/" and method == "OPTIONS"):
+        return reply(200, {"content-type": JSON_TYPE}, json.dumps(api_description(INFERENCE_PATHS)).encode())
+    return reply(*error_reply(405, "MethodNotAllowedException", NOT_ALLOWED)) if path == "/" else None
 
 
 def explained(path: str) -> str | None:
@@ -83,8 +127,9 @@ class IngressConfig:
         return reply(*(api_refused(path, 403, why) or error_reply(403, hosts.FORBIDDEN, hosts.hinted(why))))
 
 
-def not_found(path: str) -> Response:
-    return reply(*error_reply(404, "ResourceNotFoundException", f"Requested resource is not found: {path}"))
+def not_found() -> Response:
+    """TorchServe's 404 for a path it does not serve (its words name no path)."""
+    return reply(*error_reply(404, "ResourceNotFoundException", NOT_FOUND))
 
 
 def reply(status: int, headers: dict, body: bytes) -> Response:

@@ -32,8 +32,30 @@ FIXED = {
 SEQUENCE = {"sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 0, "maxSequenceJobQueueSize": 0}
 # Serve's replica states as TorchServe's worker statuses
 TS_STATE = {"RUNNING": "READY", "STARTING": "STARTING", "UPDATING": "STARTING", "STOPPING": "STOPPING"}
-# TorchServe's answer to a method a path does not take
+# TorchServe's answer to a method a path does not take, and to a path it does not serve (ResourceNotFoundException's)
 NOT_ALLOWED = "Requested method is not allowed, please refer to API document."
+NOT_FOUND = "Requested resource is not found, please refer to API document."
+# The paths TorchServe's OpenAPI description lists (OpenApiUtils.listApis), for each of its addresses
+INFERENCE_PATHS = (
+    "/",
+    "/ping",
+    "/v1/models/{model_name}:predict",
+    "/v2/models/{model_name}/infer",
+    "/predictions/{model_name}",
+    "/predictions/{model_name}/{model_version}",
+    "/api-description",
+    "/metrics",
+)
+MANAGEMENT_PATHS = (
+    "/",
+    "/models",
+    "/models/{model_name}",
+    "/models/{model_name}/{model_version}",
+    "/models/{model_name}/{model_version}/set-default",
+    "/api-description",
+    "/metrics",
+)
+TS_VERSION = "0.12.0"  # the TorchServe whose APIs these are
 WRITE_HINT = (
     "on a cluster the applications are the RayService's (serve_config.yaml): scale a model by its "
     "num_replicas or autoscaling_config there, add or remove one by its application, and apply the config again "
@@ -139,6 +161,32 @@ def without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: without_nulls(v) for k, v in value.items() if v is not None}
     return [without_nulls(v) for v in value] if isinstance(value, list) else value
+
+
+def api_description(paths: tuple[str, ...]) -> dict:
+    """TorchServe's ``OPTIONS /`` and ``/api-description`` (OpenAPI 3, as ``OpenApiUtils.listApis``): its
+    ``paths``, each with the methods msnb answers there left unsaid."""
+    info = {
+        "title": "TorchServe APIs",
+        "description": "TorchServe is a flexible and easy to use tool for serving deep learning models",
+        "version": TS_VERSION,
+    }
+    return {"openapi": "3.0.1", "info": info, "paths": {p: {} for p in paths}}
+
+
+def no_worker(name: str, version: str | None = None, describe: bool = False) -> tuple[int, str, str]:
+    """TorchServe's 503 for a prediction (``describe``: a customized describe) on a model scaled to 0 workers, in
+    ``ApiUtils``' words (its odd quote after a version included)."""
+    if describe:
+        said = f'Model "{name}" has no worker to serve describe request. Please use scale workers API to add workers.'
+        return 503, "ServiceUnavailableException", said
+    said = f'Model "{name}' + (f'" Version {version}' if version else "")
+    return (
+        503,
+        "ServiceUnavailableException",
+        f'{said}" has no worker to serve inference request. Please use scale workers API to add workers. If this is '
+        "a sequence inference, please check if it is closed, or expired; or exceeds maxSequenceJobQueueSize",
+    )
 
 
 def write_refused(method: str, path: str) -> tuple[int, str, str]:

@@ -34,7 +34,7 @@ from . import ingress
 from . import runtime_env as needs
 from .api import ApiRoutes, PerModelRoute
 from .app import QUIET, LoadedModel, MsnbModel, json_reply, resolve
-from .deployment import batch_settings, workers
+from .deployment import batch_settings, replicas, workers
 from .isolation import Namespace
 from .multi_model_routes import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route, with_code_version
 from .replica import replica_gpu_id, worker_logs
@@ -192,7 +192,7 @@ class MsnbModels:
             refusal = refused(ingress.lower(request.headers), self.door.key)
             return ingress.reply(*(error_reply(*refusal) if refusal else json_reply(200, self.loaded())))
         if parts[:1] != ["predictions"] or len(parts) < 2:
-            return ingress.not_found(path)
+            return ingress.not_found()
         versioned = ingress.version_app(*parts[1:3]) if len(parts) > 2 else ""
         app = versioned if versioned in self.slots else parts[1]
         if app not in self.slots:
@@ -261,10 +261,7 @@ def models(args: dict) -> Any:
         "max_constructor_retry_count": 1,
         "user_config": {"models": specs},
     }
-    if high > low:
-        options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": batch}
-    else:
-        options["num_replicas"] = low
+    options |= replicas(low, high, batch)
     if str(args.get("check_resources", True)).lower() != "false":
         needs.check(str(args.get("name") or "replica set"), options)
     for key in ("max_replicas_per_node", "max_surge_percent"):

@@ -34,6 +34,7 @@ LOADING = textwrap.dedent("""
         return [{"loaded": True} for _ in data]
 """)
 V2_FACTOR = 5
+FAILED = "Prediction failed"  # TorchServe's message when a handler raises
 NO_SAMPLES = (
     "ts_queue_latency_microseconds"  # Ray Serve keeps no queue time per model  # klass_v2.mar's factor (klass.mar's: 3)
 )
@@ -185,10 +186,17 @@ def read_answer(status: int, content_type: str, body: bytes) -> object:
     except ValueError:
         return status, "text", body.decode(errors="replace").strip()[:300]
     if isinstance(value, dict) and {"code", "type", "message"} <= set(value):
-        return status, value["type"], str(value["message"]).split("\nHint:")[0]
+        return status, value["type"], said(str(value["message"]))
     if isinstance(value, list) and value and all(isinstance(m, dict) and "modelName" in m for m in value):
         return status, [described(m) for m in value]
     return status, value
+
+
+def said(message: str) -> str:
+    """An error's message before msnb's Hint; a handler's exception after TorchServe's ``Prediction failed`` left
+    out (Ray names it there: docs/ray.md, "Semantics")."""
+    message = message.split("\nHint:")[0]
+    return FAILED if message.startswith(FAILED + ": ") else message
 
 
 def described(entry: dict) -> dict:
