@@ -56,6 +56,11 @@ MAY_IMPORT = {
 # speak: TorchServe's inference API, keys, store, process trees) import neither engine, and neither engine imports
 # the other (Ray's router answers TorchServe's inference URLs: both speak them through msnb.engines.inference_api).
 ENGINES = ("msnb.engines.torchserve", "msnb.engines.ray")
+# KServe's layouts (it is not an engine msnb starts): its TorchServe runtime is a TorchServe, so its layout writes
+# TorchServe's config.properties; that module is all it takes of an engine.
+KSERVE, KSERVE_STANDS_ON = "msnb.engines.kserve", ("msnb.engines.torchserve.config",)
+# The export layouts, each with its engine.
+LAYOUTS = ("msnb.engines.ray.export", "msnb.engines.kserve.layout", "msnb.engines.kserve.python_layout")
 # The one module that lists the engines: it imports each engine's package (its declaration, ``ENGINE``) and nothing
 # else of them.
 REGISTRY = "msnb.engines.registry"
@@ -186,7 +191,8 @@ def test_the_engine_neutral_modules_import_neither_engine():
     neutral = [n for n in graph() if n.startswith("msnb.engines.") and not n.startswith(ENGINES) and n != REGISTRY]
     assert "msnb.engines.protocol" in neutral
     for name in neutral:
-        bad = sorted(d for d in graph()[name] if d.startswith(ENGINES))
+        stands_on = KSERVE_STANDS_ON if name.startswith(KSERVE) else ()
+        bad = sorted(d for d in graph()[name] if d.startswith(ENGINES) and d not in stands_on)
         assert not bad, f"{name} is shared by both engines but imports {bad}"
 
 
@@ -212,12 +218,17 @@ def test_the_trial_runs_a_model_folder_and_takes_nothing_else_of_the_package():
             assert taken <= TRIAL_TAKES_FROM_PACKAGE, f"{name} imports {sorted(taken)} from msnb.package"
 
 
-def test_export_is_a_surface_over_the_pipeline_and_its_layouts_live_in_the_package():
+def test_export_is_a_surface_over_the_pipeline_and_each_layout_lives_with_its_engine():
+    """The export's layouts sit with their engine (Ray's in msnb/engines/ray/, KServe's two in msnb/engines/kserve/),
+    are given the model folders by the pipeline (``msnb.session.export``) and import nothing of the package."""
     deps = graph()
     assert not {d for d in deps["msnb.session.export"] if d.startswith("msnb.cli")}
     assert not {d for d in deps["msnb.cli.export"] if d.startswith(("msnb.trial", "msnb.package.import_check"))}
-    layouts = {n for n in deps if n.endswith("_layout")}
-    assert layouts and all(n.startswith("msnb.package.") for n in layouts), layouts
+    layouts = {n for n in deps if n.endswith(("layout", ".export")) and n.startswith("msnb.engines")}
+    assert layouts == set(LAYOUTS), layouts
+    for name in layouts:
+        taken = sorted(d for d in deps[name] if d.startswith(("msnb.package", "msnb.spec", "msnb.session")))
+        assert not taken, f"{name} imports {taken}: a layout is given the model folders, it does not build them"
 
 
 def test_only_the_session_and_export_decide_to_run_user_code():
@@ -265,7 +276,7 @@ def test_the_vocabulary_imports_no_ipython():
 def test_msnb_without_the_ray_extra_imports_everything_but_the_ray_engine():
     """Ray and what it brings (Starlette, uvicorn, aiohttp) come with the `ray` extra only: every other module,
     the TorchServe engine's fronts included, imports where they are absent (the install tier's clean venv too)."""
-    ray = ("msnb.engines.ray", "msnb.cli.serve_ray", "msnb.templates.msnb_runtime.ray", *EXTRA_ONLY)
+    ray = ("msnb.engines.ray", "msnb.templates.msnb_runtime.ray", *EXTRA_ONLY)
     modules = sorted(n for n in graph() if not n.startswith(ray))
     code = (
         "import importlib, sys\n"
