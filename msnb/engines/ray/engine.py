@@ -106,15 +106,8 @@ class LocalRay:
         proxy_port = free_port()  # Serve's HTTP proxy: the ingress's way in while a route has no replica running
         write_key_file(self.key_file)
         # The ingress needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._ingress = ingress.launch(
-            port,
-            proxy_port,
-            self.max_request_size,
-            self.key_file,
-            self.root / INGRESS_LOG,
-            self.host,
-            self.allowed_hosts,
-        )
+        log, limit = self.root / INGRESS_LOG, self.max_request_size
+        self._ingress = ingress.launch(port, proxy_port, limit, self.key_file, log, self.host, self.allowed_hosts)
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
