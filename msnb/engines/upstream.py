@@ -15,14 +15,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httptools
 
-if TYPE_CHECKING:
-    from msnb.engines.proxy import Client
-
 Chunks = Callable[[bytes], None]
+
+
+class Client(Protocol):
+    """The client connection an answer passes on to (``msnb.engines.proxy.Client``): what it is written to, and the
+    upstream serving it now (told so that a slow reader pauses the upstream, and a client that leaves ends it)."""
+
+    transport: asyncio.Transport
+    upstream: Upstream | None
 
 
 def post(path: str, body: bytes, headers: dict[str, str]) -> bytes:
