@@ -18,8 +18,9 @@ import requests
 
 from msnb.cli.demo import checkpoint_overrides
 from msnb.cli.export import export_notebook
+from msnb.engines.kserve import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR
 from msnb.engines.torchserve import LocalServer
-from msnb.engines.torchserve.config import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR, parse_properties
+from msnb.engines.torchserve.config import parse_properties
 from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
 
 WINDOW = (

@@ -82,7 +82,7 @@ def serve(kind: str, archives: list[Path], work: Path, settings: Settings):
     else:
         engine = msnb_engine(kind, work, settings).start()
     if engine.kind == "ray":
-        from msnb.cli.serve_ray import deploy_archives
+        from msnb.cli.serve_archives import deploy_archives
 
         with contextlib.redirect_stdout(io.StringIO()):
             deploy_archives(engine, archives)

@@ -39,7 +39,7 @@ class Managed:
         self.headers = {"Authorization": f"Bearer {keys['management']['key']}"}
 
     def _ray_api(self, mar: Path, work: Path) -> str:
-        from msnb.cli.serve_ray import opener
+        from msnb.cli.serve_archives import opener
         from msnb.engines.ray.nodes import free_port
         from msnb.engines.ray.ts_start import TorchServeApi
         from msnb.engines.ts_properties import read

@@ -99,7 +99,7 @@ def msnb(archives: list[Path]) -> dict[str, float]:
     from ray import serve
     from ray.cluster_utils import Cluster
 
-    from msnb.cli.serve_ray import deploy_archives
+    from msnb.cli.serve_archives import deploy_archives
     from msnb.engines.ray import engine as ray_engine
     from msnb.engines.ray import ingress
 
@@ -129,7 +129,7 @@ def on_shared(archives: list[Path]) -> dict[str, float]:
     from msnb.engines.ray import require
 
     require()
-    from msnb.cli.serve_ray import deploy_archives
+    from msnb.cli.serve_archives import deploy_archives
     from msnb.engines.ray.shared import attached
 
     steps.mark("import msnb and ray.serve")

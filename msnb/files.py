@@ -223,6 +223,16 @@ def disk_error(final: Path, err: OSError, error: type[MsnbError] = BuildError) -
     )
 
 
+def write_error(folder: Path, err: OSError) -> BuildError:
+    """An OSError while writing into ``folder`` (an export's output) as a BuildError with its hint."""
+    if err.errno in DISK_ERRNOS:  # full disk, read-only, no permission: free space or choose another folder
+        return disk_error(folder, err)
+    return BuildError(
+        f"Cannot write into {str(folder.resolve())!r}: {err}.",
+        "check what is already there (a file where a folder goes, or the reverse) and its permissions.",
+    )
+
+
 def fingerprint(path: str | Path) -> str:
     """The content hash of the file at ``path``, cached per (inode, size, mtime): read again only after a write."""
     st = os.stat(path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import tempfile
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from msnb.capture import hf_peft
-from msnb.capture.kernel_values import human
+from msnb.capture.kernel_values import Snapshot, human
 from msnb.errors import CaptureError
 from msnb.options import DEFAULTS, OPTION
 from msnb.templates.msnb_runtime.handler.hf import HF_DIR, quiet_progress
@@ -54,22 +54,15 @@ class ObjectInfo:
 
 
 @dataclass(frozen=True)
-class SavedObjects:
+class SavedObjects(Snapshot):
     """The objects saved at capture: each file's bytes under ``NAME/...`` (a frozen copy) and one ObjectInfo each."""
 
     files: tuple[tuple[str, bytes], ...]
     items: tuple[ObjectInfo, ...]
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(i.name for i in self.items)
-
-    @property
-    def digest(self) -> str:
-        h = hashlib.sha256()
+    def parts(self) -> Iterator[bytes]:
         for path, data in self.files:
-            h.update(path.encode() + b"\0" + hashlib.sha256(data).digest())
-        return h.hexdigest()[:12]
+            yield path.encode() + b"\0" + hashlib.sha256(data).digest()
 
     @property
     def imports(self) -> str:

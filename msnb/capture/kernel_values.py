@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +47,9 @@ class ValueInfo:
         return f"{self.name}: {self.kind}, {human(self.size)}"
 
 
-@dataclass(frozen=True)
-class Values:
-    """The snapshot taken at capture: values.pt's bytes (a frozen copy) and one ValueInfo per name."""
-
-    data: bytes
-    items: tuple[ValueInfo, ...]
+class Snapshot:
+    """What each snapshot taken at capture (the values, the saved objects) says of itself: the names it holds (its
+    ``items``' names) and a short digest of its bytes (``parts``, hashed in order)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -60,7 +57,24 @@ class Values:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()[:12]
+        h = hashlib.sha256()
+        for part in self.parts():
+            h.update(part)
+        return h.hexdigest()[:12]
+
+    def parts(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Values(Snapshot):
+    """The snapshot taken at capture: values.pt's bytes (a frozen copy) and one ValueInfo per name."""
+
+    data: bytes
+    items: tuple[ValueInfo, ...]
+
+    def parts(self) -> Iterator[bytes]:
+        yield self.data
 
     def changed(self, namespace: Mapping[str, Any]) -> list[str]:
         """The names whose value in ``namespace`` differs from the snapshot now (or is gone)."""

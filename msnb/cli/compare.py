@@ -29,17 +29,15 @@ def run_compare(archives: list[Path], check: Check) -> int:
     """Start both servers, serve ``archives`` on each (as `msnb serve` serves them on each engine), send every request
     to both, print the table, write the CI files; the exit code."""
     from msnb.cli.serve import register_each
-    from msnb.cli.serve_ray import deploy_archives
-    from msnb.engines import compare
-    from msnb.engines.ray.engine import LocalRay
-    from msnb.engines.torchserve import LocalServer
+    from msnb.cli.serve_archives import deploy_archives
+    from msnb.engines import compare, registry
+    from msnb.engines.protocol import ServeOptions
 
     files = request_files(archives, check)  # refused before anything starts
     # the envelope on both sides: TorchServe's service_envelope, the Ray applications' envelope argument
-    server = LocalServer(properties={"service_envelope": check.envelope} if check.envelope else None)
-    from msnb.engines.ray.shared import attached
-
-    ray = attached() or LocalRay()  # the shared Ray (`msnb ray up`) when it is up
+    reference = registry.reference()
+    server = reference.command(ServeOptions(envelope=check.envelope))
+    ray = registry.counterpart(reference.kind).command(ServeOptions())  # the shared Ray (`msnb ray up`) when it is up
     try:
         print("starting TorchServe and Ray Serve (loopback, token auth on) ...", flush=True)
         server.start()

@@ -56,7 +56,8 @@ def quickstart_notebook() -> Path:
 def run(notebook: Path | None = None) -> dict:
     """The whole demo (the first handler of ``notebook``, default the quickstart); returns the prediction."""
     notebook = Path(notebook) if notebook else quickstart_notebook()
-    from msnb.engines.torchserve import LocalServer
+    from msnb.engines import registry
+    from msnb.engines.protocol import ServeOptions
 
     with tempfile.TemporaryDirectory(prefix="msnb-demo-") as tmp:
         with step(f"capturing the %%ms_handler cell of {notebook.name} (the notebook is not executed)"):
@@ -72,13 +73,13 @@ def run(notebook: Path | None = None) -> dict:
         with step("building the .mar"):
             mar = write_archive(spec, Path(tmp), EXPORT_FORMAT)
             print(f"   {mar} ({mar.stat().st_size / 1024:.1f} KB)")
-        server = LocalServer(Path(tmp) / "server")
+        server = registry.reference().command(ServeOptions())  # its own temporary workdir, removed by stop()
         try:
             with step("starting a local TorchServe on 127.0.0.1"):
                 server.start()
                 print(f"   {server.inference_url}")
             with step(f"registering {spec.name} (waits for a ready worker)"):
-                server.register(mar)
+                server.redeploy(mar)
             with step(f"predicting {json.dumps(spec.example)}"):
                 answer = server.predict(spec.name, spec.example)
                 print(f"   prediction: {json.dumps(answer, sort_keys=True)}")

@@ -11,8 +11,8 @@ from msnb.capture import named_files
 from msnb.capture.kernel_values import human
 from msnb.capture.notebook import Captured, load_handlers
 from msnb.cli.execute import ALL, DEFAULT_TIMEOUT_S, NEEDED, executed_specs, saved_by_msnb, select
+from msnb.engines import registry
 from msnb.engines.models import Limits
-from msnb.engines.ray import require as require_ray
 from msnb.errors import BuildError, OptionError
 from msnb.package import archive, formats
 from msnb.session.export import Report, Targets, export
@@ -48,7 +48,7 @@ def export_notebook(
     """Capture the notebook's handlers (from the file, or with ``execute`` from a fresh kernel that ran the cells they
     need, ``"all"``: every cell, ``timeout`` s per cell) and write one archive each; a failing one is reported.
     ``check`` runs each handler on its ``--example`` first; without it no user code runs (``check_imports``).
-    ``kserve`` (DIR/model-store + DIR/config with ``limits``) and ``ray`` (msnb.package.ray_layout, HTTP on
+    ``kserve`` (DIR/model-store + DIR/config with ``limits``) and ``ray`` (the registry's Ray layout, HTTP on
     ``ray_host``:``ray_port``, replicas sized by ``ray_sizing``) are written only when every handler succeeded."""
     _refuse_early(fmt, kserve, ray)
     targets = [Path(t) for t in (outdir, kserve, ray) if t is not None]
@@ -71,7 +71,7 @@ def export_notebook(
 def _refuse_early(fmt: str, kserve, ray) -> None:
     """What export refuses before it reads the notebook or writes anything."""
     if ray is not None:
-        require_ray()
+        registry.get("ray").require()
     if fmt not in formats.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(formats.FORMATS)}.")
     if kserve is not None and fmt == formats.SERVE_FORMAT:
@@ -148,12 +148,12 @@ def export_archives(
             "export a notebook: `msnb export nb.ipynb -o store/`; archives: `msnb export A.mar B.mar --ray OUT`.",
         )
     if ray:
-        from msnb.package.ray_layout import DEFAULT_HOST, DEFAULT_PORT, write_ray_archives
+        from msnb.session.export import write_ray_archives
 
-        out = write_ray_archives(find(paths), Path(ray), host or DEFAULT_HOST, port or DEFAULT_PORT, sizing)
-        print_ray_folder(out)
+        print_ray_folder(write_ray_archives(find(paths), Path(ray), host, port, sizing))
     if kserve_python:
-        from msnb.package.kserve_python_layout import PREDICTOR, write_kserve_python
+        from msnb.engines.kserve.python_layout import PREDICTOR
+        from msnb.session.export import write_kserve_python
 
         out = write_kserve_python(find(paths), Path(kserve_python))
         print(f"KServe Python server folder: {out.resolve()} (from there: python {PREDICTOR})")
@@ -162,7 +162,5 @@ def export_archives(
 
 def print_ray_folder(out: Path) -> None:
     """Where the Ray Serve folder went, what it needs of a cluster and the steps that run it (key included)."""
-    from msnb.package.ray_layout import summary
-
     print(f"Ray Serve folder: {out.resolve()}")
-    print(summary(out.resolve()))
+    print(registry.get("ray").layout().summary(out.resolve()))

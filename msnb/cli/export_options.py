@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from msnb.engines.torchserve.config import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR
+from msnb.engines.kserve import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR
 
 
 def add_layout_options(exp: argparse.ArgumentParser) -> None:
@@ -50,6 +50,6 @@ def add_layout_options(exp: argparse.ArgumentParser) -> None:
 
 def sizing_of(args: argparse.Namespace):
     """The replicas' sizes the command line asked for (``--num-cpus``, ``--num-gpus``, ``--memory``)."""
-    from msnb.engines.ray.sizing import Sizing
+    from msnb.engines import registry
 
-    return Sizing.parse(args.num_cpus, args.num_gpus, args.memory)
+    return registry.get("ray").layout().sizing(args.num_cpus, args.num_gpus, args.memory)

@@ -12,11 +12,11 @@ from msnb.cli.execute import ALL as EXECUTE_ALL
 from msnb.cli.execute import DEFAULT_TIMEOUT_S as EXECUTE_TIMEOUT_S
 from msnb.cli.execute import NEEDED as EXECUTE_NEEDED
 from msnb.cli.export_options import add_layout_options, sizing_of
-from msnb.cli.serve_ray import replica_set_arguments, torchserve_arguments
+from msnb.cli.serve_archives import replica_set_arguments, torchserve_arguments
 from msnb.engines import registry
 from msnb.engines.env_vars import ENV_HELP
+from msnb.engines.kserve import KSERVE_STORE_DIR
 from msnb.engines.models import LIMIT_OPTIONS, Limits
-from msnb.engines.torchserve.config import KSERVE_STORE_DIR
 from msnb.errors import MsnbError, OptionError, shown
 from msnb.options import ALLOW_FLAG, REQUEST_ARGUMENTS
 from msnb.package.formats import DEFAULT_EXPORT, EXPORT_FORMAT, FORMATS
@@ -375,16 +375,15 @@ def find_archives(paths: list[str]) -> list[Path]:
 def send(name: str, data, *, version=None, url=None, token_file=None, state=None, server=None, stream=False):
     """POST ``data`` to /predictions/NAME on a running `msnb serve` (or ``url``) and return the answer (``stream``:
     an iterator over its chunks as they arrive)."""
-    from msnb.engines.auth import Keys
-    from msnb.engines.torchserve import TorchServeClient
+    connect = registry.reference().connect  # TorchServe's inference API, which every engine answers
 
     if url is None:  # a `msnb serve` server: its keys may be renewed on its management port
         record = _server(state, server)
         print(f"answered by {record.describe()}", file=sys.stderr, flush=True)
         management = record.management_url or None  # none on Ray Serve: its key is never renewed
-        client = TorchServeClient(record.inference_url, management, keys=Keys(Path(record.key_file), management))
+        client = connect(record.inference_url, Path(record.key_file), management)
     else:  # a server given by --url: its key is used as given, never renewed
-        client = TorchServeClient.connect(url, token_file)
+        client = connect(url, token_file)
     if stream:
         return _streamed(client, client.predict_stream(name, data, version=version))
     try:

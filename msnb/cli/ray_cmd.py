@@ -1,4 +1,4 @@
-"""`msnb ray up|down|status`: the shared local Ray (msnb.engines.ray.shared), started once for every notebook and
+"""`msnb ray up|down|status`: the shared local Ray (the registry's ``EngineKind.shared``), started once for every notebook and
 `msnb serve --engine ray`, stopped when asked."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def add(sub, add_command) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from msnb.engines.ray import shared
+    from msnb.engines import registry
 
-    shared.command(args.action, getattr(args, "port", None), lambda line: print(line, flush=True))
+    registry.get("ray").shared(args.action, getattr(args, "port", None), lambda line: print(line, flush=True))
     return 0

@@ -4,7 +4,7 @@ One routine for every engine (``msnb.engines.registry``): the engine a terminal 
 (``EngineKind.command``), every archive deployed (each that loads serves; each that does not is reported with its
 log lines), the state file `msnb predict` finds, the addresses, Ctrl-C. What differs is the engine's own and declared
 by it: whether an archive enters it as it is (TorchServe takes a .mar) or opened into a model folder first
-(``opens_archives``: Ray, msnb.cli.serve_ray), and whether it takes TorchServe's start options (``start_options``).
+(``deploy_archives``: Ray, msnb.cli.serve_archives), and whether it takes TorchServe's start options (``start_options``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from msnb.cli import serve_state
-from msnb.cli.serve_ray import deploy_archives, opener, started_models, ts_options
+from msnb.cli.serve_archives import deploy_archives, opener, started_models, ts_options
 from msnb.engines import env_vars, registry
 from msnb.engines.protocol import Engine, EngineKind, ServeOptions, StartOptions
 from msnb.errors import MsnbError, OptionError, ServerError
@@ -71,7 +71,7 @@ def served_models(
     TorchServe's start options), opened into model folders and deployed side by side, or registered as they are."""
     if api is not None:
         return started_models(engine, api, archives, envelope, env)
-    if kind.opens_archives:
+    if kind.deploy_archives is not None:
         return deploy_archives(engine, archives, envelope, env)
     return register_each(engine, archives, env)
 
@@ -102,7 +102,7 @@ def say_where(engine: Engine, api: StartOptions | None, state: Path) -> None:
     shown = f"management {where['management']}  metrics {where['metrics']}" if where["management"] else ""
     print(f"inference {where['inference']}  {shown or '(no management API)'}")
     print(f"openai {where['openai']}  mcp {where['mcp']}  (the same key)")
-    if getattr(api, "hosts_note", ""):
+    if api is not None and api.hosts_note:
         print(api.hosts_note)
     print(f"token: Authorization: Bearer <inference key in {engine.key_file}>")
     print(f"try:   msnb predict NAME --data '<json>'   (state file {state})\nCtrl-C stops {engine.label}.", flush=True)

@@ -143,6 +143,48 @@ class StartOptions(Protocol):
 
     def stop(self) -> None: ...
 
+    @property
+    def hosts_note(self) -> str:
+        """What its addresses off loopback answer (``allowed_hosts``), to say at start; "" on loopback."""
+
+
+class OpenedArchive(Protocol):
+    """An archive opened into a model folder (``msnb.package.model_folder.ModelFolder.open``): what an engine that
+    opens archives reads of it."""
+
+    name: str
+    path: Path
+    source: Path | None
+    requirements: tuple[str, ...]  # what it needs that the serving environment lacks
+
+
+# (archive, model store, names taken) -> the archive opened into the store, or an MsnbError raised
+OpenArchive = Callable[[Path, Path, set[str]], OpenedArchive]
+# (archive or model name, its error): said to the user, and the others go on
+Report = Callable[[Path | str, MsnbError], None]
+
+
+class Layout(Protocol):
+    """An engine's export layout (`msnb export --ray DIR`): a folder its cluster serves as it is. What the folder
+    carries of msnb's packaging (the model folders) the caller lays out through ``stage``."""
+
+    def write(
+        self,
+        outdir: Path,
+        stage: Callable[[Path], dict[str, str]],
+        host: str | None = None,
+        port: int | None = None,
+        sizing: Any = None,
+    ) -> Path:
+        """OUTDIR written: ``stage(staging)`` lays the model folders out and returns name -> version; HTTP on
+        ``host``:``port`` (None: the layout's defaults), each replica sized by ``sizing`` (``sizing(...)``'s)."""
+
+    def sizing(self, cpus: list[str] | None, gpus: list[str] | None, memory: list[str] | None) -> Any:
+        """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each)."""
+
+    def summary(self, outdir: Path) -> str:
+        """What the written folder needs of its cluster and the steps that run it (printed by `msnb export`)."""
+
 
 def local_url(host: str, port: int | str | None) -> str:
     """Where a client on this machine reaches an engine's address bound to ``host:port`` (a wildcard: loopback)."""
@@ -194,11 +236,22 @@ class EngineKind:
     extra: str | None = None  # the pip extra it needs (None: msnb's own install serves on it)
     # `msnb serve --engine KIND`: the engine a terminal command starts (None: it serves from a notebook only)
     command: Callable[[ServeOptions], Engine] | None = None
-    # whether an archive enters it opened into a model folder first (Ray), or as it is (TorchServe takes a .mar)
-    opens_archives: bool = False
+    # how archives enter it when they are opened into model folders first and deployed side by side (Ray):
+    # (engine, archives, open, report, envelope, env) -> (name, ModelStatus) of each that serves, each failure
+    # ``report``ed; None: each archive is registered as it is (TorchServe takes a .mar)
+    deploy_archives: Callable[..., Iterator[tuple[str, ModelStatus]]] | None = None
     # TorchServe's start options on this engine: (engine, TsConfig, opener) -> its management and metrics addresses;
     # None: not taken here
     start_options: Callable[[Engine, TsConfig, Callable], StartOptions] | None = None
+    # its export layout (`msnb export --KIND DIR`), loaded when asked for; None: it exports none of its own
+    layout: Callable[[], Layout] | None = None
+    # `msnb KIND up|down|status`: (action, port, say) on the engine's shared local instance; None: it has none
+    shared: Callable[[str, int | None, Callable[[str], None]], None] | None = None
+    # a client of a server speaking this engine's APIs: (inference URL, key file or None, management URL or None: its
+    # key is renewed there) -> its client; None: it has none of its own
+    connect: Callable[[str, Path | None, str | None], InferenceClient] | None = None
+    # the most models that share one replica process by default (``ServeOptions.models_per_replica``); None: none do
+    models_per_replica: int | None = None
 
     @property
     def choice(self) -> str:
@@ -216,4 +269,16 @@ class EngineKind:
         return True
 
 
-__all__ = ["Engine", "EngineKind", "ServeOptions", "StartOptions", "local_url", "mcp_url", "openai_url"]
+__all__ = [
+    "Engine",
+    "EngineKind",
+    "Layout",
+    "OpenArchive",
+    "OpenedArchive",
+    "Report",
+    "ServeOptions",
+    "StartOptions",
+    "local_url",
+    "mcp_url",
+    "openai_url",
+]

@@ -10,6 +10,7 @@ no-archive folder: not msnb's) enters at the same point: ``ModelFolder.open``.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import threading
@@ -21,10 +22,10 @@ from msnb.engines.store import check_identity, safe_name
 from msnb.errors import MsnbError, ServerError
 from msnb.files import clone_tree, disk_error, link_or_copy, mirrored
 from msnb.package import api_card, mar_checks, staging
-from msnb.package.mar_requirements import to_install
+from msnb.package.mar_requirements import read_lines, to_install
 from msnb.package.render import HANDLER_MODULE, with_version
 from msnb.spec import HandlerSpec
-from msnb.templates.msnb_runtime.handler.names import REQUIREMENTS
+from msnb.templates.msnb_runtime.handler.names import MANIFEST, REQUIREMENTS
 
 ARCHIVE_HINT = mar_checks.ARCHIVE_HINT
 checkpoint_name = staging.checkpoint_name  # the serializedFile's name for a spec
@@ -95,6 +96,11 @@ class ModelFolder:
     def requirements_file(self) -> str | None:
         return REQUIREMENTS if (self.path / REQUIREMENTS).is_file() else None
 
+    def declared_requirements(self) -> list[str]:
+        """The requirement lines its manifest's requirementsFile names (none named: none)."""
+        named = (json.loads((self.path / MANIFEST).read_text()).get("model") or {}).get("requirementsFile")
+        return read_lines(self.source or self.path, self.path, named) if named else []
+
     def copied(self, dest: Path) -> ModelFolder:
         """This folder at ``dest`` made of private copies (clones where the filesystem has them): what is served
         there never changes when the notebook re-saves a file, and may be rewritten (``relabel``)."""
@@ -106,6 +112,26 @@ class ModelFolder:
         for source, place in mirrored(self.path, dest):
             link_or_copy(source, place, symlink_ok=True)
         return replace(self, path=Path(dest))
+
+
+Packable = HandlerSpec | ModelFolder  # a staged folder, or a spec whose folder is staged to pack it
+
+
+def spec_of(item: Packable) -> HandlerSpec:
+    return item.spec if isinstance(item, ModelFolder) else item
+
+
+def open_all(paths: list[Path], into: Path) -> list[ModelFolder]:
+    """Archives torch-model-archiver made, each opened as `msnb serve` opens it (checked, unpacked safely) into
+    INTO/<name>/, for an export of them (``msnb export A.mar --ray`` or ``--kserve-python``): their requirements are
+    installed where the export runs, not checked against this environment."""
+    opened: list[ModelFolder] = []
+    for path in paths:
+        item = ModelFolder.open(path, into / ".opened", {o.name for o in opened}, check_requirements=False)
+        item.path.rename(into / item.name)
+        opened.append(replace(item, path=into / item.name))
+    shutil.rmtree(into / ".opened", ignore_errors=True)
+    return opened
 
 
 def relabel(folder: ModelFolder, version: str, requirements: tuple[str, ...]) -> ModelFolder:

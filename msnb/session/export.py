@@ -1,6 +1,7 @@
 """`msnb export`'s pipeline over captured handlers: each one's model folder staged once, checked (its example run in a
 test process, or its imports read without running it), packed into OUTDIR; the KServe and Ray Serve layouts are laid
-out from the same folders."""
+out from the same folders (``msnb.engines.kserve``; Ray's through the registry, ``EngineKind.layout``), and archives
+torch-model-archiver made laid out for Ray Serve or KServe's Python server."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msnb.capture.notebook import Captured
+from msnb.engines import registry
+from msnb.engines.kserve import KSERVE_STORE_DIR
+from msnb.engines.kserve import layout as kserve_layout
 from msnb.engines.models import Limits
 from msnb.errors import MsnbError
-from msnb.files import move_into
-from msnb.package import archive, kserve_layout
+from msnb.files import link_or_copy, move_into, write_error
+from msnb.package import archive, formats
 from msnb.package.import_check import check_imports
-from msnb.package.kserve_layout import Packable, spec_of
-from msnb.package.model_folder import ModelFolder
+from msnb.package.model_folder import ModelFolder, Packable, open_all, spec_of
 from msnb.spec import HandlerSpec
 from msnb.trial import runner
 
@@ -63,7 +66,7 @@ class Targets:
     limits: Limits | None = None
     ray_host: str | None = None
     ray_port: int | None = None
-    ray_sizing: object = None  # msnb.engines.ray.sizing.Sizing: what each replica asks for
+    ray_sizing: object = None  # what each replica asks for (the Ray layout's ``sizing``)
 
 
 def export(items: list[Captured], targets: Targets, fmt: str, check: bool) -> Report:
@@ -127,7 +130,7 @@ def write_archive(folder: Packable, outdir: Path, fmt: str) -> Path:
     try:
         return move_into(archive.pack_or_build(folder, staging, fmt), outdir)
     except OSError as err:
-        raise kserve_layout.write_error(outdir, err) from None
+        raise write_error(outdir, err) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -136,21 +139,76 @@ def _write_kserve_into(
     folders: list[ModelFolder], root: Path, fmt: str, report: Report, also_listed: bool, limits: Limits | None
 ) -> None:
     try:
-        built = {e.spec.name: e.path for e in report.exported}
-        report.kserve = kserve_layout.write_kserve(folders, root, fmt, built=built, limits=limits)
+        built = {e.spec.name: e.path for e in report.exported}  # the -o copy, linked (or copied), not built again
+        report.kserve = write_kserve(folders, root, fmt, built=built, limits=limits)
     except MsnbError as err:
         report.failed["--kserve"] = err
         return
-    report.warnings += kserve_layout.warnings_for(folders)
+    report.warnings += kserve_layout.warnings_for([f.spec for f in folders])
     if also_listed:
-        report.exported += [Exported(f.spec, root / kserve_layout.KSERVE_STORE_DIR / f"{f.name}.mar") for f in folders]
+        report.exported += [Exported(f.spec, root / KSERVE_STORE_DIR / f"{f.name}.mar") for f in folders]
+
+
+def write_kserve(
+    items: list[Packable],
+    root: Path,
+    fmt: str = formats.EXPORT_FORMAT,
+    built: dict[str, Path] | None = None,
+    limits: Limits | None = None,
+) -> Path:
+    """KServe's TorchServe layout of ``items`` (``msnb.engines.kserve.layout``), each archive packed here (one already
+    ``built``, name -> .mar, linked or copied)."""
+    return kserve_layout.write_kserve([spec_of(i) for i in items], root, packer(items, fmt, built), limits=limits)
+
+
+def packer(items: list[Packable], fmt: str, built: dict[str, Path] | None = None):
+    """A layout's ``pack``: each item's archive written into the staging folder it is given (one already ``built``,
+    name -> .mar, linked or copied there)."""
+
+    def pack(staging: Path) -> list[Path]:
+        done = built or {}
+        return [
+            _reuse(done[i.name], staging) if i.name in done else archive.pack_or_build(i, staging, fmt) for i in items
+        ]
+
+    return pack
+
+
+def _reuse(path: Path, staging: Path) -> Path:
+    link_or_copy(path, staging / path.name)
+    return staging / path.name
 
 
 def _write_ray_into(folders: list[ModelFolder], targets: Targets, report: Report) -> None:
-    from msnb.package.ray_layout import DEFAULT_HOST, DEFAULT_PORT, write_ray
-
     try:
-        host, port = targets.ray_host or DEFAULT_HOST, targets.ray_port or DEFAULT_PORT
-        report.ray = write_ray(folders, targets.ray, host, port, targets.ray_sizing)
+        report.ray = write_ray(folders, targets.ray, targets.ray_host, targets.ray_port, targets.ray_sizing)
     except MsnbError as err:
         report.failed["--ray"] = err
+
+
+def write_ray(items: list[Packable], outdir: Path, host=None, port=None, sizing=None) -> Path:
+    """The Ray Serve folder of ``items`` (staged folders, or specs staged to be): the registry's Ray layout, each model
+    folder laid out by ``archive.pack_or_build``."""
+
+    def stage(staging: Path) -> dict[str, str]:
+        for item in items:
+            archive.pack_or_build(item, staging, formats.SERVE_FORMAT)
+        return {i.name: i.version for i in items}
+
+    return registry.get("ray").layout().write(outdir, stage, host, port, sizing)
+
+
+def write_ray_archives(paths: list[Path], outdir: Path, host=None, port=None, sizing=None) -> Path:
+    """``msnb export A.mar B.mar --ray OUT``: archives torch-model-archiver made, each opened as ``msnb serve --engine
+    ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are installed where it runs (the
+    application's ``runtime_env``), not checked against this environment."""
+    stage = lambda staging: {f.name: f.version for f in open_all(paths, staging)}  # noqa: E731
+    return registry.get("ray").layout().write(outdir, stage, host, port, sizing)
+
+
+def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
+    """``msnb export A.mar B.mar --kserve-python OUT``: each archive opened into OUT/<name>/, its own requirements
+    beside the predictor's (``msnb.engines.kserve.python_layout``)."""
+    from msnb.engines.kserve.python_layout import write_kserve_python as write
+
+    return write(outdir, lambda staging: [line for f in open_all(paths, staging) for line in f.declared_requirements()])

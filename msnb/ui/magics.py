@@ -292,9 +292,7 @@ class MsnbMagics(Magics):
         up`, `%ms_serve NAME --engine ray` serves on it (starting it again if it went down), never on a Ray of the
         kernel's own."""
         args = parse_argstring(self.ms_ray, line)
-        from msnb.engines.ray.shared import command  # (the ray extra: imported when asked for)
-
-        command(args.action, args.port)
+        registry.get("ray").shared(args.action, args.port, print)  # (the ray extra: imported when asked for)
 
     @line_magic
     @_usage_errors

@@ -11,8 +11,8 @@ import pytest
 from helpers import BODY, EXAMPLE, IMPORTS, NET, handler, make_notebook, run, standard
 
 from msnb.capture.notebook import load_handlers
+from msnb.engines.kserve.layout import kserve_config
 from msnb.engines.torchserve.config import parse_properties
-from msnb.package.kserve_layout import kserve_config
 
 
 def listing(folder: Path) -> list[str]:

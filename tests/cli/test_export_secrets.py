@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from helpers import IMPORTS, NET, handler, make_notebook, run
 
-from msnb.package.kserve_layout import SECRETS_NOTE, kserve_config
-from msnb.package.ray_layout import SECRETS_NOTE as RAY_NOTE
-from msnb.package.ray_layout import _header
+from msnb.engines.kserve.layout import SECRETS_NOTE, kserve_config
+from msnb.engines.ray.export import SECRETS_NOTE as RAY_NOTE
+from msnb.engines.ray.export import _header
 from msnb.spec import spec_from_source
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYzQ8vT2hL5k"

@@ -13,7 +13,7 @@ import torch
 import ts_archives
 from helpers import eager_files, poll
 
-from msnb.cli.serve_ray import deploy_archives
+from msnb.cli.serve_archives import deploy_archives
 from msnb.engines import compare
 from msnb.engines.torchserve import LocalServer
 

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import msnb.cli.main
 import msnb.engines.ray.engine
 import msnb.engines.ray.shared  # imported before a test stands the shared Ray in for LocalRay: it subclasses LocalRay
-from msnb.cli.serve_ray import opener, started_models
+from msnb.cli.serve_archives import opener, started_models
 from msnb.engines.ray.management import Management
 from msnb.engines.ray.nodes import free_port
 from msnb.engines.ray.ts_start import TorchServeApi
@@ -277,7 +277,7 @@ EXPORT_READS = [
 def test_an_exported_routers_list_and_describe_answer_as_plain_torchserve_serving_the_same_archives(
     ray_engine, store, tmp_path
 ):
-    from msnb.package.ray_layout import write_ray_archives
+    from msnb.session.export import write_ray_archives
 
     outdir = write_ray_archives([store / f"{n}.mar" for n in EXPORTED], tmp_path / "out")
     config = ts_archives.config_file(

@@ -16,7 +16,7 @@ import pytest
 import requests
 import ts_archives
 
-from msnb.cli.serve_ray import deploy_archives, opener, started_models
+from msnb.cli.serve_archives import deploy_archives, opener, started_models
 from msnb.engines import compare
 from msnb.engines.ray.packing import SET_PREFIX
 from msnb.engines.ray.ts_start import TorchServeApi

@@ -56,6 +56,13 @@ MAY_IMPORT = {
 # speak: TorchServe's inference API, keys, store, process trees) import neither engine, and neither engine imports
 # the other (Ray's router answers TorchServe's inference URLs: both speak them through msnb.engines.inference_api).
 ENGINES = ("msnb.engines.torchserve", "msnb.engines.ray")
+# KServe's layouts (it is not an engine msnb starts): its TorchServe runtime is a TorchServe, so its layout writes
+# TorchServe's config.properties; that module is all it takes of an engine.
+KSERVE, KSERVE_STANDS_ON = "msnb.engines.kserve", ("msnb.engines.torchserve.config",)
+# The export layouts, each with its engine.
+LAYOUTS = ("msnb.engines.ray.export", "msnb.engines.kserve.layout", "msnb.engines.kserve.python_layout")
+# The engines msnb ships (their EngineKind's ``kind``).
+ENGINE_KINDS = ("torchserve", "ray")
 # The one module that lists the engines: it imports each engine's package (its declaration, ``ENGINE``) and nothing
 # else of them.
 REGISTRY = "msnb.engines.registry"
@@ -186,7 +193,8 @@ def test_the_engine_neutral_modules_import_neither_engine():
     neutral = [n for n in graph() if n.startswith("msnb.engines.") and not n.startswith(ENGINES) and n != REGISTRY]
     assert "msnb.engines.protocol" in neutral
     for name in neutral:
-        bad = sorted(d for d in graph()[name] if d.startswith(ENGINES))
+        stands_on = KSERVE_STANDS_ON if name.startswith(KSERVE) else ()
+        bad = sorted(d for d in graph()[name] if d.startswith(ENGINES) and d not in stands_on)
         assert not bad, f"{name} is shared by both engines but imports {bad}"
 
 
@@ -197,6 +205,73 @@ def test_neither_engine_imports_the_other():
             if name.startswith(engine):
                 taken = sorted(d for d in deps if d.startswith(other))
                 assert not taken, f"{name} imports {taken} from {other}"
+
+
+def test_outside_the_engines_an_engine_is_reached_only_through_the_registry():
+    """No module outside msnb/engines/ imports Ray's or TorchServe's engine (their packages or modules): the registry
+    (``msnb.engines.registry``) and the protocol (``msnb.engines.protocol``) are the one door."""
+    for name, deps in graph().items():
+        if name.startswith("msnb.engines") or name == "msnb":
+            continue
+        taken = sorted(d for d in deps if d.startswith(ENGINES))
+        assert not taken, f"{name} imports {taken}: reach an engine through {REGISTRY} and its EngineKind"
+
+
+# The names the callers outside msnb/engines/ hold an engine, its start options or its registry entry under.
+ENGINE_HOLDERS = ("engine", "server", "_server", "ray", "api", "kind")
+
+
+def _callers() -> list[tuple[str, ast.AST]]:
+    """(module, node) of every node of the modules outside msnb/engines/."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if not path.is_relative_to(PACKAGE / "engines"):
+            found += [(module_name(path), node) for node in ast.walk(ast.parse(path.read_text()))]
+    return found
+
+
+def _holder(node: ast.AST) -> str | None:
+    """The name an expression reads through: ``engine`` of ``engine`` and of ``self.engine``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def test_no_getattr_on_an_engine_outside_the_engines():
+    """A caller asks an engine (its start options, its registry entry) only for what the protocol declares, so it
+    never needs ``getattr`` or ``hasattr`` to find out whether a member is there."""
+    for module, node in _callers():
+        if isinstance(node, ast.Call) and _holder(node.func) in ("getattr", "hasattr") and node.args:
+            assert _holder(node.args[0]) not in ENGINE_HOLDERS, f"{module}:{node.lineno}: {ast.unparse(node)}"
+
+
+def _members(cls: type) -> set[str]:
+    """The public members of a class: its attributes and those its methods set on ``self``."""
+    import inspect
+
+    tree = ast.parse(Path(inspect.getfile(cls)).read_text())
+    targets = [t for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets]
+    targets += [n.target for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)]
+    targets = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    own = {t.attr for t in targets if isinstance(t, ast.Attribute) and _holder(t.value) == "self"}
+    return {n for n in {*dir(cls), *own} if not n.startswith("_")}
+
+
+def test_every_engine_member_a_caller_uses_is_declared_in_the_protocol():
+    """What a caller outside msnb/engines/ asks of an engine it holds is the ``Engine`` protocol's: no member that
+    only TorchServe's or only Ray's engine has (``register``, ``scale``, ``ports`` ...) is read there."""
+    from msnb.engines import protocol, registry
+
+    declared = {n for n in dir(protocol.Engine) if not n.startswith("_")} | set(protocol.Engine.__annotations__)
+    engines = [registry.get(k).type_name.rsplit(".", 1) for k in ENGINE_KINDS]
+    only = set().union(*(_members(getattr(importlib.import_module(m), c)) for m, c in engines)) - declared
+    assert {"register", "scale"} <= only, sorted(only)  # TorchServe's own calls, which Ray answers over HTTP only
+    used = [
+        f"{module}:{node.lineno}: {ast.unparse(node)}"
+        for module, node in _callers()
+        if isinstance(node, ast.Attribute) and node.attr in only and _holder(node.value) in ENGINE_HOLDERS[:4]
+    ]
+    assert not used, f"not in msnb.engines.protocol.Engine: {used}"
 
 
 def test_only_the_model_folder_module_stages_or_opens_a_model_folder():
@@ -212,12 +287,17 @@ def test_the_trial_runs_a_model_folder_and_takes_nothing_else_of_the_package():
             assert taken <= TRIAL_TAKES_FROM_PACKAGE, f"{name} imports {sorted(taken)} from msnb.package"
 
 
-def test_export_is_a_surface_over_the_pipeline_and_its_layouts_live_in_the_package():
+def test_export_is_a_surface_over_the_pipeline_and_each_layout_lives_with_its_engine():
+    """The export's layouts sit with their engine (Ray's in msnb/engines/ray/, KServe's two in msnb/engines/kserve/),
+    are given the model folders by the pipeline (``msnb.session.export``) and import nothing of the package."""
     deps = graph()
     assert not {d for d in deps["msnb.session.export"] if d.startswith("msnb.cli")}
     assert not {d for d in deps["msnb.cli.export"] if d.startswith(("msnb.trial", "msnb.package.import_check"))}
-    layouts = {n for n in deps if n.endswith("_layout")}
-    assert layouts and all(n.startswith("msnb.package.") for n in layouts), layouts
+    layouts = {n for n in deps if n.endswith(("layout", ".export")) and n.startswith("msnb.engines")}
+    assert layouts == set(LAYOUTS), layouts
+    for name in layouts:
+        taken = sorted(d for d in deps[name] if d.startswith(("msnb.package", "msnb.spec", "msnb.session")))
+        assert not taken, f"{name} imports {taken}: a layout is given the model folders, it does not build them"
 
 
 def test_only_the_session_and_export_decide_to_run_user_code():
@@ -265,7 +345,7 @@ def test_the_vocabulary_imports_no_ipython():
 def test_msnb_without_the_ray_extra_imports_everything_but_the_ray_engine():
     """Ray and what it brings (Starlette, uvicorn, aiohttp) come with the `ray` extra only: every other module,
     the TorchServe engine's fronts included, imports where they are absent (the install tier's clean venv too)."""
-    ray = ("msnb.engines.ray", "msnb.cli.serve_ray", "msnb.templates.msnb_runtime.ray", *EXTRA_ONLY)
+    ray = ("msnb.engines.ray", "msnb.templates.msnb_runtime.ray", *EXTRA_ONLY)
     modules = sorted(n for n in graph() if not n.startswith(ray))
     code = (
         "import importlib, sys\n"

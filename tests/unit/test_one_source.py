@@ -15,14 +15,15 @@ PACKAGE = Path(msnb.__file__).parent
 TEMPLATES = Path(msnb.templates.__file__).parent
 # A fact spelled as a literal -> the modules allowed to spell it (each defines it once and the others import it).
 FACTS = {
-    "/mnt/models": {"msnb.engines.torchserve.config"},  # KSERVE_MOUNT
-    "model-store": {"msnb.engines.torchserve.config"},  # KSERVE_STORE_DIR
+    "/mnt/models": {"msnb.engines.kserve"},  # KSERVE_MOUNT
+    "model-store": {"msnb.engines.kserve"},  # KSERVE_STORE_DIR
     "model_store": {
         "msnb.package.formats",
         "msnb.engines.store",
         "msnb.engines.torchserve.config",
+        "msnb.engines.kserve.layout",
         "msnb.engines.ts_properties",
-    },  # DEFAULT_EXPORT; STORE_DIR; its key (written by torchserve.config, read by ts_properties' table of keys)
+    },  # DEFAULT_EXPORT; STORE_DIR; its key (written by torchserve.config and kserve.layout, read by ts_properties)
     "msnb-server-": {"msnb.engines.watchdog"},  # TEMP_PREFIX
     "no-archive": {"msnb.package.formats"},  # SERVE_FORMAT (and the archiver's name of that format)
     120: {"msnb.templates.msnb_runtime.handler.serving"},  # DEFAULT_RESPONSE_TIMEOUT_S

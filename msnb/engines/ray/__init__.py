@@ -11,7 +11,8 @@ import os
 import sys
 from types import ModuleType
 
-from msnb.engines.protocol import Engine, EngineKind, ServeOptions
+from msnb.engines.protocol import Engine, EngineKind, Layout, ServeOptions
+from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA
 from msnb.errors import MsnbError
 
 RAY_VERSION = "2.60.0"
@@ -100,6 +101,24 @@ def _start_options(engine: Engine, config: object, opener: object) -> object:
     return TorchServeApi(engine, config, opener)
 
 
+def _deploy_archives(*args, **kwargs):
+    from msnb.engines.ray.serve_archives import deploy_archives
+
+    return deploy_archives(*args, **kwargs)
+
+
+def _layout() -> Layout:
+    """The export's layout (``msnb.engines.ray.export``: the module is the ``Layout``)."""
+    return importlib.import_module("msnb.engines.ray.export")
+
+
+def _shared(action: str, port: int | None, say) -> None:
+    """`msnb ray ACTION` and `%ms_ray ACTION` on the shared local Ray (``msnb.engines.ray.shared``)."""
+    from msnb.engines.ray.shared import command
+
+    command(action, port, say)
+
+
 ENGINE = EngineKind(
     "ray",
     "Ray Serve",
@@ -110,6 +129,9 @@ ENGINE = EngineKind(
     "msnb.engines.ray.engine.LocalRay",
     "ray",
     command=_command,
-    opens_archives=True,
+    deploy_archives=_deploy_archives,
     start_options=_start_options,
+    layout=_layout,
+    shared=_shared,
+    models_per_replica=DEFAULT_MODELS_PER_REPLICA,
 )

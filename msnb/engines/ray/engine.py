@@ -40,7 +40,7 @@ from msnb.templates.msnb_runtime.ray.management import TS_STATE
 
 TEMP_PREFIX = "msnbray-"  # short: Ray's Unix sockets live under it (107 bytes at most)
 PORT_OPTION = "msnb.serve(name, engine='ray', port=P) or %ms_serve NAME --engine ray --port P"
-FRONT_LOG = "front.log"  # what the front (msnb.engines.ray.ingress) says when it cannot start
+INGRESS_LOG = "ingress.log"  # what the ingress (msnb.engines.ray.ingress) says when it cannot start
 KEY_FILE = "key_file.json"  # the inference key the router asks for, in TorchServe's format (mode 0600)
 # Ray's CPUs are logical: they decide where a replica may start, not how much it may run. The kernel's Ray has 2;
 # at 0.1 each it starts 20 replicas, and a deploy beyond that is refused at once (``_refuse_unschedulable``):
@@ -50,7 +50,7 @@ ROUTER_WAIT_S = 300.0  # the router's replica is one Python process starting: mi
 
 
 class LocalRay:
-    """A one-node Ray with Serve behind msnb's front on ``host:http_port`` (a free port when None; ``host``: loopback
+    """A one-node Ray with Serve behind msnb's ingress on ``host:http_port`` (a free port when None; ``host``: loopback
     unless config.properties' inference_address names another, with the key on: ts_properties.check_addresses)."""
 
     def __init__(
@@ -70,7 +70,7 @@ class LocalRay:
         self.root: Path | None = None
         self.store = ModelStore(Path(tempfile.gettempdir()) / "msnb-ray-unstarted")
         self.client = None
-        self._cluster = self._watchdog = self._front = None
+        self._cluster = self._watchdog = self._ingress = None
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
@@ -103,12 +103,11 @@ class LocalRay:
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
         quiet_serve_log()
-        proxy_port = free_port()  # Serve's HTTP proxy: the front's way in while a route has no replica running
+        proxy_port = free_port()  # Serve's HTTP proxy: the ingress's way in while a route has no replica running
         write_key_file(self.key_file)
-        # The front needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
-        self._front = ingress.launch(
-            port, proxy_port, self.max_request_size, self.key_file, self.root / FRONT_LOG, self.host, self.allowed_hosts
-        )
+        # The ingress needs only the key and its ports: its Python starts while Ray's nodes do (waited for below).
+        log, limit = self.root / INGRESS_LOG, self.max_request_size
+        self._ingress = ingress.launch(port, proxy_port, limit, self.key_file, log, self.host, self.allowed_hosts)
         with started(self.root):
             self._cluster = Cluster(initialize_head=True, head_node_args=node_args(self.root, self.num_cpus, True))
         # this process killed: the GCS, every process Ray started for this root (its agents too) and its files go
@@ -122,7 +121,7 @@ class LocalRay:
             wait_for_applications_running=False,
         )
         self._router_up = False
-        ingress.ready(self._front, port, self.root / FRONT_LOG, 60, self.host)
+        ingress.ready(self._ingress, port, self.root / INGRESS_LOG, 60, self.host)
         self.http_port, self.store = port, ModelStore(self.root / STORE_DIR)
         self.client = InferenceClient(self.inference_url, keys=Keys(self.key_file, None))
         _LIVE.add(self)
@@ -131,10 +130,10 @@ class LocalRay:
         """Shut Serve and Ray down, then delete the temp dir; safe to call twice."""
         with self._lock:
             _LIVE.discard(self)
-            if self._front is not None:
+            if self._ingress is not None:
                 from msnb.engines.ray import ingress
 
-                ingress.stop(self._front)
+                ingress.stop(self._ingress)
             if self._cluster is not None:
                 _shutdown(self._cluster)
                 use_token(None)  # this process's Ray environment as it was before start()
@@ -143,7 +142,7 @@ class LocalRay:
                 self._watchdog.wait(30)
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
-            self._cluster = self._watchdog = self._front = self.root = self.client = None
+            self._cluster = self._watchdog = self._ingress = self.root = self.client = None
             self.http_port = self._requested_port
             self._folders.clear()
             self._env.clear()
@@ -456,7 +455,7 @@ def _refuse_taken(port: int, option: str = PORT_OPTION, host: str = LOOPBACK) ->
 
 
 def _shutdown(cluster: Any) -> None:
-    """Disconnect, then stop every process of the cluster. No ``serve.shutdown()`` first: the front is stopped, so no
+    """Disconnect, then stop every process of the cluster. No ``serve.shutdown()`` first: the ingress is stopped, so no
     request is in flight to drain, and its ``graceful_shutdown`` call on Serve's controller ends by the controller
     killing itself, which Ray reports to this process as "(raylet) Task ServeController.graceful_shutdown failed".
     Disconnected first, this process hears nothing of the processes' end."""

@@ -1,5 +1,5 @@
 """One request to one side and its answer, recorded as it arrives: relayed byte for byte to the client when that side
-answers it (status, headers and each chunk as the server sent them, ``msnb.engines.proxy.Upstream``), read whole
+answers it (status, headers and each chunk as the server sent them, ``msnb.engines.upstream.Upstream``), read whole
 when it is the copy; either way its status, its body (a streamed answer's pieces joined) and how long it took."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from msnb.engines import proxy
+from msnb.engines.upstream import Upstream
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Reply:
     seconds: float
 
 
-class Recorded(proxy.Upstream):
+class Recorded(Upstream):
     """A kept-alive connection to one side that keeps each answer's status and body as they pass."""
 
     def __init__(self) -> None:

@@ -7,10 +7,14 @@ first use.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from msnb.engines.protocol import Engine, EngineKind, ServeOptions
 from msnb.errors import OptionError
+
+if TYPE_CHECKING:
+    from msnb.engines.inference_api import InferenceClient
 
 _LAZY = {
     "LocalServer": "msnb.engines.torchserve.server",
@@ -56,6 +60,16 @@ def _command(options: ServeOptions) -> Engine:
     )
 
 
+def _connect(url: str, key_file: Path | None = None, management_url: str | None = None) -> InferenceClient:
+    """A client of a running TorchServe's APIs at ``url``: the key in ``key_file`` (None: none sent), renewed on
+    ``management_url`` when given (a server msnb did not start: used as given, never renewed)."""
+    from msnb.engines.auth import Keys
+    from msnb.engines.torchserve.client import TorchServeClient
+
+    keys = Keys(Path(key_file) if key_file else None, management_url, enabled=key_file is not None)
+    return TorchServeClient(url, management_url, keys=keys)
+
+
 ENGINE = EngineKind(
     "torchserve",
     "TorchServe",
@@ -65,6 +79,7 @@ ENGINE = EngineKind(
     lambda: None,
     "msnb.engines.torchserve.server.LocalServer",
     command=_command,
+    connect=_connect,
 )
 
 __all__ = sorted([*_LAZY, "ENGINE"])

@@ -1,6 +1,6 @@
 """What /v1 and /mcp ask of a TorchServe: its served models' API cards (read from the model store) and an MCP tool
 call's whole answer (a streaming answer as the pieces the handler sent). The completions' own way to TorchServe is the
-front's (msnb.engines.torchserve.upstream)."""
+ingress's (msnb.engines.upstream.ChunkedUpstream)."""
 
 from __future__ import annotations
 

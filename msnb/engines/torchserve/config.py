@@ -1,9 +1,8 @@
-"""TorchServe's configuration: Java check, free loopback ports, config.properties (local and KServe), log4j2."""
+"""TorchServe's configuration: Java check, free loopback ports, config.properties, log4j2 (KServe's: msnb.engines.kserve)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -24,10 +23,6 @@ JAVA_HINT = (
 )
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 PORT_NAMES = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
-# KServe's TorchServe runtime mounts the InferenceService's storageUri at /mnt/models and reads two folders of it.
-KSERVE_MOUNT = "/mnt/models"
-KSERVE_STORE_DIR, KSERVE_CONFIG_DIR = "model-store", "config"
-KSERVE_MODEL_STORE = f"{KSERVE_MOUNT}/{KSERVE_STORE_DIR}"
 MODEL_LOG, FRONTEND_LOG = "model_log.log", "ts_log.log"  # the workers' output; the frontend's (QUIET_LOG4J2)
 # Quiet logging: worker output (tracebacks, handler logging) stays in model_log.log, the frontend
 # logs INFO and above to ts_log.log, access and metric logs are dropped, and only warnings reach stdout.
@@ -257,42 +252,6 @@ def write_config(
 def render_properties(props: dict, header: str = "") -> str:
     """config.properties text: one ``key=value`` line each (values as str), after an optional comment header."""
     return header + "".join(f"{key}={value}\n" for key, value in props.items())
-
-
-def kserve_properties(
-    snapshot_models: dict, model_store: str = KSERVE_MODEL_STORE, limits: Limits | None = None
-) -> dict:
-    """config.properties of KServe's TorchServe runtime, which starts
-    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``
-    (KSERVE_MOUNT, KSERVE_STORE_DIR and KSERVE_CONFIG_DIR).
-
-    Followed: pytorch/serve kubernetes/kserve/config.properties and the KServe TorchServe docs
-    (inference and management on 8085 because KServe's wrapper takes 8080, metrics on 8082,
-    gRPC 7070/7071, model_snapshot, enable_envvars_config=true so the TS_SERVICE_ENVELOPE
-    variable KServe sets from the InferenceService's protocolVersion, kserve for v1 or
-    kservev2 for v2, reaches TorchServe; service_envelope is therefore not fixed here).
-    Token authorisation is off: KServe's wrapper and readiness probe send no token (pytorch/serve#3301).
-    ``snapshot_models``: name -> {version -> snapshot entry (marName, workers, batchSize, ...)}.
-    """
-    snapshot = {"name": "startup.cfg", "modelCount": len(snapshot_models), "models": snapshot_models}
-    return {
-        "inference_address": "http://0.0.0.0:8085",
-        "management_address": "http://0.0.0.0:8085",
-        "metrics_address": "http://0.0.0.0:8082",
-        "grpc_inference_port": 7070,
-        "grpc_management_port": 7071,
-        "enable_envvars_config": "true",
-        "install_py_dep_per_model": "true",
-        "enable_metrics_api": "true",
-        **METRICS_PROPERTIES,
-        "number_of_netty_threads": 4,
-        "job_queue_size": 10,
-        "disable_token_authorization": "true",
-        "load_models": "all",
-        "model_store": model_store,
-        "model_snapshot": json.dumps(snapshot, separators=(",", ":")),
-        **(limits or Limits()).properties(),
-    }
 
 
 def parse_properties(text: str) -> dict[str, str]:

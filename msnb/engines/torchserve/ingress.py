@@ -3,7 +3,7 @@
 TorchServe's Java frontend knows no /v1 or /mcp (its 0.12 OpenAI route is vLLM's engine, not a handler's generator),
 so a small server answers them and forwards each completion to TorchServe's inference API, its events sent as each
 of TorchServe's chunks arrives (docs/openai-mcp.md). It runs on an event loop (uvloop where installed) in a thread
-of the owner's process, its connections parsed by httptools (msnb.engines.proxy, msnb.engines.torchserve.upstream):
+of the owner's process, its connections parsed by httptools (msnb.engines.proxy, msnb.engines.upstream):
 a completion costs it about 0.3 ms of CPU. What calls TorchServe's management API or waits on a whole prediction
 (the models list, MCP) runs on a worker thread, so a stream never waits behind it. Started and stopped with
 LocalServer: a thread, no process, nothing left after stop.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from msnb.engines import proxy
 from msnb.engines.torchserve.api_models import TorchServeModels
 from msnb.engines.torchserve.sse_stream import SseStream, Unanswered
-from msnb.engines.torchserve.upstream import UpstreamConnection, post
+from msnb.engines.upstream import ChunkedUpstream, post
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.api import embeddings, hosts, mcp
 from msnb.templates.msnb_runtime.api.openai import (
@@ -54,7 +54,7 @@ class Ingress:
 
     def __init__(self, models: TorchServeModels, key_header: Callable[[], dict[str, str]], limit: int = MAX_BODY):
         self.models, self.key_header, self.limit = models, key_header, limit  # limit: TorchServe's max_request_size
-        self.pool = proxy.Pool(UpstreamConnection)
+        self.pool = proxy.Pool(ChunkedUpstream)
         self.timeouts: dict[str, float] = {}  # per model: how long TorchServe may take to answer (its responseTimeout)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -225,7 +225,7 @@ class Ingress:
             if not again:
                 return
 
-    async def connect(self, base: str) -> UpstreamConnection:
+    async def connect(self, base: str) -> ChunkedUpstream:
         try:
             return await self.pool.take(base)
         except OSError as err:

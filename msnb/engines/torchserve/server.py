@@ -88,9 +88,7 @@ class LocalServer:
         self._java: psutil.Process | None = None
         self._watchdog: subprocess.Popen | None = None
         self._client: TorchServeClient | None = None
-        self._front: Ingress | None = (
-            None  # OpenAI's /v1 and MCP's /mcp beside TorchServe (msnb.engines.torchserve.ingress)
-        )
+        self._ingress: Ingress | None = None  # OpenAI's /v1 and MCP's /mcp beside TorchServe (torchserve.ingress)
         self.store = ModelStore(self.layout.model_store)
         self.python = str(python or sys.executable)  # the interpreter TorchServe and its workers run on
         self._lock = threading.RLock()
@@ -137,26 +135,26 @@ class LocalServer:
             try:
                 self._launch(java)
                 self._wait_ready()
-                self._start_front()
+                self._start_ingress()
                 return
             except _PortTaken:
                 if attempt == 2 or self._requested_ports:
                     raise
 
-    def _start_front(self) -> None:
+    def _start_ingress(self) -> None:
         """/v1 and /mcp beside TorchServe (msnb.engines.torchserve.ingress). It takes this run's client as it is: no
         check that Java lives on each request (two reads of /proc); a dead server is a refused connection anyway."""
         client = self.client
         models = TorchServeModels(lambda: client, self.layout.model_store, self.layout.cancel_dir)
         limit = self.limits.max_request_size or DEFAULT_MAX_BYTES  # /v1 and /mcp refuse what TorchServe would
-        self._front = Ingress(models, lambda: client.keys.header("inference"), limit).start()
+        self._ingress = Ingress(models, lambda: client.keys.header("inference"), limit).start()
 
     def stop(self) -> None:
         """Stop this server's Java process and workers and wait until they are gone; idempotent."""
         with self._lock:
-            if self._front is not None:  # /v1 and /mcp first: nothing answers for a server that is going
-                self._front.stop()
-                self._front = None
+            if self._ingress is not None:  # /v1 and /mcp first: nothing answers for a server that is going
+                self._ingress.stop()
+                self._ingress = None
             if self._java is not None:
                 watchdog.stop_tree(self._java)
                 self._java = None
@@ -212,12 +210,12 @@ class LocalServer:
     def openai_base_url(self) -> str:
         """OpenAI's API over the streaming and embedding models: ``OpenAI(base_url=server.openai_base_url,
         api_key=KEY)``."""
-        return openai_url(self._front and self._front.url)
+        return openai_url(self._ingress and self._ingress.url)
 
     @property
     def mcp_url(self) -> str:
         """MCP's streamable HTTP endpoint: every served model is a tool (the inference key as bearer)."""
-        return mcp_url(self._front and self._front.url)
+        return mcp_url(self._ingress and self._ingress.url)
 
     @property
     def log_dir(self) -> Path:
@@ -273,9 +271,9 @@ class LocalServer:
             env_vars.remove(self.layout.env_dir, name)
 
     def _forget_cards(self) -> None:
-        front = self._front
-        if front is not None:
-            front.models.forget()
+        ingress = self._ingress
+        if ingress is not None:
+            ingress.models.forget()
 
     def model_env(self, name: str, values: dict[str, str]) -> None:
         """Give the workers ``name`` starts from now on these variables (none: no more), and no other model's workers
@@ -369,7 +367,7 @@ class LocalServer:
         inherited = env_vars.without_credentials(os.environ)
         env = {k: v for k, v in inherited.items() if not k.startswith("TS_")} | self.env
         env[env_vars.ENV_DIR_VAR] = str(lay.env_dir)
-        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the front ended early (msnb_runtime.handler.cancel)
+        env[CANCEL_DIR_VAR] = str(lay.cancel_dir)  # the streams the ingress ended early (msnb_runtime.handler.cancel)
         # One server per temp dir: the launcher keeps its pid file in $TMPDIR, Java its worker sockets
         # (/tmp/.ts.sock.9000, shared by every server otherwise) in java.io.tmpdir, which the launcher sets from $TEMP.
         env.update(

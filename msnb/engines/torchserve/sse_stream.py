@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from msnb.engines import proxy
 from msnb.engines.chunks import ChunkReader
-from msnb.engines.torchserve.upstream import UpstreamConnection
+from msnb.engines.upstream import ChunkedUpstream
 from msnb.errors import ServerError
 from msnb.templates.msnb_runtime.api.openai import ApiError, Request, upstream_error
 from msnb.templates.msnb_runtime.api.v1 import answer
@@ -43,7 +43,7 @@ class SseStream:
     """TorchServe's answer on ``conn`` to the client's ``write``: ``chunk`` is the connection's chunk callback,
     ``run`` waits for the end. ``finished``: TorchServe's answer was read to its end (the connection may be kept)."""
 
-    def __init__(self, request: Request, conn: UpstreamConnection, write: Callable[[bytes], None]):
+    def __init__(self, request: Request, conn: ChunkedUpstream, write: Callable[[bytes], None]):
         self.answer, self.conn, self.write = answer(request), conn, write
         self.reader: ChunkReader | None = None
         self.started = self.finished = False  # the stream's head went out; TorchServe's answer read whole

@@ -120,20 +120,12 @@ class ResponseAnswer(Pieces):
         self.sequence, self.id, self.item = 0, f"resp_{uuid.uuid4().hex}", f"msg_{uuid.uuid4().hex}"
         self.created = int(time.time())
 
-    def feed(self, piece: str) -> bytes:
-        text = self.completion.feed(piece)
-        if not (self.stream and text):
-            return b""
+    def _delta(self, text: str) -> bytes:
         return self._open() + self._send("response.output_text.delta", self._at(delta=text, logprobs=[]))
 
-    def close(self) -> bytes:
-        """The end: the held text, then the done events and ``response.completed`` (or ``.incomplete``)."""
-        text = self.completion.end()
-        if not self.stream:
-            return b""
-        out = self._open()
-        if text:
-            out += self._send("response.output_text.delta", self._at(delta=text, logprobs=[]))
+    def _end(self, text: str) -> bytes:
+        """The held text, then the done events and ``response.completed`` (or ``.incomplete``)."""
+        out = self._delta(text) if text else self._open()
         item = self.message()
         out += self._send("response.output_text.done", self._at(text=self.completion.text, logprobs=[]))
         out += self._send("response.content_part.done", self._at(part=item["content"][0]))

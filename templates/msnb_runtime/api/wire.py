@@ -99,21 +99,36 @@ class Pieces:
     def done(self) -> bool:
         return self.completion.done
 
+    def feed(self, piece: str) -> bytes:
+        """The events to send now for ``piece`` (b"" when not streaming, or while the completion holds the text back:
+        a stop string may be starting)."""
+        text = self.completion.feed(piece)
+        return self._delta(text) if self.stream and text else b""
+
+    def close(self) -> bytes:
+        """The end of the stream: the held text, then the protocol's closing events; b"" when not streaming."""
+        text = self.completion.end()
+        return self._end(text) if self.stream else b""
+
+    def _delta(self, text: str) -> bytes:
+        """The protocol's events for text released while streaming."""
+        raise NotImplementedError
+
+    def _end(self, text: str) -> bytes:
+        """The protocol's closing events, after the text the completion held (``text``, maybe "")."""
+        raise NotImplementedError
+
 
 class Answer(Pieces):
     """One chat or text completion's answer as its pieces arrive: ``feed`` each piece (the events to send now when
     streaming), ``close`` when the source ends or ``done``, ``fail`` when it fails; ``body`` is the whole answer when
     not streaming."""
 
-    def feed(self, piece: str) -> bytes:
-        text = self.completion.feed(piece)
-        return self._send(text) if self.stream and text else b""
+    def _delta(self, text: str) -> bytes:
+        return self._send(text)
 
-    def close(self) -> bytes:
-        """The end of the stream: the held text, the finishing chunk (its usage), [DONE]; b"" when not streaming."""
-        text = self.completion.end()
-        if not self.stream:
-            return b""
+    def _end(self, text: str) -> bytes:
+        """The held text, the finishing chunk (its usage), [DONE]."""
         out = self._send(text) if text else self._send(None) if not self.started else b""
         out += chunk(self.completion, None, self.completion.finish_reason)
         if self.completion.request.include_usage:

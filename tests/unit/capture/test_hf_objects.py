@@ -200,8 +200,7 @@ def test_encodings_of_one_text_collate_into_the_keywords_forward_takes(kernel):
 def test_the_mar_the_kserve_and_the_ray_layouts_carry_the_objects_unchanged(kernel, tmp_path):
     import zipfile
 
-    from msnb.package.kserve_layout import write_kserve
-    from msnb.package.ray_layout import write_ray
+    from msnb.session.export import write_kserve, write_ray
 
     spec = run(HANDLER, kernel)
     saved = {f"{HF_DIR}/{path}": data for path, data in spec.objects.files}

@@ -179,7 +179,7 @@ def test_ray_s_request_metrics_read_under_torchserve_s_prometheus_names():
 def test_msnb_serves_own_body_limit_option_wins_over_the_file_on_ray(tmp_path):
     import argparse
 
-    from msnb.cli.serve_ray import ts_options
+    from msnb.cli.serve_archives import ts_options
 
     args = argparse.Namespace(
         engine="ray",

@@ -194,14 +194,14 @@ def test_v2_bytes_that_are_not_text_are_a_serialise_error(monkeypatch, tmp_path)
     "example, tensor", [([1, 2.5], True), ([[1, 2], [3, 4]], True), (3, True), (None, True), ({"x": [1]}, False)]
 )
 def test_export_knows_which_examples_can_be_sent_as_a_v2_tensor(example, tensor):
-    from msnb.package.kserve_layout import is_tensor
+    from msnb.engines.kserve.layout import is_tensor
 
     assert is_tensor(example) is tensor
     assert is_tensor([[1], [2, 3]]) is False and is_tensor("text") is False
 
 
 def test_the_v2_note_shows_a_request_that_works(monkeypatch, tmp_path):
-    from msnb.package.kserve_layout import v2_note
+    from msnb.engines.kserve.layout import v2_note
 
     note = v2_note({"x": [1, 2, 3, 4]})
     request = json.loads(note[note.index("{") : note.index("}]}") + 3])

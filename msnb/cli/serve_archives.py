@@ -1,7 +1,6 @@
-"""What `msnb serve` (msnb.cli.serve) does for an engine that opens archives into model folders (Ray Serve): each
-archive opened as its model folder (``ModelFolder.open``) and loaded by TorchServe's own worker code inside a replica,
-their replicas started side by side; and TorchServe's start options (``--ts-config``, ``--models`` ...), read as
-TorchServe reads them, for an engine that takes them.
+"""What `msnb serve` (msnb.cli.serve) parses and prints for an engine that opens archives into model folders (Ray
+Serve: the engine's ``EngineKind.deploy_archives`` serves them, ``ModelFolder.open`` opens each) and TorchServe's start
+options (``--ts-config``, ``--models`` ...), read as TorchServe reads them, for an engine that takes them.
 """
 
 from __future__ import annotations
@@ -9,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from msnb.cli import serve_state
+from msnb.engines import registry
+from msnb.engines.protocol import Engine, StartOptions
 from msnb.engines.ts_properties import START_KEYS
 from msnb.errors import MsnbError, OptionError
 
@@ -16,7 +17,7 @@ from msnb.errors import MsnbError, OptionError
 TS_OPTIONS = ("ts_config", "models", *START_KEYS, "allowed_hosts")  # the last: msnb's own (api.hosts)
 
 
-def started_models(engine, api, archives: list[Path], envelope, env) -> list[str]:
+def started_models(engine: Engine, api: StartOptions | None, archives: list[Path], envelope, env) -> list[str]:
     """The PATH archives served side by side; with TorchServe's options (``api``), each registered as TorchServe
     registers its start models instead, then those ``load_models`` names (TorchServe starts with none, too)."""
     if api is None:
@@ -53,15 +54,14 @@ def torchserve_arguments(group) -> None:
 
 
 def replica_set_arguments(group) -> None:
-    """How `msnb serve --engine ray` packs archives into shared replicas (msnb.engines.ray.packing)."""
-    from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA
-
+    """How `msnb serve --engine ray` packs archives into shared replicas (``EngineKind.models_per_replica``)."""
+    sharing = [(k, registry.get(k)) for k in registry.kinds() if registry.get(k).models_per_replica]
+    defaults = "; ".join(f"{kind.label} default {kind.models_per_replica}" for _, kind in sharing)
     group.add_argument(
         "--models-per-replica",
         type=int,
         metavar="K",
-        help=f"at most K models in one replica process (default {DEFAULT_MODELS_PER_REPLICA}; 1: a "
-        "replica per model, as before)",
+        help=f"at most K models in one replica process ({defaults}; 1: a replica per model, as before)",
     )
     group.add_argument("--own-replica", action="append", metavar="NAME", help="model NAME gets a replica of its own")
 
@@ -70,7 +70,7 @@ def ts_options(args, kind=None):
     """TorchServe's start options as its config (--ts-config's file, the others over it), or None when none is given;
     an OptionError when they are given to an engine that does not take them (``kind``: the registry's entry of
     ``args.engine``), or when nothing at all is to be served."""
-    from msnb.engines import registry, ts_properties
+    from msnb.engines import ts_properties
 
     given = {key: getattr(args, key, None) for key in TS_OPTIONS}
     if all(value is None for value in given.values()):
@@ -95,36 +95,24 @@ def opener(ts):
     return lambda path, folder: ModelFolder.open(path, folder, check_requirements=ts.flag("install_py_dep_per_model"))
 
 
-def deploy_archives(engine, archives: list[Path], envelope: str | None = None, env: dict | None = None) -> list[str]:
-    """Open each archive into ``engine``'s store and serve those that open, all at once (each wrapped in TorchServe's
-    ``envelope``, its replicas given the variables ``env``: any archive takes them on Ray, msnb's runtime or not);
-    each failure is reported on stderr (its message, Hint and the replica's log lines) and the others serve.
-    Returns the names served."""
+def deploy_archives(
+    engine: Engine, archives: list[Path], envelope: str | None = None, env: dict | None = None
+) -> list[str]:
+    """Serve the archives on ``engine`` as its kind does (``EngineKind.deploy_archives``: opened into model folders,
+    all at once), saying each that serves and reporting each failure on stderr (its message, Hint and the replica's
+    log lines); the others serve. Returns the names served."""
     from msnb.package.model_folder import ModelFolder
 
-    opened, taken = [], {m.name for m in engine.models()}
-    for path in archives:
-        try:
-            item = ModelFolder.open(path, engine.store.root, taken)
-        except MsnbError as err:
-            serve_state.report(path, err)
-            continue
-        taken.add(item.name)
-        opened.append(item)
-        engine.model_env(item.name, env or {})
-    extra = {"envelope": envelope} if envelope else {}
-    sources = {item.name: item.source for item in opened}
     served = []
-    models = [(item.path, {"requirements": list(item.requirements), **extra}) for item in opened]
-    for name, outcome in engine.deploy_many(models):
-        if isinstance(outcome, MsnbError):
-            serve_state.report(sources[name], outcome)
-            continue
+    outcomes = registry.get(engine.kind).deploy_archives(
+        engine, archives, ModelFolder.open, serve_state.report, envelope, env
+    )
+    for name, status in outcomes:
         served.append(name)
-        print(f"serving {name} {outcome.version}: POST {engine.inference_url}/predictions/{name}", flush=True)
+        print(f"serving {name} {status.version}: POST {engine.inference_url}/predictions/{name}", flush=True)
     return serve_state.served_or_fail(
         served,
         len(archives),
-        " on Ray",
-        "fix what each error names (its handler's log lines are under it) and rerun `msnb serve --engine ray`.",
+        f" on {engine.label}",
+        f"fix what each error names (its handler's log lines are under it) and rerun `msnb serve --engine {engine.kind}`.",
     )

@@ -1,12 +1,13 @@
 """``msnb export --ray``: model folders, the Serve adapter and a validated ``serve_config.yaml`` in one folder.
 
 From the folder, ``serve run serve_config.yaml`` serves every handler on a local Ray; the same config is a KubeRay
-``RayService``'s ``serveConfigV2`` (``rayservice.yaml`` beside it is an example).
+``RayService``'s ``serveConfigV2`` (``rayservice.yaml`` beside it is an example). The model folders come from a call
+the caller gives (``stage``: msnb's packaging lays them out, ``msnb.session.export``); this module writes the rest.
 """
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -16,9 +17,6 @@ from msnb.engines.ray.image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
 from msnb.engines.ray.sizing import Sizing, needs, needs_text
 from msnb.errors import BuildError
 from msnb.files import written_into
-from msnb.package import archive, formats
-from msnb.package.model_folder import ModelFolder
-from msnb.spec import HandlerSpec
 from msnb.templates import RAY_ROOMS, RUNTIME, copy_runtime, runtime_files
 from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
@@ -119,50 +117,20 @@ def _container() -> dict:
     }
 
 
-def write_ray(
-    folders: list[ModelFolder | HandlerSpec],
+def write(
     outdir: Path,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
+    stage: Callable[[Path], dict[str, str]],
+    host: str | None = None,
+    port: int | None = None,
     sizing: Sizing | None = None,
 ) -> Path:
-    """Write OUTDIR/<name>/ (the model folders laid out; a spec's staged to be), the adapter, serve_config.yaml and
-    rayservice.yaml.
+    """Write OUTDIR/<name>/ (``stage(staging)`` lays the model folders out there and returns name -> version), the
+    adapter, serve_config.yaml (HTTP on ``host``:``port``, default 127.0.0.1:8000) and rayservice.yaml.
 
     Built in a hidden staging folder inside OUTDIR and moved into place only when everything built."""
-
-    def stage(staging: Path) -> dict[str, str]:
-        for folder in folders:
-            archive.pack_or_build(folder, staging, formats.SERVE_FORMAT)
-        return {f.name: f.version for f in folders}
-
-    return _write(outdir, stage, (host, port, sizing))
-
-
-def write_ray_archives(
-    paths: list[Path], outdir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, sizing: Sizing | None = None
-) -> Path:
-    """``write_ray`` for archives torch-model-archiver made (``msnb export A.mar B.mar --ray OUT``): each opened as
-    ``msnb serve --engine ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are
-    installed where it runs (the application's ``runtime_env``), not checked against this environment."""
-
-    def stage(staging: Path) -> dict[str, str]:
-        models: dict[str, str] = {}
-        for path in paths:
-            item = ModelFolder.open(path, staging / ".opened", set(models), check_requirements=False)
-            item.path.rename(staging / item.name)
-            models[item.name] = item.version
-        shutil.rmtree(staging / ".opened", ignore_errors=True)
-        return models
-
-    return _write(outdir, stage, (host, port, sizing))
-
-
-def _write(outdir: Path, stage, where: tuple) -> Path:
-    """``where``: (host, port, sizing)."""
     require()
     with written_into(outdir, ".msnb-ray-") as staging:
-        config = serve_config(stage(staging), *where)
+        config = serve_config(stage(staging), host or DEFAULT_HOST, port or DEFAULT_PORT, sizing)
         validate(config)
         copy_runtime(staging, RAY_ROOMS)
         (staging / SERVE_CONFIG).write_text(
@@ -173,6 +141,11 @@ def _write(outdir: Path, stage, where: tuple) -> Path:
         )
         (staging / DOCKERFILE).write_text(dockerfile(staging))
     return outdir
+
+
+def sizing(cpus: list[str] | None, gpus: list[str] | None, memory: list[str] | None) -> Sizing:
+    """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each)."""
+    return Sizing.parse(cpus, gpus, memory)
 
 
 def _header(command: str) -> str:

@@ -9,44 +9,30 @@ From OUT: ``pip install -r requirements.txt && python kserve_predictor.py`` (KSe
 
 from __future__ import annotations
 
-import json
 import shutil
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 from msnb.files import written_into
-from msnb.package.mar_requirements import read_lines
-from msnb.package.model_folder import ModelFolder
 from msnb.templates import KSERVE_ENTRY, KSERVE_ROOMS, copy_runtime, entry_file
-from msnb.templates.msnb_runtime.handler.names import MANIFEST, REQUIREMENTS
+from msnb.templates.msnb_runtime.handler.names import REQUIREMENTS
 
 PREDICTOR = KSERVE_ENTRY
 KSERVE = "kserve==0.21.0"  # the KServe release the predictor is tested with (its own environment: tests/cli)
 SERVER_PACKAGES = ("torch", "torchserve")  # pinned to this environment's versions: the archives were checked here
 
 
-def write_kserve_python(paths: list[Path], outdir: Path) -> Path:
-    """OUT/<name>/ per archive, the predictor and requirements.txt; built in a hidden folder inside OUT and moved
-    into place only when everything was written. A refused archive is a ServerError with a Hint (nothing written)."""
+def write_kserve_python(outdir: Path, stage: Callable[[Path], list[str]]) -> Path:
+    """OUT/<name>/ per archive (``stage(staging)`` opens them there and returns their own requirement lines), the
+    predictor and requirements.txt; built in a hidden folder inside OUT and moved into place only when everything was
+    written. A refused archive is a ServerError with a Hint (nothing written)."""
     with written_into(outdir, ".msnb-kserve-python-") as staging:
-        names: set[str] = set()
-        wanted: list[str] = []
-        for path in paths:
-            item = ModelFolder.open(path, staging / ".opened", names, check_requirements=False)
-            item.path.rename(staging / item.name)
-            names.add(item.name)
-            wanted += _archive_requirements(path, staging / item.name)
-        shutil.rmtree(staging / ".opened", ignore_errors=True)
+        wanted = stage(staging)
         shutil.copy2(entry_file(PREDICTOR), staging / PREDICTOR)  # the predictor, and the runtime it imports
         copy_runtime(staging, KSERVE_ROOMS)
         (staging / REQUIREMENTS).write_text(requirements(wanted))
     return outdir
-
-
-def _archive_requirements(path: Path, folder: Path) -> list[str]:
-    manifest = json.loads((folder / MANIFEST).read_text())
-    named = (manifest.get("model") or {}).get("requirementsFile")
-    return read_lines(path, folder, named) if named else []
 
 
 def requirements(archives: list[str]) -> str:

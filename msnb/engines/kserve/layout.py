@@ -1,61 +1,57 @@
 """KServe's TorchServe layout of model folders: ROOT/model-store/<name>.mar and ROOT/config/config.properties (every
-batchSize 1, see KSERVE_BATCH_NOTE), and what to tell a user about it (a batch size, an example that is not a tensor)."""
+batchSize 1, see KSERVE_BATCH_NOTE), and what to tell a user about it (a batch size, an example that is not a tensor).
+
+The handlers come as data (``Described``: what a ``HandlerSpec`` says of itself) and their archives from a call the
+caller gives (``pack``: msnb's packaging writes them): this module builds no archive of its own.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from msnb.engines.torchserve.config import (
-    KSERVE_CONFIG_DIR,
-    KSERVE_MODEL_STORE,
-    KSERVE_MOUNT,
-    KSERVE_STORE_DIR,
-    Limits,
-    kserve_properties,
-    render_properties,
-)
+from msnb.engines.kserve import KSERVE_CONFIG_DIR, KSERVE_MODEL_STORE, KSERVE_MOUNT, KSERVE_STORE_DIR
+from msnb.engines.models import Limits
+from msnb.engines.torchserve.config import METRICS_PROPERTIES, render_properties
 from msnb.errors import BuildError
-from msnb.files import DISK_ERRNOS, disk_error, link_or_copy, move_into
-from msnb.package import archive, formats
-from msnb.package.model_folder import ModelFolder
-from msnb.spec import HandlerSpec
+from msnb.files import move_into, write_error
 from msnb.templates.msnb_runtime.handler.serving import FRONTEND_KEYS
 
-Packable = HandlerSpec | ModelFolder  # a staged folder, or a spec whose folder is staged to pack it
+
+class Described(Protocol):
+    """What the layout reads of a handler (a ``msnb.spec.HandlerSpec`` is one)."""
+
+    name: str
+    version: str
+    batch_size: int
+    example: Any
+    streaming: tuple[str, ...]
+
+    def model_config(self) -> dict: ...
 
 
-def spec_of(item: Packable) -> HandlerSpec:
-    return item.spec if isinstance(item, ModelFolder) else item
-
-
-def warnings_for(items: list[Packable]) -> list[str]:
-    """What a KServe layout of ``items`` changes or needs: a batch size set to 1, an example that is not a tensor."""
-    specs = [spec_of(i) for i in items]
+def warnings_for(specs: list[Described]) -> list[str]:
+    """What a KServe layout of ``specs`` changes or needs: a batch size set to 1, an example that is not a tensor."""
     return [f"{s.name}: {KSERVE_BATCH_NOTE.format(n=s.batch_size)}" for s in specs if s.batch_size > 1] + [
         f"{s.name}: {v2_note(s.example)}" for s in specs if not is_tensor(s.example)
     ]
 
 
 def write_kserve(
-    items: list[Packable],
-    root: Path,
-    fmt: str = formats.EXPORT_FORMAT,
-    built: dict[str, Path] | None = None,
-    limits: Limits | None = None,
+    specs: list[Described], root: Path, pack: Callable[[Path], list[Path]], limits: Limits | None = None
 ) -> Path:
-    """KServe's TorchServe layout: ROOT/model-store/<name>.mar and ROOT/config/config.properties.
+    """KServe's TorchServe layout: ROOT/model-store/<name>.mar and ROOT/config/config.properties; ``pack(staging)``
+    writes the archives of ``specs`` into ``staging`` and returns their paths.
 
     Everything is built in a hidden staging folder first and moved into place only when all
-    archives built, so a failure leaves ROOT as it was. An archive already ``built`` (name -> .mar,
-    the -o copy) is linked (or copied), not built again.
+    archives built, so a failure leaves ROOT as it was.
     """
-    specs = [spec_of(i) for i in items]
     _refuse_streaming(specs)
     root.mkdir(parents=True, exist_ok=True)
     for sub in (KSERVE_STORE_DIR, KSERVE_CONFIG_DIR):
@@ -63,10 +59,7 @@ def write_kserve(
             raise write_error(root, NotADirectoryError(f"{sub} is a file, not a folder"))
     staging = Path(tempfile.mkdtemp(prefix=".msnb-kserve-", dir=root))
     try:
-        archives = [
-            _reuse(built[s.name], staging) if s.name in (built or {}) else archive.pack_or_build(item, staging, fmt)
-            for item, s in zip(items, specs)
-        ]
+        archives = pack(staging)
         (staging / "config.properties").write_text(kserve_config(specs, limits=limits))
         (root / KSERVE_STORE_DIR).mkdir(exist_ok=True)
         (root / KSERVE_CONFIG_DIR).mkdir(exist_ok=True)
@@ -80,7 +73,7 @@ def write_kserve(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _refuse_streaming(specs: list[HandlerSpec]) -> None:
+def _refuse_streaming(specs: list[Described]) -> None:
     """KServe's v1 and v2 protocols answer a request with one JSON document (``predictions`` / ``outputs``), which
     TorchServe's KServe envelopes build from the handler's whole return value: no stream can travel in them."""
     streaming = [
@@ -134,21 +127,7 @@ def v2_note(example: Any) -> str:
     )
 
 
-def _reuse(path: Path, staging: Path) -> Path:
-    link_or_copy(path, staging / path.name)
-    return staging / path.name
-
-
-def write_error(folder: Path, err: OSError) -> BuildError:
-    if err.errno in DISK_ERRNOS:  # full disk, read-only, no permission: free space or choose another folder
-        return disk_error(folder, err)
-    return BuildError(
-        f"Cannot write into {str(folder.resolve())!r}: {err}.",
-        "check what is already there (a file where a folder goes, or the reverse) and its permissions.",
-    )
-
-
-def kserve_config(specs: list[HandlerSpec], model_store: str = KSERVE_MODEL_STORE, limits: Limits | None = None) -> str:
+def kserve_config(specs: list[Described], model_store: str = KSERVE_MODEL_STORE, limits: Limits | None = None) -> str:
     """config.properties for KServe's TorchServe runtime (see ``kserve_properties``); every batchSize is 1
     (see KSERVE_BATCH_NOTE)."""
     models = {
@@ -160,7 +139,43 @@ def kserve_config(specs: list[HandlerSpec], model_store: str = KSERVE_MODEL_STOR
     return render_properties(kserve_properties(models, model_store, limits), header)
 
 
-def _snapshot(spec: HandlerSpec) -> dict:
+def kserve_properties(
+    snapshot_models: dict, model_store: str = KSERVE_MODEL_STORE, limits: Limits | None = None
+) -> dict:
+    """config.properties of KServe's TorchServe runtime, which starts
+    ``torchserve --start --model-store=/mnt/models/model-store --ts-config=/mnt/models/config/config.properties``
+    (KSERVE_MOUNT, KSERVE_STORE_DIR and KSERVE_CONFIG_DIR).
+
+    Followed: pytorch/serve kubernetes/kserve/config.properties and the KServe TorchServe docs
+    (inference and management on 8085 because KServe's wrapper takes 8080, metrics on 8082,
+    gRPC 7070/7071, model_snapshot, enable_envvars_config=true so the TS_SERVICE_ENVELOPE
+    variable KServe sets from the InferenceService's protocolVersion, kserve for v1 or
+    kservev2 for v2, reaches TorchServe; service_envelope is therefore not fixed here).
+    Token authorisation is off: KServe's wrapper and readiness probe send no token (pytorch/serve#3301).
+    ``snapshot_models``: name -> {version -> snapshot entry (marName, workers, batchSize, ...)}.
+    """
+    snapshot = {"name": "startup.cfg", "modelCount": len(snapshot_models), "models": snapshot_models}
+    return {
+        "inference_address": "http://0.0.0.0:8085",
+        "management_address": "http://0.0.0.0:8085",
+        "metrics_address": "http://0.0.0.0:8082",
+        "grpc_inference_port": 7070,
+        "grpc_management_port": 7071,
+        "enable_envvars_config": "true",
+        "install_py_dep_per_model": "true",
+        "enable_metrics_api": "true",
+        **METRICS_PROPERTIES,
+        "number_of_netty_threads": 4,
+        "job_queue_size": 10,
+        "disable_token_authorization": "true",
+        "load_models": "all",
+        "model_store": model_store,
+        "model_snapshot": json.dumps(snapshot, separators=(",", ":")),
+        **(limits or Limits()).properties(),
+    }
+
+
+def _snapshot(spec: Described) -> dict:
     cfg = spec.model_config()
     return {k: cfg[k] for k in FRONTEND_KEYS if k != "deviceType"} | {"batchSize": 1}
 
