@@ -21,7 +21,7 @@ from msnb.cli.export import export_notebook
 from msnb.engines.kserve import KSERVE_CONFIG_DIR, KSERVE_STORE_DIR
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.torchserve.config import parse_properties
-from msnb.templates.msnb_runtime.handler.metrics import ALL_METRICS
+from msnb.templates.msnb_runtime.handler.metrics import BATCHES_METRIC, WINDOW_METRICS
 
 WINDOW = (
     "Msnb* values are the handler's latest report: the means of the batches of a 1 s window, reported by the "
@@ -81,7 +81,7 @@ def scrape(server: LocalServer, url: str, body: dict, n: int = 100) -> list[str]
         requests.post(url, json=body, timeout=60).raise_for_status()
     time.sleep(1)  # the frontend parses the worker's metric lines asynchronously
     text = requests.get(f"{server.metrics_url}/metrics", timeout=10).text
-    wanted = (*ALL_METRICS, "ts_inference_requests_total")
+    wanted = (*WINDOW_METRICS, BATCHES_METRIC, "ts_inference_requests_total")
     return [line for line in text.splitlines() if line.startswith(wanted)]
 
 

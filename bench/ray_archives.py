@@ -118,7 +118,7 @@ def serving_tree(engine) -> list[psutil.Process]:
     from msnb.engines.watchdog import marked, process_tree
 
     if engine.kind == "ray":
-        found = marked("RAY_TMPDIR", str(engine.root)) + process_tree(engine._front.pid)
+        found = marked("RAY_TMPDIR", str(engine.root)) + process_tree(engine._ingress.pid)
     else:
         found = process_tree(engine.pid)
     helper = getattr(engine, "_watchdog", None)
