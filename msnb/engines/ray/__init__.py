@@ -87,7 +87,11 @@ def _command(options: ServeOptions) -> Engine:
     from msnb.engines.ray.engine import LocalRay
     from msnb.engines.ray.shared import attached
 
-    packing = {"own_replica": options.own_replica, "models_per_replica": options.models_per_replica}
+    packing = {
+        "own_replica": options.own_replica,
+        "models_per_replica": options.models_per_replica,
+        "loaded_per_replica": options.loaded_per_replica,
+    }
     packing = {k: v for k, v in packing.items() if v}
     if options.ts is not None:
         return ts_start.engine_for(options.ts, **packing)

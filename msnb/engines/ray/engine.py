@@ -62,6 +62,7 @@ class LocalRay:
         host: str = LOOPBACK,
         models_per_replica: int = DEFAULT_MODELS_PER_REPLICA,
         own_replica: tuple[str, ...] = (),
+        loaded_per_replica: int | None = None,
     ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.allowed_hosts = ""  # config.properties' allowed_hosts
@@ -74,8 +75,9 @@ class LocalRay:
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
-        # models that share replicas (msnb.engines.ray.packing: at most models_per_replica in one replica set)
-        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica), load_error)
+        # models that share replicas (msnb.engines.ray.packing: at most models_per_replica in one replica set, at most
+        # loaded_per_replica of them loaded in one replica)
+        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica, loaded_per_replica), load_error)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
