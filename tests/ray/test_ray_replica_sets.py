@@ -10,18 +10,23 @@ import os
 import shutil
 import subprocess
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
+import torch
 import ts_archives
+from helpers import TS_EAGER_HANDLER, TS_EAGER_MODEL, poll
 
 from msnb.cli.serve_ray import deploy_archives, opener, started_models
 from msnb.engines import compare
+from msnb.engines.ray.engine import LocalRay
 from msnb.engines.ray.packing import SET_PREFIX
 from msnb.engines.ray.ts_start import TorchServeApi
 from msnb.engines.torchserve import LocalServer
 from msnb.engines.ts_properties import read
+from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
 
 # One handler text for both archives: what it answers comes from the archive's own model.py and package.
 CLASHING = textwrap.dedent("""
@@ -133,3 +138,50 @@ def test_an_archive_registered_through_the_management_api_loads_into_the_running
         assert pid(ray_engine, "ca") == running
     finally:
         api.stop()
+
+
+def eager(root: Path, name: str, seed: int) -> tuple[Path, torch.nn.Module]:
+    """A BaseHandler eager-mode archive (its own model.py and weights seeded with ``seed``) and its network."""
+    folder = root / name
+    folder.mkdir()
+    (folder / "model.py").write_text(TS_EAGER_MODEL)
+    namespace: dict = {}
+    exec(TS_EAGER_MODEL, namespace)
+    torch.manual_seed(seed)
+    net = namespace["TinyNet"]().eval()
+    torch.save(net.state_dict(), folder / "w.pt")
+    (folder / "handler.py").write_text(TS_EAGER_HANDLER)
+    files = ("--model-file", str(folder / "model.py"), "--serialized-file", str(folder / "w.pt"))
+    command = ts_archives.archiver(folder, name, str(folder / "handler.py"), *files)
+    subprocess.run(command, check=True, capture_output=True, timeout=180, env={**os.environ, "TMPDIR": str(folder)})
+    return folder / f"{name}.mar", net
+
+
+def torch_answer(net: torch.nn.Module, x: list[float]) -> list[float]:
+    """Plain torch on the archive's weights, rounded as its handler's postprocess rounds."""
+    with torch.inference_mode():
+        return [round(v, 4) for v in net(torch.tensor([x], dtype=torch.float32))[0].tolist()]
+
+
+@pytest.mark.timeout(900)
+def test_a_set_that_keeps_one_model_loaded_answers_every_concurrent_request_as_plain_torch(tmp_path):
+    built = {name: eager(tmp_path, name, seed) for name, seed in (("e1", 1), ("e2", 2), ("e3", 3))}
+    engine = LocalRay(models_per_replica=3, loaded_per_replica=1).start()
+    try:
+        assert deploy_archives(engine, [mar for mar, _ in built.values()]) == ["e1", "e2", "e3"]
+        set_app = engine.sets.status_app("e1")
+        assert {engine.sets.status_app(n) for n in built} == {set_app}  # one set, one replica, one model loaded
+        # bursts of each model in turn, six clients at once: a model goes idle (evicted) while another answers
+        asked = [(name, [float(n), 1.0, -2.0, 0.5 * k]) for n in range(3) for name in built for k in range(6)]
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda ask: engine.predict(ask[0], {"x": ask[1]}), asked))
+        assert answers == [torch_answer(built[name][1], x) for name, x in asked]  # none lost, each its own weights
+        url = f"{engine.inference_url}{set_route(set_app)}{LOADED_PATH}"
+
+        def loaded() -> dict:
+            return engine.client.call("GET", url, "inference").json()
+
+        assert all(loaded()[name]["loads"] >= 2 for name in built)  # each evicted and loaded again at least once
+        poll(lambda: sum(entry["resident"] for entry in loaded().values()) == 1, 60, "the set to keep one loaded")
+    finally:
+        engine.stop()
