@@ -95,7 +95,9 @@ def _command(options: ServeOptions) -> Engine:
     packing = {k: v for k, v in packing.items() if v}
     if options.ts is not None:
         return ts_start.engine_for(options.ts, **packing)
-    return attached(options.max_request_size) or LocalRay(max_request_size=options.max_request_size, **packing)
+    return attached(options.max_request_size, **packing) or LocalRay(
+        max_request_size=options.max_request_size, **packing
+    )
 
 
 def _start_options(engine: Engine, config: object, opener: object) -> object:

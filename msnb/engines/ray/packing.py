@@ -40,15 +40,16 @@ class ReplicaSet:
 
 class Packing:
     """The local Ray's replica sets and the rule that fills them (``models_per_replica``: K; ``own``: the model names
-    that get a replica of their own)."""
+    that get a replica of their own; ``prefix``: the sets' application names, one process's own on the shared Ray)."""
 
     def __init__(
         self,
         models_per_replica: int = DEFAULT_MODELS_PER_REPLICA,
         own: Iterable[str] = (),
         loaded_per_replica: int | None = None,
+        prefix: str = SET_PREFIX,
     ):
-        self.models_per_replica, self.own = max(1, int(models_per_replica)), set(own)
+        self.models_per_replica, self.own, self.prefix = max(1, int(models_per_replica)), set(own), prefix
         # L: at most this many loaded in one replica (None: K)
         self.loaded_per_replica = max(1, int(loaded_per_replica or self.models_per_replica))
         self.sets: dict[str, ReplicaSet] = {}
@@ -77,7 +78,7 @@ class Packing:
             if rs.workers == workers and (app in rs.members or len(rs.members) < self.models_per_replica):
                 rs.members[app] = entry
                 return rs, False
-        rs = ReplicaSet(f"{SET_PREFIX}{next(self._numbers)}", workers, {app: entry})
+        rs = ReplicaSet(f"{self.prefix}{next(self._numbers)}", workers, {app: entry})
         self.sets[rs.app] = rs
         return rs, True
 

@@ -194,13 +194,14 @@ class ReplicaSets:
         else:
             serve.delete(rs.app)
 
-    def tell_router(self) -> None:
-        """The router's user_config: which set serves each packed model (a lightweight update: no restart)."""
+    def tell_router(self, sets: dict[str, str] | None = None) -> None:
+        """The router's user_config: which set serves each packed model (``sets``; default: this engine's own), a
+        lightweight update: no restart."""
         from ray import serve
 
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
-        router = ray_app.router({**self.engine._door(), "sets": self.packing.routes()})
+        router = ray_app.router({**self.engine._door(), "sets": self.packing.routes() if sets is None else sets})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:
