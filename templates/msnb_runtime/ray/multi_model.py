@@ -167,7 +167,7 @@ class Members:
         self.members = wanted
         for app, spec in wanted.items():
             if spec not in (self.specs.get(app), self.failed.get(app, ({},))[0]):  # a failed one: not again
-                await self._load(app, spec)
+                await self._reload(app)  # (a request that asks for it meanwhile waits for this load)
         await self._evict()
 
     async def _load(self, app: str, spec: dict) -> None:
@@ -223,7 +223,8 @@ class Members:
                 task.add_done_callback(self._tasks.discard)
 
     async def _reload(self, app: str) -> None:
-        """Load evicted ``app`` again; the requests that ask meanwhile wait for the same load."""
+        """Load member ``app`` (it joined, changed, or was evicted); the requests that ask meanwhile wait for the
+        same load."""
         pending = self._loading.get(app)
         if pending is None:
             pending = self._loading[app] = asyncio.ensure_future(self._load(app, self.members[app]))
