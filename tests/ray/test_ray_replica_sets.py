@@ -86,6 +86,12 @@ def pid(engine, name: str) -> int:
     return engine.predict(name, {"pid": True})["pid"]
 
 
+def two_pids(engine, name: str) -> set[int] | None:
+    """The two replica processes that answer ten requests of ``name`` (None: fewer answered)."""
+    answered = {pid(engine, name) for _ in range(10)}
+    return answered if len(answered) == 2 else None
+
+
 @pytest.mark.timeout(900)
 def test_archives_with_clashing_module_names_share_a_replica_and_answer_as_on_plain_torchserve(
     ray_engine, archives, tmp_path, capsys
@@ -136,6 +142,43 @@ def test_an_archive_registered_through_the_management_api_loads_into_the_running
         assert (missing.status_code, missing.json()["type"]) == (404, "ModelNotFoundException")
         assert ray_engine.predict("ca", {"x": 1}) == {"value": 2, "late": 2, "tag": "ca"}
         assert pid(ray_engine, "ca") == running
+    finally:
+        api.stop()
+
+
+@pytest.mark.timeout(900)
+def test_a_packed_model_scaled_through_the_management_api_gets_a_set_of_its_workers_and_comes_back(
+    ray_engine, archives, tmp_path
+):
+    """TorchServe's ``PUT /models/NAME?min_worker=2``: the model leaves its set for one whose replicas are as many
+    (its old set's other model keeps its process), answers from both replicas, and joins its old set again at 1."""
+    store = tmp_path / "store"
+    store.mkdir()
+    for name in ("ca", "cb"):
+        shutil.copy(archives[name], store / f"{name}.mar")
+    config = read(ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="ca.mar,cb.mar"))
+    api = TorchServeApi(ray_engine, config, opener(config))
+    key = json.loads(Path(ray_engine.key_file).read_text())["management"]["key"]
+    auth = {"Authorization": f"Bearer {key}"}
+
+    def scale(workers: int) -> None:
+        params = {"min_worker": workers, "max_worker": workers, "synchronous": "true"}
+        answer = requests.put(f"{api.management_url}/models/cb", params=params, headers=auth, timeout=600)
+        assert answer.status_code == 200, answer.text
+
+    try:
+        assert sorted(started_models(ray_engine, api, [], None, None)) == ["ca", "cb"]
+        shared, running = ray_engine.sets.status_app("ca"), pid(ray_engine, "ca")
+        assert ray_engine.sets.status_app("cb") == shared
+        scale(2)
+        own = ray_engine.sets.status_app("cb")
+        assert own not in (None, shared) and len(ray_engine.status("cb").workers) == 2
+        both = poll(lambda: two_pids(ray_engine, "cb"), 120, "cb answered by its two replicas")
+        assert running not in both and ray_engine.predict("cb", {"x": 2}) == {"value": 10, "late": 5, "tag": "cb"}
+        assert pid(ray_engine, "ca") == running and ray_engine.predict("ca", {"x": 1})["value"] == 2
+        scale(1)
+        assert ray_engine.sets.status_app("cb") == shared and pid(ray_engine, "cb") == running
+        assert own not in sets(ray_engine)  # the set it left, emptied, is gone
     finally:
         api.stop()
 
