@@ -1,7 +1,9 @@
 """Many archives in one Ray replica (a replica set, the runtime's ray.multi_model) on the kernel's Ray: two archives made
 by torch-model-archiver that each ship a ``model.py``, a ``handler.py`` and a package of the same name answer from one
 process as a plain TorchServe answers them, beside an archive whose initialize raises (it fails alone, with its
-error); and an archive registered through TorchServe's management API loads into the running replica."""
+error); an archive registered through TorchServe's management API loads into the running replica; one scaled through
+it moves to a set of its size and back; and three archives in a set whose replica keeps one loaded answer concurrent
+requests, each evicted and loaded again, none lost."""
 
 from __future__ import annotations
 
