@@ -115,16 +115,21 @@ def test_archives_with_clashing_module_names_share_a_replica_and_answer_as_on_pl
     assert answers == [{"value": 6, "late": 2, "tag": "ca"}, {"value": 15, "late": 5, "tag": "cb"}]
 
 
-@pytest.mark.timeout(900)
-def test_an_archive_registered_through_the_management_api_loads_into_the_running_replica(
-    ray_engine, archives, tmp_path
-):
+def management(engine, archives: dict[str, Path], tmp_path: Path, load_models: str) -> TorchServeApi:
+    """TorchServe's management API on ``engine`` over a store of ca and cb, loading ``load_models`` at start."""
     store = tmp_path / "store"
     store.mkdir()
     for name in ("ca", "cb"):
         shutil.copy(archives[name], store / f"{name}.mar")
-    config = read(ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="ca.mar"))
-    api = TorchServeApi(ray_engine, config, opener(config))
+    config = read(ts_archives.config_file(tmp_path / "conf", store, engine.http_port, load_models=load_models))
+    return TorchServeApi(engine, config, opener(config))
+
+
+@pytest.mark.timeout(900)
+def test_an_archive_registered_through_the_management_api_loads_into_the_running_replica(
+    ray_engine, archives, tmp_path
+):
+    api = management(ray_engine, archives, tmp_path, "ca.mar")
     try:
         assert started_models(ray_engine, api, [], None, None) == ["ca"]
         before, running = sets(ray_engine), pid(ray_engine, "ca")
@@ -154,12 +159,7 @@ def test_a_packed_model_scaled_through_the_management_api_gets_a_set_of_its_work
 ):
     """TorchServe's ``PUT /models/NAME?min_worker=2``: the model leaves its set for one whose replicas are as many
     (its old set's other model keeps its process), answers from both replicas, and joins its old set again at 1."""
-    store = tmp_path / "store"
-    store.mkdir()
-    for name in ("ca", "cb"):
-        shutil.copy(archives[name], store / f"{name}.mar")
-    config = read(ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="ca.mar,cb.mar"))
-    api = TorchServeApi(ray_engine, config, opener(config))
+    api = management(ray_engine, archives, tmp_path, "ca.mar,cb.mar")
     key = json.loads(Path(ray_engine.key_file).read_text())["management"]["key"]
     auth = {"Authorization": f"Bearer {key}"}
 
