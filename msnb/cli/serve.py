@@ -29,6 +29,7 @@ def serve(args: argparse.Namespace, archives: list[Path], wait: Callable[[Engine
     ts = ts_options(args, kind)  # TorchServe's start options, where the engine takes them
     env = env_vars.resolve(args.env, "the served models")  # a missing variable is refused before anything starts
     packing = {"models_per_replica": args.models_per_replica, "own_replica": tuple(args.own_replica or ())}
+    packing["loaded_per_replica"] = args.loaded_per_replica
     engine = command(kind, ServeOptions(args.max_request_size, args.max_response_size, args.envelope, ts, **packing))
     print(f"starting {engine.label} (workdir {engine.workdir}) ...", flush=True)
     engine.start()

@@ -63,6 +63,13 @@ def replica_set_arguments(group) -> None:
         metavar="K",
         help=f"at most K models in one replica process ({defaults}; 1: a replica per model, as before)",
     )
+    group.add_argument(
+        "--loaded-per-replica",
+        type=int,
+        metavar="L",
+        help="at most L of a replica's models loaded at once (default K); the others load on their first request, "
+        "the least recently used evicted",
+    )
     group.add_argument("--own-replica", action="append", metavar="NAME", help="model NAME gets a replica of its own")
 
 

@@ -215,6 +215,7 @@ class ServeOptions:
     ts: TsConfig | None = None
     models_per_replica: int | None = None  # Ray's replica sets: at most this many models share a replica
     own_replica: tuple[str, ...] = ()  # ... and these models get one of their own
+    loaded_per_replica: int | None = None  # ... and at most this many stay loaded in one (the rest on demand)
 
 
 @dataclass(frozen=True)

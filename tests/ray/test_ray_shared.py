@@ -226,6 +226,40 @@ def cli_serve_uses_it(env: dict, folder: Path) -> None:
     poll(lambda: "echo" not in msnb(env, "ray", "status").stdout, 60, "echo taken off at Ctrl-C")
 
 
+PID_HANDLER = "import os\n\ndef handle(data, context):\n    return None if data is None else [os.getpid()]\n"
+
+
+@pytest.mark.timeout(900)
+def test_a_process_packs_its_models_into_a_replica_set_of_its_own_on_the_shared_ray(shared):
+    """`msnb serve A.mar B.mar --engine ray` on the shared Ray: both archives answer from one replica process (a set
+    named by the serving process's pid, routed by the owner's router), and Ctrl-C takes the set off."""
+    env, state, folder = shared
+    mars = [build_mar(folder / name, name, PID_HANDLER) for name in ("pa", "pb")]
+    out = folder / "packed.out"
+    with out.open("w") as log:
+        proc = subprocess.Popen(
+            [MSNB, "serve", *map(str, mars), "--engine", "ray"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+        )
+        try:
+            poll(lambda: "Ctrl-C" in out.read_text() or proc.poll() is not None, 300, "msnb serve to serve", 0.5)
+            answers = [msnb(env, "predict", name, "--data", "{}") for name in ("pa", "pb")]
+            assert all(done.returncode == 0 for done in answers), out.read_text() + "".join(a.stderr for a in answers)
+            pids = {json.loads(done.stdout) for done in answers}
+            assert len(pids) == 1, pids  # one replica process holds both
+            written = [json.loads(p.read_text()) for p in (Path(state["root"]) / "users").glob("*/sets.json")]
+            assert written == [{"pa": f"msnb-models-{proc.pid}-1", "pb": f"msnb-models-{proc.pid}-1"}]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(120) == 0, out.read_text()
+    poll(lambda: "pa" not in msnb(env, "ray", "status").stdout, 60, "pa and pb taken off at Ctrl-C")
+    replica = pids.pop()
+    poll(lambda: not psutil.pid_exists(replica), 120, "the set's replica process to end")
+
+
 @pytest.mark.timeout(600)
 def test_a_notebook_serves_on_the_shared_ray_after_ms_ray_up(shared, tmp_path, monkeypatch):
     """`%ms_ray up` in a real Jupyter kernel: the shared Ray is found up; `%ms_serve --engine ray` serves there with

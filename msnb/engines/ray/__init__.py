@@ -88,11 +88,17 @@ def _command(options: ServeOptions) -> Engine:
     from msnb.engines.ray.engine import LocalRay
     from msnb.engines.ray.shared import attached
 
-    packing = {"own_replica": options.own_replica, "models_per_replica": options.models_per_replica}
+    packing = {
+        "own_replica": options.own_replica,
+        "models_per_replica": options.models_per_replica,
+        "loaded_per_replica": options.loaded_per_replica,
+    }
     packing = {k: v for k, v in packing.items() if v}
     if options.ts is not None:
         return ts_start.engine_for(options.ts, **packing)
-    return attached(options.max_request_size) or LocalRay(max_request_size=options.max_request_size, **packing)
+    return attached(options.max_request_size, **packing) or LocalRay(
+        max_request_size=options.max_request_size, **packing
+    )
 
 
 def _start_options(engine: Engine, config: object, opener: object) -> object:

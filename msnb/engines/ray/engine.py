@@ -62,6 +62,7 @@ class LocalRay:
         host: str = LOOPBACK,
         models_per_replica: int = DEFAULT_MODELS_PER_REPLICA,
         own_replica: tuple[str, ...] = (),
+        loaded_per_replica: int | None = None,
     ):
         self.http_port, self.num_cpus, self.replica_cpus, self.host = http_port, num_cpus, replica_cpus, host
         self.allowed_hosts = ""  # config.properties' allowed_hosts
@@ -74,8 +75,8 @@ class LocalRay:
         self._router_up = False
         self._folders: dict[str, Path] = {}  # name -> the folder its replicas serve
         self._env: dict[str, dict[str, str]] = {}  # name -> the variables its replicas get (--env)
-        # models that share replicas (msnb.engines.ray.packing: at most models_per_replica in one replica set)
-        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica), load_error)
+        # models that share replicas (msnb.engines.ray.packing: the rule, K in a set, L loaded in a replica)
+        self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica, loaded_per_replica), load_error)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ lifecycle
@@ -171,8 +172,9 @@ class LocalRay:
         return self.root / KEY_FILE if self.root else None
 
     def log_tail(self, lines: int = 40) -> str:
-        """The newest lines of every replica's log (what a failing load or request wrote)."""
-        return "\n".join(line for name in self._folders for line in self.model_log(name, lines))[-20000:]
+        """The newest lines of every replica's log (what a failing load or request wrote): a set's once."""
+        apps = dict.fromkeys(self.sets.status_app(name) or name for name in self._folders)
+        return "\n".join(line for app in apps for line in self.app_log(app, lines))[-20000:]
 
     @property
     def metrics_port(self) -> int | None:
@@ -228,8 +230,7 @@ class LocalRay:
         return self.status(app)
 
     def _drop_unserved(self, folder: Path | None) -> None:
-        """``folder`` deleted unless an application still serves it (two versions' applications swap folders when
-        the default version changes)."""
+        """``folder`` deleted unless an application still serves it (two versions' may swap folders)."""
         if folder is not None and folder not in self._folders.values():
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -7,6 +7,11 @@ process for its whole answer), with requirements Ray installs per replica (runti
 ``--models-per-replica 1``. Models with the same workers (minWorkers, maxWorkers) share a set, at most K of them
 (``--models-per-replica K``, default 8), in the order they are served: a set takes new members while it has room,
 loading each into its running replicas; a full set is followed by a new one.
+
+At most L models stay loaded in one replica (``--loaded-per-replica L``; default K): a set of more members (K > L,
+or a set that took more than K because Ray had no CPUs left for a new set: ``overflow``) loads each once when it
+joins, then keeps the L most recently used loaded; an evicted model's next request waits for its load
+(the runtime's ray.residency).
 """
 
 from __future__ import annotations
@@ -35,10 +40,18 @@ class ReplicaSet:
 
 class Packing:
     """The local Ray's replica sets and the rule that fills them (``models_per_replica``: K; ``own``: the model names
-    that get a replica of their own)."""
+    that get a replica of their own; ``prefix``: the sets' application names, one process's own on the shared Ray)."""
 
-    def __init__(self, models_per_replica: int = DEFAULT_MODELS_PER_REPLICA, own: Iterable[str] = ()):
-        self.models_per_replica, self.own = max(1, int(models_per_replica)), set(own)
+    def __init__(
+        self,
+        models_per_replica: int = DEFAULT_MODELS_PER_REPLICA,
+        own: Iterable[str] = (),
+        loaded_per_replica: int | None = None,
+        prefix: str = SET_PREFIX,
+    ):
+        self.models_per_replica, self.own, self.prefix = max(1, int(models_per_replica)), set(own), prefix
+        # L: at most this many loaded in one replica (None: K)
+        self.loaded_per_replica = max(1, int(loaded_per_replica or self.models_per_replica))
         self.sets: dict[str, ReplicaSet] = {}
         self._numbers = itertools.count(1)
 
@@ -65,9 +78,20 @@ class Packing:
             if rs.workers == workers and (app in rs.members or len(rs.members) < self.models_per_replica):
                 rs.members[app] = entry
                 return rs, False
-        rs = ReplicaSet(f"{SET_PREFIX}{next(self._numbers)}", workers, {app: entry})
+        rs = ReplicaSet(f"{self.prefix}{next(self._numbers)}", workers, {app: entry})
         self.sets[rs.app] = rs
         return rs, True
+
+    def overflow(self, app: str, entry: dict, workers: tuple[int, int]) -> ReplicaSet | None:
+        """The set ``app`` joins beyond K when no new set can start (Ray's CPUs are taken): the one with its workers
+        and the fewest members (its replicas keep ``loaded_per_replica`` loaded); None when no set has its workers."""
+        self.remove(app)
+        fits = [rs for rs in self.sets.values() if rs.workers == workers]
+        if not fits:
+            return None
+        rs = min(fits, key=lambda rs: len(rs.members))
+        rs.members[app] = entry
+        return rs
 
     def set_of(self, app: str) -> ReplicaSet | None:
         return next((rs for rs in self.sets.values() if app in rs.members), None)

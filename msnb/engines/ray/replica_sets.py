@@ -30,7 +30,7 @@ class ReplicaSets:
     def plan(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
         """Each model's place (``models``: as LocalRay.deploy_many takes them): its folder when it joins a set,
         (folder, RunTarget) for an application of its own, or the ServerError that refuses it (its replicas do not
-        fit in the CPUs Ray has free)."""
+        fit in the CPUs Ray has free, and no set of its workers can take it beyond K: packing.overflow)."""
         import ray
 
         from msnb.engines.store import read_manifest
@@ -45,10 +45,12 @@ class ReplicaSets:
                 if placed is None or placed[1]:  # a new application: its replicas need room
                     free -= self.engine._refuse_unschedulable(app, folder, free)
             except ServerError as err:
-                if placed is not None:
-                    self.packing.remove(app)
-                yield app, err
-                continue
+                if placed is None:
+                    yield app, err
+                    continue
+                if self.packing.overflow(app, placed[0].members[app], placed[0].workers) is None:
+                    yield app, err  # (overflow took it out of the new set)
+                    continue
             yield app, folder if placed is not None else (folder, own_target(folder, app, args))
 
     def join(self, folder: Path, app: str, args: dict) -> tuple[ReplicaSet, bool] | None:
@@ -68,10 +70,11 @@ class ReplicaSets:
         from ray import serve
 
         from msnb.templates.msnb_runtime.ray import multi_model
-        from msnb.templates.msnb_runtime.ray.multi_model_routes import set_route
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import MAX_LOADED, set_route
 
         args = {
             "models": list(rs.members.values()),
+            MAX_LOADED: self.packing.loaded_per_replica,
             "name": rs.app,
             "install_requirements": False,
             "num_cpus": self.engine.replica_cpus,
@@ -192,14 +195,15 @@ class ReplicaSets:
         else:
             serve.delete(rs.app)
 
-    def tell_router(self) -> None:
-        """The router's user_config: which set serves each packed model and which applications are scaled to 0
-        workers, ``idle`` (a lightweight update: no restart)."""
+    def tell_router(self, sets: dict[str, str] | None = None) -> None:
+        """The router's user_config: which set serves each packed model (``sets``; default: this engine's own) and
+        which applications are scaled to 0 workers, ``idle`` (a lightweight update: no restart)."""
         from ray import serve
 
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
-        router = ray_app.router({**self.engine._door(), "sets": self.packing.routes(), "idle": self.idle})
+        sets = self.packing.routes() if sets is None else sets
+        router = ray_app.router({**self.engine._door(), "sets": sets, "idle": self.idle})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:

@@ -204,11 +204,11 @@ def users(root: Path) -> dict[int, list[str]]:
 _CHOSEN = threading.Event()
 
 
-def attached(max_request_size: int | None = None) -> SharedRay | None:
+def attached(max_request_size: int | None = None, **packing: Any) -> SharedRay | None:
     """A SharedRay on the shared Ray when it is up (not connected yet: ``start`` attaches), else None; started first
-    when this process chose it (``up``) and it went down since."""
+    when this process chose it (``up``) and it went down since (``packing``: LocalRay's)."""
     state = _chosen_state()
-    return SharedRay(state, max_request_size) if state is not None else None
+    return SharedRay(state, max_request_size, **packing) if state is not None else None
 
 
 def _chosen_state() -> SharedState | None:
@@ -264,10 +264,14 @@ class SharedRay(LocalRay):
     def key_hint(self) -> str | None:
         return key_hint(self.shared.root)
 
-    def __init__(self, state: SharedState, max_request_size: int | None = None):
-        # models_per_replica=1: the router is the owner's, whose user_config a user does not rewrite (replica sets'
-        # routes): each user's models keep a replica each
-        super().__init__(state.http_port, max_request_size=max_request_size, models_per_replica=1)
+    def __init__(self, state: SharedState, max_request_size: int | None = None, **packing: Any):
+        from msnb.engines.ray.packing import SET_PREFIX
+        from msnb.engines.ray.shared_sets import SharedSets
+
+        super().__init__(state.http_port, max_request_size=max_request_size, **packing)
+        # its replica sets are its own (named by its pid), routed by the owner's router (msnb.engines.ray.shared_sets)
+        self.sets = SharedSets(self, self.sets.packing, self.sets.failure)
+        self.sets.packing.prefix = f"{SET_PREFIX}{os.getpid()}-"
         self.shared, self._attached = state, False
 
     def start(self) -> SharedRay:
@@ -313,8 +317,8 @@ class SharedRay(LocalRay):
             _LIVE.discard(self)
             if not self._attached:
                 return
-            for name in list(self._folders) if _is_owner(self.shared.owner) else ():
-                with contextlib.suppress(Exception):  # the shared Ray may go down meanwhile
+            for name in [*self._folders, *self.sets.packing.sets] if _is_owner(self.shared.owner) else ():
+                with contextlib.suppress(Exception):  # the shared Ray may go down meanwhile (a packed name: no-op)
                     serve.delete(name)
             ray.shutdown()
             use_token(None)
@@ -322,6 +326,7 @@ class SharedRay(LocalRay):
             shutil.rmtree(self.root, ignore_errors=True)
             self._attached, self.root, self.client = False, None, None
             self._folders.clear()
+            self.sets.packing.clear()
 
     @property
     def running(self) -> bool:
@@ -336,10 +341,19 @@ class SharedRay(LocalRay):
         return Path(self.shared.root) / "ray" / "session_latest" / "logs"
 
     def redeploy(self, path: str | Path, **params: Any):
+        """As LocalRay's; a model not served yet goes where deploy_many places it (a replica set, by packing's rule:
+        `%ms_serve --engine ray` packs on the shared Ray)."""
         from msnb.engines.store import read_manifest
 
-        self._claim([read_manifest(Path(path))[0]])
-        return super().redeploy(path, **params)
+        name = read_manifest(Path(path))[0]
+        self._claim([name])
+        app = params.get("app") or name
+        if app in self._folders:
+            return super().redeploy(path, **params)
+        outcome = dict(self.deploy_many([(Path(path), {"app": app})])).get(app)
+        if isinstance(outcome, ServerError):
+            raise outcome
+        return outcome
 
     register = redeploy
 
@@ -370,10 +384,12 @@ def reap(root: Path) -> None:
     """Take the models of every user that is gone off Serve, and delete its files."""
     from ray import serve
 
+    from msnb.engines.ray.shared_sets import sets_of
+
     for pid, apps in users(root).items():
         if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
             continue
-        for name in apps:
+        for name in [*apps, *sets_of(root / USERS, pid)]:
             with contextlib.suppress(Exception):
                 serve.delete(name, _blocking=False)
         (root / USERS / f"{pid}.json").unlink(missing_ok=True)
@@ -381,7 +397,10 @@ def reap(root: Path) -> None:
 
 
 def own(state_path: Path, port: int | None) -> None:
-    """The owner: start the Ray, write the state file, take dead users' models off until told to stop."""
+    """The owner: start the Ray, write the state file, take dead users' models off and route the live ones' replica
+    sets until told to stop."""
+    from msnb.engines.ray.shared_sets import route_users
+
     stop = threading.Event()
     _stop_on_signals(stop)
     engine = SharedOwner(port).start()
@@ -390,8 +409,12 @@ def own(state_path: Path, port: int | None) -> None:
         state = SharedState(os.getpid(), str(engine.root), _gcs_address(), engine.inference_url, engine.http_port)
         write_atomic(state_path, json.dumps(asdict(state)))
         print(f"shared Ray up: {state}", flush=True)
+        told = None
         while not stop.wait(REAP_S):
             reap(engine.root)
+            told = route_users(
+                engine, engine.root / USERS, told
+            )  # the attached processes' replica sets (msnb.engines.ray.shared_sets)
     finally:
         with contextlib.suppress(FileNotFoundError, ValueError):
             if json.loads(state_path.read_text()).get("owner") == os.getpid():

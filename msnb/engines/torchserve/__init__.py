@@ -49,9 +49,9 @@ def _command(options: ServeOptions) -> Engine:
     """`msnb serve`'s TorchServe: its body limits, TorchServe's service_envelope (not started)."""
     from msnb.engines.torchserve.server import LocalServer
 
-    if options.models_per_replica is not None or options.own_replica:
+    if options.models_per_replica is not None or options.own_replica or options.loaded_per_replica is not None:
         raise OptionError(
-            "--models-per-replica and --own-replica place models into Ray Serve's replicas.",
+            "--models-per-replica, --loaded-per-replica and --own-replica place models into Ray Serve's replicas.",
             "add --engine ray, or leave them out: TorchServe gives each model workers of its own.",
         )
     properties = {"service_envelope": options.envelope} if options.envelope else None

@@ -8,7 +8,10 @@ the running process. Each folder is loaded by TorchServe's own loader (``LoadedM
 (ray.isolation: its modules, ``sys.path`` entry, cwd and variables while it loads and handles), and answered
 by a ``ModelSlot``: MsnbModel's door, batching (its own ``@serve.batch`` queues with its batchSize and
 maxBatchDelay), responseTimeout, metrics labels and Context. A folder whose load fails fails alone: its requests
-get its error, the others answer (``loaded`` tells the engine which failed). The router calls a set through
+get its error, the others answer (``loaded`` tells the engine which failed). With ``max_num_models_per_replica`` in
+the user_config, at most that many stay loaded in a replica (ray.residency): each member is loaded once when it
+joins (so a folder that does not load is told at once), the least recently used idle one is evicted, and an evicted
+model's next request waits for its load again. The router calls a set through
 multi_model_routes.SetHandle (the model's application first); the local front sends ``/predictions/NAME`` to
 ``SET_ROUTE/predictions/NAME`` at a replica of the set.
 Depends on ray[serve], starlette, pyyaml and the standard library, never on msnb.
@@ -17,9 +20,12 @@ Depends on ray[serve], starlette, pyyaml and the standard library, never on msnb
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import traceback
+from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
@@ -36,8 +42,17 @@ from .api import ApiRoutes, PerModelRoute
 from .app import QUIET, LoadedModel, MsnbModel, json_reply, resolve
 from .deployment import batch_settings, replicas, workers
 from .isolation import Namespace
-from .multi_model_routes import LATENCY_METRIC, LOADED_PATH, MODELS, REQUESTS_METRIC, strip_set_route, with_code_version
+from .multi_model_routes import (
+    LATENCY_METRIC,
+    LOADED_PATH,
+    MAX_LOADED,
+    MODELS,
+    REQUESTS_METRIC,
+    strip_set_route,
+    with_code_version,
+)
 from .replica import replica_gpu_id, worker_logs
+from .residency import Residency, limit_of
 from .streaming import WHOLE, StreamRoutes
 from .timeout import response_timeout
 
@@ -98,6 +113,15 @@ class ModelSlot(MsnbModel.func_or_class):
         finally:
             counted(self.app, time.perf_counter() - began)
 
+    def close(self) -> None:
+        """Stop its batch queues' tasks (each holds the slot, so an evicted model would stay in memory): called
+        once no request of it is in flight."""
+        for batched in (self._batch, self._stream):
+            queue = getattr(getattr(batched.set_max_batch_size, "__self__", None), "_queue", None)
+            task = getattr(queue, "_handle_batch_task", None)
+            if task is not None:
+                task.cancel()
+
 
 _COUNTERS: dict[str, Any] = {}  # one of each per process (ray.serve.metrics)
 
@@ -113,31 +137,130 @@ def counted(app: str, seconds: float) -> None:
     _COUNTERS[LATENCY_METRIC].inc(seconds * 1000, tags={"model_name": app})
 
 
+class Members:
+    """A replica's model applications (``members``) and which of them are loaded (``slots``), at most
+    ``residency.limit`` at once; ``load(app, spec)`` (MsnbModels': TorchServe's loader in a namespace) fills a slot
+    or ``failed``."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, dict] = {}  # model application -> what its slot loads from (loaded now or not)
+        self.slots: dict[str, Any] = {}  # model application -> its slot (a ModelSlot), while it is loaded
+        self.specs: dict[str, dict] = {}  # model application -> the folder it loaded from (evicted since or not)
+        self.failed: dict[str, tuple[dict, str]] = {}  # model application -> what did not load, and why
+        self.spaces: dict[str, Namespace] = {}
+        self.residency = Residency()  # which slots stay loaded (user_config's MAX_LOADED)
+        self.loads: Counter[str] = Counter()  # loads per model application (an eviction shows as one more)
+        self._loading: dict[str, asyncio.Future] = {}  # a load under way: the requests that wait for it share it
+        self._tasks: set[asyncio.Task] = set()
+
+    def load(self, app: str, spec: dict) -> None:
+        raise NotImplementedError
+
+    async def reconfigure(self, config: dict) -> None:
+        """Load what ``config["models"]`` adds or changes (one after another, off the event loop; the others' calls
+        wait for each load, which holds the process's modules), unload what it leaves out, and keep at most
+        ``config[MAX_LOADED]`` loaded."""
+        self.residency.limit = limit_of((config or {}).get(MAX_LOADED))
+        wanted = {str(spec["app"]): spec for spec in (config or {}).get("models") or []}
+        for app in [a for a in {*self.members, *self.failed} if a not in wanted]:
+            self.unload(app)
+        self.members = wanted
+        for app, spec in wanted.items():
+            if spec not in (self.specs.get(app), self.failed.get(app, ({},))[0]):  # a failed one: not again
+                await self._reload(app)  # (a request that asks for it meanwhile waits for this load)
+        await self._evict()
+
+    async def _load(self, app: str, spec: dict) -> None:
+        await asyncio.to_thread(self.load, app, spec)
+        if self.specs.get(app) is spec:
+            self.residency.loaded(app)
+            self.loads[app] += 1
+        await self._evict()
+
+    async def _evict(self) -> None:
+        """Unload the idle models beyond the limit, least recently used first (ray.residency): each victim chosen
+        and taken out at once (a request may begin for another one while a namespace closes)."""
+        while victims := self.residency.victims():
+            app = victims[0]
+            slot, space = self.slots.pop(app, None), self.spaces.pop(app, None)
+            self.residency.forget(app)
+            logger.info(
+                "%s evicted from this replica (%s %s): its next request loads it again",
+                app,
+                MAX_LOADED,
+                self.residency.limit,
+            )
+            if slot is not None:
+                slot.close()
+            if space is not None:
+                await asyncio.to_thread(space.close)
+
+    def unload(self, app: str) -> None:
+        slot = self.slots.pop(app, None)
+        if slot is not None and not self.residency.busy(app):
+            slot.close()
+        self.residency.forget(app)
+        for table in (self.members, self.specs, self.failed):
+            table.pop(app, None)
+        space = self.spaces.pop(app, None)
+        if space is not None:
+            space.close()
+
+    @contextlib.asynccontextmanager
+    async def using(self, app: str) -> AsyncIterator[ModelSlot | None]:
+        """Model ``app``'s slot for one request, loaded first when it was evicted (the request waits for that load),
+        and kept loaded until the request ends; None: this replica does not serve it (``missing`` says why)."""
+        self.residency.begin(app)  # first: a load under way elsewhere must not evict it before it is used
+        try:
+            if app not in self.slots and app in self.members and app not in self.failed:
+                await self._reload(app)
+            yield self.slots.get(app)
+        finally:
+            self.residency.end(app)
+            if self.residency.victims():
+                task = asyncio.ensure_future(self._evict())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _reload(self, app: str) -> None:
+        """Load member ``app`` (it joined, changed, or was evicted); the requests that ask meanwhile wait for the
+        same load."""
+        pending = self._loading.get(app)
+        if pending is None:
+            pending = self._loading[app] = asyncio.ensure_future(self._load(app, self.members[app]))
+            pending.add_done_callback(lambda _: self._loading.pop(app, None))
+        await asyncio.shield(pending)
+
+    def loaded(self) -> dict[str, dict]:
+        """Each model application's last load: its ``model_dir`` and ``error`` (None: it serves that folder),
+        whether it is ``resident`` (loaded now) and how many ``loads`` this replica made of it."""
+        served = {app: {"model_dir": spec["model_dir"], "error": None} for app, spec in self.specs.items()}
+        failed = {app: {"model_dir": spec["model_dir"], "error": why} for app, (spec, why) in self.failed.items()}
+        return {
+            app: {**entry, "resident": app in self.slots, "loads": self.loads[app]}
+            for app, entry in (served | failed).items()
+        }
+
+    def missing(self, app: str) -> tuple[int, dict, bytes]:
+        """The answer for a model this replica does not serve: its load error, else TorchServe's 404."""
+        if app in self.failed:
+            said = self.failed[app][1].strip().splitlines()[-1]
+            return error_reply(503, "ServiceUnavailableException", f"{app} did not load: {said}")
+        return error_reply(404, "ModelNotFoundException", f"Model not found: {app.partition('@')[0]}")
+
+
 @serve.deployment(name=MODELS, logging_config=QUIET)
-class MsnbModels:
-    """A replica holding the model folders its ``user_config`` lists, each in a slot of its own (``door``: the
-    router's args, when the local front sends predictions straight here)."""
+class MsnbModels(Members):
+    """A replica holding the model folders its ``user_config`` lists, each in a slot of its own while it is loaded
+    (``door``: the router's args, when the local front sends predictions straight here)."""
 
     def __init__(self, door: dict | None = None):
         import ray
 
+        super().__init__()
         worker_logs()
         self.gpu_id = replica_gpu_id(ray.get_gpu_ids())
         self.door = ingress.IngressConfig(door) if door is not None else None
-        self.slots: dict[str, ModelSlot] = {}  # model application -> its slot
-        self.specs: dict[str, dict] = {}  # model application -> what its slot was loaded from
-        self.failed: dict[str, tuple[dict, str]] = {}  # model application -> what did not load, and why
-        self.spaces: dict[str, Namespace] = {}
-
-    async def reconfigure(self, config: dict) -> None:
-        """Load what ``config["models"]`` adds or changes (one after another, off the event loop; the others' calls
-        wait for each load, which holds the process's modules), unload what it leaves out."""
-        wanted = {str(spec["app"]): spec for spec in (config or {}).get("models") or []}
-        for app in [a for a in {*self.specs, *self.failed} if a not in wanted]:
-            self.unload(app)
-        for app, spec in wanted.items():
-            if spec not in (self.specs.get(app), self.failed.get(app, ({},))[0]):  # a failed one: not again
-                await asyncio.to_thread(self.load, app, spec)
 
     def load(self, app: str, spec: dict) -> None:
         """Load one folder in a namespace of its own; a failure is kept as its answer (a slot serving an older
@@ -158,31 +281,9 @@ class MsnbModels:
         if old is not None:
             old.close()
 
-    def unload(self, app: str) -> None:
-        self.slots.pop(app, None)
-        self.specs.pop(app, None)
-        self.failed.pop(app, None)
-        space = self.spaces.pop(app, None)
-        if space is not None:
-            space.close()
-
-    def loaded(self) -> dict[str, dict]:
-        """Each model application's last load: its ``model_dir`` and ``error`` (None: it serves that folder)."""
-        served = {app: {"model_dir": spec["model_dir"], "error": None} for app, spec in self.specs.items()}
-        return served | {
-            app: {"model_dir": spec["model_dir"], "error": why} for app, (spec, why) in self.failed.items()
-        }
-
     def check_health(self) -> None:
         for slot in list(self.slots.values()):  # a stuck model asks for a new replica (ray.timeout)
             slot.check_health()
-
-    def missing(self, app: str) -> tuple[int, dict, bytes]:
-        """The answer for a model this replica does not serve: its load error, else TorchServe's 404."""
-        if app in self.failed:
-            said = self.failed[app][1].strip().splitlines()[-1]
-            return error_reply(503, "ServiceUnavailableException", f"{app} did not load: {said}")
-        return error_reply(404, "ModelNotFoundException", f"Model not found: {app.partition('@')[0]}")
 
     async def __call__(self, request: Request) -> Response:
         """A prediction the local front sent to this set (``SET_ROUTE/predictions/NAME...``): its model's door."""
@@ -194,30 +295,32 @@ class MsnbModels:
         if parts[:1] != ["predictions"] or len(parts) < 2:
             return ingress.not_found()
         versioned = ingress.version_app(*parts[1:3]) if len(parts) > 2 else ""
-        app = versioned if versioned in self.slots else parts[1]
-        if app not in self.slots:
-            return ingress.reply(*self.missing(app))
-        return await self.slots[app](Request({**request.scope, "path": path}, request.receive))
+        app = versioned if versioned in self.members else parts[1]
+        async with self.using(app) as slot:
+            if slot is None:
+                return ingress.reply(*self.missing(app))
+            return await slot(Request({**request.scope, "path": path}, request.receive))
 
     async def infer(self, app: str, explain: bool, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
-        slot = self.slots.get(app)
-        return await slot.infer(explain, body, headers) if slot else self.missing(app)
+        async with self.using(app) as slot:
+            return await slot.infer(explain, body, headers) if slot else self.missing(app)
 
     async def infer_stream(self, app: str, body: bytes, headers: dict):
-        slot = self.slots.get(app)
-        if slot is None:
-            yield (WHOLE, *self.missing(app))
-            return
-        async for item in slot.infer_stream(body, headers):
-            yield item
+        async with self.using(app) as slot:
+            if slot is None:
+                yield (WHOLE, *self.missing(app))
+                return
+            async for item in slot.infer_stream(body, headers):
+                yield item
 
     async def describe(self, app: str, customized: bool, headers: dict) -> tuple[int, dict, bytes]:
-        slot = self.slots.get(app)
-        return await slot.describe(customized, headers) if slot else self.missing(app)
+        async with self.using(app) as slot:
+            return await slot.describe(customized, headers) if slot else self.missing(app)
 
-    def streams(self, app: str, card: bool = False) -> bool | dict:
-        if app in self.slots:
-            return self.slots[app].streams(card)
+    async def streams(self, app: str, card: bool = False) -> bool | dict:
+        async with self.using(app) as slot:
+            if slot is not None:
+                return slot.streams(card)
         if app in self.failed and not card:
             return False  # answered whole: with its load error
         raise LookupError(f"no model {app} in this replica set")
@@ -247,7 +350,7 @@ def member(spec: dict, args: dict) -> dict:
 
 def models(args: dict) -> Any:
     """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
-    envelope), and as ray.app:model takes them num_cpus, num_gpus, memory, check_resources, install_requirements,
+    envelope), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them num_cpus, num_gpus, memory, check_resources, install_requirements,
     max_replicas_per_node, max_surge_percent and door. Its replicas are as many as its members' workers ask for
     (the most any asks); the set is refused when no node can hold a replica (ray.runtime_env)."""
     specs = [member(spec, args) for spec in args.get("models") or []]
@@ -259,7 +362,7 @@ def models(args: dict) -> Any:
         "ray_actor_options": actor,
         "max_ongoing_requests": max(16, 2 * batch),
         "max_constructor_retry_count": 1,
-        "user_config": {"models": specs},
+        "user_config": {"models": specs, MAX_LOADED: args.get(MAX_LOADED)},
     }
     options |= replicas(low, high, batch)
     if str(args.get("check_resources", True)).lower() != "false":

@@ -19,6 +19,9 @@ from .ingress import model_route
 
 MODELS = "MsnbModels"  # every replica set application's one deployment (ray.multi_model)
 SETS_ROUTE = "/-/msnb-sets"  # a set's route prefix is SETS_ROUTE/SET: the local front prefixes its paths with it
+# A replica set's user_config key: at most that many of its models loaded in one replica (ray.residency; Ray Serve's
+# multiplexing calls the same limit max_num_models_per_replica)
+MAX_LOADED = "max_num_models_per_replica"
 LOADED_PATH = "/-/loaded"  # SETS_ROUTE/SET/-/loaded: what the set's replica loaded (the local engine asks it)
 # A set's requests per member (Serve's own request metrics count the set's application): Ray counters tagged with
 # the member's application as model_name, which msnb.engines.ray.metrics writes under TorchServe's names.

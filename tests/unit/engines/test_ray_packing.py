@@ -47,6 +47,18 @@ def test_at_most_k_models_share_a_set_and_a_full_set_is_followed_by_a_new_one(tm
     }
 
 
+def test_a_model_no_new_set_has_room_for_joins_the_smallest_set_of_its_workers_beyond_k():
+    packing = Packing(models_per_replica=1, loaded_per_replica=None)
+    first, _ = packing.place("a", {"app": "a"}, (1, 1))
+    packing.place("b", {"app": "b"}, (1, 1))
+    packing.place("c", {"app": "c"}, (1, 1))  # its new set cannot start (Ray's CPUs are taken)
+    assert packing.overflow("c", {"app": "c"}, (1, 1)) is first and list(first.members) == ["a", "c"]
+    assert len(packing.sets) == 2 and packing.loaded_per_replica == 1  # the set keeps K loaded (L defaults to K)
+    packing.place("d", {"app": "d"}, (2, 2))
+    assert packing.overflow("d", {"app": "d"}, (2, 2)) is None and packing.set_of("d") is None  # no set of its workers
+    assert Packing(models_per_replica=8, loaded_per_replica=3).loaded_per_replica == 3
+
+
 def test_models_of_other_workers_go_to_another_set_and_a_set_goes_with_its_last_member():
     packing = Packing()
     one, _ = packing.place("a", {"app": "a"}, (1, 1))
