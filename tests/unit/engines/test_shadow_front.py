@@ -128,7 +128,12 @@ def test_a_split_share_the_candidate_cannot_answer_is_answered_by_the_primary(pr
     )
     try:
         assert [front.post().json()["side"] for _ in range(6)] == ["primary"] * 6
-        counts = poll(lambda: (c := front.counts())["candidate_errors"] == 6 and c, 30, "the candidate's errors")
+        # counted once each answer has gone out, after the client may already have read it: polled, as the copies are
+        counts = poll(
+            lambda: (c := front.counts())["candidate_errors"] == 6 and c["answered"]["primary"] == 6 and c,
+            30,
+            "the candidate's errors and the primary's answers counted",
+        )
         assert counts["answered"] == {"primary": 6, "candidate": 0} and counts["equal"] == 0
         assert front.post(key="wrong").status_code == 400  # the front's key, TorchServe's InvalidKeyException
     finally:
