@@ -217,7 +217,7 @@ class LocalRay:
         name = read_manifest(folder)[0]
         app = app or name
         if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
-            return self.sets.replace(folder, app)
+            return self.sets.replace(folder, app, params.get("running"))
         self._refuse_unschedulable(app, folder)
         args = self._model_args(folder, name) | params
         try:

@@ -350,9 +350,10 @@ def member(spec: dict, args: dict) -> dict:
 
 def models(args: dict) -> Any:
     """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
-    envelope), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them num_cpus, num_gpus, memory, check_resources, install_requirements,
-    max_replicas_per_node, max_surge_percent and door. Its replicas are as many as its members' workers ask for
-    (the most any asks); the set is refused when no node can hold a replica (ray.runtime_env)."""
+    envelope), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
+    num_cpus, num_gpus, memory, check_resources, install_requirements, max_replicas_per_node, max_surge_percent,
+    running and door. Its replicas are as many as its members' workers ask for (the most any asks; a range starts
+    from ``running`` when given); the set is refused when no node can hold a replica (ray.runtime_env)."""
     specs = [member(spec, args) for spec in args.get("models") or []]
     configs = [read_folder(resolve(str(spec["model_dir"])))[1] for spec in specs]
     low, high = max((workers(ServingConfig.from_model_config(c)) for c in configs), default=(1, 1))
@@ -364,7 +365,7 @@ def models(args: dict) -> Any:
         "max_constructor_retry_count": 1,
         "user_config": {"models": specs, MAX_LOADED: args.get(MAX_LOADED)},
     }
-    options |= replicas(low, high, batch)
+    options |= replicas(low, high, batch, args.get("running"))
     if str(args.get("check_resources", True)).lower() != "false":
         needs.check(str(args.get("name") or "replica set"), options)
     for key in ("max_replicas_per_node", "max_surge_percent"):
