@@ -19,7 +19,7 @@ ANSWER_S = 30.0  # how long a set's replica may take to say which models it load
 
 
 class ReplicaSets:
-    """``engine``'s replica sets: ``engine`` (a LocalRay) gives the door, its served folders, a model's status and its
+    """``engine``'s replica sets: ``engine`` (a LocalRay) gives the ingress config, its served folders, a model's status and its
     logs; ``failure(app, text)`` turns a load's text into the error the engine raises (its ``load_error``)."""
 
     def __init__(self, engine: Any, packing: Packing, failure: Callable[[str, str], ServerError]):
@@ -83,7 +83,7 @@ class ReplicaSets:
             "num_cpus": self.engine.replica_cpus,
             "max_surge_percent": 100,
             "running": rs.running,
-            "door": self.engine._door(),
+            "ingress_config": self.engine._ingress_config(),
         }
         return serve.RunTarget(multi_model.models(args), name=rs.app, route_prefix=set_route(rs.app))
 
@@ -209,7 +209,7 @@ class ReplicaSets:
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
         sets = self.packing.routes() if sets is None else sets
-        router = ray_app.router({**self.engine._door(), "sets": sets, "idle": self.idle})
+        router = ray_app.router({**self.engine._ingress_config(), "sets": sets, "idle": self.idle})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:

@@ -132,7 +132,7 @@ def test_a_packed_model_scaled_to_a_range_moves_to_a_new_set_that_starts_from_th
     class Engine:  # what ReplicaSets reads of a LocalRay; its deploy plans each folder as LocalRay.deploy_many does
         replica_cpus = 1.0
 
-        def _door(self):
+        def _ingress_config(self):
             return {"key": "k"}
 
         def deploy_many(self, models):
