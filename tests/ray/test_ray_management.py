@@ -374,7 +374,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
     )
     ray_engine.redeploy(ModelFolder.open(store / "klass.mar", ray_engine.store.root).path)
     # a front of the engine's kind on 0.0.0.0, whose way to the router is the engine's own front
-    door = ingress.spawn(
+    front = ingress.spawn(
         inference,
         ray_engine.http_port,
         ray_engine.max_request_size,
@@ -387,7 +387,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
     try:
         bound = {
             (c.laddr.ip, c.laddr.port)
-            for pid in (door.pid, os.getpid())
+            for pid in (front.pid, os.getpid())
             for c in psutil.Process(pid).net_connections("tcp")
             if c.status == psutil.CONN_LISTEN
         }
@@ -414,7 +414,7 @@ def test_addresses_on_every_interface_listen_there_and_still_ask_for_the_key(ray
         assert "0.0.0.0" in api.hosts_note and "models.example.com" in api.hosts_note
     finally:
         api.stop()
-        ingress.stop(door)
+        ingress.stop(front)
 
 
 def _predicted(url: str, key: str) -> object:

@@ -117,7 +117,7 @@ class LocalRay:
         serve.start(http_options={"host": LOOPBACK, "port": proxy_port}, logging_config=ray_app.QUIET)
         # Not waited for here: its replica starts while the first model's does (see _router_running).
         serve.run_many(
-            [serve.RunTarget(ray_app.router(self._door()), name=ROUTER_APP, route_prefix="/")],
+            [serve.RunTarget(ray_app.router(self._ingress_config()), name=ROUTER_APP, route_prefix="/")],
             wait_for_ingress_deployment_creation=False,
             wait_for_applications_running=False,
         )
@@ -217,7 +217,7 @@ class LocalRay:
         name = read_manifest(folder)[0]
         app = app or name
         if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
-            return self.sets.replace(folder, app)
+            return self.sets.replace(folder, app, params.get("running"))
         self._refuse_unschedulable(app, folder)
         args = self._model_args(folder, name) | params
         try:
@@ -243,16 +243,16 @@ class LocalRay:
             "num_cpus": self.replica_cpus,
             "max_surge_percent": 100,  # one replica: its replacement starts before it stops
             "env_vars": self._env.get(name, {}),
-            "door": self._door(),
+            "ingress_config": self._ingress_config(),
         }
 
-    def _door(self) -> dict[str, Any]:
+    def _ingress_config(self) -> dict[str, Any]:
         """What the router and the replicas answering predictions ask of each request (``key_hint``: shared Ray)."""
-        door = {"key_file": str(self.key_file), "max_request_size": self.max_request_size, "host": self.host}
-        door[hosts.ARGS_KEY] = self.allowed_hosts  # the names it answers besides loopback's (api.hosts)
+        config = {"key_file": str(self.key_file), "max_request_size": self.max_request_size, "host": self.host}
+        config[hosts.ARGS_KEY] = self.allowed_hosts  # the names it answers besides loopback's (api.hosts)
         if hint := self.key_hint():  # where the key that opens a model is, said with a refused key
-            door["key_hint"] = hint
-        return door if self.auth else {**door, "auth": False}
+            config["key_hint"] = hint
+        return config if self.auth else {**config, "auth": False}
 
     def key_hint(self) -> str | None:
         """Where the key that opens this Ray's models is, beyond the session's own key file (None: only there)."""

@@ -7,8 +7,9 @@ loopback port of its own, and Serve's controller knows which ports serve which r
 Ray's own HAProxy mode routes by; the router hands them out at ``TARGETS_PATH``). This front is that load balancer:
 a process of its own (``python -m msnb.engines.ray.ingress`` on uvloop, its connections in msnb.engines.proxy;
 no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to
-NAME's replicas (``msnb_runtime.ray.app.direct_route``) and every other path to the router's, longest route prefix first, and
-to Serve's proxy while a route has no running replica. The replicas keep the doors (the inference key, the body limit). It exits when its owner's pipe closes.
+NAME's replicas (``msnb_runtime.ray.app.direct_route``) and every other path to the router's, longest route prefix
+first, and to Serve's proxy while a route has no running replica. The replicas keep the ingress checks (their
+``ingress_config``: the inference key, the body limit, the allowed hosts). It exits when its owner's pipe closes.
 """
 
 from __future__ import annotations

@@ -30,12 +30,15 @@ STREAMS = "send_intermediate_predict_response"
 
 @dataclass
 class ReplicaSet:
-    """One replica set: its application, the workers its members share, and each member's entry (model application
-    -> what its slot loads: multi_model.member's fields)."""
+    """One replica set: its application, the workers its members share, each member's entry (model application
+    -> what its slot loads: multi_model.member's fields), and the replicas a new set starts from (``running``: those
+    of the model a scale moved into it, kept within its workers as TorchServe keeps its workers; None: Serve's
+    min_replicas, or, once the set is deployed, the replicas Serve runs)."""
 
     app: str
     workers: tuple[int, int]
     members: dict[str, dict] = field(default_factory=dict)
+    running: int | None = None
 
 
 class Packing:

@@ -19,7 +19,7 @@ ANSWER_S = 30.0  # how long a set's replica may take to say which models it load
 
 
 class ReplicaSets:
-    """``engine``'s replica sets: ``engine`` (a LocalRay) gives the door, its served folders, a model's status and its
+    """``engine``'s replica sets: ``engine`` (a LocalRay) gives the ingress config, its served folders, a model's status and its
     logs; ``failure(app, text)`` turns a load's text into the error the engine raises (its ``load_error``)."""
 
     def __init__(self, engine: Any, packing: Packing, failure: Callable[[str, str], ServerError]):
@@ -63,7 +63,10 @@ class ReplicaSets:
             entry["envelope"] = args["envelope"]
         rs = self.packing.set_of(app)
         self._before[app] = rs.members[app] if rs is not None else None
-        return self.packing.place(app, entry, workers(folder))
+        placed = self.packing.place(app, entry, workers(folder))
+        if placed[1]:  # a new set: from the replicas the model runs now (a scale's), as its own application starts
+            placed[0].running = args.get("running")
+        return placed
 
     def target(self, rs: ReplicaSet) -> Any:
         """The Serve RunTarget of set ``rs`` as its members are now."""
@@ -79,7 +82,8 @@ class ReplicaSets:
             "install_requirements": False,
             "num_cpus": self.engine.replica_cpus,
             "max_surge_percent": 100,
-            "door": self.engine._door(),
+            "running": rs.running,
+            "ingress_config": self.engine._ingress_config(),
         }
         return serve.RunTarget(multi_model.models(args), name=rs.app, route_prefix=set_route(rs.app))
 
@@ -87,6 +91,8 @@ class ReplicaSets:
         """Each model application of ``joined`` (app -> folder) once its set's replica has loaded it: its ModelStatus
         (the engine serves the folder), or a ServerError (the folder deleted, the model out of its set, or for a
         replacement its old folder serving on); the router is told the sets first."""
+        for rs in self.packing.sets.values():  # deployed: a later update keeps the replicas Serve runs then
+            rs.running = None
         outcomes = {}
         for set_app, apps in self._by_set(joined).items():
             outcomes |= self._loaded(set_app, {a: joined[a] for a in apps}, timeout_s)
@@ -104,16 +110,16 @@ class ReplicaSets:
             self.engine._drop_unserved(previous)
             yield app, self.engine.status(app)
 
-    def replace(self, folder: Path, app: str) -> Any:
+    def replace(self, folder: Path, app: str, running: int | None = None) -> Any:
         """A packed model's new folder (another version, other settings), loaded beside the old one in its set (or
-        in the set its workers now need): its ModelStatus once it serves; a ServerError (the old folder serving on)
-        when it fails."""
+        in the set its workers now need, a new one starting from the ``running`` replicas kept within its workers):
+        its ModelStatus once it serves; a ServerError (the old folder serving on) when it fails."""
         old = self.packing.set_of(app)
         moved = old.workers != workers(folder)
         if moved:  # its set's replicas serve it on until its new place answers
             entry = old.members[app]
             self.packing.remove(app)
-        outcome = next(iter(self.engine.deploy_many([(folder, {"app": app})])), (app, None))[1]
+        outcome = next(iter(self.engine.deploy_many([(folder, {"app": app, "running": running})])), (app, None))[1]
         if moved and isinstance(outcome, ServerError):
             old.members[app] = entry
             self.packing.sets[old.app] = old
@@ -203,7 +209,7 @@ class ReplicaSets:
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
         sets = self.packing.routes() if sets is None else sets
-        router = ray_app.router({**self.engine._door(), "sets": sets, "idle": self.idle})
+        router = ray_app.router({**self.engine._ingress_config(), "sets": sets, "idle": self.idle})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Replica sets on the shared Ray (`msnb ray up`): each attached process packs its models into sets of its own, and
 the owner, whose router every process shares, routes them.
 
-A process cannot rewrite the router itself (its user_config holds the owner's key and door, and every process's
+A process cannot rewrite the router itself (its user_config holds the owner's key and ingress config, and every process's
 sets): it writes which set serves each of its packed models to ``users/PID/SETS_FILE``; the owner merges the live
 processes' files into its router's user_config (``route_users``, each time it looks for users that are gone); the
 process waits until the router lists its models' routes (``SharedSets.tell_router``). A set's replicas ask for the

@@ -290,11 +290,11 @@ class PerModelRoute:
 
     @property
     def key(self) -> str | None:
-        return self.replica.door.key
+        return self.replica.ingress_config.key
 
     @property
     def key_hint(self) -> str | None:
-        return self.replica.door.key_hint
+        return self.replica.ingress_config.key_hint
 
     def app_handle(self, name: str) -> Any:
         return OwnHandle(self.replica) if name == self.replica.model.name else None
@@ -347,8 +347,8 @@ def _decoded(body: Any) -> Any:
 
 def model_card(model: Any, key: str | None = None) -> dict:
     """A replica's model as /v1 and /mcp show it: its folder's card, whether it streams (asked of the loaded
-    handler, so that an own handler sending TorchServe's intermediate responses streams too) and its door's ``key``,
-    hashed (``KEY_FIELD``)."""
+    handler, so that an own handler sending TorchServe's intermediate responses streams too) and its ingress config's
+    ``key``, hashed (``KEY_FIELD``)."""
     folder = Path(model.context.system_properties.get("model_dir") or ".")
     path = folder / API_CARD
     card = mcp.read_card(path.read_text() if path.is_file() else None, model.name)

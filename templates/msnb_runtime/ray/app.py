@@ -142,7 +142,7 @@ class MsnbModel:
         name: str | None = None,
         env: dict | None = None,
         envelope: str | None = None,
-        door: dict | None = None,
+        ingress_config: dict | None = None,
         install: list | None = None,
     ):
         import ray
@@ -157,25 +157,27 @@ class MsnbModel:
             batched.set_max_batch_size(size)
             batched.set_batch_wait_timeout_s(wait_s)
         self.timeout_s, self.stuck = response_timeout(self.model.config), ""  # ray.timeout
-        # its own door when the local front sends its predictions straight here (``direct_route``), else none
-        self.door, self.routes = (ingress.IngressConfig(door) if door is not None else None), StreamRoutes()
+        # its own ingress checks when the local front sends its predictions straight here (``direct_route``), else none
+        config, self.routes = ingress_config, StreamRoutes()
+        self.ingress_config = ingress.IngressConfig(config) if config is not None else None
         self.api = ApiRoutes(PerModelRoute(self))  # OpenAI's API for this model alone, sent here by the front
 
     async def __call__(self, request: Request) -> Response:
         """``/predictions/NAME[/VERSION[/...]]`` (by any method, as TorchServe), sent straight to this replica by the local
-        front (msnb.engines.ray.ingress): the router's door and answer, without the router's hop."""
+        front (msnb.engines.ray.ingress): the router's ingress checks and answer, without the router's hop."""
         parts, headers = [p for p in request.url.path.split("/") if p], ingress.lower(request.headers)
-        forbidden = self.door.forbidden(request.url.path, headers) if self.door is not None else None
+        config = self.ingress_config
+        forbidden = config.forbidden(request.url.path, headers) if config is not None else None
         if forbidden is not None:
             return forbidden
-        if self.door is not None and parts[2:] == [ingress.OWN_API, ingress.EXPLAIN[1:]]:  # its /explanations/NAME
-            return await ingress.explanation(request, headers, self.door, lambda body: self.infer(True, body, headers))
-        if self.door is not None and parts[2:3] == [ingress.OWN_API]:  # OpenAI's API for this model (ray.api)
+        if config is not None and parts[2:] == [ingress.OWN_API, ingress.EXPLAIN[1:]]:  # its /explanations/NAME
+            return await ingress.explanation(request, headers, config, lambda body: self.infer(True, body, headers))
+        if config is not None and parts[2:3] == [ingress.OWN_API]:  # OpenAI's API for this model (ray.api)
             return await self.api.answer(request, "/" + "/".join(parts[3:]), headers)
         call = ingress.inference_call(request.url.path)
-        if self.door is None or call is None or request.method == "OPTIONS":
+        if config is None or call is None or request.method == "OPTIONS":
             return ingress.not_found()
-        refusal = refused(headers, self.door.key) or ingress.other_version(
+        refusal = refused(headers, config.key) or ingress.other_version(
             self.model.name, self.model.version, call.version
         )
         if refusal:
@@ -184,7 +186,7 @@ class MsnbModel:
         return await ingress.prediction(
             request,
             headers,
-            self.door.limit,
+            config.limit,
             lambda body: self.routes.answer(name, self._streams, lambda: self.infer_stream(body, headers)),
             lambda body: self._whole(body, headers),
         )
@@ -217,7 +219,7 @@ class MsnbModel:
         return await asyncio.to_thread(locked, self.model, self.model.describe, customized, headers)
 
     def streams(self, card: bool = False) -> bool | dict:  # card: how /v1 and /mcp show the model (ray.api)
-        return model_card(self.model, self.door and self.door.key) if card else streams(self.model)
+        return model_card(self.model, self.ingress_config and self.ingress_config.key) if card else streams(self.model)
 
     async def infer_stream(self, body: bytes, headers: dict):
         """One prediction's answer as items of ray.streaming (called with ``handle.options(stream=True)``)."""
@@ -246,14 +248,14 @@ class MsnbRouter(SetRouting):
 
     async def __call__(self, request: Request) -> Response:
         parts = [p for p in request.url.path.split("/") if p]
-        headers = ingress.lower(request.headers)
-        forbidden = self.door.forbidden(request.url.path, headers)  # another host or web origin: 403 (api.hosts)
+        headers, config = ingress.lower(request.headers), self.ingress_config
+        forbidden = config.forbidden(request.url.path, headers)  # another host or web origin: 403 (api.hosts)
         if forbidden is not None:
             return forbidden
         call = ingress.inference_call(request.url.path)  # KServe v1's /v1/models/NAME:predict is TorchServe's
         if parts[:1] in (["v1"], ["mcp"]) and call is None:  # OpenAI's API and MCP (ray.api), their own 401
             return await self.api.answer(request, "/" + "/".join(parts), headers)
-        refusal = refused(headers, self.door.key)
+        refusal = refused(headers, config.key)
         if refusal:
             return reply(*error_reply(*refusal))
         if parts == ["ping"]:
@@ -270,7 +272,7 @@ class MsnbRouter(SetRouting):
         return await ingress.prediction(
             request,
             headers,
-            self.door.limit,
+            config.limit,
             lambda body: self.stream(name, call.explain, body, headers),
             lambda body: self.forward(name, call.explain, body, headers),
         )
@@ -285,8 +287,8 @@ class MsnbRouter(SetRouting):
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
         self.controller = None  # Serve's controller, once ``targets`` asks it
-        self.door = ingress.IngressConfig(args or {})
-        self.key, self.key_hint = self.door.key, self.door.key_hint  # /v1 and /mcp ask for it too (ray.api)
+        self.ingress_config = config = ingress.IngressConfig(args or {})
+        self.key, self.key_hint = config.key, config.key_hint  # /v1 and /mcp ask for it too (ray.api)
         self.streams = StreamRoutes()  # which models stream, and their answers as they come (ray.streaming)
         self.api = ApiRoutes(self)  # /v1 and /mcp
         if (args or {}).get("watch"):  # an export: a replica Serve cannot place is said, with a Hint
@@ -435,8 +437,8 @@ def model(args: dict) -> Any:
     (to turn maxGPUMemory into a GPU fraction), install_requirements (default true: what the node lacks) or the
     requirements to install, envelope (TorchServe's service_envelope), max_replicas_per_node, max_surge_percent, running
     (the replicas running now: a scale keeps them within minWorkers..maxWorkers),
-    env_vars (the variables its replicas get, set before the folder loads) and door (the router's args: when the
-    application has its ``direct_route``, its replicas answer its predictions themselves)."""
+    env_vars (the variables its replicas get, set before the folder loads) and ingress_config (the router's args:
+    when the application has its ``direct_route``, its replicas answer its predictions themselves)."""
     folder = resolve(str(args["model_dir"]))
     _, config = read_folder(folder)
     wanted = requirements_of(folder) if args.get("install_requirements", True) else []
@@ -455,8 +457,8 @@ def model(args: dict) -> Any:
     # The variables this model is given (--env) go to its replicas as a constructor argument, not as runtime_env
     # env_vars: Ray 2.60's runtime_env_agent.log writes a runtime_env's env_vars, values included.
     env = {str(k): str(v) for k, v in (args.get("env_vars") or {}).items()}
-    model_dir, door = str(args["model_dir"]), args.get("door")
-    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), door, install)
+    model_dir, given = str(args["model_dir"]), args.get("ingress_config")
+    return MsnbModel.options(**options).bind(model_dir, args.get("name"), env, args.get("envelope"), given, install)
 
 
 def direct_route(name: str, config: dict) -> str | None:
@@ -473,14 +475,13 @@ def router(args: dict | None = None) -> Any:
     ``max_request_size`` in bytes (413 above it); the inference key: ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
-    door = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch", "key_hint") if k in args}
-    token_interceptor.inference_key(door)  # a cluster without the key: refused here, not by a replica retried in a loop
+    config = {k: args[k] for k in ("key_file", "auth", "max_request_size", "watch", "key_hint") if k in args}
+    token_interceptor.inference_key(config)  # no key on the cluster: refused here, not by a replica retried in a loop
     options: dict[str, Any] = {"num_replicas": int(args.get("num_replicas", 1))}
     if args.get("max_replicas_per_node"):
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
-    options = with_code_version(
-        {**options, "user_config": {"sets": dict(args.get("sets") or {}), "idle": sorted(args.get("idle") or ())}}, door
-    )  # sets and idle: no restart
-    return MsnbRouter.options(**options).bind(door)
+    sets = {"sets": dict(args.get("sets") or {}), "idle": sorted(args.get("idle") or ())}  # no restart
+    options = with_code_version({**options, "user_config": sets}, config)
+    return MsnbRouter.options(**options).bind(config)

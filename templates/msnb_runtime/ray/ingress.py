@@ -107,7 +107,7 @@ def own_api_path(name: str, path: str) -> str:
 
 
 class IngressConfig:
-    """What a door asks of every request: the inference key (None: no check) and the body size limit (None: no
+    """What an ingress (the router's, a model replica's own) asks of every request: the inference key (None: no check) and the body size limit (None: no
     limit), from a builder's args (``key_file`` / ``auth`` / ``max_request_size``: see ray.app.router); ``key_hint``:
     where the key that opens a model is (a shared Ray's, said with a refused key)."""
 
@@ -170,12 +170,12 @@ async def prediction(
 
 
 async def explanation(
-    request: Request, headers: dict, door: IngressConfig, infer: Callable[[bytes], Awaitable[Reply]]
+    request: Request, headers: dict, config: IngressConfig, infer: Callable[[bytes], Awaitable[Reply]]
 ) -> Response:
-    """``/explanations/NAME`` at a replica of NAME (``explained``): its door's key and body limit, then
+    """``/explanations/NAME`` at a replica of NAME (``explained``): its ingress config's key and body limit, then
     ``infer(body)``'s whole answer (an explanation is never streamed)."""
-    refusal = refused(headers, door.key)
-    return reply(*error_reply(*refusal)) if refusal else await prediction(request, headers, door.limit, _whole, infer)
+    refusal = refused(headers, config.key)
+    return reply(*error_reply(*refusal)) if refusal else await prediction(request, headers, config.limit, _whole, infer)
 
 
 async def _whole(body: bytes) -> None:

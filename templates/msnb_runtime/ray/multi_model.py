@@ -6,7 +6,7 @@ store costs on Ray what it costs on TorchServe (one process that has imported to
 running replicas (``reconfigure``) without a restart: registering a model on a Ray whose set is up loads it into
 the running process. Each folder is loaded by TorchServe's own loader (``LoadedModel``) in a namespace of its own
 (ray.isolation: its modules, ``sys.path`` entry, cwd and variables while it loads and handles), and answered
-by a ``ModelSlot``: MsnbModel's door, batching (its own ``@serve.batch`` queues with its batchSize and
+by a ``ModelSlot``: MsnbModel's ingress checks, batching (its own ``@serve.batch`` queues with its batchSize and
 maxBatchDelay), responseTimeout, metrics labels and Context. A folder whose load fails fails alone: its requests
 get its error, the others answer (``loaded`` tells the engine which failed). With ``max_num_models_per_replica`` in
 the user_config, at most that many stay loaded in a replica (ray.residency): each member is loaded once when it
@@ -75,13 +75,13 @@ class Within:
 
 
 class ModelSlot(MsnbModel.func_or_class):
-    """One model folder of a replica set: MsnbModel's door, OpenAI routes, batching and responseTimeout, for it
+    """One model folder of a replica set: MsnbModel's ingress checks, OpenAI routes, batching and responseTimeout, for it
     alone (Serve keeps one batch queue per decorated function, so each slot decorates its own)."""
 
     def __init__(
-        self, app: str, model: LoadedModel, door: ingress.IngressConfig | None
+        self, app: str, model: LoadedModel, ingress_config: ingress.IngressConfig | None
     ):  # no super().__init__: it is loaded
-        self.model, self.door = model, door
+        self.model, self.ingress_config = model, ingress_config
         size, wait_s = batch_settings(model.config)
         one = MsnbModel.func_or_class  # its batch methods' own bodies (``__wrapped__``: serve.batch keeps them)
 
@@ -252,15 +252,15 @@ class Members:
 @serve.deployment(name=MODELS, logging_config=QUIET)
 class MsnbModels(Members):
     """A replica holding the model folders its ``user_config`` lists, each in a slot of its own while it is loaded
-    (``door``: the router's args, when the local front sends predictions straight here)."""
+    (``ingress_config``: the router's args, when the local front sends predictions straight here)."""
 
-    def __init__(self, door: dict | None = None):
+    def __init__(self, ingress_config: dict | None = None):
         import ray
 
         super().__init__()
         worker_logs()
         self.gpu_id = replica_gpu_id(ray.get_gpu_ids())
-        self.door = ingress.IngressConfig(door) if door is not None else None
+        self.ingress_config = ingress.IngressConfig(ingress_config) if ingress_config is not None else None
 
     def load(self, app: str, spec: dict) -> None:
         """Load one folder in a namespace of its own; a failure is kept as its answer (a slot serving an older
@@ -276,7 +276,7 @@ class MsnbModels(Members):
             return
         model.entry = Within(model.entry, space)
         old = self.spaces.get(app)
-        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(app, model, self.door), space, spec
+        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(app, model, self.ingress_config), space, spec
         self.failed.pop(app, None)
         if old is not None:
             old.close()
@@ -286,11 +286,11 @@ class MsnbModels(Members):
             slot.check_health()
 
     async def __call__(self, request: Request) -> Response:
-        """A prediction the local front sent to this set (``SET_ROUTE/predictions/NAME...``): its model's door."""
+        """A prediction the local front sent to this set (``SET_ROUTE/predictions/NAME...``): its model's ingress checks."""
         path = strip_set_route(request.url.path)
         parts = [p for p in path.split("/") if p]
-        if path == LOADED_PATH and self.door is not None:  # the local engine asks, with the key
-            refusal = refused(ingress.lower(request.headers), self.door.key)
+        if path == LOADED_PATH and self.ingress_config is not None:  # the local engine asks, with the key
+            refusal = refused(ingress.lower(request.headers), self.ingress_config.key)
             return ingress.reply(*(error_reply(*refusal) if refusal else json_reply(200, self.loaded())))
         if parts[:1] != ["predictions"] or len(parts) < 2:
             return ingress.not_found()
@@ -350,9 +350,10 @@ def member(spec: dict, args: dict) -> dict:
 
 def models(args: dict) -> Any:
     """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
-    envelope), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them num_cpus, num_gpus, memory, check_resources, install_requirements,
-    max_replicas_per_node, max_surge_percent and door. Its replicas are as many as its members' workers ask for
-    (the most any asks); the set is refused when no node can hold a replica (ray.runtime_env)."""
+    envelope), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
+    num_cpus, num_gpus, memory, check_resources, install_requirements, max_replicas_per_node, max_surge_percent,
+    running and ingress_config. Its replicas are as many as its members' workers ask for (the most any asks; a range starts
+    from ``running`` when given); the set is refused when no node can hold a replica (ray.runtime_env)."""
     specs = [member(spec, args) for spec in args.get("models") or []]
     configs = [read_folder(resolve(str(spec["model_dir"])))[1] for spec in specs]
     low, high = max((workers(ServingConfig.from_model_config(c)) for c in configs), default=(1, 1))
@@ -364,10 +365,10 @@ def models(args: dict) -> Any:
         "max_constructor_retry_count": 1,
         "user_config": {"models": specs, MAX_LOADED: args.get(MAX_LOADED)},
     }
-    options |= replicas(low, high, batch)
+    options |= replicas(low, high, batch, args.get("running"))
     if str(args.get("check_resources", True)).lower() != "false":
         needs.check(str(args.get("name") or "replica set"), options)
     for key in ("max_replicas_per_node", "max_surge_percent"):
         if args.get(key) is not None:
             options[key] = int(args[key])
-    return MsnbModels.options(**with_code_version(options, args.get("door"))).bind(args.get("door"))
+    return MsnbModels.options(**with_code_version(options, args.get("ingress_config"))).bind(args.get("ingress_config"))

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Call:
-    """One request. ``query`` is sent as written (already URL-encoded); ``door`` is the address it goes to; ``key``
-    which key it carries (``own``: its door's); ``read`` what is compared (differential_runner.READERS);
-    ``before`` a state both servers are brought to first (``ready:NAME``: its workers all READY)."""
+    """One request. ``query`` is sent as written (already URL-encoded); ``api`` the address it goes to (TorchServe's
+    inference, management or metrics API); ``key`` which key it carries (``own``: its API's); ``read`` what is
+    compared (differential_runner.READERS); ``before`` a state both servers are brought to first (``ready:NAME``: its workers all READY)."""
 
     id: str
     method: str
     path: str
     query: str = ""
-    door: str = "management"
+    api: str = "management"
     body: object = None
     content_type: str = "application/json"
     key: str = "own"
@@ -36,7 +36,7 @@ class Call:
 
 
 def inference(id: str, method: str, path: str, body: object = None, **more) -> Call:
-    return Call(id, method, path, door="inference", body=body, **more)
+    return Call(id, method, path, api="inference", body=body, **more)
 
 
 # A difference msnb keeps: a cluster has no management address, so the router answers its reads on the inference one.
@@ -102,12 +102,12 @@ INFERENCE = [
 ]
 
 METRICS = [
-    Call("metrics", "GET", "/metrics", door="metrics", read="families", before="counted:named"),
-    Call("metrics-by-name", "GET", "/metrics", "name[]=ts_inference_requests_total", door="metrics", read="families"),
-    Call("metrics-unknown-name", "GET", "/metrics", "name[]=nope", door="metrics", read="families"),
-    Call("metrics-without-key", "GET", "/metrics", door="metrics", key="none", read="families"),
-    Call("metrics-unknown-path", "GET", "/nowhere", door="metrics", read="status"),
-    Call("metrics-by-post", "POST", "/metrics", door="metrics", read="status"),
+    Call("metrics", "GET", "/metrics", api="metrics", read="families", before="counted:named"),
+    Call("metrics-by-name", "GET", "/metrics", "name[]=ts_inference_requests_total", api="metrics", read="families"),
+    Call("metrics-unknown-name", "GET", "/metrics", "name[]=nope", api="metrics", read="families"),
+    Call("metrics-without-key", "GET", "/metrics", api="metrics", key="none", read="families"),
+    Call("metrics-unknown-path", "GET", "/nowhere", api="metrics", read="status"),
+    Call("metrics-by-post", "POST", "/metrics", api="metrics", read="status"),
 ]
 
 KEYS = [

@@ -77,17 +77,17 @@ def properties(store: Path, root: Path, **more: str) -> dict[str, str]:
 
 
 class Server:
-    """Where a call goes: the three doors' URLs and the key file of one server."""
+    """Where a call goes: the three APIs' addresses and the key file of one server."""
 
-    def __init__(self, name: str, doors: dict[str, str], key_file: Path):
-        self.name, self.doors, self.key_file = name, doors, key_file
+    def __init__(self, name: str, addresses: dict[str, str], key_file: Path):
+        self.name, self.addresses, self.key_file = name, addresses, key_file
 
     def headers(self, call: Call) -> dict[str, str]:
-        kind = call.door if call.key == "own" else call.key
+        kind = call.api if call.key == "own" else call.key
         own = {"management": "management", "inference": "inference"}
         if kind in own:
             return {"Authorization": f"Bearer {key_of(self.key_file, own[kind])}"}
-        if call.key == "own":  # the metrics door asks for no key
+        if call.key == "own":  # the metrics API asks for no key
             return {}
         faked = {
             "none": None,
@@ -98,7 +98,7 @@ class Server:
         return {} if faked[call.key] is None else {"Authorization": faked[call.key]}
 
     def send(self, call: Call, outside: Path) -> tuple[int, str, bytes]:
-        url = self.doors[call.door] + call.path + (f"?{call.query}" if call.query else "")
+        url = self.addresses[call.api] + call.path + (f"?{call.query}" if call.query else "")
         url = url.replace("{outside}", f"file://{outside / 'elsewhere.mar'}")
         headers = self.headers(call)
         data = None
@@ -142,7 +142,7 @@ def ready(server: Server, name: str) -> bool:
     to wait for)."""
     try:
         resp = requests.get(
-            f"{server.doors['management']}/models/{name}",
+            f"{server.addresses['management']}/models/{name}",
             timeout=60,
             headers={"Authorization": f"Bearer {key_of(server.key_file, 'management')}"},
         )
@@ -158,7 +158,7 @@ def ready(server: Server, name: str) -> bool:
 def counted(server: Server, name: str) -> bool:
     """Whether the metrics address counts ``name``'s predictions yet (Ray exports its metrics every second or so)."""
     try:
-        text = requests.get(f"{server.doors['metrics']}/metrics", timeout=30).text
+        text = requests.get(f"{server.addresses['metrics']}/metrics", timeout=30).text
         families = list(text_string_to_metric_families(text))
     except (requests.RequestException, ValueError):
         return False
@@ -275,17 +275,17 @@ def start_plain(store: Path, work: Path) -> tuple[PlainServer, Server]:
     grpc = {"grpc_inference_port": str(free_port()), "grpc_management_port": str(free_port())}
     values = properties(store, work / "torchserve", **grpc)
     plain = PlainServer.from_config(work / "torchserve" / "config.properties", work / "ts").start()
-    doors = {door: values[f"{door}_address"] for door in ("inference", "management", "metrics")}
-    return plain, Server("torchserve", doors, plain.work / "key_file.json")
+    addresses = {api: values[f"{api}_address"] for api in ("inference", "management", "metrics")}
+    return plain, Server("torchserve", addresses, plain.work / "key_file.json")
 
 
 def start_ours(store: Path, work: Path) -> tuple[MsnbServe, Server]:
     """`msnb serve --engine ray` started from the same file on ports of its own."""
     values = properties(store, work / "ray")
     ours = MsnbServe(work / "ray" / "config.properties", work)
-    doors = {
+    addresses = {
         "inference": ours.state["inference_url"],
         "management": ours.state["management_url"],
         "metrics": values["metrics_address"],
     }
-    return ours, Server("msnb-ray", doors, Path(ours.state["key_file"]))
+    return ours, Server("msnb-ray", addresses, Path(ours.state["key_file"]))

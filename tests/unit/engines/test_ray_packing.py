@@ -1,5 +1,6 @@
-"""Which model folders share a Ray replica (msnb.engines.ray.packing) and how the router reaches a packed model
-(the runtime's ray.multi_model_routes), without Ray: the rule a user reads, in the order models are served."""
+"""Which model folders share a Ray replica (msnb.engines.ray.packing), how the router reaches a packed model (the
+runtime's ray.multi_model_routes) and where a scale moves one (msnb.engines.ray.replica_sets), without Ray: the rule
+a user reads, in the order models are served."""
 
 from __future__ import annotations
 
@@ -118,3 +119,39 @@ def test_a_sets_replica_states_are_each_members_and_a_set_handle_names_its_model
             return self
 
     assert SetHandle(Handle(), "a").options(stream=True).infer.remote(False, b"{}", {}) == ("a", False, b"{}", {})
+
+
+def test_a_packed_model_scaled_to_a_range_moves_to_a_new_set_that_starts_from_the_replicas_it_runs(
+    tmp_path, monkeypatch
+):
+    from msnb.engines.ray.replica_sets import ReplicaSets
+    from msnb.templates.msnb_runtime.ray import multi_model
+
+    monkeypatch.setattr(multi_model.needs, "check", lambda name, options: None)  # no cluster to place it on
+
+    class Engine:  # what ReplicaSets reads of a LocalRay; its deploy plans each folder as LocalRay.deploy_many does
+        replica_cpus = 1.0
+
+        def _ingress_config(self):
+            return {"key": "k"}
+
+        def deploy_many(self, models):
+            for path, extra in models:
+                rs, _ = sets.join(path, extra["app"], {"name": "m", **extra})
+                yield extra["app"], sets.target(rs).target
+
+    def scaling(application):
+        config = application._bound_deployment._deployment_config.autoscaling_config
+        return config.min_replicas, config.initial_replicas, config.max_replicas
+
+    sets, released = ReplicaSets(Engine(), Packing(), failure=None), []
+    sets.join(folder(tmp_path, "m", "minWorkers: 2\nmaxWorkers: 2\n"), "m", {"name": "m"})
+    monkeypatch.setattr(sets, "release", released.append)  # its old set's replicas let go of it
+    moved = sets.replace(folder(tmp_path / "v2", "m", "minWorkers: 1\nmaxWorkers: 3\n"), "m", running=2)
+    assert scaling(moved) == (1, 2, 3)  # TorchServe keeps its 2 workers within 1..3
+    assert [rs.workers for rs in released] == [(2, 2)] and sets.packing.set_of("m").workers == (1, 3)
+    sets.join(folder(tmp_path, "n", "minWorkers: 1\nmaxWorkers: 3\n"), "n", {"name": "n", "running": 3})
+    assert sets.packing.set_of("n") is sets.packing.set_of("m") and sets.packing.set_of("m").running == 2  # joined
+    wider = sets.replace(folder(tmp_path / "v3", "m", "minWorkers: 1\nmaxWorkers: 4\n"), "m", running=9)
+    assert scaling(wider) == (1, 4, 4)  # kept within the range
+    assert scaling(sets.replace(folder(tmp_path / "v4", "m", "minWorkers: 2\nmaxWorkers: 5\n"), "m")) == (2, None, 5)

@@ -143,7 +143,7 @@ def test_the_management_reads_ask_for_the_routers_inference_key(router, tmp_path
     from msnb.templates.msnb_runtime.ray.ingress import IngressConfig
 
     (tmp_path / "key").write_text("s3cret")
-    router.door = IngressConfig({"key_file": str(tmp_path / "key")})
+    router.ingress_config = IngressConfig({"key_file": str(tmp_path / "key")})
 
     def get(path: str, key: str) -> tuple[int, dict]:
         headers = [(b"authorization", f"Bearer {key}".encode())]
@@ -177,7 +177,7 @@ def knock(router, host: str, origin: str | None = None) -> tuple[int, bytes]:
 def test_an_exported_router_refuses_a_foreign_host_or_origin_and_answers_loopback_and_its_allowed_hosts(router, bound):
     from msnb.templates.msnb_runtime.ray.ingress import IngressConfig
 
-    router.door = IngressConfig({"auth": False, "host": bound, "allowed_hosts": ["models.example.com"]})
+    router.ingress_config = IngressConfig({"auth": False, "host": bound, "allowed_hosts": ["models.example.com"]})
     for host, origin in (("evil.example.com", None), ("127.0.0.1:8000", "http://evil.example.com")):
         status, body = knock(router, host, origin)
         assert status == 403 and b"Hint:" in body and json.loads(body)["type"] == "ForbiddenException", body
