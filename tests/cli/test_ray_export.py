@@ -54,6 +54,7 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
         "multi_model.py",  # a replica holding several model folders (packing)
         "multi_model_routes.py",  # which packed replica set answers which model
         "replica.py",  # what a replica gives a handler in place of a worker: GPU id, metrics, log lines
+        "residency.py",  # which of a set's models stay loaded in a replica (least recently used evicted)
         "runtime_env.py",  # what the application asks of its cluster, checked when it is built
         "sequences.py",
         "streaming.py",
