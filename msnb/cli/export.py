@@ -71,7 +71,7 @@ def export_notebook(
 def _refuse_early(fmt: str, kserve, ray) -> None:
     """What export refuses before it reads the notebook or writes anything."""
     if ray is not None:
-        registry.get("ray").require()
+        registry.ray_serve().require()
     if fmt not in formats.FORMATS:
         raise BuildError(f"Unknown format {fmt!r}.", f"use one of {', '.join(formats.FORMATS)}.")
     if kserve is not None and fmt == formats.SERVE_FORMAT:
@@ -163,4 +163,4 @@ def export_archives(
 def print_ray_folder(out: Path) -> None:
     """Where the Ray Serve folder went, what it needs of a cluster and the steps that run it (key included)."""
     print(f"Ray Serve folder: {out.resolve()}")
-    print(registry.get("ray").layout().summary(out.resolve()))
+    print(registry.ray_serve().layout().summary(out.resolve()))

@@ -52,4 +52,4 @@ def sizing_of(args: argparse.Namespace):
     """The replicas' sizes the command line asked for (``--num-cpus``, ``--num-gpus``, ``--memory``)."""
     from msnb.engines import registry
 
-    return registry.get("ray").layout().sizing(args.num_cpus, args.num_gpus, args.memory)
+    return registry.ray_serve().layout().sizing(args.num_cpus, args.num_gpus, args.memory)

@@ -26,5 +26,5 @@ def add(sub, add_command) -> None:
 def run(args: argparse.Namespace) -> int:
     from msnb.engines import registry
 
-    registry.get("ray").shared(args.action, getattr(args, "port", None), lambda line: print(line, flush=True))
+    registry.ray_serve().shared(args.action, getattr(args, "port", None), lambda line: print(line, flush=True))
     return 0

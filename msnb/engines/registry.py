@@ -37,6 +37,11 @@ def reference() -> EngineKind:
     return _KINDS[torchserve.ENGINE.kind]
 
 
+def ray_serve() -> EngineKind:
+    """The Ray Serve engine, for the surfaces that are Ray's own (`msnb export --ray`, `msnb ray`, `%ms_ray`)."""
+    return _KINDS[ray.ENGINE.kind]
+
+
 def get(kind: str) -> EngineKind:
     """The engine named ``kind``; a SpecError naming the engines there are when there is none."""
     try:

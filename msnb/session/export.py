@@ -195,15 +195,18 @@ def write_ray(items: list[Packable], outdir: Path, host=None, port=None, sizing=
             archive.pack_or_build(item, staging, formats.SERVE_FORMAT)
         return {i.name: i.version for i in items}
 
-    return registry.get("ray").layout().write(outdir, stage, host, port, sizing)
+    return registry.ray_serve().layout().write(outdir, stage, host, port, sizing)
 
 
 def write_ray_archives(paths: list[Path], outdir: Path, host=None, port=None, sizing=None) -> Path:
     """``msnb export A.mar B.mar --ray OUT``: archives torch-model-archiver made, each opened as ``msnb serve --engine
     ray`` opens it (checked, unpacked safely) into OUTDIR/<name>/; its requirements are installed where it runs (the
     application's ``runtime_env``), not checked against this environment."""
-    stage = lambda staging: {f.name: f.version for f in open_all(paths, staging)}  # noqa: E731
-    return registry.get("ray").layout().write(outdir, stage, host, port, sizing)
+
+    def stage(staging: Path) -> dict[str, str]:
+        return {f.name: f.version for f in open_all(paths, staging)}
+
+    return registry.ray_serve().layout().write(outdir, stage, host, port, sizing)
 
 
 def write_kserve_python(paths: list[Path], outdir: Path) -> Path:

@@ -292,7 +292,7 @@ class MsnbMagics(Magics):
         up`, `%ms_serve NAME --engine ray` serves on it (starting it again if it went down), never on a Ray of the
         kernel's own."""
         args = parse_argstring(self.ms_ray, line)
-        registry.get("ray").shared(args.action, args.port, print)  # (the ray extra: imported when asked for)
+        registry.ray_serve().shared(args.action, args.port, print)  # (the ray extra: imported when asked for)
 
     @line_magic
     @_usage_errors

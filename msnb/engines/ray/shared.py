@@ -412,9 +412,8 @@ def own(state_path: Path, port: int | None) -> None:
         told = None
         while not stop.wait(REAP_S):
             reap(engine.root)
-            told = route_users(
-                engine, engine.root / USERS, told
-            )  # the attached processes' replica sets (msnb.engines.ray.shared_sets)
+            # the attached processes' replica sets, routed by this router (msnb.engines.ray.shared_sets)
+            told = route_users(engine, engine.root / USERS, told)
     finally:
         with contextlib.suppress(FileNotFoundError, ValueError):
             if json.loads(state_path.read_text()).get("owner") == os.getpid():
