@@ -78,7 +78,8 @@ def lab_server(root: Path, env: dict[str, str]):
     proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        assert poll(lambda: proc.poll() is not None or _status(url, token), 90, interval=0.2) and proc.poll() is None
+        up = poll(lambda: proc.poll() is not None or _status(url, token), 90, interval=0.2)
+        assert up and proc.poll() is None, f"JupyterLab did not come up (exit {proc.poll()}):\n{_log_tail(root)}"
         yield url, token
     finally:
         with contextlib.suppress(OSError):
@@ -89,6 +90,11 @@ def lab_server(root: Path, env: dict[str, str]):
             os.killpg(proc.pid, signal.SIGKILL)  # our own session only
             proc.wait()
         log.close()
+
+
+def _log_tail(root: Path) -> str:
+    path = root.parent / "lab.log"
+    return path.read_text(errors="replace")[-3000:] if path.exists() else "(no lab.log)"
 
 
 @contextlib.contextmanager
