@@ -1,6 +1,7 @@
 """Benchmark: `msnb export A.mar ... --ray OUT` run with the steps it prints (`serve run serve_config.yaml`) on a
 two-node Ray cluster on loopback (one CPU per node), to every archive's first answer, beside a plain TorchServe
-registering the same archives on the same machine; for 1 and for 8 archives, the runs interleaved."""
+registering the same archives on the same machine; for 1, 8 and 32 archives (32: more replicas at 0.1 CPU than the
+two CPUs hold, were each archive its own application), the runs interleaved."""
 
 from __future__ import annotations
 
@@ -147,35 +148,47 @@ def run(settings: Settings) -> dict:
     from msnb.engines.ray.nodes import free_port
 
     work = settings.workdir / "ray_cluster_start"
-    many = settings.size(8, 8, 1)
-    archives = [build(work / "mars", f"tiny{i}") for i in range(many)]
+    counts = sorted({1, settings.size(8, 8, 1), settings.size(32, 32, 1)})
+    archives = [build(work / "mars", f"tiny{i}") for i in range(counts[-1])]
     cost = requirement_cost(work)
     cluster = Cluster(Path(tempfile.mkdtemp(prefix="msnbbc-", dir="/tmp")))  # short: Ray's socket paths
     try:
-        variants = {}
-        for n in sorted({1, many}):
+        variants, asked = {}, {}
+        for n in counts:
             port = free_port()
             folder = exported(archives[:n], work / f"out{n}", port)
+            asked[n] = asked_cpus(folder)
             names = [p.stem for p in archives[:n]]
             variants[f"torchserve {n}"] = lambda a=archives[:n]: on_torchserve(work, a)
             variants[f"ray {n}"] = lambda f=folder, m=names, p=port: on_ray(cluster, f, m, p)
         times = interleave(variants, settings.reps)
     finally:
         cluster.shutdown()
-    result = report(times, many, settings)
+    result = report(times, counts, settings)
+    result["rows"].update({f"CPUs the export asks, {n} archive(s)": summary([v]) for n, v in asked.items()})
     result["rows"].update({f"one requirement the node lacks (termcolor): {k}": summary([v]) for k, v in cost.items()})
     if not settings.smoke:
         append(result)
     return result
 
 
-def report(times: dict, many: int, settings: Settings) -> dict:
+def asked_cpus(folder: Path) -> float:
+    """The CPUs the exported application asks of its cluster in all (what `msnb export --ray` prints)."""
+    import yaml
+
+    from msnb.engines.ray.sizing import needs
+
+    config = yaml.safe_load((folder / "serve_config.yaml").read_text())
+    return round(sum(count * ask.get("CPU", 0.0) for _, count, ask in needs(folder, config)), 4)
+
+
+def report(times: dict, counts: list[int], settings: Settings) -> dict:
     rows = {f"every first answer, {k.split()[1]} archive(s): {k.split()[0]} s": summary(v) for k, v in times.items()}
     med = {k: v["median"] for k, v in rows.items()}
     ratios = {
         f"Ray cluster / TorchServe, {n} archive(s)": med[f"every first answer, {n} archive(s): ray s"]
         / med[f"every first answer, {n} archive(s): torchserve s"]
-        for n in sorted({1, many})
+        for n in counts
     }
     return {
         "title": "An export's `serve run` on a two-node Ray cluster beside a plain TorchServe",
@@ -183,8 +196,8 @@ def report(times: dict, many: int, settings: Settings) -> dict:
         "rows": rows,
         "ratios": ratios,
         "notes": f"{settings.mode}{settings.reps} interleaved run(s) each; archives made by torch-model-archiver (the "
-        "tiny MLP of ray_archives); Ray: `serve run serve_config.yaml` of `msnb export --ray` (its default sizes: "
-        "0.1 CPU a replica) on a running two-node cluster (one CPU each, loopback) to every archive's first answer, "
+        "tiny MLP of ray_archives); Ray: `serve run serve_config.yaml` of `msnb export --ray` (its defaults: "
+        "up to 8 archives in a replica set, 0.1 CPU a replica) on a running two-node cluster (one CPU each, loopback) to every archive's first answer, "
         "Serve started by `serve run` each time; TorchServe: start, register each, one answer each. The machine is "
         "shared with other test runs (2 cores): the ratio holds better than the seconds.",
     }

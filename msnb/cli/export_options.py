@@ -49,7 +49,9 @@ def add_layout_options(exp: argparse.ArgumentParser) -> None:
 
 
 def sizing_of(args: argparse.Namespace):
-    """The replicas' sizes the command line asked for (``--num-cpus``, ``--num-gpus``, ``--memory``)."""
+    """The replicas' sizes the command line asked for (``--num-cpus``, ``--num-gpus``, ``--memory``) and which models
+    share one (``--models-per-replica``, ``--own-replica``, ``--loaded-per-replica``)."""
     from msnb.engines import registry
 
-    return registry.ray_serve().layout().sizing(args.num_cpus, args.num_gpus, args.memory)
+    packing = (args.models_per_replica, args.own_replica, args.loaded_per_replica)
+    return registry.ray_serve().layout().sizing(args.num_cpus, args.num_gpus, args.memory, *packing)

@@ -128,6 +128,7 @@ def _add_export(sub) -> None:
         "files may come from (repeatable; without it such a file is refused)",
     )
     add_layout_options(exp)
+    replica_set_arguments(exp.add_argument_group("Models sharing a replica (with --ray)"))
     _add_execute(exp)
     _limit_arguments(exp, "in the --kserve config")
     exp.set_defaults(run=_export)

@@ -54,7 +54,8 @@ def torchserve_arguments(group) -> None:
 
 
 def replica_set_arguments(group) -> None:
-    """How `msnb serve --engine ray` packs archives into shared replicas (``EngineKind.models_per_replica``)."""
+    """How `msnb serve --engine ray` and `msnb export --ray` pack models into shared replicas
+    (``EngineKind.models_per_replica``)."""
     sharing = [(k, registry.get(k)) for k in registry.kinds() if registry.get(k).models_per_replica]
     defaults = "; ".join(f"{kind.label} default {kind.models_per_replica}" for _, kind in sharing)
     group.add_argument(

@@ -179,8 +179,17 @@ class Layout(Protocol):
         """OUTDIR written: ``stage(staging)`` lays the model folders out and returns name -> version; HTTP on
         ``host``:``port`` (None: the layout's defaults), each replica sized by ``sizing`` (``sizing(...)``'s)."""
 
-    def sizing(self, cpus: list[str] | None, gpus: list[str] | None, memory: list[str] | None) -> Any:
-        """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each)."""
+    def sizing(
+        self,
+        cpus: list[str] | None,
+        gpus: list[str] | None,
+        memory: list[str] | None,
+        models_per_replica: int | None = None,
+        own_replica: list[str] | None = None,
+        loaded_per_replica: int | None = None,
+    ) -> Any:
+        """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each), and
+        which models share one (``--models-per-replica``, ``--own-replica``, ``--loaded-per-replica``)."""
 
     def summary(self, outdir: Path) -> str:
         """What the written folder needs of its cluster and the steps that run it (printed by `msnb export`)."""

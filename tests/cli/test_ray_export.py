@@ -81,13 +81,25 @@ def test_export_ray_writes_model_folders_the_adapter_and_a_serve_config(tmp_path
     ServeDeploySchema.model_validate(config)
     assert config["http_options"]["host"] == "127.0.0.1"
     apps = {app["name"]: app for app in config["applications"]}
-    assert (
-        apps["second"]["args"] == {"model_dir": "second", "version": "2.1", "num_cpus": REPLICA_CPUS}
-        and apps["second"]["route_prefix"] is None
-    )
+    assert list(apps) == ["msnb-models-1", "msnb-router"]  # both share one replica set (packing by default)
+    members = [
+        {"app": "first", "model_dir": "first", "version": "1.0"},
+        {"app": "second", "model_dir": "second", "version": "2.1"},
+    ]
+    assert apps["msnb-models-1"] == {
+        "name": "msnb-models-1",
+        "route_prefix": None,
+        "import_path": "msnb_runtime.ray.multi_model:models",
+        "args": {"models": members, "name": "msnb-models-1", "num_cpus": REPLICA_CPUS},
+    }
     assert apps["msnb-router"]["route_prefix"] == "/"
     # the router asks for a key read on the cluster (no secret in the config) and refuses TorchServe's large bodies
-    assert apps["msnb-router"]["args"] == {"max_request_size": DEFAULT_MAX_BYTES, "watch": True, "host": "127.0.0.1"}
+    assert apps["msnb-router"]["args"] == {
+        "max_request_size": DEFAULT_MAX_BYTES,
+        "watch": True,
+        "host": "127.0.0.1",
+        "sets": {"first": "msnb-models-1", "second": "msnb-models-1"},  # which set serves each model
+    }
     service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
     assert service["kind"] == "RayService"
     cluster = service["spec"]["rayClusterConfig"]
@@ -131,8 +143,14 @@ def test_export_ray_from_archives_torch_model_archiver_made(tmp_path, capsys):
     assert code == 0, err
     config = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
     apps = {a["name"]: a for a in config["applications"]}
-    assert apps["echo"]["args"] == {"model_dir": "echo", "version": "1.0", "num_cpus": REPLICA_CPUS}
-    assert apps["other"]["args"] == {"model_dir": "other", "version": "2.0", "num_cpus": REPLICA_CPUS}
+    assert apps["msnb-models-1"]["args"] == {
+        "models": [
+            {"app": "echo", "model_dir": "echo", "version": "1.0"},
+            {"app": "other", "model_dir": "other", "version": "2.0"},
+        ],
+        "name": "msnb-models-1",
+        "num_cpus": REPLICA_CPUS,
+    }
     assert apps["msnb-router"]["route_prefix"] == "/" and config["http_options"]["host"] == "127.0.0.1"
     assert (tmp_path / "ray" / "echo" / "echo_handler.py").read_text() == ECHO  # the archive's files, unchanged
     assert (tmp_path / "ray" / "echo" / "echo_requirements.txt").read_text() == "lru-dict\n"
@@ -190,12 +208,67 @@ def test_export_ray_sizes_each_model_and_prints_what_the_application_needs_and_t
     assert "http://127.0.0.1:8123/predictions/first" in out
 
 
+def test_export_ray_packs_models_as_msnb_serve_does_and_prints_each_set_with_its_members(tmp_path, capsys):
+    pytest.importorskip("ray.serve")
+    from helpers import ECHO, build_mar
+
+    config = tmp_path / "model-config.yaml"
+    config.write_text("minWorkers: 2\nmaxWorkers: 2\n")
+    mars = [build_mar(tmp_path / n, n, ECHO) for n in ("a", "b", "c", "d")]
+    mars.append(build_mar(tmp_path / "two", "two", ECHO, extra_args=("--config-file", str(config))))
+    streams = "def handle(data, context):\n    context.send_intermediate_predict_response\n    return data\n"
+    mars.append(build_mar(tmp_path / "s", "s", streams))
+    code, out, err = run(
+        capsys,
+        "export",
+        *mars,
+        "--ray",
+        tmp_path / "ray",
+        "--models-per-replica",
+        "2",
+        "--loaded-per-replica",
+        "1",
+        "--own-replica",
+        "d",
+    )
+    assert code == 0, err
+    written = yaml.safe_load((tmp_path / "ray" / "serve_config.yaml").read_text())
+    apps = {a["name"]: a["args"] for a in written["applications"]}
+    # d by name and the streaming s alone; two sets of at most 2; "two" (2 workers) not with the 1-worker models
+    assert list(apps) == ["d", "s", "msnb-models-1", "msnb-models-2", "msnb-models-3", "msnb-router"]
+    assert [[m["app"] for m in apps[f"msnb-models-{n}"]["models"]] for n in (1, 2, 3)] == [["a", "b"], ["c"], ["two"]]
+    assert {apps[f"msnb-models-{n}"]["max_num_models_per_replica"] for n in (1, 2, 3)} == {1}
+    assert apps["msnb-router"]["sets"] == {
+        "a": "msnb-models-1",
+        "b": "msnb-models-1",
+        "c": "msnb-models-2",
+        "two": "msnb-models-3",
+    }
+    c = REPLICA_CPUS
+    assert (
+        f"The application needs {round(6 * c, 4):g} CPU in all (d 1 x {c:g} CPU; s 1 x {c:g} CPU; msnb-models-1 (a, b)"
+        f" 1 x {c:g} CPU; msnb-models-2 (c) 1 x {c:g} CPU; msnb-models-3 (two) 2 x {c:g} CPU; the router 0 CPU)." in out
+    )
+    assert "http://127.0.0.1:8000/predictions/d" in out  # a model's name in the printed request, never a set's
+    service = yaml.safe_load((tmp_path / "ray" / "rayservice.yaml").read_text())
+    assert yaml.safe_load(service["spec"]["serveConfigV2"])["applications"] == written["applications"]
+
+    code, out, err = run(capsys, "export", *mars[:3], "--ray", tmp_path / "alone", "--models-per-replica", "1")
+    assert code == 0, err  # a replica per model, as before packing
+    written = yaml.safe_load((tmp_path / "alone" / "serve_config.yaml").read_text())
+    assert [a["name"] for a in written["applications"]] == ["a", "b", "c", "msnb-router"]
+    assert "sets" not in written["applications"][-1]["args"]
+
+
 @pytest.mark.parametrize(
     ("option", "value", "says"),
     [
         ("--num-cpus", "nope=1", "--num-cpus names nope, which this export does not hold"),
         ("--memory", "lots", "--memory 'lots' is not a size Ray can place"),
         ("--num-gpus", "echo=-1", "--num-gpus 'echo=-1' is not a size Ray can place"),
+        ("--own-replica", "nope", "--own-replica names nope, which this export does not hold"),
+        ("--models-per-replica", "0", "--models-per-replica 0 is not a number of models"),
+        ("--loaded-per-replica", "-1", "--loaded-per-replica -1 is not a number of models"),
     ],
 )
 def test_export_ray_refuses_a_size_it_cannot_use_with_a_hint(tmp_path, capsys, option, value, says):

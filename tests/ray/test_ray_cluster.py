@@ -100,6 +100,8 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
         tmp_path / "out",
         "--ray-port",
         port,
+        "--own-replica",  # its install fails: Serve's own status of its application says so
+        "absent",
         "--num-gpus",
         "desc=1",
         *(f"--num-cpus={n}=0.6" for n in CROWDED),
@@ -233,29 +235,43 @@ def export(
     nb = standard(
         folder, handler("mlp", f"{MLP_OPTIONS} --version {version}", mlp_body), handler("text", body=TEXT_BODY)
     )
-    code, _, err = run(capsys, "export", nb, "--ray", outdir)
+    # mlp in a replica of its own (its two replicas, one on each node, are what the redeploy and node tests watch);
+    # text shares a replica set, as the export packs by default
+    code, _, err = run(capsys, "export", nb, "--ray", outdir, "--own-replica", "mlp")
     assert code == 0, err
     config = yaml.safe_load((outdir / "serve_config.yaml").read_text())
     config["http_options"]["port"], config["proxy_location"] = port, "HeadOnly"
+    foreign_apps, foreign_sets = with_archives(foreign)
     for app in config["applications"]:
         if app["name"] == ROUTER_APP:
             app["args"] |= {"resources": pin, "key_file": str(key_file(outdir))}
+            app["args"]["sets"] = {**app["args"].get("sets", {}), **foreign_sets}
         else:
             app["args"] |= {"num_cpus": 0.25, "max_replicas_per_node": 1}
-    config["applications"][-1:-1] = with_archives(foreign)
+    config["applications"][-1:-1] = foreign_apps
     (outdir / "serve_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def with_archives(foreign: Path) -> list[dict]:
-    """The model applications of `msnb export A.mar B.mar --ray FOREIGN`, to serve beside the notebook's on one
-    cluster (one router): each model folder named by its path, a small CPU share, TorchServe's service_envelope as
-    the application's envelope argument."""
+def with_archives(foreign: Path) -> tuple[list[dict], dict[str, str]]:
+    """The model applications and replica sets of `msnb export A.mar B.mar --ray FOREIGN`, to serve beside the
+    notebook's on one cluster (one router): each model folder named by its path, a small CPU share, TorchServe's
+    service_envelope as the model's envelope argument, each set renamed (the notebook's export numbers its own from
+    1 too); and which set serves each of its models (for the one router's ``sets``)."""
     config = yaml.safe_load((foreign / "serve_config.yaml").read_text())
     apps = [app for app in config["applications"] if app["name"] != ROUTER_APP]
     for app in apps:
-        app["args"] |= {"model_dir": str(foreign / app["args"]["model_dir"]), "num_cpus": 0.1}
-        app["args"] |= {"envelope": ENVELOPES[app["name"]]} if app["name"] in ENVELOPES else {}
-    return apps
+        members = app["args"].get("models")
+        app["args"]["num_cpus"] = 0.1
+        if members is None:
+            app["args"]["model_dir"] = str(foreign / app["args"]["model_dir"])  # (app["name"] is the model's)
+            app["args"] |= {"envelope": ENVELOPES[app["name"]]} if app["name"] in ENVELOPES else {}
+            continue
+        app["name"] = app["args"]["name"] = f"foreign-{app['name']}"
+        for member in members:
+            member["model_dir"] = str(foreign / member["model_dir"])
+            member |= {"envelope": ENVELOPES[member["app"]]} if member["app"] in ENVELOPES else {}
+    sets = {m["app"]: app["name"] for app in apps for m in app["args"].get("models", [])}
+    return apps, sets
 
 
 def key_file(outdir: Path) -> Path:

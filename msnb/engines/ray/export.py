@@ -1,5 +1,8 @@
 """``msnb export --ray``: model folders, the Serve adapter and a validated ``serve_config.yaml`` in one folder.
 
+The models share replicas as `msnb serve --engine ray` packs them (msnb.engines.ray.packing): a replica set
+application (the runtime's ray.multi_model) holds up to K model folders in each replica process; a model that needs
+a process of its own (a GPU, a stream, sequences, sizes of its own, ``--own-replica``) gets an application of its own.
 From the folder, ``serve run serve_config.yaml`` serves every handler on a local Ray; the same config is a KubeRay
 ``RayService``'s ``serveConfigV2`` (``rayservice.yaml`` beside it is an example). The model folders come from a call
 the caller gives (``stage``: msnb's packaging lays them out, ``msnb.session.export``); this module writes the rest.
@@ -14,16 +17,19 @@ import yaml
 
 from msnb.engines.ray import RAY_VERSION, ROUTER_APP, require
 from msnb.engines.ray.image import DOCKERFILE, IMAGE, WORKDIR, dockerfile
+from msnb.engines.ray.packing import workers
 from msnb.engines.ray.sizing import Sizing, needs, needs_text
 from msnb.errors import BuildError
 from msnb.files import written_into
 from msnb.templates import RAY_ROOMS, RUNTIME, copy_runtime, runtime_files
 from msnb.templates.msnb_runtime.api import hosts
 from msnb.templates.msnb_runtime.handler.serving import DEFAULT_MAX_BYTES
+from msnb.templates.msnb_runtime.ray.multi_model_routes import MAX_LOADED
 from msnb.templates.msnb_runtime.ray.token_interceptor import KEY_VAR
 
 SERVE_CONFIG, RAYSERVICE = "serve_config.yaml", "rayservice.yaml"
 ADAPTER = f"{RUNTIME}.ray.app"  # the applications' module in the export (its builders: model, router)
+SET_BUILDER = f"{RUNTIME}.ray.multi_model:models"  # a replica set's builder
 DEFAULT_HOST, PUBLIC_HOST, DEFAULT_PORT = "127.0.0.1", "0.0.0.0", 8000
 # The router's inference key on a cluster: this Kubernetes Secret, as the variable the adapter reads (runtime ray.token_interceptor).
 KEY_SECRET = {"name": "msnb-inference-key", "key": "key"}
@@ -36,12 +42,19 @@ def adapter_files() -> tuple[tuple[Path, str], ...]:
 
 
 def serve_config(
-    models: dict[str, str], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, sizing: Sizing | None = None
+    models: dict[str, str],
+    root: Path,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    sizing: Sizing | None = None,
 ) -> dict:
-    """One Serve application per model folder (name -> version; no HTTP route of its own), each replica sized by
-    ``sizing`` (a small CPU share by default: ``ray_sizing``), and the router at ``/``.
+    """The model folders under ``root`` (``models``: name -> version) as Serve applications: those that share a
+    replica as replica sets (``msnb-models-N``, the members listed in its args), the others one application each (no
+    HTTP route of their own), each replica sized by ``sizing`` (a small CPU share by default: ``ray_sizing``), and the
+    router at ``/``, told which set serves which model.
 
-    The version is an argument so that a new export of a changed handler is a changed config: Serve rolls it out.
+    The version is an argument (of the application, or of its member entry) so that a new export of a changed handler
+    is a changed config: Serve rolls it out, a set reloads that member in place.
     The router answers only requests naming loopback (and, off loopback, the host names its ``allowed_hosts``
     argument lists), refuses bodies over TorchServe's default max_request_size and asks for an inference key, which it
     reads where it runs ($MSNB_INFERENCE_KEY, $MSNB_INFERENCE_KEY_FILE or a ``key_file`` argument; ``auth: false``
@@ -49,21 +62,38 @@ def serve_config(
     """
     sizing = sizing or Sizing()
     sizing.check_names(list(models))
-    apps = [
-        {
-            "name": n,
-            "route_prefix": None,
-            "import_path": f"{ADAPTER}:model",
-            "args": {"model_dir": n, "version": v, **sizing.args_for(n)},
-        }
-        for n, v in models.items()
-    ]
+    packing, apps = sizing.packing(), []
+    for name, version in models.items():
+        if packing.own_replica(root / name, name, {}) is None:  # (its requirements: installed beside it, as alone)
+            packing.place(name, {"app": name, "model_dir": name, "version": version}, workers(root / name))
+            continue
+        args = {"model_dir": name, "version": version, **sizing.args_for(name)}
+        apps.append({"name": name, "route_prefix": None, "import_path": f"{ADAPTER}:model", "args": args})
+    for rs in packing.sets.values():
+        args = {"models": list(rs.members.values()), "name": rs.app, **sizing.args_for("")}
+        if sizing.loaded_per_replica is not None:
+            args[MAX_LOADED] = sizing.loaded_per_replica
+        apps.append({"name": rs.app, "route_prefix": None, "import_path": SET_BUILDER, "args": args})
     router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}  # watch: a replica that cannot be placed is said
     router["host"] = host  # its Host and Origin check (api.hosts): off loopback, the names listed in allowed_hosts
     if hosts.off_loopback(host):
         router[hosts.ARGS_KEY] = []
+    if packing.sets:
+        router["sets"] = packing.routes()
     apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
+
+
+def model_names(config: dict) -> list[str]:
+    """The models a serve_config.yaml serves, in its order: each model application's, each replica set's members."""
+    names = []
+    for app in config["applications"]:
+        members = app["args"].get("models")
+        if members is not None:
+            names += [str(m["app"]) for m in members]
+        elif "model_dir" in app["args"]:
+            names.append(app["name"])
+    return names
 
 
 def validate(config: dict) -> None:
@@ -130,7 +160,7 @@ def write(
     Built in a hidden staging folder inside OUTDIR and moved into place only when everything built."""
     require()
     with written_into(outdir, ".msnb-ray-") as staging:
-        config = serve_config(stage(staging), host or DEFAULT_HOST, port or DEFAULT_PORT, sizing)
+        config = serve_config(stage(staging), staging, host or DEFAULT_HOST, port or DEFAULT_PORT, sizing)
         validate(config)
         copy_runtime(staging, RAY_ROOMS)
         (staging / SERVE_CONFIG).write_text(
@@ -143,9 +173,17 @@ def write(
     return outdir
 
 
-def sizing(cpus: list[str] | None, gpus: list[str] | None, memory: list[str] | None) -> Sizing:
-    """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each)."""
-    return Sizing.parse(cpus, gpus, memory)
+def sizing(
+    cpus: list[str] | None,
+    gpus: list[str] | None,
+    memory: list[str] | None,
+    models_per_replica: int | None = None,
+    own_replica: list[str] | None = None,
+    loaded_per_replica: int | None = None,
+) -> Sizing:
+    """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each), and
+    which models share one (``--models-per-replica K``, ``--own-replica NAME``, ``--loaded-per-replica L``)."""
+    return Sizing.parse(cpus, gpus, memory, models_per_replica, own_replica, loaded_per_replica)
 
 
 def _header(command: str) -> str:
@@ -177,7 +215,7 @@ def summary(outdir: Path) -> str:
         secret_key=KEY_SECRET["key"],
         config=SERVE_CONFIG,
         rayservice=RAYSERVICE,
-        name=next(app["name"] for app in config["applications"]),
+        name=next(iter(model_names(config)), "NAME"),
     )
 
 

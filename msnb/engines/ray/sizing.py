@@ -1,6 +1,8 @@
-"""What an exported Ray Serve application asks of its cluster: each model's CPUs, GPUs and memory per replica (the
-export's ``--num-cpus``/``--num-gpus``/``--memory``, else model-config.yaml's deviceType and workers, else a small CPU
-share as TorchServe runs many workers on few cores), what the whole application needs, and the steps that run it."""
+"""What an exported Ray Serve application asks of its cluster: which models share a replica (``--models-per-replica``,
+``--loaded-per-replica``, ``--own-replica``: msnb.engines.ray.packing's rule, as `msnb serve --engine ray` packs), each
+replica's CPUs, GPUs and memory (the export's ``--num-cpus``/``--num-gpus``/``--memory``, else model-config.yaml's
+deviceType and workers, else a small CPU share as TorchServe runs many workers on few cores), what the whole
+application needs, and the steps that run it."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing
 from msnb.errors import OptionError
 
 SIZES = {"num_cpus": "--num-cpus", "num_gpus": "--num-gpus", "memory": "--memory"}
@@ -25,25 +28,48 @@ def replica_cpus() -> float:
 
 @dataclass(frozen=True)
 class Sizing:
-    """The export's asks per replica: ``{arg: {model name, or "" for every model: value}}``."""
+    """The export's asks per replica (``{arg: {model name, or "" for every model: value}}``) and who shares one: at
+    most ``models_per_replica`` models in a replica set, ``loaded_per_replica`` of them loaded at once (None: all),
+    ``own_replica`` the models that get a replica of their own (so does a model sized by name)."""
 
     asks: dict[str, dict[str, float]] = field(default_factory=dict)
+    models_per_replica: int = DEFAULT_MODELS_PER_REPLICA
+    own_replica: tuple[str, ...] = ()
+    loaded_per_replica: int | None = None
 
     @classmethod
-    def parse(cls, num_cpus=(), num_gpus=(), memory=()) -> Sizing:
-        """From the options' values (each ``VALUE`` or ``NAME=VALUE``); a bad one is an OptionError with a Hint."""
+    def parse(
+        cls, num_cpus=(), num_gpus=(), memory=(), models_per_replica=None, own_replica=(), loaded_per_replica=None
+    ) -> Sizing:
+        """From the options' values (each size ``VALUE`` or ``NAME=VALUE``); a bad one is an OptionError with a Hint."""
         given = {"num_cpus": num_cpus or (), "num_gpus": num_gpus or (), "memory": memory or ()}
-        return cls({arg: dict(_one(arg, v) for v in values) for arg, values in given.items() if values})
+        asks = {arg: dict(_one(arg, v) for v in values) for arg, values in given.items() if values}
+        for flag, count in (("--models-per-replica", models_per_replica), ("--loaded-per-replica", loaded_per_replica)):
+            if count is not None and count < 1:
+                raise OptionError(
+                    f"{flag} {count} is not a number of models.",
+                    "give 1 or more (--models-per-replica 1: a replica per model; --own-replica NAME: for one model).",
+                )
+        k = models_per_replica or DEFAULT_MODELS_PER_REPLICA
+        return cls(asks, k, tuple(own_replica or ()), loaded_per_replica)
 
     def check_names(self, names: list[str]) -> None:
-        """Refuse an ask for a model the export does not hold."""
-        for arg, asks in self.asks.items():
-            unknown = sorted(set(asks) - {"", *names})
+        """Refuse an ask, or an --own-replica, for a model the export does not hold."""
+        named = [(SIZES[arg], set(asks) - {""}) for arg, asks in self.asks.items()]
+        for flag, given in [*named, ("--own-replica", set(self.own_replica))]:
+            unknown = sorted(given - set(names))
             if unknown:
                 raise OptionError(
-                    f"{SIZES[arg]} names {', '.join(unknown)}, which this export does not hold.",
-                    f"name one of {', '.join(sorted(names))}, or give the value alone for every model.",
+                    f"{flag} names {', '.join(unknown)}, which this export does not hold.",
+                    f"name one of {', '.join(sorted(names))}"
+                    + (", or give the value alone for every model." if flag in SIZES.values() else "."),
                 )
+
+    def packing(self) -> Packing:
+        """The rule that places the export's models into replica sets: a model sized by name (its replicas ask for
+        what the others' do not) gets a replica of its own, as ``--own-replica`` gives one."""
+        sized = {name for asks in self.asks.values() for name in asks if name}
+        return Packing(self.models_per_replica, {*self.own_replica, *sized}, self.loaded_per_replica)
 
     def args_for(self, name: str) -> dict:
         """Application ``name``'s sizing args for serve_config.yaml (num_cpus always, so that it shows)."""
@@ -75,16 +101,24 @@ def _memory(text: str) -> float:
 
 
 def needs(outdir: Path, config: dict) -> list[tuple[str, int, dict[str, float]]]:
-    """(application, replicas, one replica's ask) for each model application of ``config`` (serve_config.yaml),
-    computed as its builder computes them (ray_app.deployment_options with model-config.yaml's deviceType and
-    workers, then the application's args)."""
+    """(application, replicas, one replica's ask) for each model application and replica set of ``config``
+    (serve_config.yaml), computed as its builder computes them (ray_app.deployment_options with model-config.yaml's
+    deviceType and workers, or a set's multi_model.set_options from its members', then the application's args); a
+    set is named with its members."""
     from msnb.templates.msnb_runtime.ray import app as ray_app
-    from msnb.templates.msnb_runtime.ray import runtime_env
+    from msnb.templates.msnb_runtime.ray import multi_model, runtime_env
     from msnb.templates.msnb_runtime.ts.model_loader import read_folder
 
     rows = []
     for app in config["applications"]:
         args = app["args"]
+        if "models" in args:  # a replica set
+            members = args["models"]
+            configs = [read_folder(outdir / m["model_dir"])[1] for m in members]
+            options = multi_model.set_options(configs, args)
+            name = f"{app['name']} ({', '.join(str(m['app']) for m in members)})"
+            rows.append((name, runtime_env.replicas(options), runtime_env.asked(options["ray_actor_options"])))
+            continue
         if "model_dir" not in args:  # the router: no CPU of its own
             continue
         _, model_config = read_folder(outdir / args["model_dir"])
@@ -95,7 +129,8 @@ def needs(outdir: Path, config: dict) -> list[tuple[str, int, dict[str, float]]]
 
 
 def needs_text(rows: list[tuple[str, int, dict[str, float]]]) -> str:
-    """What the whole application needs, and each model's part ("mlp 2 x 0.1 CPU")."""
+    """What the whole application needs, and each application's part ("mlp 2 x 0.1 CPU", a replica set's with its
+    members: "msnb-models-1 (a, b) 1 x 0.1 CPU")."""
     from msnb.templates.msnb_runtime.ray.runtime_env import shown
 
     total: dict[str, float] = {}

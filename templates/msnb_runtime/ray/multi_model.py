@@ -341,7 +341,8 @@ def installed(folder: Any, requirements: list[str]) -> tuple:
 def member(spec: dict, args: dict) -> dict:
     """A set member's entry in the user_config: what its slot loads (``install``: what the node lacks of its
     requirements, unless the set's ``install_requirements`` is false)."""
-    entry = {k: spec[k] for k in ("app", "model_dir", "name", "env", "envelope") if spec.get(k) is not None}
+    keys = ("app", "model_dir", "name", "env", "envelope", "version")  # version: a new export's, reloaded in place
+    entry = {k: spec[k] for k in keys if spec.get(k) is not None}
     entry.setdefault("app", spec.get("name") or str(spec["model_dir"]))
     if str(args.get("install_requirements", True)).lower() != "false":
         entry["install"] = needs.missing(requirements_of(resolve(str(spec["model_dir"]))))
@@ -350,12 +351,26 @@ def member(spec: dict, args: dict) -> dict:
 
 def models(args: dict) -> Any:
     """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
-    envelope), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
+    envelope, version), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
     num_cpus, num_gpus, memory, check_resources, install_requirements, max_replicas_per_node, max_surge_percent,
     running and ingress_config. Its replicas are as many as its members' workers ask for (the most any asks; a range starts
     from ``running`` when given); the set is refused when no node can hold a replica (ray.runtime_env)."""
     specs = [member(spec, args) for spec in args.get("models") or []]
     configs = [read_folder(resolve(str(spec["model_dir"])))[1] for spec in specs]
+    options = set_options(configs, args) | {"user_config": {"models": specs, MAX_LOADED: args.get(MAX_LOADED)}}
+    if str(args.get("check_resources", True)).lower() != "false":
+        needs.check(str(args.get("name") or "replica set"), options)
+    for key in ("max_replicas_per_node", "max_surge_percent"):
+        if args.get(key) is not None:
+            options[key] = int(args[key])
+    return MsnbModels.options(**with_code_version(options, args.get("ingress_config"))).bind(args.get("ingress_config"))
+
+
+def set_options(configs: list[dict], args: dict) -> dict[str, Any]:
+    """A replica set's deployment options from its members' model-configs (``configs``) and the set's ``args``
+    (``models``' own): as many replicas as its members' workers ask for (the most any asks; a range starts from
+    ``running`` when given), a queue that holds every member's batch, each replica sized by num_cpus, num_gpus and
+    memory. (`msnb export --ray` prints what a set needs from these.)"""
     low, high = max((workers(ServingConfig.from_model_config(c)) for c in configs), default=(1, 1))
     batch = sum(batch_settings(c)[0] for c in configs) or 1
     actor = needs.sized({"num_cpus": float(args.get("num_cpus", 1.0))}, args)
@@ -363,12 +378,5 @@ def models(args: dict) -> Any:
         "ray_actor_options": actor,
         "max_ongoing_requests": max(16, 2 * batch),
         "max_constructor_retry_count": 1,
-        "user_config": {"models": specs, MAX_LOADED: args.get(MAX_LOADED)},
     }
-    options |= replicas(low, high, batch, args.get("running"))
-    if str(args.get("check_resources", True)).lower() != "false":
-        needs.check(str(args.get("name") or "replica set"), options)
-    for key in ("max_replicas_per_node", "max_surge_percent"):
-        if args.get(key) is not None:
-            options[key] = int(args[key])
-    return MsnbModels.options(**with_code_version(options, args.get("ingress_config"))).bind(args.get("ingress_config"))
+    return options | replicas(low, high, batch, args.get("running"))
