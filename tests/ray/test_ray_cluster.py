@@ -107,7 +107,13 @@ def test_archives_exported_as_they_are_start_on_two_one_cpu_nodes_with_the_print
         *(f"--num-cpus={n}=0.6" for n in CROWDED),
     )
     assert code == 0, err
-    assert "The application needs 2.4 CPU, 1 GPU in all" in out and f'export {KEY_VAR}="$(python' in out
+    # named, klass and colored share a replica set; the streaming, the GPU, the sized and the named one each their own
+    assert (
+        "The application needs 2.2 CPU, 1 GPU in all (stream 1 x 0.1 CPU; desc 1 x 0.1 CPU, 1 GPU; kserved 1 x 0.6 CPU; "
+        "slow 1 x 0.6 CPU; stalls 1 x 0.6 CPU; absent 1 x 0.1 CPU; msnb-models-1 (named, klass, colored) 1 x 0.1 CPU; "
+        "the router 0 CPU)." in out
+    )
+    assert f'export {KEY_VAR}="$(python' in out
     folder, env, command = printed_steps(out, two_nodes.address)
     assert command == ["serve", "run", "serve_config.yaml"]
     # the nodes hold the key (conftest: started with it, as the printed `ray start` step says); `serve` on PATH
