@@ -115,7 +115,18 @@ def store(tmp_path_factory):
     for mar in built.values():
         shutil.copy(mar, root / "store" / mar.name)
     (root / "store" / "corrupt.mar").write_bytes(b"not a zip archive")
+    loading = root / "loading" / "loading_handler.py"  # a handler whose initialize takes seconds
+    loading.parent.mkdir()
+    loading.write_text(LOADING)
+    subprocess.run(ts_archives.archiver(loading.parent, "loading", str(loading)), check=True, capture_output=True)
+    shutil.copy(loading.parent / "loading.mar", root / "store" / "loading.mar")
     return root / "store"
+
+
+LOADING = (
+    "import time\n\ndef handle(data, context):\n    if data is None:\n        time.sleep(5)\n        return None\n"
+)
+LOADING += '    return [{"loaded": True} for _ in data]\n'
 
 
 def comparable(status: int, body: object) -> object:
@@ -162,6 +173,38 @@ def test_a_deploy_scripts_management_calls_answer_on_ray_as_on_plain_torchserve(
     finally:
         api.stop()
         plain.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_prediction_right_after_a_register_without_waiting_waits_for_its_workers_as_on_torchserve(
+    ray_engine, store, tmp_path
+):
+    # TorchServe's synchronous=false: the model is registered at once and a prediction queued for its workers; on
+    # Ray the router holds it until the model's replicas answer (it never reaches Serve before its application does).
+    config = ts_archives.config_file(tmp_path / "conf", store, ray_engine.http_port, load_models="")
+    plain = PlainServer.from_config(for_torchserve(config), tmp_path / "ts").start()
+    api = TorchServeApi(ray_engine, read(config), opener(read(config)))
+    register = {"url": "loading.mar", "initial_workers": "1", "synchronous": "false"}
+    ray_key = json.loads(Path(ray_engine.key_file).read_text())["management"]["key"]
+    answers = {}
+    try:
+        poll(lambda: _answers(plain), 300, "the plain TorchServe's management API", interval=0.5)
+        for name, management, key, inference, inference_key in (
+            ("torchserve", plain.management_url, plain.key("management"), plain.inference_url, plain.key("inference")),
+            ("ray", api.management_url, ray_key, ray_engine.inference_url, _key(ray_engine.key_file, "inference")),
+        ):
+            registered = call(management, key, "POST", "/models", register)
+            predicted = requests.post(
+                f"{inference}/predictions/loading",
+                json={"x": [1]},
+                headers={"Authorization": f"Bearer {inference_key}"},
+                timeout=300,
+            )
+            answers[name] = (registered[0], predicted.status_code, predicted.json())
+    finally:
+        api.stop()
+        plain.stop()
+    assert answers["ray"] == answers["torchserve"] == (202, 200, {"loaded": True}), answers
 
 
 def metrics_after(inference_url: str, key: str, metrics_url: str, settled) -> dict[str, dict[str, float]]:

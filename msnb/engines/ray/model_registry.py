@@ -118,7 +118,8 @@ class Registry:
                     self._tell_idle()
                     return ModelStatus(name, version, is_default=app == name, workers=())
                 if request is not None and not request.synchronous:
-                    threading.Thread(target=self._deploy, args=(entry, requirements), daemon=True).start()
+                    self._tell_starting(entry.app, True)  # its predictions wait for its replicas, as on TorchServe
+                    threading.Thread(target=self._deploy_later, args=(entry, requirements), daemon=True).start()
                     return None
                 return self._deploy(entry, requirements)
             except BaseException:
@@ -136,6 +137,22 @@ class Registry:
                 raise failed_workers(entry.name, entry.version, outcome)
         entry.running = True
         return replace(outcome, name=entry.name, is_default=entry.app == entry.name)
+
+    def _deploy_later(self, entry: Entry, requirements: list[str]) -> None:
+        """``_deploy`` of a register that did not wait (TorchServe's ``synchronous=false``), after which the router
+        stops holding the model's predictions (they reach its replicas, or its 404 once a failed load unregistered
+        it)."""
+        try:
+            self._deploy(entry, requirements)
+        finally:
+            self._tell_starting(entry.app, False)
+
+    def _tell_starting(self, app: str, starting: bool) -> None:
+        """The router told that ``app``'s replicas are starting (it holds its predictions until they answer, as
+        TorchServe queues a prediction for a model whose workers start), or no longer."""
+        sets = self.engine.sets
+        sets.starting = sets.starting | {app} if starting else sets.starting - {app}
+        sets.tell_router()
 
     def _forget(self, entry: Entry) -> None:
         versions = self.served.get(entry.name, {})

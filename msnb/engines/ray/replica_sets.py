@@ -26,6 +26,8 @@ class ReplicaSets:
         self.engine, self.packing, self.failure = engine, packing, failure
         self._before: dict[str, dict | None] = {}  # a joining app -> its set's entry before (a replacement's)
         self.idle: frozenset[str] = frozenset()  # the model applications scaled to 0 workers (model_registry's)
+        # the model applications registered without waiting (synchronous=false) whose replicas are still starting
+        self.starting: frozenset[str] = frozenset()
 
     def plan(self, models: list[tuple[Path, dict]]) -> Iterator[tuple[str, Any]]:
         """Each model's place (``models``: as LocalRay.deploy_many takes them): its folder when it joins a set,
@@ -202,14 +204,16 @@ class ReplicaSets:
             serve.delete(rs.app)
 
     def tell_router(self, sets: dict[str, str] | None = None) -> None:
-        """The router's user_config: which set serves each packed model (``sets``; default: this engine's own) and
-        which applications are scaled to 0 workers, ``idle`` (a lightweight update: no restart)."""
+        """The router's user_config: which set serves each packed model (``sets``; default: this engine's own),
+        which applications are scaled to 0 workers, ``idle``, and which are ``starting`` (a lightweight update: no
+        restart)."""
         from ray import serve
 
         from msnb.templates.msnb_runtime.ray import app as ray_app
 
         sets = self.packing.routes() if sets is None else sets
-        router = ray_app.router({**self.engine._ingress_config(), "sets": sets, "idle": self.idle})
+        ingress_config = self.engine._ingress_config()
+        router = ray_app.router({**ingress_config, "sets": sets, "idle": self.idle, "starting": self.starting})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
 
     def replica_states(self, app: str) -> dict[str, int]:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from .timeout import bounded, response_timeout, timed_out
 token_interceptor.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
 REPLICA_TRIES = 3  # a call whose replica was lost (its node gone) is sent again, to another replica
+STARTING_WAIT_S = 120.0  # the longest a prediction waits for the replicas of a model registered without waiting
 # What a call gets when its replica's process or node went: the actor dead or unreachable, the worker or node
 # gone, its answer lost with it. Never the model's own errors: those come back as answers (``LoadedModel.answer``).
 REPLICA_LOST = (
@@ -269,6 +271,8 @@ class MsnbRouter(SetRouting):
         name, headers = self.versioned(call.name, call.version), call.headers(headers)
         if name in self.idle:  # scaled to 0 workers
             return reply(*error_reply(*management.no_worker(call.name, call.version)))
+        if name in self.starting:  # registered without waiting: its replicas start (TorchServe queues the request)
+            await self.started(name)
         return await ingress.prediction(
             request,
             headers,
@@ -278,11 +282,23 @@ class MsnbRouter(SetRouting):
         )
 
     idle: frozenset[str] = frozenset()  # the model applications scaled to 0 workers (user_config: TorchServe's 503)
+    starting: frozenset[str] = frozenset()  # those registered without waiting, their replicas starting
 
     def reconfigure(self, config: dict | None) -> None:
-        """The router's user_config: the replica sets (SetRouting) and the applications scaled to 0 workers."""
+        """The router's user_config: the replica sets (SetRouting), the applications scaled to 0 workers and those
+        whose replicas are starting."""
         super().reconfigure(config)
         self.idle = frozenset((config or {}).get("idle") or ())
+        self.starting = frozenset((config or {}).get("starting") or ())
+
+    async def started(self, name: str) -> None:
+        """Wait, bounded by STARTING_WAIT_S, while application ``name`` is starting and has no handle yet: a
+        prediction for a model registered with ``synchronous=false`` waits for its replicas, as TorchServe queues it
+        for the model's workers (then answers as it finds the model: its answer, or its 404 once a failed load
+        unregistered it)."""
+        deadline = time.monotonic() + STARTING_WAIT_S
+        while name in self.starting and self.app_handle(name) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
@@ -471,7 +487,8 @@ def direct_route(name: str, config: dict) -> str | None:
 def router(args: dict | None = None) -> Any:
     """Application builder for the router (``args``: num_replicas, max_replicas_per_node, and resources to pin
     it to the nodes that run an HTTP proxy; ``sets``: which replica set serves each packed model (ray.multi_model);
-    ``idle``: the model applications scaled to 0 workers (TorchServe's 503 for their predictions);
+    ``idle``: the model applications scaled to 0 workers (TorchServe's 503 for their predictions); ``starting``:
+    those registered without waiting whose replicas start (their predictions wait for them);
     ``max_request_size`` in bytes (413 above it); the inference key: ``key_file`` (else $MSNB_INFERENCE_KEY_FILE or $MSNB_INFERENCE_KEY, read where the router runs), or
     ``auth: false`` to answer without one)."""
     args = args or {}
@@ -483,5 +500,6 @@ def router(args: dict | None = None) -> Any:
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
     sets = {"sets": dict(args.get("sets") or {}), "idle": sorted(args.get("idle") or ())}  # no restart
+    sets["starting"] = sorted(args.get("starting") or ())
     options = with_code_version({**options, "user_config": sets}, config)
     return MsnbRouter.options(**options).bind(config)
