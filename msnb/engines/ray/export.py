@@ -74,14 +74,20 @@ def serve_config(
         if sizing.loaded_per_replica is not None:
             args[MAX_LOADED] = sizing.loaded_per_replica
         apps.append({"name": rs.app, "route_prefix": None, "import_path": SET_BUILDER, "args": args})
-    router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True}  # watch: a replica that cannot be placed is said
-    router["host"] = host  # its Host and Origin check (api.hosts): off loopback, the names listed in allowed_hosts
+    router = {"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router_args(host)}
+    if packing.sets:
+        router["args"]["sets"] = packing.routes()
+    apps.append(router)
+    return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
+
+
+def router_args(host: str) -> dict:
+    """The exported router's args: TorchServe's body limit, ``watch`` (a replica that cannot be placed is said) and
+    its Host and Origin check (api.hosts: off loopback, the names listed in allowed_hosts)."""
+    router = {"max_request_size": DEFAULT_MAX_BYTES, "watch": True, "host": host}
     if hosts.off_loopback(host):
         router[hosts.ARGS_KEY] = []
-    if packing.sets:
-        router["sets"] = packing.routes()
-    apps.append({"name": ROUTER_APP, "route_prefix": "/", "import_path": f"{ADAPTER}:router", "args": router})
-    return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port}, "applications": apps}
+    return router
 
 
 def model_names(config: dict) -> list[str]:

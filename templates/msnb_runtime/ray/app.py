@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from .management import metadata
 from .multi_model_routes import SetHandle, SetRouting, members_of, model_states, set_targets, with_code_version
 from .replica import RayMetrics, replica_gpu_id, worker_logs
 from .streaming import StreamRoutes, answer_whole, locked, relay, stream_batch, streams
-from .timeout import bounded, response_timeout, timed_out
+from .timeout import bounded, response_timeout, timed_out, wait_while
 
 token_interceptor.bind_replica_grpc()  # imported in every replica before Serve binds its inter-deployment gRPC server
 
@@ -271,8 +270,8 @@ class MsnbRouter(SetRouting):
         name, headers = self.versioned(call.name, call.version), call.headers(headers)
         if name in self.idle:  # scaled to 0 workers
             return reply(*error_reply(*management.no_worker(call.name, call.version)))
-        if name in self.starting:  # registered without waiting: its replicas start (TorchServe queues the request)
-            await self.started(name)
+        if name in self.starting:  # registered with synchronous=false: TorchServe queues it for the starting workers
+            await wait_while(lambda: name in self.starting and self.app_handle(name) is None, STARTING_WAIT_S)
         return await ingress.prediction(
             request,
             headers,
@@ -285,20 +284,10 @@ class MsnbRouter(SetRouting):
     starting: frozenset[str] = frozenset()  # those registered without waiting, their replicas starting
 
     def reconfigure(self, config: dict | None) -> None:
-        """The router's user_config: the replica sets (SetRouting), the applications scaled to 0 workers and those
-        whose replicas are starting."""
+        """The router's user_config: the replica sets (SetRouting), the applications with no worker and starting."""
         super().reconfigure(config)
         self.idle = frozenset((config or {}).get("idle") or ())
         self.starting = frozenset((config or {}).get("starting") or ())
-
-    async def started(self, name: str) -> None:
-        """Wait, bounded by STARTING_WAIT_S, while application ``name`` is starting and has no handle yet: a
-        prediction for a model registered with ``synchronous=false`` waits for its replicas, as TorchServe queues it
-        for the model's workers (then answers as it finds the model: its answer, or its 404 once a failed load
-        unregistered it)."""
-        deadline = time.monotonic() + STARTING_WAIT_S
-        while name in self.starting and self.app_handle(name) is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
 
     def __init__(self, args: dict | None = None):
         self.handles: dict[str, Any] = {}
@@ -499,7 +488,6 @@ def router(args: dict | None = None) -> Any:
         options["max_replicas_per_node"] = int(args["max_replicas_per_node"])
     if args.get("resources"):
         options["ray_actor_options"] = {"num_cpus": 0, "resources": dict(args["resources"])}
-    sets = {"sets": dict(args.get("sets") or {}), "idle": sorted(args.get("idle") or ())}  # no restart
-    sets["starting"] = sorted(args.get("starting") or ())
+    sets = {"sets": dict(args.get("sets") or {}), **{k: sorted(args.get(k) or ()) for k in ("idle", "starting")}}
     options = with_code_version({**options, "user_config": sets}, config)
     return MsnbRouter.options(**options).bind(config)

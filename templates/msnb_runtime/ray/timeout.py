@@ -1,6 +1,7 @@
 """TorchServe's responseTimeout on a Ray Serve replica: a batch whose ``handle`` runs longer than the model-config's
 ``responseTimeout`` (seconds) gets the answer TorchServe's frontend gives, and the replica asks to be replaced, as
-TorchServe restarts a worker that did not answer in time.
+TorchServe restarts a worker that did not answer in time; and the bounded wait (``wait_while``) of a request held for a
+model whose replicas start.
 
 TorchServe 0.12 counts the time from when the batch reaches its worker (a request queued behind a slow batch is not
 timed out by it), then kills the worker: every request of the batch gets the frontend's 500 ``Worker died.`` A Python
@@ -12,6 +13,7 @@ Depends on the standard library, handler.serving and msnb_runtime.ts.wire (copie
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,3 +51,10 @@ async def bounded(run: Callable[[Callable[[], None]], Any], seconds: float) -> A
     task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a late failure, read and dropped
     await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
     return await asyncio.wait_for(asyncio.shield(task), seconds)
+
+
+async def wait_while(condition: Callable[[], bool], bound_s: float, interval_s: float = 0.2) -> None:
+    """Wait while ``condition()`` holds, at most ``bound_s`` seconds (then go on as it is)."""
+    deadline = time.monotonic() + bound_s
+    while condition() and time.monotonic() < deadline:
+        await asyncio.sleep(interval_s)
