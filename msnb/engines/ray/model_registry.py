@@ -149,10 +149,12 @@ class Registry:
 
     def _tell_starting(self, app: str, starting: bool) -> None:
         """The router told that ``app``'s replicas are starting (it holds its predictions until they answer, as
-        TorchServe queues a prediction for a model whose workers start), or no longer."""
-        sets = self.engine.sets
-        sets.starting = sets.starting | {app} if starting else sets.starting - {app}
-        sets.tell_router()
+        TorchServe queues a prediction for a model whose workers start), or no longer; under the registry's lock (a
+        deploy thread ends while another register starts)."""
+        with self.lock:
+            sets = self.engine.sets
+            sets.starting = sets.starting | {app} if starting else sets.starting - {app}
+            sets.tell_router()
 
     def _forget(self, entry: Entry) -> None:
         versions = self.served.get(entry.name, {})
