@@ -179,17 +179,8 @@ def write(
     return outdir
 
 
-def sizing(
-    cpus: list[str] | None,
-    gpus: list[str] | None,
-    memory: list[str] | None,
-    models_per_replica: int | None = None,
-    own_replica: list[str] | None = None,
-    loaded_per_replica: int | None = None,
-) -> Sizing:
-    """What each replica asks for, from ``--num-cpus``, ``--num-gpus`` and ``--memory`` (``[NAME=]N`` each), and
-    which models share one (``--models-per-replica K``, ``--own-replica NAME``, ``--loaded-per-replica L``)."""
-    return Sizing.parse(cpus, gpus, memory, models_per_replica, own_replica, loaded_per_replica)
+# The Layout's ``sizing``: what each replica asks for and which models share one, from the command line's values.
+sizing = Sizing.parse
 
 
 def _header(command: str) -> str:
