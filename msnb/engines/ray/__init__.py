@@ -60,8 +60,12 @@ class RayMissingError(MsnbError):
 def require() -> ModuleType:
     """``ray.serve``, imported (with msnb's Ray environment set first); a ``RayMissingError`` naming the extra
     when it is not installed."""
+    from msnb.engines.ray.deferred import defer
+
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
+    if "ray.serve" not in sys.modules:
+        defer()  # what Ray imports and seldom calls, imported on its first call (a second of CPU)
     try:
         return importlib.import_module("ray.serve")
     except ImportError as err:
