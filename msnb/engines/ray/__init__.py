@@ -12,6 +12,7 @@ import sys
 from types import ModuleType
 
 from msnb.engines.protocol import Engine, EngineKind, Layout, ServeOptions
+from msnb.engines.ray.deferred import defer
 from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA
 from msnb.errors import MsnbError
 
@@ -60,8 +61,6 @@ class RayMissingError(MsnbError):
 def require() -> ModuleType:
     """``ray.serve``, imported (with msnb's Ray environment set first); a ``RayMissingError`` naming the extra
     when it is not installed."""
-    from msnb.engines.ray.deferred import defer
-
     for key, value in ENV.items():
         os.environ.setdefault(key, value)
     if "ray.serve" not in sys.modules:

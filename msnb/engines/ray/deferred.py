@@ -35,7 +35,7 @@ class Deferred(ModuleType):
         self._real: ModuleType | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name.startswith("_real") or name == "_functions":
+        if name.startswith("__"):  # (a dunder a module lacks: as on any module)
             raise AttributeError(name)
         if name in self._functions:
             return self._deferred(name)
@@ -62,13 +62,9 @@ class Deferred(ModuleType):
             return self._real
 
 
-def defer() -> list[str]:
-    """Stand in for each of ``DEFERRED`` that is installed and not imported yet; the names stood in for."""
-    stood_in = []
+def defer() -> None:
+    """Stand in for each of ``DEFERRED`` that is installed and not imported yet."""
     for name, functions in DEFERRED.items():
         spec = None if name in sys.modules else importlib.util.find_spec(name)
-        if spec is None:
-            continue
-        sys.modules[name] = Deferred(spec, functions)
-        stood_in.append(name)
-    return stood_in
+        if spec is not None:
+            sys.modules[name] = Deferred(spec, functions)

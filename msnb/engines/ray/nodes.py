@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msnb.engines.ray import ENV, require
+from msnb.engines.ray.deferred import DEFERRED
 
 LOOPBACK = "127.0.0.1"
 AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
@@ -24,7 +25,7 @@ AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 # rfc3987_syntax when it is installed (Jupyter's jsonschema[format-nongpl] installs it); it builds a Lark grammar at
 # import: 1.7-4.2 s of CPU in each of Ray's Python processes (agents, Serve's controller and proxy, every replica),
 # measured with `python -X importtime` on the 2-core machine. Left out, jsonschema only skips its "iri" formats.
-SKIPPED_IMPORTS = ("rfc3987_syntax",)
+SKIPPED_IMPORTS = tuple(DEFERRED)  # (the modules msnb's own process imports on first use: msnb.engines.ray.deferred)
 LEAN_DIR = "lean"  # under the temp root: one stub module per skipped import, first on Ray's processes' PYTHONPATH
 _outside: dict[str, str | None] = {}  # the auth variables as they were before our first node started
 
