@@ -8,13 +8,15 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -294,6 +296,16 @@ def processes_naming(path: Path) -> list[psutil.Process]:
         if any(str(path) in part for part in (proc.info["cmdline"] or ())):
             found.append(proc)
     return found
+
+
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port no server answers while the block runs: bound and never listened on, so a connection is
+    refused and no test running beside this one can take it (a port only found free could be bound by a parallel
+    test's server, whose answers would then come back from what should be down)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 def poll(

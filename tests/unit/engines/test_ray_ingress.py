@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+from helpers import refused_port
 
 from msnb.engines.ray import ingress
 from msnb.engines.ray.ingress import Routes
@@ -69,14 +70,15 @@ def served(tmp_path_factory):
     """A stand-in replica (also the proxy) and a real front before it; a route's first replica port is closed."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Replica)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    live, dead = f"http://127.0.0.1:{server.server_port}", f"http://127.0.0.1:{free_port()}"
-    Replica.routes = {"/": [live], "/predictions/m": [dead, live], "/predictions/streamer": [live]}
-    work = tmp_path_factory.mktemp("front")
-    (work / "key").write_text(KEY)
-    port = free_port()
-    proc = ingress.spawn(port, server.server_port, LIMIT, work / "key", work / "front.log", 60)
-    yield f"http://127.0.0.1:{port}", proc
-    ingress.stop(proc)
+    with refused_port() as closed:
+        live, dead = f"http://127.0.0.1:{server.server_port}", f"http://127.0.0.1:{closed}"
+        Replica.routes = {"/": [live], "/predictions/m": [dead, live], "/predictions/streamer": [live]}
+        work = tmp_path_factory.mktemp("front")
+        (work / "key").write_text(KEY)
+        port = free_port()
+        proc = ingress.spawn(port, server.server_port, LIMIT, work / "key", work / "front.log", 60)
+        yield f"http://127.0.0.1:{port}", proc
+        ingress.stop(proc)
     server.shutdown()
 
 

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from helpers import poll
+from helpers import poll, refused_port
 
 from msnb.engines.shadow import mirror
 from msnb.engines.shadow.ingress import Settings, Shadow
 from msnb.engines.shadow.sides import CANDIDATE, PRIMARY, KeyFile, Side
-from msnb.engines.torchserve.config import free_port
 
 
 class Stand(BaseHTTPRequestHandler):
@@ -82,10 +81,17 @@ class Running:
         self.thread.join(30)
 
 
-def side(role: str, server: ThreadingHTTPServer | None, tmp_path: Path) -> Side:
-    url = f"http://127.0.0.1:{server.server_port if server else free_port()}"
+def side(role: str, server: ThreadingHTTPServer | int, tmp_path: Path) -> Side:
+    url = f"http://127.0.0.1:{server if isinstance(server, int) else server.server_port}"
     (tmp_path / f"{role}.key").write_text(f"{role}-key")
     return Side(role, url, url, KeyFile(tmp_path / f"{role}.key"))
+
+
+@pytest.fixture
+def down():
+    """A candidate port no server answers (a server found there would be judged as the candidate)."""
+    with refused_port() as port:
+        yield port
 
 
 @pytest.fixture
@@ -122,9 +128,9 @@ def test_a_slow_candidate_changes_nothing_a_client_gets_and_copies_that_cannot_w
         slow.shutdown()
 
 
-def test_a_split_share_the_candidate_cannot_answer_is_answered_by_the_primary(primary, tmp_path):
+def test_a_split_share_the_candidate_cannot_answer_is_answered_by_the_primary(primary, down, tmp_path):
     front = Running(
-        {PRIMARY: side(PRIMARY, primary, tmp_path), CANDIDATE: side(CANDIDATE, None, tmp_path)}, tmp_path, split=50
+        {PRIMARY: side(PRIMARY, primary, tmp_path), CANDIDATE: side(CANDIDATE, down, tmp_path)}, tmp_path, split=50
     )
     try:
         assert [front.post().json()["side"] for _ in range(6)] == ["primary"] * 6
@@ -140,8 +146,8 @@ def test_a_split_share_the_candidate_cannot_answer_is_answered_by_the_primary(pr
         front.stop()
 
 
-def test_the_metrics_address_serves_prometheus_to_anyone_and_control_with_the_key_only(primary, tmp_path):
-    front = Running({PRIMARY: side(PRIMARY, primary, tmp_path), CANDIDATE: side(CANDIDATE, None, tmp_path)}, tmp_path)
+def test_the_metrics_address_serves_prometheus_to_anyone_and_control_with_the_key_only(primary, down, tmp_path):
+    front = Running({PRIMARY: side(PRIMARY, primary, tmp_path), CANDIDATE: side(CANDIDATE, down, tmp_path)}, tmp_path)
     metrics = front.shadow.metrics_url
     try:
         front.post()
