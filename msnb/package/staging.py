@@ -9,7 +9,6 @@ import os
 import shutil
 from pathlib import Path
 
-import torch
 import yaml
 
 from msnb.capture import requirement_rules, secret_rules
@@ -86,6 +85,8 @@ def _stage_checkpoint(spec: HandlerSpec, dst: Path, symlink_ok: bool) -> None:
     ckpt = spec.checkpoint
     if ckpt is None:
         return
+    import torch  # here: a folder opened from an archive (`msnb serve A.mar`) stages no checkpoint, nor imports torch
+
     if isinstance(ckpt, torch.jit.ScriptModule) and spec.form != ROLES_FORM:
         torch.jit.save(ckpt, str(dst))  # what BaseHandler.initialize loads (torch.jit.load)
         return

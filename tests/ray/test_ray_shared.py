@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -19,6 +20,9 @@ import requests
 import torch
 from api_clients import mcp_tools
 from helpers import build_mar, poll, processes_naming
+
+from msnb.engines.ray.shared_sets import SHARED_SET
+from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
 
 MSNB = str(Path(sys.executable).with_name("msnb"))
 HANDLER = """
@@ -226,41 +230,60 @@ def cli_serve_uses_it(env: dict, folder: Path) -> None:
     poll(lambda: "echo" not in msnb(env, "ray", "status").stdout, 60, "echo taken off at Ctrl-C")
 
 
+BEARER_X = {"Authorization": "Bearer x"}
 PID_HANDLER = "import os\n\ndef handle(data, context):\n    return None if data is None else [os.getpid()]\n"
 
 
 @pytest.mark.timeout(900)
-def test_a_process_packs_its_models_into_a_replica_set_of_its_own_on_the_shared_ray(shared):
-    """`msnb serve A.mar B.mar --engine ray` on the shared Ray: both archives answer from one replica process (a set
-    named by the serving process's pid, routed by the owner's router), and Ctrl-C takes the set off."""
+def test_a_process_s_models_load_into_the_standing_replica_and_beyond_k_into_a_set_of_its_own(shared):
+    """`msnb serve PA PB PC --engine ray --models-per-replica 2` on the shared Ray: pa and pb load into the running
+    replica of the standing set (started at `msnb ray up`, before them), each opened by the serving process's key;
+    pc, beyond K, into a set of the process's own (named by its pid, routed by the owner's router); Ctrl-C takes
+    them off, the process's own set with its replica, and the standing replica stays up."""
     env, state, folder = shared
-    mars = [build_mar(folder / name, name, PID_HANDLER) for name in ("pa", "pb")]
-    out = folder / "packed.out"
+    mars = [build_mar(folder / name, name, PID_HANDLER) for name in ("pa", "pb", "pc")]
+    out, began = folder / "packed.out", time.time()
     with out.open("w") as log:
         proc = subprocess.Popen(
-            [MSNB, "serve", *map(str, mars), "--engine", "ray"],
+            [MSNB, "serve", *map(str, mars), "--engine", "ray", "--models-per-replica", "2"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=folder,
         )
+        mine = Path(state["root"]) / "users" / str(proc.pid)
         try:
             poll(lambda: "Ctrl-C" in out.read_text() or proc.poll() is not None, 300, "msnb serve to serve", 0.5)
-            answers = [msnb(env, "predict", name, "--data", "{}") for name in ("pa", "pb")]
-            assert all(done.returncode == 0 for done in answers), out.read_text() + "".join(a.stderr for a in answers)
-            pids = {json.loads(done.stdout) for done in answers}
-            assert len(pids) == 1, pids  # one replica process holds both
-            written = [json.loads(p.read_text()) for p in (Path(state["root"]) / "users").glob("*/sets.json")]
-            assert written == [{"pa": f"msnb-models-{proc.pid}-1", "pb": f"msnb-models-{proc.pid}-1"}]
+            answers = {name: msnb(env, "predict", name, "--data", "{}") for name in ("pa", "pb", "pc")}
+            assert all(a.returncode == 0 for a in answers.values()), out.read_text() + str(answers)
+            pids = {name: json.loads(done.stdout) for name, done in answers.items()}
+            assert pids["pa"] == pids["pb"] != pids["pc"], pids  # one replica process holds pa and pb
+            assert psutil.Process(pids["pa"]).create_time() < began  # ... the standing set's, up before they came
+            owned = f"msnb-models-{proc.pid}-1"
+            assert json.loads((mine / "sets.json").read_text()) == {"pa": SHARED_SET, "pb": SHARED_SET, "pc": owned}
+            members = json.loads((mine / "shared_set.json").read_text())
+            assert [m["app"] for m in members] == ["pa", "pb"]
+            assert {m["key_file"] for m in members} == {str(mine / "key_file.json")}  # this process's key opens them
+            other = requests.post(f"{state['inference_url']}/predictions/pa", headers=BEARER_X, timeout=60)
+            assert other.status_code in (400, 401), other.text  # another key does not
         finally:
             proc.send_signal(signal.SIGINT)
             assert proc.wait(120) == 0, out.read_text()
-    poll(lambda: "pa" not in msnb(env, "ray", "status").stdout, 60, "pa and pb taken off at Ctrl-C")
-    replica = pids.pop()
-    poll(lambda: not psutil.pid_exists(replica), 120, "the set's replica process to end")
+    poll(lambda: "pa" not in msnb(env, "ray", "status").stdout, 60, "pa, pb and pc taken off at Ctrl-C")
+    poll(lambda: not psutil.pid_exists(pids["pc"]), 120, "the process's own set's replica to end")
+    poll(lambda: not {"pa", "pb"} & set(standing_loaded(state)), 60, "pa and pb unloaded from the standing replica")
+    assert psutil.pid_exists(pids["pa"])  # the standing replica stays, for the next process's models
 
 
-@pytest.mark.timeout(600)
+def standing_loaded(state: dict) -> dict:
+    """What the standing set's replica says it loaded (asked with the shared Ray's own key, as its owner asks)."""
+    owner_key = json.loads((Path(state["root"]) / "key_file.json").read_text())["inference"]["key"]
+    url = f"{state['inference_url']}{set_route(SHARED_SET)}{LOADED_PATH}"
+    answer = requests.get(url, headers={"Authorization": f"Bearer {owner_key}"}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
 def test_a_notebook_serves_on_the_shared_ray_after_ms_ray_up(shared, tmp_path, monkeypatch):
     """`%ms_ray up` in a real Jupyter kernel: the shared Ray is found up; `%ms_serve --engine ray` serves there with
     the kernel's own key, `%ms_ray status` lists the kernel's model, and the kernel's end takes it off."""

@@ -275,7 +275,7 @@ class LocalRay:
                 targets.append(outcome[1])
             else:
                 joined[app] = outcome
-        targets += [self.sets.target(self.sets.packing.set_of(app)) for app in joined]
+        targets += self.sets.set_targets(joined)
         if targets:
             unique = list({t.name: t for t in targets}.values())  # one target per set, as its members are now
             serve.run_many(unique, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)

@@ -33,12 +33,14 @@ class ReplicaSet:
     """One replica set: its application, the workers its members share, each member's entry (model application
     -> what its slot loads: multi_model.member's fields), and the replicas a new set starts from (``running``: those
     of the model a scale moved into it, kept within its workers as TorchServe keeps its workers; None: Serve's
-    min_replicas, or, once the set is deployed, the replicas Serve runs)."""
+    min_replicas, or, once the set is deployed, the replicas Serve runs); ``shared``: a set other processes' models
+    fill too (the shared Ray's standing set, msnb.engines.ray.shared_sets), which only its own rule joins."""
 
     app: str
     workers: tuple[int, int]
     members: dict[str, dict] = field(default_factory=dict)
     running: int | None = None
+    shared: bool = False
 
 
 class Packing:
@@ -78,6 +80,8 @@ class Packing:
     def place(self, app: str, entry: dict, workers: tuple[int, int]) -> tuple[ReplicaSet, bool]:
         """The set ``app`` joins (a set with its workers and room, else a new one) and whether that set is new."""
         for rs in self.sets.values():
+            if rs.shared:
+                continue
             if rs.workers == workers and (app in rs.members or len(rs.members) < self.models_per_replica):
                 rs.members[app] = entry
                 return rs, False
@@ -89,7 +93,7 @@ class Packing:
         """The set ``app`` joins beyond K when no new set can start (Ray's CPUs are taken): the one with its workers
         and the fewest members (its replicas keep ``loaded_per_replica`` loaded); None when no set has its workers."""
         self.remove(app)
-        fits = [rs for rs in self.sets.values() if rs.workers == workers]
+        fits = [rs for rs in self.sets.values() if rs.workers == workers and not rs.shared]
         if not fits:
             return None
         rs = min(fits, key=lambda rs: len(rs.members))

@@ -16,6 +16,8 @@ from msnb.engines.ray.packing import Packing, ReplicaSet, own_route, workers
 from msnb.errors import ServerError
 
 ANSWER_S = 30.0  # how long a set's replica may take to say which models it loaded
+# how often a load waited for reads Serve's status (a failed set): each read costs the caller a tenth of a CPU-second
+STATUS_S = 1.0
 
 
 class ReplicaSets:
@@ -60,15 +62,27 @@ class ReplicaSets:
         None when the model needs a replica of its own (packing's rule)."""
         if self.packing.own_replica(folder, str(args.get("name") or app), args) is not None:
             return None
-        entry = {"app": app, "model_dir": str(folder), "name": args.get("name"), "env": args.get("env_vars") or {}}
-        if args.get("envelope"):
-            entry["envelope"] = args["envelope"]
         rs = self.packing.set_of(app)
         self._before[app] = rs.members[app] if rs is not None else None
-        placed = self.packing.place(app, entry, workers(folder))
+        placed = self.place(app, self.entry(folder, app, args), folder)
         if placed[1]:  # a new set: from the replicas the model runs now (a scale's), as its own application starts
             placed[0].running = args.get("running")
         return placed
+
+    def entry(self, folder: Path, app: str, args: dict) -> dict:
+        """Model application ``app``'s entry in its set's user_config (what its slot loads: multi_model.member)."""
+        entry = {"app": app, "model_dir": str(folder), "name": args.get("name"), "env": args.get("env_vars") or {}}
+        if args.get("envelope"):
+            entry["envelope"] = args["envelope"]
+        return entry
+
+    def place(self, app: str, entry: dict, folder: Path) -> tuple[ReplicaSet, bool]:
+        """The set ``app`` joins and whether it is new (packing's rule)."""
+        return self.packing.place(app, entry, workers(folder))
+
+    def set_targets(self, joined: dict[str, Path]) -> list[Any]:
+        """The Serve RunTargets of the sets the ``joined`` model applications are in, as their members are now."""
+        return [self.target(self.packing.set_of(app)) for app in joined]
 
     def target(self, rs: ReplicaSet) -> Any:
         """The Serve RunTarget of set ``rs`` as its members are now."""
@@ -132,12 +146,16 @@ class ReplicaSets:
         return outcome
 
     def _restore(self, app: str, entry: dict) -> None:
-        from ray import serve
-
         rs = self.packing.set_of(app)
         rs.members[app] = entry
+        self.run_set(rs, wait=False)
+
+    def run_set(self, rs: ReplicaSet, wait: bool = True) -> None:
+        """Set ``rs`` deployed with the members it has now (``wait``: until its replicas let go of what left)."""
+        from ray import serve
+
         serve.run_many(
-            [self.target(rs)], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False
+            [self.target(rs)], wait_for_ingress_deployment_creation=False, wait_for_applications_running=wait
         )
 
     def _by_set(self, joined: dict[str, Path]) -> dict[str, list[str]]:
@@ -152,34 +170,36 @@ class ReplicaSets:
         its load error; a set that failed (or did not answer in ``timeout_s``) fails each of them."""
         from ray import serve
 
-        deadline, found = time.monotonic() + timeout_s, {}
-        while len(found) < len(wanted):
-            app = serve.status().applications.get(set_app)
-            state = app.status if app is not None else "NOT_STARTED"
-            if state == "DEPLOY_FAILED" or time.monotonic() > deadline:
-                text = f"{app.message if app else 'not started'}"
-                return found | {a: self._error(a, set_app, text) for a in wanted if a not in found}
-            if state == "RUNNING":
-                found |= self._answers(set_app, wanted)
-            time.sleep(0 if len(found) == len(wanted) else 0.1)
-        return found
+        deadline, found, asked = time.monotonic() + timeout_s, {}, 0.0
+        while True:
+            found |= self._answers(set_app, wanted)  # (a set not running yet answers nothing)
+            if len(found) == len(wanted):
+                return found
+            if time.monotonic() - asked >= STATUS_S:
+                app, asked = serve.status().applications.get(set_app), time.monotonic()
+                if (app.status if app is not None else "NOT_STARTED") == "DEPLOY_FAILED" or asked > deadline:
+                    text = f"{app.message if app else 'not started'}"
+                    return found | {a: self._error(a, set_app, text) for a in wanted if a not in found}
+            time.sleep(0.1)
 
     def _answers(self, set_app: str, wanted: dict[str, Path]) -> dict[str, Any]:
         """The wanted members' outcomes the set's replica gives (``LOADED_PATH``, through the front, with the key)."""
         from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
 
-        url = f"{self.engine.inference_url}{set_route(set_app)}{LOADED_PATH}"
-        try:
-            answer = self.engine.client.call("GET", url, "inference", timeout=ANSWER_S)
-            loaded = answer.json() if answer.status_code == 200 else {}
-        except (ServerError, ValueError):  # the replica changing meanwhile: ask again
-            return {}
-        found = {}
+        loaded, found = self.loaded(f"{set_route(set_app)}{LOADED_PATH}"), {}
         for app, folder in wanted.items():
             got = loaded.get(app) or {}
             if got.get("model_dir") == str(folder):  # this folder's outcome, not an older one's
                 found[app] = folder if got.get("error") is None else self._error(app, set_app, got["error"])
         return found
+
+    def loaded(self, path: str) -> dict:
+        """A set replica's answer at ``path`` (its LOADED_PATH, through the front, with the key); {} while it changes."""
+        try:
+            answer = self.engine.client.call("GET", self.engine.inference_url + path, "inference", timeout=ANSWER_S)
+            return answer.json() if answer.status_code == 200 else {}
+        except (ServerError, ValueError):  # the replica changing meanwhile: ask again
+            return {}
 
     def _error(self, app: str, set_app: str, text: str) -> ServerError:
         return self.failure(app, "\n".join([text, *self.engine.app_log(set_app, 30)]))
@@ -199,7 +219,7 @@ class ReplicaSets:
         from ray import serve
 
         if rs.members:  # returns once its replicas let go of what left (as serve.delete returns once they are gone)
-            serve.run_many([self.target(rs)], wait_for_ingress_deployment_creation=False)
+            self.run_set(rs)
         else:
             serve.delete(rs.app)
 

@@ -5,7 +5,9 @@ or kernel that asked) that runs a ``LocalRay`` (loopback, Ray's token auth, the 
 writes the state file. A kernel's ``%ms_serve --engine ray``, ``msnb serve --engine ray`` and ``msnb compare`` then
 attach to it (``attached``): a ``SharedRay`` deploys its models there with an inference key of its own (its models'
 replicas ask for it, so no other user's key opens them) and lists them under its pid; the owner takes a dead user's
-models off (``reap``). Ray's start is paid once per machine, not once per notebook.
+models off (``reap``) and keeps the standing replica set, whose running replica every user's models load into
+(msnb.engines.ray.shared_sets). Ray's start is paid once per machine, not once per notebook, and a replica's
+start once per shared Ray, not once per user.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import psutil
 from msnb.engines.ray import ENGINE, require
 from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, default_made
 from msnb.engines.ray.nodes import quiet_serve_log
+from msnb.engines.ray.shared_sets import SHARED_SET, SharedSets, StandingSet, route_users, sets_of, shared_members
 from msnb.errors import ServerError
 from msnb.files import state_dir, write_atomic
 
@@ -42,7 +45,7 @@ USERS = (
 )
 UP_WAIT_S = 600.0  # Ray's start on a loaded two-core machine: minutes
 DOWN_WAIT_S = 120.0
-REAP_S = 1.0  # how often the owner looks for users that are gone
+WATCH_S = 0.2  # how often the owner reads its users' files: one gone, a change of the standing set or the routes
 OWNER_MODULE = "msnb.engines.ray.shared"
 UP_HINT = "start it with `msnb ray up` (in a notebook: `%ms_ray up`; it stays up until `msnb ray down`)."
 
@@ -180,7 +183,11 @@ def status() -> str:
     lines = [f"shared Ray up: owner pid {state.owner}, {state.inference_url}, {len(tree)} processes, {rss:.0f} MiB RSS"]
     for pid, apps in sorted(users(Path(state.root)).items()):
         lines.append(f"  pid {pid}: {', '.join(apps) or 'no models'}")
-    return "\n".join(lines if len(lines) > 1 else [*lines, "  no models served"])
+    if len(lines) == 1:
+        return "\n".join([*lines, "  no models served"])
+    if standing := shared_members(Path(state.root) / USERS):
+        lines.append(f"  in the standing replica set ({SHARED_SET}): {', '.join(standing)}")
+    return "\n".join(lines)
 
 
 def _rss(proc: psutil.Process) -> int:
@@ -266,10 +273,10 @@ class SharedRay(LocalRay):
 
     def __init__(self, state: SharedState, max_request_size: int | None = None, **packing: Any):
         from msnb.engines.ray.packing import SET_PREFIX
-        from msnb.engines.ray.shared_sets import SharedSets
 
         super().__init__(state.http_port, max_request_size=max_request_size, **packing)
-        # its replica sets are its own (named by its pid), routed by the owner's router (msnb.engines.ray.shared_sets)
+        # the standing set first, then sets of its own (named by its pid), all routed by the owner's router
+        # (msnb.engines.ray.shared_sets)
         self.sets = SharedSets(self, self.sets.packing, self.sets.failure)
         self.sets.packing.prefix = f"{SET_PREFIX}{os.getpid()}-"
         self.shared, self._attached = state, False
@@ -317,7 +324,8 @@ class SharedRay(LocalRay):
             _LIVE.discard(self)
             if not self._attached:
                 return
-            for name in [*self._folders, *self.sets.packing.sets] if _is_owner(self.shared.owner) else ():
+            own_sets = [app for app, rs in self.sets.packing.sets.items() if not rs.shared]  # (the standing set stays)
+            for name in [*self._folders, *own_sets] if _is_owner(self.shared.owner) else ():
                 with contextlib.suppress(Exception):  # the shared Ray may go down meanwhile (a packed name: no-op)
                     serve.delete(name)
             ray.shutdown()
@@ -384,8 +392,6 @@ def reap(root: Path) -> None:
     """Take the models of every user that is gone off Serve, and delete its files."""
     from ray import serve
 
-    from msnb.engines.ray.shared_sets import sets_of
-
     for pid, apps in users(root).items():
         if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
             continue
@@ -397,22 +403,23 @@ def reap(root: Path) -> None:
 
 
 def own(state_path: Path, port: int | None) -> None:
-    """The owner: start the Ray, write the state file, take dead users' models off and route the live ones' replica
-    sets until told to stop."""
-    from msnb.engines.ray.shared_sets import route_users
-
+    """The owner: start the Ray and the standing replica set, write the state file, take dead users' models off,
+    deploy the live ones' standing-set members and route their replica sets until told to stop."""
     stop = threading.Event()
     _stop_on_signals(stop)
     engine = SharedOwner(port).start()
     _stop_on_signals(stop)  # again: Ray's core worker put a handler on SIGTERM that prints a stack trace first
     try:
+        standing = StandingSet(engine)  # started now, with no members: its replica imports torch before a model comes
+        standing.update(engine.root / USERS)
         state = SharedState(os.getpid(), str(engine.root), _gcs_address(), engine.inference_url, engine.http_port)
         write_atomic(state_path, json.dumps(asdict(state)))
         print(f"shared Ray up: {state}", flush=True)
         told = None
-        while not stop.wait(REAP_S):
+        while not stop.wait(WATCH_S):
             reap(engine.root)
-            # the attached processes' replica sets, routed by this router (msnb.engines.ray.shared_sets)
+            # the attached processes' standing-set members, and every set's route (msnb.engines.ray.shared_sets)
+            standing.update(engine.root / USERS)
             told = route_users(engine, engine.root / USERS, told)
     finally:
         with contextlib.suppress(FileNotFoundError, ValueError):

@@ -1,11 +1,20 @@
-"""Replica sets on the shared Ray (`msnb ray up`): each attached process packs its models into sets of its own, and
-the owner, whose router every process shares, routes them.
+"""Replica sets on the shared Ray (`msnb ray up`): the owner's standing set, which every attached process's models
+join while it has room, and each process's own sets beyond it; the owner, whose router every process shares, routes
+them all.
 
-A process cannot rewrite the router itself (its user_config holds the owner's key and ingress config, and every process's
-sets): it writes which set serves each of its packed models to ``users/PID/SETS_FILE``; the owner merges the live
-processes' files into its router's user_config (``route_users``, each time it looks for users that are gone); the
-process waits until the router lists its models' routes (``SharedSets.tell_router``). A set's replicas ask for the
-process's own inference key, as its one-model applications do.
+The standing set (``SHARED_SET``) is started with no members when the shared Ray comes up, so its replica has imported
+torch and TorchServe before any model comes: a model a process serves later loads into that running process. The
+owner is its one writer: each process lists its members (their entries, each naming the process's own inference
+key, so no other process's key opens them) in ``users/PID/SHARED_FILE``, and the owner deploys the live processes'
+entries as the set's user_config (``StandingSet.update``, each time it looks for users that are gone: a dead
+process's members leave with its folder). Beyond K members, counted over every process, a process packs into sets
+of its own (named by its pid), as a process on a Ray of its own does.
+
+A process cannot rewrite the router itself (its user_config holds the owner's key and ingress config, and every
+process's sets): it writes which set serves each of its packed models to ``users/PID/SETS_FILE``; the owner merges
+the live processes' files into its router's user_config (``route_users``); the process waits until the router lists
+its models' routes (``SharedSets.tell_router``). A set's replicas ask for the process's own inference key, as its
+one-model applications do.
 """
 
 from __future__ import annotations
@@ -17,12 +26,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from msnb.engines.ray.packing import SET_PREFIX, ReplicaSet, workers
 from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.errors import ServerError
 from msnb.files import write_atomic
 
 SETS_FILE = "sets.json"  # users/PID/sets.json: model application -> the set that serves it
-ROUTE_WAIT_S = 60.0  # the owner looks every second (shared.REAP_S); its router's update takes a few more
+SHARED_FILE = "shared_set.json"  # users/PID/shared_set.json: the process's members of the standing set (entries)
+SHARED_SET = f"{SET_PREFIX}shared"  # the standing set's application
+SHARED_WORKERS = (1, 1)  # its replicas: one (the workers of a model-config that names none)
+ROUTE_WAIT_S = 60.0  # the owner looks five times a second (shared.WATCH_S); its router's update takes a few more
 ROUTE_HINT = (
     "the shared Ray's owner routes replica sets; one started by an older msnb does not: `msnb ray down`, then "
     "`msnb ray up` again (or serve with --models-per-replica 1: a replica per model, which it routes)."
@@ -36,6 +49,56 @@ class SharedSets(ReplicaSets):
     def __init__(self, engine: Any, packing: Any, failure: Any):
         super().__init__(engine, packing, failure)
         self._told: dict[str, str] = {}
+
+    def place(self, app: str, entry: dict, folder: Path) -> tuple[ReplicaSet, bool]:
+        """The standing set while it has room and the model's workers are its (the model loads into its running
+        replica), with this process's key; else a set of this process's own (packing's rule)."""
+        current = self.packing.set_of(app)
+        if current is None:
+            joins = workers(folder) == SHARED_WORKERS and self.room()
+        else:
+            joins = current.shared  # (a model whose workers changed has left its set: replace)
+        if joins:
+            shared = self.packing.sets.setdefault(SHARED_SET, ReplicaSet(SHARED_SET, SHARED_WORKERS, shared=True))
+            shared.members[app] = {**entry, "key_file": str(self.engine.key_file)}
+            return shared, False
+        return super().place(app, entry, folder)
+
+    def room(self) -> bool:
+        """Whether the standing set runs (an owner of an older msnb starts none) with fewer than K members, every
+        process's counted."""
+        from ray import serve
+
+        if SHARED_SET not in serve.status().applications:
+            return False
+        mine = self.packing.sets.get(SHARED_SET)
+        others = shared_members(self.engine.root.parent, but=self.engine.root.name)
+        return len(others) + len(mine.members if mine else ()) < self.packing.models_per_replica
+
+    def set_targets(self, joined: dict[str, Path]) -> list[Any]:
+        """The owner told this process's standing-set members (it deploys them); the RunTargets of its own sets."""
+        self.tell_owner()
+        return super().set_targets({app: f for app, f in joined.items() if not self.packing.set_of(app).shared})
+
+    def run_set(self, rs: ReplicaSet, wait: bool = True) -> None:
+        self.tell_owner() if rs.shared else super().run_set(rs, wait)
+
+    def release(self, rs: ReplicaSet) -> None:
+        """As ReplicaSets.release; the standing set's members told the owner (it stays up without them)."""
+        self.tell_owner() if rs.shared else super().release(rs)
+
+    def tell_owner(self) -> None:
+        """Write this process's standing-set members (``SHARED_FILE``): the owner deploys them."""
+        mine = self.packing.sets.get(SHARED_SET)
+        write_atomic(self.engine.root / SHARED_FILE, json.dumps(list(mine.members.values()) if mine else []))
+
+    def loaded(self, path: str) -> dict:
+        """As ReplicaSets.loaded; the standing set's replica asked with the shared Ray's own key (the set's)."""
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import set_route
+
+        if not path.startswith(set_route(SHARED_SET) + "/"):
+            return super().loaded(path)
+        return self.owner_get(path) or {}
 
     def tell_router(self, sets: dict[str, str] | None = None) -> None:
         """Write this process's sets, then wait until the router lists each packed model's route and no longer lists
@@ -58,20 +121,24 @@ class SharedSets(ReplicaSets):
         time.sleep(2 * REFRESH_S)  # the front reads the router's routes again every REFRESH_S: then it sends them
 
     def targets(self) -> dict[str, list[str]]:
-        """The routes the router hands the front (asked through the front with the shared Ray's own key)."""
-        from msnb.engines.ray.engine import KEY_FILE
+        """The routes the router hands the front."""
         from msnb.templates.msnb_runtime.ray.ingress import TARGETS_PATH
+
+        return self.owner_get(TARGETS_PATH) or {}
+
+    def owner_get(self, path: str) -> Any:
+        """GET ``path`` through the front with the shared Ray's own key: its JSON, or None (the router or a set's
+        replica updating: ask again)."""
+        from msnb.engines.ray.engine import KEY_FILE
         from msnb.templates.msnb_runtime.ts.checks import read_key
 
         key = read_key(Path(self.engine.shared.root) / KEY_FILE)
-        request = urllib.request.Request(
-            self.engine.inference_url + TARGETS_PATH, headers={"Authorization": f"Bearer {key}"}
-        )
+        request = urllib.request.Request(self.engine.inference_url + path, headers={"Authorization": f"Bearer {key}"})
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return json.loads(answer.read())
-        except (OSError, ValueError):  # the router updating: ask again
-            return {}
+        except (OSError, ValueError):
+            return None
 
 
 def routed(targets: dict[str, list[str]], mine: dict[str, str], gone: set[str]) -> bool:
@@ -106,7 +173,49 @@ def route_users(engine: Any, users: Path, told: dict[str, str] | None) -> dict[s
 
 
 def sets_of(users: Path, pid: int) -> list[str]:
-    """The set applications process ``pid`` deployed (from its sets file): taken off with its models."""
+    """The set applications process ``pid`` deployed (from its sets file): taken off with its models (the standing
+    set stays: the owner's)."""
     with contextlib.suppress(ValueError, OSError):
-        return sorted(set(json.loads((users / str(pid) / SETS_FILE).read_text()).values()))
+        return sorted(set(json.loads((users / str(pid) / SETS_FILE).read_text()).values()) - {SHARED_SET})
     return []
+
+
+def shared_members(users: Path, but: str = "") -> dict[str, dict]:
+    """Every attached process's standing-set members (``users``/PID/SHARED_FILE; ``but``: a PID left out), by
+    model application, in the order of the processes' pids."""
+    merged: dict[str, dict] = {}
+    paths = sorted(users.glob(f"*/{SHARED_FILE}"), key=lambda p: (len(p.parent.name), p.parent.name))
+    for path in paths:
+        if path.parent.name == but:
+            continue
+        with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
+            merged |= {str(entry["app"]): entry for entry in json.loads(path.read_text())}
+    return merged
+
+
+class StandingSet:
+    """The owner's part: the standing set deployed with the live processes' members (``engine``: the owner's
+    SharedOwner), started with none when the shared Ray comes up."""
+
+    def __init__(self, engine: Any):
+        self.engine, self.members = engine, None
+
+    def update(self, users: Path) -> None:
+        """Deploy the standing set when its members changed (a lightweight update: the running replica loads and
+        unloads them in place); Serve busy: said in the owner's log, tried again next time."""
+        from ray import serve
+
+        members = shared_members(users)
+        if members == self.members:
+            return
+        rs = ReplicaSet(SHARED_SET, SHARED_WORKERS, members, shared=True)
+        try:
+            serve.run_many(
+                [self.engine.sets.target(rs)],
+                wait_for_ingress_deployment_creation=False,
+                wait_for_applications_running=False,
+            )
+        except Exception as err:
+            print(f"the standing replica set was not updated ({err}): trying again", flush=True)
+            return
+        self.members = members

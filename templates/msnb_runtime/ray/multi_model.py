@@ -2,9 +2,10 @@
 store costs on Ray what it costs on TorchServe (one process that has imported torch, not one per model).
 
 ``ray.multi_model:models`` builds the application; its ``user_config`` lists the folders (``{"models": [{"app",
-"model_dir", "name", "env", "envelope", "install"}, ...]}``), so a folder added, replaced or removed reaches the
-running replicas (``reconfigure``) without a restart: registering a model on a Ray whose set is up loads it into
-the running process. Each folder is loaded by TorchServe's own loader (``LoadedModel``) in a namespace of its own
+"model_dir", "name", "env", "envelope", "install", "key_file"}, ...]}``), so a folder added, replaced or removed
+reaches the running replicas (``reconfigure``) without a restart: registering a model on a Ray whose set is up loads
+it into the running process. A member with a ``key_file`` of its own opens with that inference key only (a set
+shared by several processes on the shared Ray). Each folder is loaded by TorchServe's own loader (``LoadedModel``) in a namespace of its own
 (ray.isolation: its modules, ``sys.path`` entry, cwd and variables while it loads and handles), and answered
 by a ``ModelSlot``: MsnbModel's ingress checks, batching (its own ``@serve.batch`` queues with its batchSize and
 maxBatchDelay), responseTimeout, metrics labels and Context. A folder whose load fails fails alone: its requests
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import time
 import traceback
@@ -259,7 +261,9 @@ class MsnbModels(Members):
 
         super().__init__()
         worker_logs()
+        preload()
         self.gpu_id = replica_gpu_id(ray.get_gpu_ids())
+        self.ingress_args = ingress_config
         self.ingress_config = ingress.IngressConfig(ingress_config) if ingress_config is not None else None
 
     def load(self, app: str, spec: dict) -> None:
@@ -276,10 +280,17 @@ class MsnbModels(Members):
             return
         model.entry = Within(model.entry, space)
         old = self.spaces.get(app)
-        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(app, model, self.ingress_config), space, spec
+        self.slots[app], self.spaces[app], self.specs[app] = ModelSlot(app, model, self.checks(spec)), space, spec
         self.failed.pop(app, None)
         if old is not None:
             old.close()
+
+    def checks(self, spec: dict) -> ingress.IngressConfig | None:
+        """The ingress checks of a member's requests: the set's, with the member's own inference key when its entry
+        names a ``key_file`` (a set shared by several processes, each opening only its own models with its key)."""
+        if self.ingress_args is None or not spec.get("key_file"):
+            return self.ingress_config
+        return ingress.IngressConfig({**self.ingress_args, "key_file": spec["key_file"]})
 
     def check_health(self) -> None:
         for slot in list(self.slots.values()):  # a stuck model asks for a new replica (ray.timeout)
@@ -326,6 +337,18 @@ class MsnbModels(Members):
         raise LookupError(f"no model {app} in this replica set")
 
 
+PRELOADED = ("torch", "ts.model_loader", "ts.torch_handler.base_handler")
+
+
+def preload() -> None:
+    """Import what a TorchServe model's load imports first (torch, TorchServe's loader and base handler) as the
+    replica starts: a model that joins a running replica later (the shared Ray's standing set) pays only its own
+    load. What is not installed is left to the load that needs it."""
+    for module in PRELOADED:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
+
+
 def installed(folder: Any, requirements: list[str]) -> tuple:
     """Where this node installed what it lacks of a model's requirements (runtime_env.install_once), as one more
     root of the model's namespace rather than an entry of every model's ``sys.path``."""
@@ -341,7 +364,8 @@ def installed(folder: Any, requirements: list[str]) -> tuple:
 def member(spec: dict, args: dict) -> dict:
     """A set member's entry in the user_config: what its slot loads (``install``: what the node lacks of its
     requirements, unless the set's ``install_requirements`` is false)."""
-    keys = ("app", "model_dir", "name", "env", "envelope", "version")  # version: a new export's, reloaded in place
+    # version: a new export's, reloaded in place; key_file: the member's own inference key (MsnbModels.checks)
+    keys = ("app", "model_dir", "name", "env", "envelope", "version", "key_file")
     entry = {k: spec[k] for k in keys if spec.get(k) is not None}
     entry.setdefault("app", spec.get("name") or str(spec["model_dir"]))
     if str(args.get("install_requirements", True)).lower() != "false":
@@ -351,7 +375,7 @@ def member(spec: dict, args: dict) -> dict:
 
 def models(args: dict) -> Any:
     """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
-    envelope, version), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
+    envelope, version, key_file), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
     num_cpus, num_gpus, memory, check_resources, install_requirements, max_replicas_per_node, max_surge_percent,
     running and ingress_config. Its replicas are as many as its members' workers ask for (the most any asks; a range starts
     from ``running`` when given); the set is refused when no node can hold a replica (ray.runtime_env)."""
