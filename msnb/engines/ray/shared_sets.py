@@ -43,12 +43,14 @@ ROUTE_HINT = (
 
 
 class SharedSets(ReplicaSets):
-    """One attached process's replica sets (``engine``: its SharedRay): the owner's router told through the process's
-    sets file."""
+    """One attached process's replica sets (``engine``: its SharedRay): its members of the standing set told the
+    owner through ``SHARED_FILE``, its own sets deployed by itself, and the owner's router told through the
+    process's sets file."""
 
     def __init__(self, engine: Any, packing: Any, failure: Any):
         super().__init__(engine, packing, failure)
         self._told: dict[str, str] = {}
+        self._standing = False  # the standing set found deployed (it stays while its owner runs)
 
     def place(self, app: str, entry: dict, folder: Path) -> tuple[ReplicaSet, bool]:
         """The standing set while it has room and the model's workers are its (the model loads into its running
@@ -69,7 +71,8 @@ class SharedSets(ReplicaSets):
         process's counted."""
         from ray import serve
 
-        if SHARED_SET not in serve.status().applications:
+        self._standing = self._standing or SHARED_SET in serve.status().applications
+        if not self._standing:
             return False
         mine = self.packing.sets.get(SHARED_SET)
         others = shared_members(self.engine.root.parent, but=self.engine.root.name)
@@ -81,11 +84,18 @@ class SharedSets(ReplicaSets):
         return super().set_targets({app: f for app, f in joined.items() if not self.packing.set_of(app).shared})
 
     def run_set(self, rs: ReplicaSet, wait: bool = True) -> None:
-        self.tell_owner() if rs.shared else super().run_set(rs, wait)
+        """As ReplicaSets.run_set; the standing set's members told the owner (it deploys them)."""
+        if rs.shared:
+            self.tell_owner()
+        else:
+            super().run_set(rs, wait)
 
     def release(self, rs: ReplicaSet) -> None:
         """As ReplicaSets.release; the standing set's members told the owner (it stays up without them)."""
-        self.tell_owner() if rs.shared else super().release(rs)
+        if rs.shared:
+            self.tell_owner()
+        else:
+            super().release(rs)
 
     def tell_owner(self) -> None:
         """Write this process's standing-set members (``SHARED_FILE``): the owner deploys them."""

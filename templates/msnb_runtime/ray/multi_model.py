@@ -2,19 +2,18 @@
 store costs on Ray what it costs on TorchServe (one process that has imported torch, not one per model).
 
 ``ray.multi_model:models`` builds the application; its ``user_config`` lists the folders (``{"models": [{"app",
-"model_dir", "name", "env", "envelope", "install", "key_file"}, ...]}``), so a folder added, replaced or removed
-reaches the running replicas (``reconfigure``) without a restart: registering a model on a Ray whose set is up loads
-it into the running process. A member with a ``key_file`` of its own opens with that inference key only (a set
-shared by several processes on the shared Ray). Each folder is loaded by TorchServe's own loader (``LoadedModel``) in a namespace of its own
-(ray.isolation: its modules, ``sys.path`` entry, cwd and variables while it loads and handles), and answered
-by a ``ModelSlot``: MsnbModel's ingress checks, batching (its own ``@serve.batch`` queues with its batchSize and
-maxBatchDelay), responseTimeout, metrics labels and Context. A folder whose load fails fails alone: its requests
-get its error, the others answer (``loaded`` tells the engine which failed). With ``max_num_models_per_replica`` in
-the user_config, at most that many stay loaded in a replica (ray.residency): each member is loaded once when it
-joins (so a folder that does not load is told at once), the least recently used idle one is evicted, and an evicted
-model's next request waits for its load again. The router calls a set through
-multi_model_routes.SetHandle (the model's application first); the local front sends ``/predictions/NAME`` to
-``SET_ROUTE/predictions/NAME`` at a replica of the set.
+"model_dir", "name", "env", "envelope", "install", "key_file"}, ...]}``), so a folder added, replaced or removed reaches
+the running replicas (``reconfigure``) without a restart: registering a model on a Ray whose set is up loads it into the
+running process. A member with a ``key_file`` of its own opens with that inference key only (a set shared by several
+processes on the shared Ray). Each folder is loaded by TorchServe's own loader (``LoadedModel``) in a namespace of its
+own (ray.isolation: its modules, ``sys.path`` entry, cwd and variables while it loads and handles), and answered by a
+``ModelSlot``: MsnbModel's ingress checks, batching (its own ``@serve.batch`` queues with its batchSize and
+maxBatchDelay), responseTimeout, metrics labels and Context. A folder whose load fails fails alone: its requests get its
+error, the others answer (``loaded`` tells the engine which failed). With ``max_num_models_per_replica`` in the
+user_config, at most that many stay loaded in a replica (ray.residency): each member is loaded once when it joins (so a
+folder that does not load is told at once), the least recently used idle one is evicted, and an evicted model's next
+request waits for its load again. The router calls a set through multi_model_routes.SetHandle (the model's application
+first); the local front sends ``/predictions/NAME`` to ``SET_ROUTE/predictions/NAME`` at a replica of the set.
 Depends on ray[serve], starlette, pyyaml and the standard library, never on msnb.
 """
 
@@ -375,10 +374,11 @@ def member(spec: dict, args: dict) -> dict:
 
 def models(args: dict) -> Any:
     """Application builder for a replica set: ``args`` = models (each: model_dir, and optionally app, name, env,
-    envelope, version, key_file), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as ray.app:model takes them
-    num_cpus, num_gpus, memory, check_resources, install_requirements, max_replicas_per_node, max_surge_percent,
-    running and ingress_config. Its replicas are as many as its members' workers ask for (the most any asks; a range starts
-    from ``running`` when given); the set is refused when no node can hold a replica (ray.runtime_env)."""
+    envelope, version, key_file), MAX_LOADED (at most that many loaded in a replica; absent or 0: all), and as
+    ray.app:model takes them num_cpus, num_gpus, memory, check_resources, install_requirements, max_replicas_per_node,
+    max_surge_percent, running and ingress_config. Its replicas are as many as its members' workers ask for (the most
+    any asks; a range starts from ``running`` when given); the set is refused when no node can hold a replica
+    (ray.runtime_env)."""
     specs = [member(spec, args) for spec in args.get("models") or []]
     configs = [read_folder(resolve(str(spec["model_dir"])))[1] for spec in specs]
     options = set_options(configs, args) | {"user_config": {"models": specs, MAX_LOADED: args.get(MAX_LOADED)}}
