@@ -184,19 +184,21 @@ class ReplicaSets:
 
     def _answers(self, set_app: str, wanted: dict[str, Path]) -> dict[str, Any]:
         """The wanted members' outcomes the set's replica gives (``LOADED_PATH``, through the front, with the key)."""
-        from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
-
-        loaded, found = self.loaded(f"{set_route(set_app)}{LOADED_PATH}"), {}
+        loaded, found = self.loaded(set_app), {}
         for app, folder in wanted.items():
             got = loaded.get(app) or {}
             if got.get("model_dir") == str(folder):  # this folder's outcome, not an older one's
                 found[app] = folder if got.get("error") is None else self._error(app, set_app, got["error"])
         return found
 
-    def loaded(self, path: str) -> dict:
-        """A set replica's answer at ``path`` (its LOADED_PATH, through the front, with the key); {} while it changes."""
+    def loaded(self, set_app: str) -> dict:
+        """What a replica of set ``set_app`` says it loaded (its LOADED_PATH, through the front, with the key); {}
+        while it changes."""
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
+
+        url = f"{self.engine.inference_url}{set_route(set_app)}{LOADED_PATH}"
         try:
-            answer = self.engine.client.call("GET", self.engine.inference_url + path, "inference", timeout=ANSWER_S)
+            answer = self.engine.client.call("GET", url, "inference", timeout=ANSWER_S)
             return answer.json() if answer.status_code == 200 else {}
         except (ServerError, ValueError):  # the replica changing meanwhile: ask again
             return {}

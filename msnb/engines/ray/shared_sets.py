@@ -50,7 +50,7 @@ class SharedSets(ReplicaSets):
     def __init__(self, engine: Any, packing: Any, failure: Any):
         super().__init__(engine, packing, failure)
         self._told: dict[str, str] = {}
-        self._standing = False  # the standing set found deployed (it stays while its owner runs)
+        self._standing: int | None = None  # the owner whose standing set was found deployed (it stays while it runs)
 
     def place(self, app: str, entry: dict, folder: Path) -> tuple[ReplicaSet, bool]:
         """The standing set while it has room and the model's workers are its (the model loads into its running
@@ -71,9 +71,11 @@ class SharedSets(ReplicaSets):
         process's counted."""
         from ray import serve
 
-        self._standing = self._standing or SHARED_SET in serve.status().applications
-        if not self._standing:
-            return False
+        owner = self.engine.shared.owner  # (a process attached again may find another owner, of an older msnb)
+        if self._standing != owner:
+            if SHARED_SET not in serve.status().applications:
+                return False
+            self._standing = owner
         mine = self.packing.sets.get(SHARED_SET)
         others = shared_members(self.engine.root.parent, but=self.engine.root.name)
         return len(others) + len(mine.members if mine else ()) < self.packing.models_per_replica
@@ -102,13 +104,13 @@ class SharedSets(ReplicaSets):
         mine = self.packing.sets.get(SHARED_SET)
         write_atomic(self.engine.root / SHARED_FILE, json.dumps(list(mine.members.values()) if mine else []))
 
-    def loaded(self, path: str) -> dict:
+    def loaded(self, set_app: str) -> dict:
         """As ReplicaSets.loaded; the standing set's replica asked with the shared Ray's own key (the set's)."""
-        from msnb.templates.msnb_runtime.ray.multi_model_routes import set_route
+        from msnb.templates.msnb_runtime.ray.multi_model_routes import LOADED_PATH, set_route
 
-        if not path.startswith(set_route(SHARED_SET) + "/"):
-            return super().loaded(path)
-        return self.owner_get(path) or {}
+        if set_app != SHARED_SET:
+            return super().loaded(set_app)
+        return self.owner_get(f"{set_route(SHARED_SET)}{LOADED_PATH}") or {}
 
     def tell_router(self, sets: dict[str, str] | None = None) -> None:
         """Write this process's sets, then wait until the router lists each packed model's route and no longer lists
@@ -213,18 +215,11 @@ class StandingSet:
     def update(self, users: Path) -> None:
         """Deploy the standing set when its members changed (a lightweight update: the running replica loads and
         unloads them in place); Serve busy: said in the owner's log, tried again next time."""
-        from ray import serve
-
         members = shared_members(users)
         if members == self.members:
             return
-        rs = ReplicaSet(SHARED_SET, SHARED_WORKERS, members, shared=True)
         try:
-            serve.run_many(
-                [self.engine.sets.target(rs)],
-                wait_for_ingress_deployment_creation=False,
-                wait_for_applications_running=False,
-            )
+            self.engine.sets.run_set(ReplicaSet(SHARED_SET, SHARED_WORKERS, members, shared=True), wait=False)
         except Exception as err:
             print(f"the standing replica set was not updated ({err}): trying again", flush=True)
             return
