@@ -12,7 +12,8 @@ from .sequences import SequenceRouter
 
 # How often a stopping replica checks for requests still in flight (Serve's graceful_shutdown_wait_loop_s, default 2 s;
 # a stopping replica rejects a request a stale router still sends it, which the router then sends to another one): an
-# unregister, a scale-down or a redeploy returns when TorchServe's would, not 2 s later.
+# idle replica of an unregister, a scale-down or a redeploy stops after one check (and, on msnb's local Ray, the 1 s
+# draining period that lets the local front leave it), not at its first check 2 s after.
 DRAIN_CHECK_S = 0.2
 
 
