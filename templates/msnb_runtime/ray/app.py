@@ -36,7 +36,7 @@ from ..ts.wire import JSON_TYPE, error_reply
 # on sys.path) must not be picked, or every replica fails with "No module named 'msnb_runtime'": relative imports only.
 from . import ingress, management, runtime_env, token_interceptor
 from .api import ApiRoutes, PerModelRoute, model_card
-from .deployment import DRAIN_CHECK_S, batch_settings, deployment_options
+from .deployment import batch_settings, deployment_options
 from .ingress import reply
 from .management import metadata
 from .multi_model_routes import SetHandle, SetRouting, members_of, model_states, set_targets, with_code_version
@@ -240,13 +240,7 @@ class MsnbModel:
         return timed_out(1)[0]
 
 
-@serve.deployment(
-    name="MsnbRouter",
-    max_ongoing_requests=1000,
-    ray_actor_options={"num_cpus": 0},
-    graceful_shutdown_wait_loop_s=DRAIN_CHECK_S,
-    logging_config=QUIET,
-)
+@serve.deployment(name="MsnbRouter", max_ongoing_requests=1000, ray_actor_options={"num_cpus": 0}, logging_config=QUIET)
 class MsnbRouter(SetRouting):
     """``POST /predictions/NAME[/VERSION]`` and ``/explanations/NAME[/VERSION]`` to application NAME; ``/ping``;
     ``GET /models`` and ``GET /models/NAME[/VERSION][?customized=true]`` (TorchServe's list and describe, the

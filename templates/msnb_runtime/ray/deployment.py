@@ -10,12 +10,6 @@ from typing import Any
 from ..handler.serving import ServingConfig
 from .sequences import SequenceRouter
 
-# How often a stopping replica checks for requests still in flight (Serve's graceful_shutdown_wait_loop_s, default 2 s;
-# a stopping replica rejects a request a stale router still sends it, which the router then sends to another one): an
-# idle replica of an unregister, a scale-down or a redeploy stops after one check (and, on msnb's local Ray, the 1 s
-# draining period that lets the local front leave it), not at its first check 2 s after.
-DRAIN_CHECK_S = 0.2
-
 
 def deployment_options(
     config: dict,
@@ -41,7 +35,6 @@ def deployment_options(
         "max_ongoing_requests": max(16, 2 * batch),
         # a load error is an error in the user's code: retrying it 20 times only hides it
         "max_constructor_retry_count": 1,
-        "graceful_shutdown_wait_loop_s": DRAIN_CHECK_S,
     }
     if config.get("sequenceBatching"):  # a stateful model: each sequence's requests to one replica
         from ray.serve.config import RequestRouterConfig

@@ -41,7 +41,7 @@ from . import ingress
 from . import runtime_env as needs
 from .api import ApiRoutes, PerModelRoute
 from .app import QUIET, LoadedModel, MsnbModel, json_reply, resolve
-from .deployment import DRAIN_CHECK_S, batch_settings, replicas, workers
+from .deployment import batch_settings, replicas, workers
 from .isolation import Namespace
 from .multi_model_routes import (
     LATENCY_METRIC,
@@ -402,6 +402,5 @@ def set_options(configs: list[dict], args: dict) -> dict[str, Any]:
         "ray_actor_options": actor,
         "max_ongoing_requests": max(16, 2 * batch),
         "max_constructor_retry_count": 1,
-        "graceful_shutdown_wait_loop_s": DRAIN_CHECK_S,
     }
     return options | replicas(low, high, batch, args.get("running"))

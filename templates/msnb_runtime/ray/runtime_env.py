@@ -174,9 +174,7 @@ WAIT_HINT = (
     "the cluster has room for each replica but not for all of them: free some (serve delete APP), add a node, or ask "
     "for less (`msnb export ... --num-cpus NAME=0.05`; num_cpus in serve_config.yaml); `ray status` shows what is free"
 )
-# Serve says it once a replica waited 30 s to be scheduled (RAY_SERVE_SLOW_STARTUP_WARNING_S); looked for every 5 s, msnb
-# says it 30-35 s after, not up to 60 s after
-WATCH_S = 5.0
+WATCH_S = 30.0  # Serve says it once a replica waited 30 s to be scheduled
 
 
 def waiting(applications: dict) -> list[str]:

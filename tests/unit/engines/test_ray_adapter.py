@@ -129,7 +129,6 @@ def test_model_config_becomes_deployment_options():
     assert options["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 8}
     assert options["ray_actor_options"] == {"num_cpus": 0.5, "runtime_env": {"pip": ["numpy==1.26.4"]}}
     assert options["max_constructor_retry_count"] == 1
-    assert options["graceful_shutdown_wait_loop_s"] < 1  # an idle replica stops after its draining period (Serve: 2 s)
     assert ray_app.batch_settings(config) == (8, 0.05)
     assert ray_app.batch_settings({}) == (1, 0.1)  # TorchServe's defaults
     assert ray_app.deployment_options({"minWorkers": 2}, [])["num_replicas"] == 2
