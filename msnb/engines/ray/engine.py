@@ -78,6 +78,7 @@ class LocalRay:
         # models that share replicas (msnb.engines.ray.packing: the rule, K in a set, L loaded in a replica)
         self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica, loaded_per_replica), load_error)
         self._lock = threading.RLock()
+        self._front_lock = threading.Lock()  # one refresh asked of the front at a time (routes_changed)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LocalRay":
@@ -217,7 +218,9 @@ class LocalRay:
         name = read_manifest(folder)[0]
         app = app or name
         if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
-            return self.sets.replace(folder, app, params.get("running"))
+            status = self.sets.replace(folder, app, params.get("running"))
+            self.routes_changed()
+            return status
         self._refuse_unschedulable(app, folder)
         args = self._model_args(folder, name) | params
         try:
@@ -225,9 +228,19 @@ class LocalRay:
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
         self._router_running()
+        self.routes_changed()
         previous, self._folders[app] = self._folders.get(app), folder
         self._drop_unserved(previous)
         return self.status(app)
+
+    def routes_changed(self) -> None:
+        """The front reads the routes again now (else within ingress.REFRESH_S): a deploy, redeploy, scale or
+        unregister returns once the next prediction takes the routes it left, not those of replicas draining."""
+        if self._ingress is not None:
+            from msnb.engines.ray import ingress
+
+            with self._front_lock:
+                ingress.refresh(self._ingress)
 
     def _drop_unserved(self, folder: Path | None) -> None:
         """``folder`` deleted unless an application still serves it (two versions' may swap folders)."""
@@ -295,6 +308,7 @@ class LocalRay:
                 state = app.status if app is not None else "NOT_STARTED"
                 if state == "RUNNING":
                     self._folders[name] = pending.pop(name)
+                    self.routes_changed()
                     yield name, self.status(name)
                 elif state == "DEPLOY_FAILED" or time.monotonic() > deadline:
                     text = f"{app.message if app else 'not started'}\n{_deployment_message(name)}"
@@ -321,6 +335,7 @@ class LocalRay:
             self.sets.leave(name)
         else:
             serve.delete(name)  # waits until its replicas are gone; a name never deployed is a no-op
+        self.routes_changed()
         self._env.pop(name, None)
         self._drop_unserved(self._folders.pop(name, None))
 

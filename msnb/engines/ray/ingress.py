@@ -9,7 +9,9 @@ a process of its own (``python -m msnb.engines.ray.ingress`` on uvloop, its conn
 no Ray in it: in a Ray actor its event loop fought Ray's threads for the GIL) that sends ``/predictions/NAME`` to
 NAME's replicas (``msnb_runtime.ray.app.direct_route``) and every other path to the router's, longest route prefix
 first, and to Serve's proxy while a route has no running replica. The replicas keep the ingress checks (their
-``ingress_config``: the inference key, the body limit, the allowed hosts). It exits when its owner's pipe closes.
+``ingress_config``: the inference key, the body limit, the allowed hosts). It reads the routes every ``REFRESH_S``
+and at once when its owner asks (``refresh``: a line on its stdin, answered by ``REFRESHED`` on its stdout, so that an
+unregister returns after the front left the model's replicas); it exits when its owner's pipe closes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from msnb.templates.msnb_runtime.ts.checks import read_key
 from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
+REFRESHED = "msnb-front-refreshed"  # the line it prints each time its owner asked it to read the routes again
+REFRESH_WAIT_S = 15  # how long an owner waits for it (then the front reads them within REFRESH_S anyway)
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)
 TRIES = 3  # a connection refused or dropped before an answer (a replica gone) is tried again on fresh routes
 
@@ -154,7 +158,8 @@ def fetch(url: str, key: str) -> dict:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    """Listen until the owner's pipe (stdin) closes: the owner stopped, or died."""
+    """Listen until the owner's pipe (stdin) closes: the owner stopped, or died; each line on it: the routes read
+    again now, then ``REFRESHED`` printed."""
     allowed = hosts.for_address(args.host, args.allowed_hosts)
     front = Ingress(
         f"http://{LOOPBACK}:{args.proxy_port}", args.max_request_size, read_key(Path(args.key_file)), allowed
@@ -163,14 +168,17 @@ async def serve(args: argparse.Namespace) -> None:
     print(READY, flush=True)
     loop, reader = asyncio.get_running_loop(), asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    await reader.read()
+    while await reader.readline():
+        await front.refresh()
+        print(REFRESHED, flush=True)
     front.server.close()
 
 
 def spawn(
     port: int, proxy_port: int, max_request_size: int, key_file: Path, log: Path, timeout_s: float, host: str = LOOPBACK
 ) -> subprocess.Popen:
-    """The front, listening on ``host:port`` when this returns; closing its stdin (``stop``) ends it."""
+    """The front, listening on ``host:port`` when this returns; ``refresh`` has it read the routes now; closing its
+    stdin (``stop``) ends it."""
     return ready(launch(port, proxy_port, max_request_size, key_file, log, host), port, log, timeout_s, host)
 
 
@@ -215,7 +223,6 @@ def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float, host: 
     while not line and proc.poll() is None and time.monotonic() < deadline:
         if select.select([proc.stdout], [], [], 0.1)[0]:
             line = proc.stdout.readline()
-    proc.stdout.close()
     if line.decode().strip() != READY:
         stop(proc)
         raise ServerError(
@@ -225,6 +232,21 @@ def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float, host: 
     return proc
 
 
+def refresh(proc: subprocess.Popen, timeout_s: float = REFRESH_WAIT_S) -> None:
+    """The front (``ready``'s ``proc``) reads the routes again; returns once it has (or after ``timeout_s``, or at once
+    when it stopped: there is nothing to wait for). One caller at a time: each line asked is one line answered."""
+    try:
+        proc.stdin.write(b"refresh\n")
+        proc.stdin.flush()
+    except (OSError, ValueError):  # it stopped (its pipe closed)
+        return
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0 and select.select([proc.stdout], [], [], left)[0]:
+        line = proc.stdout.readline()
+        if not line or line.decode().strip() == REFRESHED:
+            return
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.stdin.close()
     try:
@@ -232,6 +254,7 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+    proc.stdout.close()
 
 
 def main(argv: list[str] | None = None) -> None:

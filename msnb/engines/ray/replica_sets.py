@@ -237,6 +237,7 @@ class ReplicaSets:
         ingress_config = self.engine._ingress_config()
         router = ray_app.router({**ingress_config, "sets": sets, "idle": self.idle, "starting": self.starting})
         serve.run(router, name=ROUTER_APP, route_prefix="/")
+        self.engine.routes_changed()
 
     def replica_states(self, app: str) -> dict[str, int]:
         """Serve's replica counts by state of model application ``app`` (a packed model's: its set's)."""

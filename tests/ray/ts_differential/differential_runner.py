@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
@@ -169,13 +171,12 @@ def counted(server: Server, name: str) -> bool:
 STATES = {"ready": ready, "counted": counted}
 
 
-def bring(servers: list[Server], before: str) -> None:
-    """Each server brought to ``before`` (``ready:NAME``, ``counted:NAME``) within a bound; a server that does not
-    get there is compared as it is (its answer then shows it)."""
+def bring(server: Server, before: str) -> None:
+    """The server brought to ``before`` (``ready:NAME``, ``counted:NAME``) within a bound; a server that does not get
+    there is compared as it is (its answer then shows it)."""
     if before:
         state, name = before.split(":", 1)
-        for server in servers:
-            poll(lambda s=server: STATES[state](s, name), 90, interval=0.25)
+        poll(lambda: STATES[state](server, name), 90, interval=0.25)
 
 
 def read_answer(status: int, content_type: str, body: bytes) -> object:
@@ -252,15 +253,24 @@ READERS = {
 
 
 def run_all(calls: list[Call], plain: Server, ours: Server, outside: Path) -> dict[str, tuple[object, object]]:
-    """Every call sent to both in order: id -> (TorchServe's answer read, msnb's); written to
-    ``outside/../answers.json`` too, for a reader."""
-    seen = {}
-    for call in calls:
-        bring([plain, ours], call.before)
-        read = READERS["refusal" if call.deliberate else call.read]
-        seen[call.id] = tuple(_sent(server, call, outside, read) for server in (plain, ours))
-        (outside.parent / "answers.json").write_text(json.dumps(seen, indent=1, default=str))
-    return seen
+    """Every call sent to both, in order: id -> (TorchServe's answer read, msnb's); written to
+    ``outside/../answers.json`` as they come, for a reader. Each server gets the whole sequence in a thread of its own
+    (what one server answers never depends on the other), so the run waits for the slower of the two, not for both."""
+    seen: dict[str, list[object]] = {call.id: [None, None] for call in calls}
+    lock = threading.Lock()
+
+    def sequence(side: int, server: Server) -> None:
+        for call in calls:
+            bring(server, call.before)
+            answer = _sent(server, call, outside, READERS["refusal" if call.deliberate else call.read])
+            with lock:
+                seen[call.id][side] = answer
+                (outside.parent / "answers.json").write_text(json.dumps(seen, indent=1, default=str))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for done in [pool.submit(sequence, side, server) for side, server in enumerate((plain, ours))]:
+            done.result()
+    return {id: (truth, mine) for id, (truth, mine) in seen.items()}
 
 
 def _sent(server: Server, call: Call, outside: Path, read) -> object:

@@ -7,6 +7,7 @@ and what msnb refuses on purpose checked as msnb's refusal with its Hint."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,17 +37,17 @@ def served(tmp_path_factory):
     `msnb serve` wrote to its state file and printed."""
     root = tmp_path_factory.mktemp("differential")
     store = archives(root)
-    plain, truth = start_plain(store, root)
-    ours = None
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two start side by side; each stops below once started
+        starting = [pool.submit(start_plain, store, root), pool.submit(start_ours, store, root)]
     try:
-        ours, ray = start_ours(store, root)
+        (_, truth), (ours, ray) = (future.result() for future in starting)
         poll(lambda: ready(truth, "named") and ready(ray, "named"), 240, "named's workers to be READY", interval=0.5)
         answers = run_all(CALLS, truth, ray, root / "outside")
         yield SimpleNamespace(answers=answers, state=ours.state, printed=ours.out.read_text())
     finally:
-        if ours is not None:
-            ours.stop()
-        plain.stop()
+        for future in reversed(starting):
+            if future.exception() is None:
+                future.result()[0].stop()
 
 
 @pytest.mark.timeout(2400)

@@ -145,6 +145,35 @@ def test_a_front_whose_owners_pipe_closes_exits_and_frees_its_port(served, tmp_p
         sock.bind(("127.0.0.1", port))
 
 
+def test_a_route_the_router_drops_is_left_by_the_front_as_soon_as_refresh_returns(served):
+    url, proc = served
+    before, live = dict(Replica.routes), Replica.routes["/"][0]
+
+    def reached() -> str:
+        answer = requests.post(
+            f"{url}/predictions/gone", data=b"[1]", timeout=30, headers={"Authorization": "Bearer k"}
+        )
+        return answer.json()["path"]
+
+    try:
+        Replica.routes = {**before, "/predictions/gone": [f"{live}/-/set-a"]}  # a replica set serves it
+        ingress.refresh(proc)
+        assert reached() == "/-/set-a/predictions/gone"
+        Replica.routes = before  # it left its set (an unregister): the router answers it now
+        ingress.refresh(proc)  # at once, not within REFRESH_S: what the engine's unregister waits for
+        assert reached() == "/predictions/gone"
+    finally:
+        Replica.routes = before
+
+
+def test_refresh_returns_at_once_for_a_front_that_stopped(served, tmp_path):
+    _, proxy = served[0].rsplit(":", 1)
+    (tmp_path / "key").write_text(KEY)
+    proc = ingress.spawn(free_port(), int(proxy), LIMIT, tmp_path / "key", tmp_path / "front.log", 60)
+    ingress.stop(proc)
+    ingress.refresh(proc, timeout_s=600)  # its pipes are closed: nothing to wait for (the test's timeout otherwise)
+
+
 @pytest.mark.parametrize(
     ("body", "reached"),
     [
