@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import re
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -29,7 +28,16 @@ from msnb.engines.models import ModelStatus, WorkerStatus
 from msnb.engines.protocol import local_url, mcp_url, openai_url
 from msnb.engines.ray import ENGINE, ROUTER_APP, require
 from msnb.engines.ray.metrics import nodes_metrics
-from msnb.engines.ray.nodes import LOOPBACK, free_port, node_args, quiet_serve_log, started, use_token
+from msnb.engines.ray.nodes import (
+    LOOPBACK,
+    free_port,
+    node_args,
+    quiet_serve_log,
+    refuse_taken,
+    shutdown,
+    started,
+    use_token,
+)
 from msnb.engines.ray.packing import DEFAULT_MODELS_PER_REPLICA, Packing, own_route
 from msnb.engines.ray.replica_sets import ReplicaSets
 from msnb.engines.store import STORE_DIR, ModelStore, read_manifest
@@ -78,7 +86,6 @@ class LocalRay:
         # models that share replicas (msnb.engines.ray.packing: the rule, K in a set, L loaded in a replica)
         self.sets = ReplicaSets(self, Packing(models_per_replica, own_replica, loaded_per_replica), load_error)
         self._lock = threading.RLock()
-        self._front_lock = threading.Lock()  # one refresh asked of the front at a time (routes_changed)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LocalRay":
@@ -87,7 +94,7 @@ class LocalRay:
                 return self
             require()
             port = self.http_port or free_port()
-            _refuse_taken(port, host=self.host)
+            refuse_taken(port, PORT_OPTION, self.host)
             self.root = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir="/tmp"))
             try:
                 self._start(port)
@@ -137,7 +144,7 @@ class LocalRay:
 
                 ingress.stop(self._ingress)
             if self._cluster is not None:
-                _shutdown(self._cluster)
+                shutdown(self._cluster)
                 use_token(None)  # this process's Ray environment as it was before start()
             if self._watchdog is not None:
                 self._watchdog.stdin.close()  # the watchdog finds nothing left and deletes the temp dir
@@ -218,9 +225,7 @@ class LocalRay:
         name = read_manifest(folder)[0]
         app = app or name
         if self.sets.status_app(app) is not None:  # a packed model: its set's replicas load the new folder in place
-            status = self.sets.replace(folder, app, params.get("running"))
-            self.routes_changed()
-            return status
+            return self.sets.replace(folder, app, params.get("running"))
         self._refuse_unschedulable(app, folder)
         args = self._model_args(folder, name) | params
         try:
@@ -234,13 +239,11 @@ class LocalRay:
         return self.status(app)
 
     def routes_changed(self) -> None:
-        """The front reads the routes again now (else within ingress.REFRESH_S): a deploy, redeploy, scale or
-        unregister returns once the next prediction takes the routes it left, not those of replicas draining."""
+        """The front reads the routes again now: a call returns once the next prediction takes the routes it left."""
         if self._ingress is not None:
             from msnb.engines.ray import ingress
 
-            with self._front_lock:
-                ingress.refresh(self._ingress)
+            ingress.refresh(self._ingress)
 
     def _drop_unserved(self, folder: Path | None) -> None:
         """``folder`` deleted unless an application still serves it (two versions' may swap folders)."""
@@ -459,26 +462,6 @@ def load_error(name: str, text: str) -> ServerError:
             f"{name} did not load on Ray: {found.group(1).strip()}", found.group(2).strip(), text[-2000:]
         )
     return ServerError(f"{name} did not load on Ray.", "read the replica's traceback below.", text[-3000:])
-
-
-def _refuse_taken(port: int, option: str = PORT_OPTION, host: str = LOOPBACK) -> None:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise ServerError(f"Port {port} on {host} is already in use.", f"choose another: {option}.") from None
-
-
-def _shutdown(cluster: Any) -> None:
-    """Disconnect, then stop every process of the cluster. No ``serve.shutdown()`` first: the ingress is stopped, so no
-    request is in flight to drain, and its ``graceful_shutdown`` call on Serve's controller ends by the controller
-    killing itself, which Ray reports to this process as "(raylet) Task ServeController.graceful_shutdown failed".
-    Disconnected first, this process hears nothing of the processes' end."""
-    import ray
-
-    ray.shutdown()
-    cluster.shutdown()
 
 
 _default: LocalRay | None = None

@@ -23,6 +23,7 @@ import json
 import select
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,6 +42,7 @@ from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
 REFRESHED = "msnb-front-refreshed"  # the line it prints each time its owner asked it to read the routes again
+_ASKING = threading.Lock()  # one refresh asked at a time (the registry's deploy threads, a caller's)
 REFRESH_WAIT_S = 15  # how long an owner waits for it (then the front reads them within REFRESH_S anyway)
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)
 TRIES = 3  # a connection refused or dropped before an answer (a replica gone) is tried again on fresh routes
@@ -235,6 +237,11 @@ def ready(proc: subprocess.Popen, port: int, log: Path, timeout_s: float, host: 
 def refresh(proc: subprocess.Popen, timeout_s: float = REFRESH_WAIT_S) -> None:
     """The front (``ready``'s ``proc``) reads the routes again; returns once it has (or after ``timeout_s``, or at once
     when it stopped: there is nothing to wait for). One caller at a time: each line asked is one line answered."""
+    with _ASKING:
+        _ask(proc, timeout_s)
+
+
+def _ask(proc: subprocess.Popen, timeout_s: float) -> None:
     try:
         proc.stdin.write(b"refresh\n")
         proc.stdin.flush()

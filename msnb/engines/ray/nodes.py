@@ -16,6 +16,7 @@ from typing import Any
 
 from msnb.engines.ray import ENV, require
 from msnb.engines.ray.deferred import DEFERRED
+from msnb.errors import ServerError
 
 LOOPBACK = "127.0.0.1"
 AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
@@ -174,3 +175,24 @@ def quiet_serve_log() -> None:
     own HTTP proxy ("Application 'NAME' is ready at http://127.0.0.1:PORT/..."), whose port is not the one clients
     use (msnb's front holds that); Serve's warnings still show."""
     logging.getLogger("ray.serve").addFilter(_serve_warnings_only)  # the same filter once, however often called
+
+
+def refuse_taken(port: int, option: str, host: str = LOOPBACK) -> None:
+    """A ServerError with a Hint (``option``: how to choose another port) when ``port`` on ``host`` is taken."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise ServerError(f"Port {port} on {host} is already in use.", f"choose another: {option}.") from None
+
+
+def shutdown(cluster: Any) -> None:
+    """Disconnect, then stop every process of the cluster. No ``serve.shutdown()`` first: the ingress is stopped, so no
+    request is in flight to drain, and its ``graceful_shutdown`` call on Serve's controller ends by the controller
+    killing itself, which Ray reports to this process as "(raylet) Task ServeController.graceful_shutdown failed".
+    Disconnected first, this process hears nothing of the processes' end."""
+    import ray
+
+    ray.shutdown()
+    cluster.shutdown()

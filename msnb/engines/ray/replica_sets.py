@@ -141,6 +141,7 @@ class ReplicaSets:
             self.packing.sets[old.app] = old
         elif moved:
             self.release(old)
+        self.engine.routes_changed()  # the next prediction takes its new replicas (the front read the routes)
         if isinstance(outcome, ServerError):
             raise outcome
         return outcome

@@ -31,8 +31,8 @@ from typing import Any
 import psutil
 
 from msnb.engines.ray import ENGINE, require
-from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, _refuse_taken, default_made
-from msnb.engines.ray.nodes import quiet_serve_log
+from msnb.engines.ray.engine import _LIVE, KEY_FILE, LocalRay, default_made
+from msnb.engines.ray.nodes import quiet_serve_log, refuse_taken
 from msnb.engines.ray.shared_sets import SHARED_SET, SharedSets, StandingSet, route_users, sets_of, shared_members
 from msnb.errors import ServerError
 from msnb.files import state_dir, write_atomic
@@ -135,7 +135,7 @@ def _take(lock, path: Path, timeout_s: float, waiting) -> None:
 def _start(port: int | None, timeout_s: float) -> SharedState:
     """Start the owner and wait for its state file (the lock held)."""
     if port is not None:
-        _refuse_taken(port, "`msnb ray up --port P`")
+        refuse_taken(port, "`msnb ray up --port P`")
     path = state_file()
     flags = ["--state", str(path), *(["--port", str(port)] if port else [])]
     with open(path.with_name(LOG_NAME), "ab") as log:

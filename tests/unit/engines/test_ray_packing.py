@@ -135,6 +135,9 @@ def test_a_packed_model_scaled_to_a_range_moves_to_a_new_set_that_starts_from_th
         def _ingress_config(self):
             return {"key": "k"}
 
+        def routes_changed(self):  # (no front to tell)
+            pass
+
         def deploy_many(self, models):
             for path, extra in models:
                 rs, _ = sets.join(path, extra["app"], {"name": "m", **extra})
