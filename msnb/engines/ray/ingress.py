@@ -42,9 +42,9 @@ from msnb.templates.msnb_runtime.ts.wire import error_reply
 
 READY = "msnb-front-ready"  # the line the front prints once it listens
 REFRESHED = "msnb-front-refreshed"  # the line it prints each time its owner asked it to read the routes again
-_ASKING = threading.Lock()  # one refresh asked at a time (the registry's deploy threads, a caller's)
-REFRESH_WAIT_S = 15  # how long an owner waits for it (then the front reads them within REFRESH_S anyway)
 REFRESH_S = 0.2  # how often the routes are read again: a stopping replica drains longer than this (ENV)
+REFRESH_WAIT_S = 15  # how long an owner waits for a refresh it asked (then the front reads them within REFRESH_S)
+_ASKING = threading.Lock()  # one refresh asked at a time (the registry's deploy threads, a caller's)
 TRIES = 3  # a connection refused or dropped before an answer (a replica gone) is tried again on fresh routes
 
 
