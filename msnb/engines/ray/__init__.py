@@ -50,6 +50,11 @@ ENV = {
     # `TaskEventBufferImpl::Stop`, until the cell's 400 s ran out.
     "RAY_task_events_report_interval_ms": "0",
 }
+# How often Serve's client asks the controller while `serve.run` or `serve.delete` waits for an application to run or
+# to be gone (Serve: once a second, ray.serve._private.client's CLIENT_POLLING_INTERVAL_S). An unregister, a redeploy
+# and a scale are over in a few tenths of a second: each waited out the rest of that second. (That second also let
+# the front read its routes again before the call returned; now the engine asks it to: LocalRay.routes_changed.)
+SERVE_POLL_S = 0.1
 ROUTER_APP = "msnb-router"  # the router application (templates/msnb_runtime/ray/app.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."
 
@@ -66,9 +71,13 @@ def require() -> ModuleType:
     if "ray.serve" not in sys.modules:
         defer()  # what Ray imports and seldom calls, imported on its first call (a second of CPU)
     try:
-        return importlib.import_module("ray.serve")
+        serve = importlib.import_module("ray.serve")
     except ImportError as err:
         raise RayMissingError(f"Ray Serve is not installed ({err}).", INSTALL_HINT) from None
+    client = sys.modules.get("ray.serve._private.client")
+    if client is not None and hasattr(client, "CLIENT_POLLING_INTERVAL_S"):  # (a Ray without it waits as it did)
+        client.CLIENT_POLLING_INTERVAL_S = SERVE_POLL_S
+    return serve
 
 
 def _default(port: int | None = None) -> Engine:

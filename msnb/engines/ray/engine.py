@@ -232,6 +232,7 @@ class LocalRay:
             serve.run(ray_app.model(args), name=app, route_prefix=own_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
+        self.sets.wait_started(app, folder)  # serve.run's RUNNING: before a scale's replicas run (autoscaling)
         self._router_running()
         self.routes_changed()
         previous, self._folders[app] = self._folders.get(app), folder

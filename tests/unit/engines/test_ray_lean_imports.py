@@ -62,3 +62,13 @@ def test_msnbs_own_process_imports_ray_without_building_the_grammar_and_still_ch
     assert done.returncode == 0, done.stderr
     # not imported by Ray's import; the first iri checked imports it, and checks as jsonschema always did
     assert done.stdout.split() == ["Deferred", "valid", "refused", "module"], done.stdout
+
+
+def test_serves_client_waits_ask_the_controller_every_tenth_of_a_second_once_msnb_imported_ray():
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed")
+    code = "import msnb.engines.ray as r; r.require(); from ray.serve._private import client; "
+    code += "print(client.CLIENT_POLLING_INTERVAL_S == r.SERVE_POLL_S < 1)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"], done.stdout  # (Serve's own: once a second)
