@@ -208,7 +208,10 @@ def _run_block(block: Block, workdir: Path, env: dict, timeout: int, keep_runnin
 def _isolated(page: Path, workdir: Path, block_timeout: int) -> list[str]:
     """Run the page in Linux namespaces of its own (``unshare``: processes, network, mounts, as an unprivileged user's
     root): ``ray stop`` sees only the page's processes, ports 6379/8000/8265 are the page's own loopback's, and every
-    process the page started ends with it (the namespace's first process is this module, run as a script)."""
+    process the page started ends with it. The namespace's first process is a shell that runs this module as a
+    script and reaps what is left to it, as a machine's init does: ``ray stop`` waits for every Ray process to be
+    gone, and one that had exited but was never reaped (a zombie of a ``ray start`` that returned) kept it waiting
+    out its whole 16 s grace period."""
     command = [
         "unshare",
         "--user",
@@ -218,6 +221,9 @@ def _isolated(page: Path, workdir: Path, block_timeout: int) -> list[str]:
         "--net",
         "--mount-proc",
         "--kill-child",
+        "bash",
+        "-c",
+        '"$0" "$@"; exit $?',  # (not exec'd: bash stays the first process, reaping the orphans it is handed)
         sys.executable,
         __file__,
         str(page),
@@ -274,12 +280,12 @@ def _judge(page: Path, block: Block, got: str, failed: str | None) -> list[str]:
 
 
 def left_running(bound_s: float = 60) -> list[str]:
-    """The processes of this PID namespace still running besides this one (zombies aside), once those ending have
-    ended or ``bound_s`` has passed: what a page that ends with ``ray stop`` left behind."""
-    deadline = time.monotonic() + bound_s
+    """The processes of this PID namespace still running besides this one and the shell that runs it (zombies aside),
+    once those ending have ended or ``bound_s`` has passed: what a page that ends with ``ray stop`` left behind."""
+    deadline, ours = time.monotonic() + bound_s, {os.getpid(), os.getppid()}
     while True:
         left = []
-        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) != os.getpid()):
+        for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) not in ours):
             try:
                 state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
