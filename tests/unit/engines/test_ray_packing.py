@@ -158,3 +158,28 @@ def test_a_packed_model_scaled_to_a_range_moves_to_a_new_set_that_starts_from_th
     wider = sets.replace(folder(tmp_path / "v3", "m", "minWorkers: 1\nmaxWorkers: 4\n"), "m", running=9)
     assert scaling(wider) == (1, 4, 4)  # kept within the range
     assert scaling(sets.replace(folder(tmp_path / "v4", "m", "minWorkers: 2\nmaxWorkers: 5\n"), "m")) == (2, None, 5)
+
+
+def test_a_redeploy_waits_until_none_of_its_replicas_is_starting_and_min_workers_run(tmp_path, monkeypatch):
+    from msnb.engines.ray.replica_sets import ReplicaSets
+
+    sets = ReplicaSets(engine=None, packing=Packing(), failure=None)
+
+    def waited(config: str, *states: dict, timeout_s: float = 30) -> tuple[dict, int]:
+        """What wait_started returned, and how many times it read Serve's states, as Serve says ``states``."""
+        seen, reads, where = iter(states), [], tmp_path / str(len(list(tmp_path.iterdir())))
+        monkeypatch.setattr(sets, "replica_states", lambda app: reads.append(app) or next(seen, states[-1]))
+        return sets.wait_started("m", folder(where, "m", config), timeout_s), len(reads)
+
+    # Serve's application read RUNNING while a scale to 2 workers still started its second replica
+    two = "minWorkers: 2\nmaxWorkers: 2\n"
+    assert waited(two, {"RUNNING": 1, "STARTING": 1}, {"RUNNING": 1}, {"RUNNING": 2}) == ({"RUNNING": 2}, 3)
+    # a range (autoscaling) of 1..3: one more replica starting is waited for, a draining one is not
+    some = "minWorkers: 1\nmaxWorkers: 3\n"
+    assert waited(some, {"RUNNING": 1, "STARTING": 1}, {"RUNNING": 2, "STOPPING": 1}) == (
+        {"RUNNING": 2, "STOPPING": 1},
+        2,
+    )
+    # bounded: what Serve says after the wait, never an endless loop
+    got, reads = waited(two, {"RUNNING": 1, "STARTING": 1}, timeout_s=0.3)
+    assert got == {"RUNNING": 1, "STARTING": 1} and reads > 1
