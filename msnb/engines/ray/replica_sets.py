@@ -18,8 +18,10 @@ from msnb.errors import ServerError
 ANSWER_S = 30.0  # how long a set's replica may take to say which models it loaded
 # how often a load waited for reads Serve's status (a failed set): each read costs the caller a tenth of a CPU-second
 STATUS_S = 1.0
-# A replica Serve is bringing up (ray.serve's ReplicaState values): a redeploy's status waits until none is left.
+# A replica Serve is bringing up (ray.serve's ReplicaState values): a redeploy's status waits until none is left,
+# at most STARTED_S past Serve's RUNNING.
 BRINGING_UP = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
+STARTED_S = 30.0
 
 
 class ReplicaSets:
@@ -253,7 +255,7 @@ class ReplicaSets:
         found = serve.status().applications.get(packed or app)
         return dict(found.deployments[MODELS if packed else MODEL].replica_states) if found else {}
 
-    def wait_started(self, app: str, folder: Path, timeout_s: float = ANSWER_S) -> dict[str, int]:
+    def wait_started(self, app: str, folder: Path, timeout_s: float = STARTED_S) -> dict[str, int]:
         """``app``'s replica counts once none is starting and at least ``folder``'s minWorkers run (or as they are
         after ``timeout_s``): Serve reads an application RUNNING once its deployment is healthy, which for a range of
         replicas (autoscaling) can be before the ones a scale asked for have started, and TorchServe's synchronous
