@@ -54,6 +54,7 @@ ENV = {
 # to be gone (Serve: once a second, ray.serve._private.client's CLIENT_POLLING_INTERVAL_S). An unregister, a redeploy
 # and a scale are over in a few tenths of a second: each waited out the rest of that second. (That second also let
 # the front read its routes again before the call returned; now the engine asks it to: LocalRay.routes_changed.)
+# A redeploy's own wait for its replicas to start (ReplicaSets.wait_started) asks as often.
 SERVE_POLL_S = 0.1
 ROUTER_APP = "msnb-router"  # the router application (templates/msnb_runtime/ray/app.py:router), locally and exported
 INSTALL_HINT = 'install the Ray extra: pip install "msnb[ray]" (ray[serve]==' + RAY_VERSION + ")."

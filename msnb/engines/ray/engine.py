@@ -232,12 +232,12 @@ class LocalRay:
             serve.run(ray_app.model(args), name=app, route_prefix=own_route(folder, app))
         except Exception as err:  # Serve's RuntimeError names the deployment, not the cause
             raise load_error(app, f"{err}\n{_deployment_message(app)}") from None
-        self.sets.wait_started(app, folder)  # serve.run's RUNNING: before a scale's replicas run (autoscaling)
+        states = self.sets.wait_started(app, folder)  # serve.run's RUNNING: before a scale's replicas run
         self._router_running()
         self.routes_changed()
         previous, self._folders[app] = self._folders.get(app), folder
         self._drop_unserved(previous)
-        return self.status(app)
+        return self._status(app, states)
 
     def routes_changed(self) -> None:
         """The front reads the routes again now: a call returns once the next prediction takes the routes it left."""
@@ -395,8 +395,9 @@ class LocalRay:
         return [self.status(name) for name in self._folders]
 
     def status(self, name: str, version: str | None = None) -> ModelStatus:
+        return self._status(name, self.sets.replica_states(name))
 
-        states = self.sets.replica_states(name)
+    def _status(self, name: str, states: dict[str, int]) -> ModelStatus:
         workers = tuple(
             WorkerStatus(f"{state}-{i}", TS_STATE.get(state, state)) for state, n in states.items() for i in range(n)
         )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from msnb.engines.ray import ROUTER_APP
+from msnb.engines.ray import ROUTER_APP, SERVE_POLL_S
 from msnb.engines.ray.packing import Packing, ReplicaSet, own_route, workers
 from msnb.errors import ServerError
 
@@ -266,7 +266,7 @@ class ReplicaSets:
             started = states.get("RUNNING", 0) >= fewest and not any(states.get(s) for s in BRINGING_UP)
             if started or time.monotonic() > deadline:
                 return states
-            time.sleep(0.1)
+            time.sleep(SERVE_POLL_S)
 
     def status_app(self, app: str) -> str | None:
         """The set application serving ``app`` (None: not packed)."""
